@@ -1,0 +1,67 @@
+"""istjax: Independent Subnetwork Training (IST, ResIST, GIST) in JAX and Flax.
+
+IST: Yuan et al., "Distributed Learning of Deep Neural Networks using Independent Subnet Training",
+arXiv 1910.02120. Import everything from here: ``import istjax``.
+"""
+
+from istjax.algorithms import WORKERS as WORKERS
+from istjax.algorithms import Algorithm as Algorithm
+from istjax.algorithms import RoundPlan as RoundPlan
+from istjax.algorithms import TrainState as TrainState
+from istjax.algorithms import WorkerState as WorkerState
+from istjax.algorithms import data_parallel as data_parallel
+from istjax.algorithms import ist as ist
+from istjax.algorithms import local_sgd as local_sgd
+from istjax.algorithms import local_train as local_train
+from istjax.comm import CommBytes as CommBytes
+from istjax.partition import Partition as Partition
+from istjax.partition import Sampler as Sampler
+from istjax.partition import nested as nested
+from istjax.partition import overlapping as overlapping
+from istjax.partition import stratified as stratified
+from istjax.partition import uneven as uneven
+from istjax.partition import uniform as uniform
+from istjax.spec import GroupAxis as GroupAxis
+from istjax.spec import LeafSpec as LeafSpec
+from istjax.spec import SubnetSpec as SubnetSpec
+from istjax.spec import spec_from_logical as spec_from_logical
+from istjax.spec import spec_from_table as spec_from_table
+from istjax.subnet import extract as extract
+from istjax.subnet import extract_tree as extract_tree
+from istjax.subnet import merge as merge
+from istjax.subnet import merge_tree as merge_tree
+from istjax.task import Task as Task
+from istjax.task import classifier as classifier
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "WORKERS",
+    "Algorithm",
+    "CommBytes",
+    "GroupAxis",
+    "LeafSpec",
+    "Partition",
+    "RoundPlan",
+    "Sampler",
+    "SubnetSpec",
+    "Task",
+    "TrainState",
+    "WorkerState",
+    "classifier",
+    "data_parallel",
+    "extract",
+    "extract_tree",
+    "ist",
+    "local_sgd",
+    "local_train",
+    "merge",
+    "merge_tree",
+    "nested",
+    "overlapping",
+    "spec_from_logical",
+    "spec_from_table",
+    "stratified",
+    "uneven",
+    "uniform",
+]

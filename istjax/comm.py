@@ -1,0 +1,62 @@
+"""Communication accounting: bytes each worker receives and sends per round, computed from shapes.
+
+The model is a parameter server: at the start of a round a worker receives what it trains; at the end it sends it
+back. For IST that is its sub-network (between ``1/W^2`` and ``1/W`` of each partitioned weight: a weight
+partitioned on one axis moves ``1/W`` of itself, one partitioned on both, like a hidden-to-hidden layer,
+``1/W^2``); for local SGD the whole model once per round; for data parallel the whole gradient (sent) and the
+averaged result (received) every step, so K times per round. A carried optimizer state travels with the parameters
+and is counted. Padding slots (uneven partitions) are counted: they are moved. The MPI backend measures the bytes of
+the buffers it actually moves and reports them beside these.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from istjax.spec import SubnetSpec
+from istjax.subnet import subnet_shapes
+
+__all__ = ["CommBytes", "ist_bytes", "replicated_bytes", "tree_bytes"]
+
+PyTree = Any
+
+
+class CommBytes(NamedTuple):
+    """Bytes one worker moves in one round: ``received`` from the server, ``sent`` to it."""
+
+    received: int
+    sent: int
+
+
+def tree_bytes(tree: PyTree) -> int:
+    """Total bytes of a tree of arrays or `jax.ShapeDtypeStruct`s."""
+    return int(sum(math.prod(np.shape(x)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
+
+
+def _sub_bytes(params: PyTree, spec: SubnetSpec, slots) -> int:
+    shapes = subnet_shapes(params, spec, slots)
+    return int(sum(math.prod(s) * np.dtype(x.dtype).itemsize
+                   for s, x in zip(jax.tree.leaves(shapes, is_leaf=lambda t: isinstance(t, tuple)),
+                                   jax.tree.leaves(params))))
+
+
+def ist_bytes(params: PyTree, opt_state: PyTree, params_treedef, spec: SubnetSpec, slots) -> CommBytes:
+    """Per-worker bytes of one IST round: the sub-network, plus every params-shaped part of a carried opt state."""
+    per_tree = _sub_bytes(params, spec, slots)
+    total = per_tree
+    for t in jax.tree.leaves(opt_state, is_leaf=lambda t: jax.tree.structure(t) == params_treedef):
+        if jax.tree.structure(t) == params_treedef:
+            total += _sub_bytes(t, spec, slots)
+        else:
+            total += tree_bytes(t)
+    return CommBytes(total, total)
+
+
+def replicated_bytes(params: PyTree, opt_state: PyTree, *, times: int) -> CommBytes:
+    """Per-worker bytes when every worker moves the whole model (and opt state) ``times`` times per round."""
+    total = (tree_bytes(params) + tree_bytes(opt_state)) * times
+    return CommBytes(total, total)

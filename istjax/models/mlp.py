@@ -1,0 +1,83 @@
+"""The IST paper's MLP (Yuan et al., arXiv 1910.02120, Google Speech experiments).
+
+``x -> [Dense(no bias) -> BatchNorm -> ReLU] * L -> Dense(no bias) -> BatchNorm(no affine)``. BatchNorm normalises
+with the statistics of the current batch (the paper keeps no running averages), so the model has no mutable state.
+The paper's 2-layer speech model is ``MLP(hidden=(4096,), num_classes=35)``, the 3-layer one
+``MLP(hidden=(8192, 8192), num_classes=35)``, on 4096 input features.
+
+Every parameter axis carries a logical name: ``"input"``, ``"hidden_i"`` (the i-th hidden layer's units) and
+``"classes"``. `MLP.rules()` maps each ``hidden_i`` to neuron group ``hidden_i``; `MLP.subnet` is the same module
+at the widths one worker holds, so the same apply code runs the full network and every sub-network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+def batch_norm(x_BxH: jax.Array, scale_H=None, bias_H=None, eps: float = 1e-5) -> jax.Array:
+    """Normalises each feature with the batch's mean and (biased) variance; optional affine `scale`, `bias`."""
+    mean = jnp.mean(x_BxH, axis=0)
+    var = jnp.mean(jnp.square(x_BxH - mean), axis=0)
+    y = (x_BxH - mean) * jax.lax.rsqrt(var + eps)
+    if scale_H is not None:
+        y = y * scale_H
+    if bias_H is not None:
+        y = y + bias_H
+    return y
+
+
+class MLP(nn.Module):
+    """Multi-layer perceptron with optional batch-statistics BatchNorm.
+
+    Attributes:
+      hidden: widths of the hidden layers, e.g. ``(4096,)``.
+      num_classes: output width.
+      batch_norm: BatchNorm (with affine scale and bias) after every hidden linear layer.
+      output_batch_norm: BatchNorm without affine parameters on the logits (the paper's last layer).
+      use_bias: biases on the linear layers (the paper has none; with BatchNorm they are redundant).
+    """
+
+    hidden: Sequence[int] = (64,)
+    num_classes: int = 10
+    batch_norm: bool = True
+    output_batch_norm: bool = True
+    use_bias: bool = False
+
+    @staticmethod
+    def rules(num_hidden: int) -> dict[str, str | None]:
+        """Logical axis name -> neuron group: every hidden layer is its own group; input and classes stay whole."""
+        return {"input": None, "classes": None, **{f"hidden_{i}": f"hidden_{i}" for i in range(num_hidden)}}
+
+    def subnet(self, units: Mapping[str, int]) -> "MLP":
+        """This module at the widths of one worker's sub-network (``units["hidden_i"]`` units in layer i)."""
+        return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))
+
+    @nn.compact
+    def __call__(self, x_BxD: jax.Array) -> jax.Array:
+        x = x_BxD.reshape(x_BxD.shape[0], -1)
+        names_in = "input"
+        init = nn.initializers.lecun_normal()
+        for i, width in enumerate(self.hidden):
+            name = f"hidden_{i}"
+            x = nn.Dense(width, use_bias=self.use_bias, name=f"dense_{i}",
+                         kernel_init=nn.with_logical_partitioning(init, (names_in, name)),
+                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (name,)))(x)
+            if self.batch_norm:
+                scale = self.param(f"bn_{i}_scale", nn.with_logical_partitioning(nn.initializers.ones, (name,)),
+                                   (width,))
+                bias = self.param(f"bn_{i}_bias", nn.with_logical_partitioning(nn.initializers.zeros, (name,)),
+                                  (width,))
+                x = batch_norm(x, scale, bias)
+            x = nn.relu(x)
+            names_in = name
+        x = nn.Dense(self.num_classes, use_bias=self.use_bias, name="dense_out",
+                     kernel_init=nn.with_logical_partitioning(init, (names_in, "classes")),
+                     bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)
+        if self.output_batch_norm:
+            x = batch_norm(x)
+        return x

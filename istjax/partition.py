@@ -1,0 +1,278 @@
+"""Partitions of neuron groups among workers, and the strategies that sample them.
+
+A `Partition` says which units of every neuron group each worker holds this round. Strategies are pure functions of
+``(key, group_sizes, num_workers)``; each comes as a `Sampler` that also knows, before anything is traced, how many
+slots a worker gets per group (a static shape, so one compiled round serves every round) and whether units can be
+held by several workers (then `istjax.merge` averages them by count).
+
+Strategies:
+
+* `uniform`: shuffle each group and deal it out in W equal blocks (IST, arXiv 1910.02120). Uneven sizes are
+  rejected, or padded and masked with ``pad=True``.
+* `stratified`: each of ``num_owners`` owners holds a contiguous shard of every group; every worker gets the same
+  number of units from every shard (the fixed-size all-to-all a sharded parameter server needs).
+* `overlapping`: ResIST-style (arXiv 2107.00961): every worker gets at least ``min_units`` units; windows overlap.
+* `uneven`: worker w gets a share proportional to ``weights[w]`` (heterogeneous workers); padded and masked.
+* `nested`: worker w gets the first ``fractions[w]`` of one shared random order (HeteroFL-style nested subnets).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Partition", "Sampler", "uniform", "stratified", "overlapping", "uneven", "nested", "check_partition"]
+
+
+class Partition(NamedTuple):
+    """Which units of each neuron group every worker holds in one round.
+
+    Attributes:
+      indices: group name -> `[W, n]` int32. ``indices[g][w, j]`` is the unit of group ``g`` (an index into the full
+        network's axis, ``0 <= i < size_g``) that sits at position ``j`` of worker ``w``'s sub-network. Rows are
+        sorted. A padding slot holds ``size_g`` (one past the last unit): extract fills it with zeros and merge
+        drops it.
+      mask: group name -> `[W, n]` bool. ``mask[g][w, j]`` is False exactly at padding slots.
+    """
+
+    indices: dict[str, jax.Array]
+    mask: dict[str, jax.Array]
+
+
+class Sampler(NamedTuple):
+    """A partition strategy.
+
+    Attributes:
+      sample: ``(key, group_sizes, num_workers) -> Partition``; pure and jit-compatible.
+      slots: ``(group_sizes, num_workers) -> {group: n}``, the static per-worker slot count of each group. Raises a
+        ValueError naming the group, its size and the fix when the strategy cannot split it; call it before tracing.
+      disjoint: True when no unit is held by two workers (merge may overwrite instead of averaging).
+      name: for messages and metrics.
+    """
+
+    sample: Callable[[jax.Array, Mapping[str, int], int], Partition]
+    slots: Callable[[Mapping[str, int], int], dict[str, int]]
+    disjoint: bool
+    name: str
+
+
+def _check_workers(group_sizes: Mapping[str, int], num_workers: int, *, allow_more_workers: bool = False):
+    if not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"num_workers={num_workers!r}: need a positive integer number of workers.")
+    if not allow_more_workers:
+        for g, n in group_sizes.items():
+            if num_workers > n:
+                raise ValueError(
+                    f"num_workers={num_workers} is larger than neuron group {g!r} ({n} units): some worker would get "
+                    f"no unit. Use at most {n} workers or widen the layer.")
+
+
+def _group_keys(key: jax.Array, group_sizes: Mapping[str, int]) -> dict[str, jax.Array]:
+    names = sorted(group_sizes)
+    return dict(zip(names, jax.random.split(key, len(names))))
+
+
+def _finish(idx_Wn: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+    idx_Wn = jnp.sort(idx_Wn.astype(jnp.int32), axis=1)  # padding (== size) sorts last
+    return idx_Wn, idx_Wn < size
+
+
+def _deal(perm: jax.Array, size: int, num_workers: int) -> jax.Array:
+    """Deals a permutation round-robin: worker w gets perm[w], perm[w + W], ...; short rows padded with `size`."""
+    n = -(-size // num_workers)
+    padded = jnp.concatenate([perm, jnp.full((n * num_workers - size,), size, perm.dtype)])
+    return padded.reshape(n, num_workers).T
+
+
+def uniform(pad: bool = False) -> Sampler:
+    """IST's partition: each group shuffled and cut into W blocks of equal size.
+
+    Args:
+      pad: allow group sizes not divisible by W: workers then get ``ceil(size / W)`` slots, the last of which may be
+        padding (masked). Without it such sizes are rejected.
+    """
+
+    def slots(group_sizes, num_workers):
+        _check_workers(group_sizes, num_workers)
+        for g, n in group_sizes.items():
+            if n % num_workers and not pad:
+                raise ValueError(
+                    f"neuron group {g!r} has {n} units, not divisible by num_workers={num_workers}. Use a width that "
+                    f"is a multiple of {num_workers} (e.g. {n - n % num_workers} or {n + num_workers - n % num_workers}), "
+                    f"or sample with istjax.uniform(pad=True) to pad and mask the short workers.")
+        return {g: -(-n // num_workers) for g, n in group_sizes.items()}
+
+    def sample(key, group_sizes, num_workers):
+        keys = _group_keys(key, group_sizes)
+        indices, mask = {}, {}
+        for g, n in group_sizes.items():
+            indices[g], mask[g] = _finish(_deal(jax.random.permutation(keys[g], n), n, num_workers), n)
+        return Partition(indices, mask)
+
+    return Sampler(sample, slots, disjoint=True, name="uniform_pad" if pad else "uniform")
+
+
+def stratified(num_owners: int) -> Sampler:
+    """Every worker gets ``size / (num_owners * W)`` units from each owner's contiguous shard of every group.
+
+    Owner ``o`` holds units ``[o * size / num_owners, (o + 1) * size / num_owners)``. Each shard is shuffled and
+    dealt out independently, so the units a worker gets from each owner always number the same: the exchange between
+    owners and workers is a fixed-size all-to-all.
+    """
+    if not isinstance(num_owners, int) or num_owners < 1:
+        raise ValueError(f"num_owners={num_owners!r}: need a positive integer.")
+
+    def slots(group_sizes, num_workers):
+        _check_workers(group_sizes, num_workers)
+        for g, n in group_sizes.items():
+            if n % (num_owners * num_workers):
+                raise ValueError(
+                    f"neuron group {g!r} has {n} units, not divisible by num_owners * num_workers = "
+                    f"{num_owners} * {num_workers}; a stratified partition needs equal shards. Use a width that is a "
+                    f"multiple of {num_owners * num_workers}.")
+        return {g: n // num_workers for g, n in group_sizes.items()}
+
+    def sample(key, group_sizes, num_workers):
+        keys = _group_keys(key, group_sizes)
+        indices, mask = {}, {}
+        for g, n in group_sizes.items():
+            shard = n // num_owners
+            perms = jax.vmap(lambda k: jax.random.permutation(k, shard))(jax.random.split(keys[g], num_owners))
+            perms = perms + (jnp.arange(num_owners) * shard)[:, None]  # [O, shard], global unit ids
+            per = shard // num_workers
+            dealt = perms.reshape(num_owners, num_workers, per).transpose(1, 0, 2)  # [W, O, per]
+            idx = jnp.sort(dealt, axis=2).reshape(num_workers, num_owners * per)  # owner blocks stay contiguous
+            indices[g], mask[g] = idx.astype(jnp.int32), jnp.ones(idx.shape, bool)
+        return Partition(indices, mask)
+
+    return Sampler(sample, slots, disjoint=True, name=f"stratified{num_owners}")
+
+
+def overlapping(min_units: int | Mapping[str, int]) -> Sampler:
+    """ResIST's partition with a minimum sub-network size: units may be held by several workers.
+
+    The group is shuffled into a ring; worker w takes the ``max(ceil(size / W), min_units)`` consecutive units that
+    start at ring position ``floor(w * size / W)``. Every unit is held by at least one worker; overlaps are averaged
+    by merge. ``min_units`` may be a per-group mapping (groups it does not name get no minimum).
+    """
+
+    def _min(g):
+        return min_units.get(g, 0) if isinstance(min_units, Mapping) else int(min_units)
+
+    def slots(group_sizes, num_workers):
+        _check_workers(group_sizes, num_workers)
+        out = {}
+        for g, n in group_sizes.items():
+            m = _min(g)
+            if m > n:
+                raise ValueError(f"min_units={m} for group {g!r} exceeds its size {n}; use at most {n}.")
+            out[g] = max(-(-n // num_workers), m)
+        return out
+
+    def sample(key, group_sizes, num_workers):
+        keys = _group_keys(key, group_sizes)
+        n_slots = slots(group_sizes, num_workers)
+        indices, mask = {}, {}
+        for g, n in group_sizes.items():
+            perm = jax.random.permutation(keys[g], n)
+            starts = jnp.asarray([w * n // num_workers for w in range(num_workers)])
+            pos = (starts[:, None] + jnp.arange(n_slots[g])[None, :]) % n
+            indices[g], mask[g] = _finish(perm[pos], n)
+        return Partition(indices, mask)
+
+    return Sampler(sample, slots, disjoint=False, name="overlapping")
+
+
+def _shares(n: int, weights: Sequence[float]) -> list[int]:
+    """Largest-remainder split of n units in proportion to weights; every share at least 1."""
+    total = float(sum(weights))
+    raw = [n * w / total for w in weights]
+    shares = [max(1, math.floor(r)) for r in raw]
+    order = sorted(range(len(weights)), key=lambda i: raw[i] - math.floor(raw[i]), reverse=True)
+    i = 0
+    while sum(shares) < n:
+        shares[order[i % len(order)]] += 1
+        i += 1
+    while sum(shares) > n:
+        j = max(range(len(shares)), key=lambda k: shares[k])
+        shares[j] -= 1
+    return shares
+
+
+def uneven(weights: Sequence[float]) -> Sampler:
+    """Worker w gets a disjoint share of every group proportional to ``weights[w]`` (heterogeneous workers).
+
+    Slots are padded to the largest share and masked, so the compiled round is the same every round.
+    """
+    weights = tuple(float(w) for w in weights)
+    if not weights or any(w <= 0 for w in weights):
+        raise ValueError(f"weights={weights!r}: need one positive weight per worker.")
+
+    def slots(group_sizes, num_workers):
+        _check_workers(group_sizes, num_workers)
+        if len(weights) != num_workers:
+            raise ValueError(f"uneven(weights) has {len(weights)} weights but num_workers={num_workers}; give one "
+                             f"weight per worker.")
+        return {g: max(_shares(n, weights)) for g, n in group_sizes.items()}
+
+    def sample(key, group_sizes, num_workers):
+        keys = _group_keys(key, group_sizes)
+        n_slots = slots(group_sizes, num_workers)
+        indices, mask = {}, {}
+        for g, n in group_sizes.items():
+            shares = _shares(n, weights)
+            perm = jax.random.permutation(keys[g], n)
+            rows, start = [], 0
+            for s in shares:
+                row = jnp.concatenate([perm[start:start + s], jnp.full((n_slots[g] - s,), n, perm.dtype)])
+                rows.append(row)
+                start += s
+            indices[g], mask[g] = _finish(jnp.stack(rows), n)
+        return Partition(indices, mask)
+
+    return Sampler(sample, slots, disjoint=True, name="uneven")
+
+
+def nested(fractions: Sequence[float], shuffle: bool = True) -> Sampler:
+    """HeteroFL-style nested sub-networks: worker w gets the first ``ceil(fractions[w] * size)`` units of one order.
+
+    With ``shuffle`` the order is a fresh random permutation each round; without it, the natural order (worker w
+    always trains the leading units). Units held by several workers are averaged by merge.
+    """
+    fractions = tuple(float(f) for f in fractions)
+    if not fractions or any(not 0 < f <= 1 for f in fractions):
+        raise ValueError(f"fractions={fractions!r}: need one fraction in (0, 1] per worker.")
+
+    def slots(group_sizes, num_workers):
+        _check_workers(group_sizes, num_workers, allow_more_workers=True)
+        if len(fractions) != num_workers:
+            raise ValueError(f"nested(fractions) has {len(fractions)} fractions but num_workers={num_workers}.")
+        return {g: max(math.ceil(f * n) for f in fractions) for g, n in group_sizes.items()}
+
+    def sample(key, group_sizes, num_workers):
+        keys = _group_keys(key, group_sizes)
+        n_slots = slots(group_sizes, num_workers)
+        indices, mask = {}, {}
+        for g, n in group_sizes.items():
+            order = jax.random.permutation(keys[g], n) if shuffle else jnp.arange(n)
+            counts = jnp.asarray([math.ceil(f * n) for f in fractions])
+            pos = jnp.arange(n_slots[g])
+            idx = jnp.where(pos[None, :] < counts[:, None], order[jnp.minimum(pos, n - 1)][None, :], n)
+            indices[g], mask[g] = _finish(idx, n)
+        return Partition(indices, mask)
+
+    return Sampler(sample, slots, disjoint=False, name="nested")
+
+
+def check_partition(partition: Partition, group_sizes: Mapping[str, int]) -> None:
+    """Host-side sanity check (for tests and debugging): shapes, ranges, mask consistency."""
+    for g, n in group_sizes.items():
+        idx, m = partition.indices[g], partition.mask[g]
+        if idx.shape != m.shape or idx.ndim != 2:
+            raise AssertionError(f"group {g!r}: indices {idx.shape} and mask {m.shape} must both be [W, n]")
+        if bool(jnp.any((idx < 0) | (idx > n))) or bool(jnp.any(m != (idx < n))):
+            raise AssertionError(f"group {g!r}: indices out of range or mask not equal to indices < size")
