@@ -21,13 +21,13 @@ import jax.numpy as jnp
 
 def batch_norm(x_BxH: jax.Array, scale_H=None, bias_H=None, eps: float = 1e-5) -> jax.Array:
     """Normalises each feature with the batch's mean and (biased) variance; optional affine `scale`, `bias`."""
-    mean = jnp.mean(x_BxH, axis=0)
-    var = jnp.mean(jnp.square(x_BxH - mean), axis=0)
-    y = (x_BxH - mean) * jax.lax.rsqrt(var + eps)
+    mean_1xH = jnp.mean(x_BxH, axis=0, keepdims=True)
+    var_1xH = jnp.mean(jnp.square(x_BxH - mean_1xH), axis=0, keepdims=True)
+    y = (x_BxH - mean_1xH) * jax.lax.rsqrt(var_1xH + eps)
     if scale_H is not None:
-        y = y * scale_H
+        y = y * scale_H[None, :]
     if bias_H is not None:
-        y = y + bias_H
+        y = y + bias_H[None, :]
     return y
 
 
