@@ -127,7 +127,10 @@ def local_train(loss_fn, optimizer: optax.GradientTransformation, worker: Worker
     def step(carry: WorkerState, batch):
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(carry.params, batch)
         grads = grad_reduce(grads)
-        updates, opt_state = optimizer.update(grads, carry.opt_state, carry.params)
+        # optax internals (e.g. Adam's ``decay ** count``) mix Python floats with int32 counts; let them promote
+        # as optax expects even when the user runs JAX with strict dtype promotion. Our own code stays strict.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(grads, carry.opt_state, carry.params)
         return WorkerState(optax.apply_updates(carry.params, updates), opt_state), {"loss": loss, **aux}
 
     return jax.lax.scan(step, worker, batches_K)
