@@ -1,0 +1,302 @@
+"""Run configurations: every field `istjax.train.train_and_evaluate` reads, its default, and its validation.
+
+A configuration is an ml_collections `ConfigDict` (the Flax-examples convention): experiment files under
+``experiments/configs/`` define ``get_config()``, start from `default_config()` and override a few fields; the
+command line overrides any field with ``--config.FIELD=VALUE``. This module is itself a valid config file (it has
+`get_config`), which is how ``istjax train`` without ``--config`` finds the default study from any directory.
+
+`validate` checks a configuration before anything is built or compiled and reports *every* problem at once, each
+with the field, the value and the fix::
+
+    >>> import istjax.config as cfg
+    >>> c = cfg.default_config()
+    >>> c.num_workers, c.model.hidden = 3, (100,)
+    >>> cfg.validate(c)  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ConfigError: 1 problem(s) in the config:
+      - model.hidden=(100,) with num_workers=3: neuron group 'hidden_0' has 100 units, not divisible ...
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import ml_collections
+from ml_collections import config_dict
+
+__all__ = [
+    "ALGORITHMS",
+    "OPTIMIZERS",
+    "SAMPLERS",
+    "RUN_CONTROL_FIELDS",
+    "ConfigError",
+    "default_config",
+    "get_config",
+    "validate",
+    "make_optimizer",
+    "make_sampler",
+    "to_dict",
+    "flat_dict",
+    "differences",
+    "close_matches",
+]
+
+ALGORITHMS = ("ist", "data_parallel", "local_sgd")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+SAMPLERS = ("uniform", "uniform_pad", "overlapping", "stratified", "uneven", "nested")
+
+# Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
+# more rounds). Every other field must match the checkpoint's config exactly.
+RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "max_to_keep", "eval_batch_size",
+                      "eval_train_examples", "target_accuracy", "progress")
+
+
+class ConfigError(ValueError):
+    """A configuration (or a workdir/config mismatch) that cannot run. ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s) in the config:\n{lines}")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """The default study, IST on scikit-learn's digits, with every field the driver knows and its meaning.
+
+    Measured on a 2-core CPU: see ``experiments/configs/default.py`` for the command and the result.
+    """
+    c = ml_collections.ConfigDict()
+    c.name = "digits_ist"  # run name; `istjax train` without --workdir writes to ./runs/<name>-<timestamp>
+    # What is trained.
+    c.algorithm = "ist"  # "ist" | "data_parallel" | "local_sgd"
+    c.dataset = "digits"  # "digits" | "mnist1d" | "synthetic_speech" (istjax.data.DATASETS)
+    c.dataset_kwargs = ml_collections.ConfigDict()  # passed to istjax.data.load_dataset(dataset, **dataset_kwargs)
+    c.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
+    c.model = ml_collections.ConfigDict()
+    c.model.hidden = (512,)  # hidden widths of the MLP; each hidden layer is one neuron group "hidden_i"
+    c.model.batch_norm = True  # batch-statistics BatchNorm after every hidden layer (the IST paper's model)
+    c.model.output_batch_norm = True  # BatchNorm without affine parameters on the logits (the paper's last layer)
+    # How it is trained.
+    c.num_workers = 4  # W
+    c.local_steps = 10  # K, optimizer steps per round (every algorithm consumes [W, K, B] examples per round)
+    c.batch_size = 32  # B, examples per worker per step
+    c.num_rounds = 60  # rounds to train; samples seen = num_rounds * W * K * B
+    c.optimizer = "sgd"  # "sgd" | "momentum" | "adam"
+    c.learning_rate = 0.1
+    c.momentum = 0.9  # used by optimizer="momentum"
+    c.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with the params
+    c.sampler = "uniform"  # IST partition: "uniform" | "uniform_pad" | "overlapping" | "stratified" | "uneven" | "nested"
+    c.sampler_args = ml_collections.ConfigDict()
+    c.sampler_args.min_units = 0  # overlapping: minimum units per worker per group
+    c.sampler_args.num_owners = 1  # stratified: number of owner shards of every group
+    c.sampler_args.weights = ()  # uneven: one positive weight per worker
+    c.sampler_args.fractions = ()  # nested: one fraction in (0, 1] per worker
+    c.backend = "simulate"  # where workers run; any name in istjax.backends.names()
+    c.seed = 0  # seeds the initial parameters, the partitions and the data streams
+    # Evaluation, logging, checkpoints.
+    c.eval_every = 5  # rounds between evaluations of the global model (the last round is always evaluated)
+    c.eval_batch_size = 1000  # evaluation chunk size (BatchNorm uses batch statistics: keep it large)
+    c.eval_train_examples = 2000  # the train loss is measured on this many training examples (0: all)
+    c.checkpoint_every = 20  # rounds between checkpoints (also at the end and on SIGINT/SIGTERM)
+    c.max_to_keep = 3  # checkpoints kept
+    c.target_accuracy = config_dict.placeholder(float)  # optional: report time/samples to this test accuracy
+    c.progress = True  # tqdm progress bar
+    return c
+
+
+def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
+    """Config-file entry point (``--config=istjax/config.py``): the default study."""
+    del arg
+    return default_config()
+
+
+def to_dict(config: ml_collections.ConfigDict) -> dict:
+    """A JSON-able plain dict of ``config`` (tuples become lists)."""
+    return json.loads(config.to_json())
+
+
+def flat_dict(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"hidden": [8]}} -> {"model.hidden": [8]}``; sequences become lists."""
+    out = {}
+    for k, v in tree.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, (Mapping, ml_collections.ConfigDict)) and not isinstance(v, str):
+            out.update(flat_dict(dict(v.items()), name + "."))
+        else:
+            out[name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
+    """Fields where two (plain-dict) configs differ, as ``"field: a -> b"`` strings; ``ignore`` skips fields."""
+    fa, fb = flat_dict(a), flat_dict(b)
+    out = []
+    for k in sorted(set(fa) | set(fb)):
+        if k.split(".")[0] in ignore:
+            continue
+        if fa.get(k, "<absent>") != fb.get(k, "<absent>"):
+            out.append(f"{k}: {fa.get(k, '<absent>')!r} -> {fb.get(k, '<absent>')!r}")
+    return out
+
+
+def close_matches(name: str, known: list[str]) -> str:
+    """`` (did you mean 'a', 'b'?)`` or an empty string."""
+    hits = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if not hits:  # also match on the last path component: "hidden" -> "model.hidden"
+        hits = [k for k in known if k.split(".")[-1] == name.split(".")[-1]]
+    return f" (did you mean {', '.join(repr(h) for h in hits)}?)" if hits else ""
+
+
+def make_optimizer(config: ml_collections.ConfigDict):
+    """The optax transformation the config names (validated values assumed)."""
+    import optax
+
+    lr = float(config.learning_rate)
+    if config.optimizer == "sgd":
+        return optax.sgd(lr)
+    if config.optimizer == "momentum":
+        return optax.sgd(lr, momentum=float(config.momentum))
+    if config.optimizer == "adam":
+        return optax.adam(lr)
+    raise ValueError(f"optimizer={config.optimizer!r}: choose one of {OPTIMIZERS}.")
+
+
+def make_sampler(config: ml_collections.ConfigDict):
+    """The `istjax.Sampler` the config names (raises ValueError naming the field for bad arguments)."""
+    from istjax import partition
+
+    a = config.sampler_args
+    if config.sampler == "uniform":
+        return partition.uniform(pad=False)
+    if config.sampler == "uniform_pad":
+        return partition.uniform(pad=True)
+    if config.sampler == "overlapping":
+        return partition.overlapping(int(a.min_units))
+    if config.sampler == "stratified":
+        return partition.stratified(int(a.num_owners))
+    if config.sampler == "uneven":
+        return partition.uneven(tuple(a.weights))
+    if config.sampler == "nested":
+        return partition.nested(tuple(a.fractions))
+    raise ValueError(f"sampler={config.sampler!r}: choose one of {SAMPLERS}.")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
+    """Checks ``config`` before anything is compiled; raises `ConfigError` listing every problem found.
+
+    Static checks: unknown fields (with close matches), names (algorithm, dataset, backend, optimizer, sampler,
+    sharding), positive counts, the model widths against W and the sampler (`Sampler.slots`, so a width that does
+    not split is caught here, not in a trace). With ``load_data`` (default) the dataset is loaded (loaders cache) to
+    check ``dataset_kwargs`` and that a worker's shard holds at least one batch.
+
+    Returns:
+      The loaded `istjax.data.Dataset` (None when ``load_data`` is False or the dataset could not be loaded).
+    """
+    from istjax import backends
+    from istjax import data as data_lib
+
+    problems: list[str] = []
+
+    def bad(field, msg):
+        value = _get(config, field)
+        problems.append(f"{field}={value!r}: {msg}")
+
+    # Unknown fields (a typo in a config file would otherwise be silently ignored).
+    known = flat_dict(to_dict(default_config()))
+    given = flat_dict(to_dict(config))
+    for k in sorted(set(given) - set(known)):
+        if k.startswith("dataset_kwargs."):
+            continue  # checked against the loader below
+        problems.append(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; "
+                        f"known fields are listed in istjax.config.default_config().")
+    missing = sorted(k for k in set(known) - set(given) if not k.startswith(("dataset_kwargs.", "sampler_args.")))
+    for k in missing:
+        problems.append(f"{k}: missing from the config; start your get_config() from "
+                        f"istjax.config.default_config() so every field has its default.")
+    if missing:
+        raise ConfigError(problems)
+
+    def choice(field, options):
+        if _get(config, field) not in options:
+            bad(field, f"unknown{close_matches(str(_get(config, field)), list(options))}; choose one of "
+                       f"{list(options)}.")
+            return False
+        return True
+
+    def positive(field):
+        v = _get(config, field)
+        if not _is_int(v) or v < 1:
+            bad(field, "must be a positive integer.")
+            return False
+        return True
+
+    algo_ok = choice("algorithm", ALGORITHMS)
+    dataset_ok = choice("dataset", data_lib.DATASETS)
+    choice("sharding", data_lib.SHARDINGS)
+    choice("optimizer", OPTIMIZERS)
+    choice("optimizer_state", ("reset", "carry"))
+    sampler_ok = choice("sampler", SAMPLERS)
+    choice("backend", backends.names())
+    counts_ok = all([positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
+                                           "checkpoint_every", "max_to_keep", "eval_batch_size")])
+    if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:
+        bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
+    if not _is_int(config.seed):
+        bad("seed", "must be an integer.")
+    lr = config.learning_rate
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+        bad("learning_rate", "must be a positive finite number, e.g. 0.1.")
+    if not isinstance(config.momentum, (int, float)) or not 0 <= config.momentum < 1:
+        bad("momentum", "must be in [0, 1), e.g. 0.9.")
+    t = config.target_accuracy
+    if t is not None and (not isinstance(t, (int, float)) or not 0 < t <= 1):
+        bad("target_accuracy", "must be a fraction in (0, 1], e.g. 0.95, or unset.")
+
+    hidden = config.model.hidden
+    hidden_ok = (isinstance(hidden, (tuple, list)) and len(hidden) > 0
+                 and all(_is_int(h) and h > 0 for h in hidden))
+    if not hidden_ok:
+        bad("model.hidden", "must be a non-empty tuple of positive widths, e.g. (512,) or (256, 256); on the "
+                            "command line: --config.model.hidden='(256,256)'.")
+
+    # Widths against W and the sampler, with the sampler's own message (IST only: the others train the full model).
+    if algo_ok and config.algorithm == "ist" and sampler_ok and hidden_ok and counts_ok:
+        groups = {f"hidden_{i}": int(h) for i, h in enumerate(hidden)}
+        try:
+            make_sampler(config).slots(groups, int(config.num_workers))
+        except ValueError as e:
+            problems.append(f"model.hidden={tuple(hidden)!r} with num_workers={config.num_workers} and "
+                            f"sampler={config.sampler!r}: {e}")
+
+    dataset = None
+    if load_data and dataset_ok:
+        try:
+            dataset = data_lib.load_dataset(config.dataset, **dict(config.dataset_kwargs))
+        except (ValueError, TypeError) as e:
+            problems.append(f"dataset_kwargs={to_dict(config.dataset_kwargs)!r} for dataset={config.dataset!r}: {e}")
+    if dataset is not None and counts_ok:
+        n, w, b = len(dataset.train_y), config.num_workers, config.batch_size
+        shard = n // w if config.sharding == "disjoint" else n
+        if b > shard:
+            problems.append(
+                f"batch_size={b}: larger than a worker's shard ({n} training examples / num_workers={w} = {shard} "
+                f"with sharding={config.sharding!r}). Use batch_size <= {shard}, fewer workers, or "
+                f"sharding='shared'.")
+    if problems:
+        raise ConfigError(problems)
+    return dataset
+
+
+def _get(config, field: str):
+    v = config
+    for part in field.split("."):
+        v = v[part]
+    return v

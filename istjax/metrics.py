@@ -1,0 +1,147 @@
+"""Metric records of a run: one JSON object per evaluation in ``metrics.jsonl``, mirrored to TensorBoard.
+
+The schema of a record (`RECORD_FIELDS` always present; others may be added)::
+
+    round                      rounds completed
+    step                       optimizer steps per worker so far, round * K
+    samples_seen               training examples consumed by all workers, round * W * K * B
+    wall_time_s                seconds spent in training rounds so far (compilation, evaluation and checkpoints
+                               excluded; accumulated across resumes)
+    train_loss, train_accuracy the global (full-width) model on the training set (or its first
+                               ``eval_train_examples``)
+    test_loss, test_accuracy   the global model on the whole test set
+    round_loss                 mean over workers and local steps of the losses the workers saw in the last round
+                               (for IST: sub-network losses)
+    bytes_sent_per_worker      bytes one worker sends per round (analytic `Algorithm.comm`, or measured by the
+    bytes_received_per_worker  backend when it reports ``measured_bytes_sent`` / ``measured_bytes_received``)
+    bytes_total                bytes moved so far by all workers, both directions
+    algorithm, num_workers     what produced it
+
+Only the primary process writes (`is_primary`): under ``mpiexec`` every rank runs the driver, rank 0 records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+from typing import Any, Optional
+
+__all__ = ["RECORD_FIELDS", "is_primary", "process_index", "MetricWriter", "read_metrics", "truncate_metrics"]
+
+RECORD_FIELDS = ("round", "step", "samples_seen", "wall_time_s", "train_loss", "train_accuracy", "test_loss",
+                 "test_accuracy", "round_loss", "bytes_sent_per_worker", "bytes_received_per_worker", "bytes_total",
+                 "algorithm", "num_workers")
+
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+
+
+def process_index() -> int:
+    """This process's MPI rank when launched under ``mpiexec`` (Open MPI, MPICH/Hydra, PMIx), else 0."""
+    for var in _RANK_VARS:
+        value = os.environ.get(var)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                continue
+    return 0
+
+
+def is_primary() -> bool:
+    """True in the process that writes files: MPI rank 0, or the only process."""
+    return process_index() == 0
+
+
+def _jsonable(v: Any) -> Any:
+    """Python scalars for numpy/JAX scalars; non-finite floats as None (strict JSON has no NaN)."""
+    if hasattr(v, "item") and getattr(v, "shape", None) == ():
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+class MetricWriter:
+    """Appends records to ``workdir/metrics.jsonl`` and writes their numbers to TensorBoard (tensorboardX).
+
+    Args:
+      workdir: the run directory.
+      enabled: write at all (default: `is_primary()`); a disabled writer accepts and drops records.
+      purge_step: when resuming from round r, pass r + 1 so TensorBoard drops events a crashed run logged after
+        its last checkpoint.
+
+    Example::
+
+        with MetricWriter(workdir) as w:
+            w.write({"round": 10, "test_accuracy": 0.9, ...})
+    """
+
+    def __init__(self, workdir: str | os.PathLike, *, enabled: Optional[bool] = None,
+                 purge_step: Optional[int] = None):
+        self.workdir = pathlib.Path(workdir)
+        self.enabled = is_primary() if enabled is None else enabled
+        self.path = self.workdir / "metrics.jsonl"
+        self._tb = None
+        if self.enabled:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.workdir / "tensorboard"), purge_step=purge_step, flush_secs=10)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Appends one record (a line of JSON) and logs its numeric fields at step ``record["round"]``."""
+        if not self.enabled:
+            return
+        record = {k: _jsonable(v) for k, v in record.items()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        step = int(record.get("round", 0))
+        for k, v in record.items():
+            if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._tb.add_scalar(k, v, global_step=step)
+        self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> "MetricWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file (or of ``RUN_DIR/metrics.jsonl`` given a run directory)."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def truncate_metrics(path: str | os.PathLike, last_round: int) -> int:
+    """Drops records with ``round > last_round`` (written after the checkpoint a run resumes from).
+
+    Also drops a half-written last line. Returns the number of records kept.
+    """
+    path = pathlib.Path(path)
+    if not path.exists():
+        return 0
+    kept = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("round", 0) <= last_round:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(kept))
+    tmp.replace(path)
+    return len(kept)
