@@ -1,0 +1,95 @@
+"""`istjax compare`: the table from hand-written metrics (hand-computed columns) and one tiny end-to-end run."""
+
+import json
+
+import pytest
+
+from istjax import compare, plot
+
+
+def _write_run(path, algorithm, w, accs, wall_per_round, bytes_per_round, k=5, b=10, every=2):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"algorithm": algorithm, "num_workers": w, "local_steps": k,
+                                                  "dataset": "digits"}))
+    lines = []
+    for i, acc in enumerate(accs):
+        r = (i + 1) * every
+        lines.append(json.dumps({"round": r, "step": r * k, "samples_seen": r * w * k * b,
+                                 "wall_time_s": r * wall_per_round, "test_accuracy": acc, "test_loss": 1 - acc,
+                                 "train_loss": 1 - acc, "bytes_sent_per_worker": bytes_per_round / (2 * w),
+                                 "bytes_received_per_worker": bytes_per_round / (2 * w),
+                                 "bytes_total": r * bytes_per_round, "algorithm": algorithm, "num_workers": w}))
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return [
+        plot.load_run(_write_run(tmp_path / "dp", "data_parallel", 2, [0.5, 0.8, 0.9], 0.5, 1000.0)),
+        plot.load_run(_write_run(tmp_path / "ist", "ist", 2, [0.6, 0.85, 0.88], 0.1, 50.0)),
+        plot.load_run(_write_run(tmp_path / "lsgd", "local_sgd", 2, [0.4, 0.7, 0.86], 0.2, 200.0)),
+    ]
+
+
+def test_rows_hand_computed(runs):
+    table = compare.rows(runs, target=0.8)
+    assert [r.algorithm for r in table] == ["ist", "data_parallel", "local_sgd"]
+    ist, dp, lsgd = table
+    # IST reaches 0.85 >= 0.8 at its 2nd evaluation: round 4, 4 * 0.1 s, 4 * 50 bytes.
+    assert (ist.rounds_to_target, ist.time_to_target_s, ist.bytes_to_target) == (4, pytest.approx(0.4), 200.0)
+    assert (dp.rounds_to_target, dp.time_to_target_s, dp.bytes_to_target) == (4, pytest.approx(2.0), 4000.0)
+    assert (lsgd.rounds_to_target, lsgd.time_to_target_s, lsgd.bytes_to_target) == (6, pytest.approx(1.2), 1200.0)
+    assert ist.final_accuracy == 0.88 and dp.final_accuracy == 0.9 and ist.best_accuracy == 0.88
+    assert ist.time_per_round_s == pytest.approx(0.1) and dp.bytes_per_round == pytest.approx(1000.0)
+    assert ist.samples_seen == 6 * 2 * 5 * 10 and ist.local_steps == 5
+    never = compare.rows(runs, target=0.95)
+    assert all(r.rounds_to_target is None and r.time_to_target_s is None for r in never)
+    assert "not reached" in compare.format_table(never)
+
+
+def test_default_target_is_the_lowest_final_accuracy(runs):
+    assert compare.default_target(runs) == 0.86
+    table = compare.rows(runs)
+    assert table[0].target == 0.86 and all(r.rounds_to_target is not None for r in table)
+
+
+def test_compare_runs_writes_table_and_plot(runs, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = ["--runs", *[str(r.path) for r in runs], "--target", "0.8", "--workdir", str(out)]
+    assert compare.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| ist | 2 | 5 | 6 | 0.8800 |" in printed and "rounds to 80.00%" in printed
+    rows = json.loads((out / "comparison.json").read_text())
+    assert [r["algorithm"] for r in rows] == ["ist", "data_parallel", "local_sgd"]
+    assert rows[0]["bytes_to_target"] == 200.0
+    assert (out / "comparison.md").read_text().startswith("| algorithm |")
+    assert (out / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_trains_under_one_budget(tmp_path, capsys):
+    """End to end on digits: two algorithms at W=2 with the same rounds, K and B, then the table."""
+    argv = ["--algorithms", "ist,local_sgd", "--workers", "2", "--workdir", str(tmp_path),
+            "--config.model.hidden=(8,)", "--config.num_rounds=2", "--config.eval_every=1",
+            "--config.local_steps=2", "--config.batch_size=16", "--config.eval_train_examples=100"]
+    assert compare.main(argv) == 0
+    rows = json.loads((tmp_path / "comparison.json").read_text())
+    assert [(r["algorithm"], r["num_workers"], r["samples_seen"]) for r in rows] == [
+        ("ist", 2, 2 * 2 * 2 * 16), ("local_sgd", 2, 2 * 2 * 2 * 16)]
+    assert (tmp_path / "ist_W2" / "metrics.jsonl").exists() and (tmp_path / "comparison.png").exists()
+    # Rerunning reuses the finished runs (same config): the table is the same.
+    assert compare.main(argv) == 0
+    assert json.loads((tmp_path / "comparison.json").read_text())[0]["final_accuracy"] == rows[0]["final_accuracy"]
+
+
+def test_compare_errors(tmp_path, capsys):
+    assert compare.main(["--config.num_rounds=2"]) == 2
+    assert "--workdir is required" in capsys.readouterr().err
+    assert compare.main(["--workdir", str(tmp_path), "--target", "1.5"]) == 2
+    assert "--target=1.5" in capsys.readouterr().err
+    # A width that does not split over W=3 fails for IST before anything trains.
+    assert compare.main(["--workdir", str(tmp_path), "--workers", "3", "--config.model.hidden=(8,)"]) == 2
+    err = capsys.readouterr().err
+    assert "num_workers=3" in err and "hidden" in err and not (tmp_path / "ist_W3").exists()
+    assert compare.main(["--workdir", str(tmp_path), "--algorithms", "ist,sgd"]) == 2
+    assert "unknown ['sgd']" in capsys.readouterr().err
