@@ -1,0 +1,206 @@
+"""Measurement tools for the istjax benchmark suite: timing, FLOP counts, byte counts, compile counts, memory.
+
+Everything here is a plain function of arrays and callables, so ``tests/test_benchmarks.py`` checks it on tiny
+inputs. The suite itself (``experiments/benchmarks/run.py``) composes these into the seven studies of
+``docs/benchmarks.md``.
+
+Timing on a shared, noisy machine: never trust one number. `interleaved` runs every candidate once per repetition,
+in a rotating order, so a burst of load from another process hits all candidates alike; the figures the suite reports
+are ratios of medians taken in the same process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import resource
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "Timing",
+    "interleaved",
+    "dense_train_flops",
+    "xla_flops",
+    "tree_bytes",
+    "copy_fn",
+    "matmul_fn",
+    "CompileLog",
+    "count_compiles",
+    "memory_stats",
+    "rss_bytes",
+    "peak_rss_bytes",
+]
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax._src.dispatch.BACKEND_COMPILE_EVENT
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds of one candidate over ``len(samples)`` repetitions."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"median_s": self.median, "min_s": self.min, "samples_s": list(self.samples)}
+
+
+def interleaved(candidates: Mapping[str, Callable[[], Any]], reps: int, warmup: int = 1) -> dict[str, Timing]:
+    """Times every zero-argument callable ``reps`` times, interleaved, after ``warmup`` untimed calls each.
+
+    Each call's result is passed to `jax.block_until_ready`, so asynchronous dispatch is waited for. Repetition ``r``
+    starts at candidate ``r % len(candidates)``: no candidate always runs first (after an idle pause) or last.
+
+    Returns:
+      name -> `Timing`.
+    """
+    if reps < 1:
+        raise ValueError(f"reps={reps}: need at least one repetition.")
+    names = list(candidates)
+    for name in names:
+        for _ in range(warmup):
+            jax.block_until_ready(candidates[name]())
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(reps):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            t0 = time.perf_counter()
+            jax.block_until_ready(candidates[name]())
+            samples[name].append(time.perf_counter() - t0)
+    return {n: Timing(tuple(s)) for n, s in samples.items()}
+
+
+def dense_train_flops(kernel_shapes: Sequence[tuple[int, int]], batch: int, *, first_input_grad: bool = False) -> int:
+    """Matmul FLOPs of one forward + backward pass of a stack of dense layers on a batch of ``batch`` rows.
+
+    A layer with kernel `[i, o]` costs ``2 B i o`` forward (one multiply and one add per term), ``2 B i o`` for its
+    weight gradient and ``2 B i o`` for the gradient of its input. The first layer's input is data, whose gradient is
+    not needed (XLA removes it), unless ``first_input_grad``. Elementwise work (BatchNorm, ReLU, softmax, the
+    optimizer update) is not counted: it is memory-bound and a small share of the matmuls at these widths.
+
+    Args:
+      kernel_shapes: `[in, out]` of every dense kernel, from the input layer to the output layer.
+      batch: B.
+    """
+    total = 0
+    for j, (i, o) in enumerate(kernel_shapes):
+        passes = 3 if (j > 0 or first_input_grad) else 2
+        total += passes * 2 * batch * i * o
+    return total
+
+
+def xla_flops(jitted: Callable, *args) -> float:
+    """FLOPs XLA's cost model assigns to ``jitted(*args)`` (`Compiled.cost_analysis()`), or NaN if it has none.
+
+    XLA counts a ``while`` loop body once (it does not know the trip count), so time a ``lax.scan`` of K steps as one
+    step and multiply by K (the suite does).
+    """
+    cost = jitted.lower(*args).compile().cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older jax returned one dict per device
+        cost = cost[0] if cost else {}
+    return float((cost or {}).get("flops", float("nan")))
+
+
+def tree_bytes(tree: Any) -> int:
+    """Bytes of all array leaves of ``tree``."""
+    return int(sum(math.prod(np.shape(x)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
+
+
+def copy_fn() -> Callable[[jax.Array], jax.Array]:
+    """A jitted plain on-device copy, ``x -> copy of x`` (reads and writes every byte once): the bandwidth yardstick.
+
+    `jnp.copy` under jit lowers to an XLA ``copy`` into a fresh buffer (jit does not return its input buffer).
+    """
+    return jax.jit(jnp.copy)
+
+
+def matmul_fn() -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """A jitted batched matmul ``[W, M, K] @ [W, K, N] -> [W, M, N]``: the compute yardstick (2 W M K N FLOPs)."""
+    return jax.jit(lambda a, b: jnp.einsum("wmk,wkn->wmn", a, b))
+
+
+@dataclasses.dataclass
+class CompileLog:
+    """What `count_compiles` saw: one entry per XLA backend compilation, in order."""
+
+    names: list[str] = dataclasses.field(default_factory=list)
+    seconds: list[float] = dataclasses.field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def by_name(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.names:
+            out[n] = out.get(n, 0) + 1
+        return out
+
+
+@contextlib.contextmanager
+def count_compiles() -> Iterator[CompileLog]:
+    """Records every XLA compilation inside the ``with`` block (via `jax.monitoring`), with the jitted function's name.
+
+    Example::
+
+        with count_compiles() as log:
+            f(x); f(x)
+        assert log.count == 1
+    """
+    log = CompileLog()
+
+    def listener(event: str, duration: float, **kwargs):
+        if event == COMPILE_EVENT:
+            log.names.append(str(kwargs.get("fun_name", "?")))
+            log.seconds.append(float(duration))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield log
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def memory_stats(jitted: Callable, *args) -> dict[str, int]:
+    """XLA's static memory plan for ``jitted(*args)`` (`Compiled.memory_analysis()`), in bytes.
+
+    ``peak_bytes`` = arguments + outputs + temporaries - aliased: what the computation needs live at once.
+    """
+    m = jitted.lower(*args).compile().memory_analysis()
+    if m is None:
+        return {}
+    out = {k: int(getattr(m, f"{k}_size_in_bytes", 0)) for k in ("argument", "output", "temp", "alias")}
+    out["peak"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return {f"{k}_bytes": v for k, v in out.items()}
+
+
+def rss_bytes() -> int:
+    """The process's resident set size now (Linux ``/proc/self/status``), or 0 where unavailable."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set size so far (``getrusage``; Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -1,0 +1,102 @@
+"""Smoke tests of the benchmark suite's machinery at tiny sizes (no timed assertions: timings are not tested)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments.benchmarks import measure
+from experiments.benchmarks import run as bench
+
+TINY = bench.Workload("tiny 8-4-3", input_dim=8, hidden=(4,), num_classes=3, batch=2, local_steps=2)
+
+
+def test_dense_train_flops_by_hand():
+    # Kernels [8, 4] and [4, 3], batch 2. Layer 1: forward 2*2*8*4 = 128, weight grad 128, no input grad -> 256.
+    # Layer 2: forward 2*2*4*3 = 48, weight grad 48, input grad 48 -> 144. Total 400.
+    assert measure.dense_train_flops([(8, 4), (4, 3)], 2) == 400
+    assert measure.dense_train_flops([(8, 4), (4, 3)], 2, first_input_grad=True) == 528
+
+
+def test_xla_flops_of_a_matmul():
+    f = jax.jit(lambda a, b: a @ b)
+    flops = measure.xla_flops(f, jnp.ones((3, 5)), jnp.ones((5, 7)))
+    assert flops == pytest.approx(2 * 3 * 5 * 7, rel=0.05)
+
+
+def test_analytic_flops_agree_with_xla_on_the_local_phase():
+    pr = bench.prepare(TINY, "ist")
+    kernels = bench._worker_kernel_shapes(pr.alg, pr.state.params)
+    assert kernels == [(8, 2), (2, 3)]  # W = 2 halves the hidden layer
+    one_step = jax.tree.map(lambda x: x[:, :1], pr.batches)
+    xla = measure.xla_flops(pr.local, pr.workers, one_step)
+    analytic = 2 * measure.dense_train_flops(kernels, TINY.batch)  # W = 2 workers, one step
+    assert analytic <= xla  # XLA also counts the elementwise work (BatchNorm, softmax, SGD update)
+
+
+def test_count_compiles_counts_once_per_shape():
+    f = jax.jit(lambda x: x * 2 + 1)
+    three, four = np.ones(3, np.float32), np.ones(4, np.float32)  # numpy inputs: making them compiles nothing
+    with measure.count_compiles() as log:
+        f(three)
+        f(three)
+        f(four)
+    assert log.count == 2
+    assert list(log.by_name().values()) == [2]
+    with measure.count_compiles() as log:
+        f(three)
+    assert log.count == 0
+
+
+def test_interleaved_runs_every_candidate_reps_times():
+    calls = []
+    t = measure.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, reps=3, warmup=1)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warmup a, b; then rotating order
+    assert len(t["a"].samples) == 3 and t["a"].median >= 0
+    with pytest.raises(ValueError, match="reps"):
+        measure.interleaved({"a": lambda: None}, reps=0)
+
+
+def test_tree_bytes_and_memory_stats():
+    assert measure.tree_bytes({"a": jnp.zeros((2, 3)), "b": jnp.zeros(4, jnp.int8)}) == 28
+    mem = measure.memory_stats(jax.jit(lambda x: x + 1), jnp.zeros((16, 16)))
+    assert mem["argument_bytes"] == 1024 and mem["output_bytes"] == 1024
+    assert measure.copy_fn()(jnp.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_communication_table_follows_one_over_w():
+    rows = bench.communication(TINY, [2, 4])
+    for r in rows:
+        # 2-layer MLP: every kernel partitioned on one axis, so IST moves exactly 1/W of the model each way.
+        assert r["ist_fraction_of_model"] == pytest.approx(1 / r["W"])
+        assert r["local_sgd_bytes"] == 2 * r["model_bytes"]
+        assert r["data_parallel_bytes"] == 2 * r["model_bytes"] * TINY.local_steps
+
+
+def test_compilation_study_compiles_each_function_once():
+    (row,) = bench.compilation(TINY, rounds=3, local_steps=2, algorithms=["ist"])
+    assert row["later_round_compilations"] == 0
+    assert row["recompiled"] == []
+    assert any("round" in k for k in row["by_name"])
+
+
+def test_studies_run_at_tiny_size():
+    reps = 1
+    # per step and worker: [8, 2] layer 2 passes * 2*2*8*2 = 128, [2, 3] layer 3 passes * 2*2*2*3 = 72; x W=2 x K=2
+    assert bench.compute_efficiency(TINY, ["ist"], reps)[0]["flops_analytic"] == 800
+    rows = bench.gather_scatter(TINY, [2], reps)
+    assert rows[0]["bytes"] == measure.tree_bytes(jax.eval_shape(TINY.task().init, jax.random.key(0)))
+    over = bench.round_overhead(TINY, reps)
+    assert 0 < over["overhead_share"]
+    thr = bench.throughput(TINY, ["ist", "data_parallel"], reps)
+    assert [r["algorithm"] for r in thr] == ["ist", "data_parallel"]
+    scale = bench.scaling(TINY, [2], local_steps=1, reps=reps)
+    assert [r["W"] for r in scale] == [2] and scale[0]["round_s_vs_first"] == 1.0
+    text = bench.table("t", thr, ["algorithm", "samples_per_s"])
+    assert "data_parallel" in text
+
+
+def test_batches_shapes():
+    b = TINY.batches(3, 2)
+    assert b["x"].shape == (3, 2, 2, 8) and b["y"].shape == (3, 2, 2)
+    assert b["y"].dtype == jnp.int32 and np.all(np.asarray(b["y"]) < 3)
