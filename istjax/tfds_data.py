@@ -93,8 +93,12 @@ TFDS_DATASETS: dict[str, TfdsSpec] = {
 }
 
 
-class DatasetNotPreparedError(FileNotFoundError):
-    """The requested TFDS dataset is not prepared (in ``array_record`` format) in the data directory."""
+class DatasetNotPreparedError(FileNotFoundError, ValueError):
+    """The requested TFDS dataset is not prepared (in ``array_record`` format) in the data directory.
+
+    Both a `FileNotFoundError` and a `ValueError`, so config validation that reports bad dataset arguments
+    (``except ValueError``) reports this one too, with its preparation command.
+    """
 
 
 def default_data_dir() -> str:
