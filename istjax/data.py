@@ -133,7 +133,7 @@ def _train_moments(x: np.ndarray, chunk: int = 2048) -> tuple[np.ndarray, np.nda
 
 
 def standardize(
-    train_x: np.ndarray, test_x: np.ndarray, eps: float = 1e-8
+    train_x: np.ndarray, test_x: np.ndarray, eps: float = 1e-8, *, copy: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """Standardise features with train statistics.
 
@@ -141,10 +141,11 @@ def standardize(
       train_x: `[N, ...]` any real dtype.
       test_x: `[M, ...]`, same trailing shape as `train_x`.
       eps: features whose train std is `<= eps` are only centred (std taken as 1).
+      copy: if False, writable `float32` inputs are standardised in place.
 
     Returns:
-      `(train_x, test_x)` as new `float32` arrays, train having zero mean and
-      unit variance per non-constant feature.
+      `(train_x, test_x)` as `float32` arrays (new unless `copy=False`), train
+      having zero mean and unit variance per non-constant feature.
     """
     if train_x.shape[1:] != test_x.shape[1:]:
         raise ValueError(
@@ -158,7 +159,9 @@ def standardize(
     mean32, inv32 = mean.astype(np.float32), (1.0 / std).astype(np.float32)
 
     def apply(x: np.ndarray) -> np.ndarray:
-        out = np.array(x, dtype=np.float32, copy=True)
+        out = np.array(x, dtype=np.float32, copy=True if copy else None)
+        if not out.flags.writeable:
+            out = out.copy()
         out -= mean32
         out *= inv32
         return out
@@ -173,9 +176,14 @@ def _finalise(
     test_x: np.ndarray,
     test_y: np.ndarray,
     num_classes: int,
+    *,
+    owned: bool = False,
 ) -> Dataset:
-    """Standardise, cast to `float32`/`int32`, freeze and wrap in a Dataset."""
-    train_x, test_x = standardize(train_x, test_x)
+    """Standardise, cast to `float32`/`int32`, freeze and wrap in a Dataset.
+
+    `owned=True` lets freshly generated float32 features be standardised in place.
+    """
+    train_x, test_x = standardize(train_x, test_x, copy=not owned)
     arrays = [train_x, np.asarray(train_y, np.int32), test_x, np.asarray(test_y, np.int32)]
     for a in arrays:
         a.flags.writeable = False
@@ -239,12 +247,37 @@ def _cache_dir() -> pathlib.Path:
     )
 
 
-def _mnist1d_default_args() -> dict[str, Any]:
-    from mnist1d.data import get_dataset_args
+# `mnist1d.data.get_dataset_args()` minus the download `url`, copied here so a
+# disk-cache hit does not pay the ~1-2 s import of mnist1d (matplotlib, requests).
+# Generation passes the full dict explicitly, so the package's own defaults never
+# matter; its version is part of the cache key.
+_MNIST1D_DEFAULTS: dict[str, Any] = {
+    "num_samples": 5000,
+    "train_split": 0.8,
+    "template_len": 12,
+    "padding": [36, 60],
+    "scale_coeff": 0.4,
+    "max_translation": 48,
+    "corr_noise_scale": 0.25,
+    "iid_noise_scale": 2e-2,
+    "shear_scale": 0.75,
+    "shuffle_seq": False,
+    "final_seq_length": 40,
+    "seed": 42,
+}
 
-    args = get_dataset_args(as_dict=True)
-    args.pop("url", None)  # only used by the downloading path, never here
-    return args
+
+def _mnist1d_default_args() -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, list) else v for k, v in _MNIST1D_DEFAULTS.items()}
+
+
+def _mnist1d_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("mnist1d")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _generate_mnist1d(args: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -270,7 +303,8 @@ def _generate_mnist1d(args: dict[str, Any]) -> dict[str, np.ndarray]:
 @functools.lru_cache(maxsize=4)
 def _mnist1d_raw(args_items: tuple[tuple[str, Any], ...], use_disk_cache: bool) -> dict[str, np.ndarray]:
     args = {k: list(v) if isinstance(v, tuple) else v for k, v in args_items}
-    key = hashlib.sha1(json.dumps(args, sort_keys=True).encode()).hexdigest()[:16]
+    blob = json.dumps({"args": args, "mnist1d": _mnist1d_version()}, sort_keys=True, default=str)
+    key = hashlib.sha1(blob.encode()).hexdigest()[:16]
     path = _cache_dir() / f"mnist1d-{key}.npz"
     if use_disk_cache and path.exists():
         try:
@@ -334,7 +368,8 @@ def _mnist1d_standardised(items: tuple[tuple[str, Any], ...], disk_cache: bool) 
 def _speech_num_frames(num_features: int) -> int:
     """Divisor of `num_features` closest to `sqrt(num_features / 4)` (4096 -> 32)."""
     target = math.sqrt(num_features / 4)
-    divisors = [d for d in range(1, num_features + 1) if num_features % d == 0]
+    small = [d for d in range(1, math.isqrt(num_features) + 1) if num_features % d == 0]
+    divisors = small + [num_features // d for d in small]
     return min(divisors, key=lambda d: (abs(d - target), d))
 
 
@@ -363,24 +398,31 @@ def _speech_split(
     chunk: int = 2048,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw `n` examples: `x: [n, M * T] float32`, `y: [n] int32` (balanced)."""
-    num_classes, num_mels, ext = protos.shape
+    num_classes, num_mels, _ = protos.shape
     y = rng.permutation(np.arange(n) % num_classes).astype(np.int32)
     x = np.empty((n, num_mels * num_frames), np.float32)
-    mel_ix = np.arange(num_mels)[None, :, None]
-    frame_ix = np.arange(num_frames)[None, None, :]
+    windows = np.lib.stride_tricks.sliding_window_view(protos, num_frames, axis=2)  # [C, M, 2S+1, T]
+    smooth = np.empty((min(chunk, n), num_mels * num_frames), np.float32)
+    iid = np.empty_like(smooth)
+    scale = np.float32(noise_scale)
     for start in range(0, n, chunk):
         yc = y[start : start + chunk]
         m = yc.shape[0]
-        shift = rng.integers(0, 2 * max_shift + 1, m)[:, None, None]
+        shift = rng.integers(0, 2 * max_shift + 1, m)
         gain = rng.lognormal(0.0, 0.35, m).astype(np.float32)[:, None, None]
         level = rng.normal(0.0, 0.5, m).astype(np.float32)[:, None, None]
-        pattern = protos[yc[:, None, None], mel_ix, frame_ix + shift]  # [m, M, T]
-        xc = gain * pattern + level + background[None]
         coef = rng.standard_normal((m, noise_bases.shape[0]), dtype=np.float32)
-        xc = xc.reshape(m, -1)
-        xc += (coef @ noise_bases) * np.float32(noise_scale)
-        xc += rng.standard_normal(xc.shape, dtype=np.float32) * np.float32(noise_scale)
-        x[start : start + m] = xc
+        out = x[start : start + m]  # view, filled in place to avoid temporaries
+        out3 = out.reshape(m, num_mels, num_frames)
+        np.multiply(gain, windows[yc, :, shift, :], out=out3)  # shifted prototype
+        out3 += background
+        out3 += level
+        buf, buf_iid = smooth[:m], iid[:m]
+        np.matmul(coef, noise_bases, out=buf)  # smooth low-rank noise
+        rng.standard_normal(dtype=np.float32, out=buf_iid)  # iid noise
+        buf += buf_iid
+        buf *= scale
+        out += buf
     return x, y
 
 
@@ -394,8 +436,8 @@ def load_synthetic_speech(
     seed: int = 0,
     num_frames: int | None = None,
     max_shift: int | None = None,
-    class_sep: float = 0.6,
-    noise_scale: float = 1.0,
+    class_sep: float = 0.25,
+    noise_scale: float = 1.2,
 ) -> Dataset:
     """Generated stand-in for Google Speech Commands log-mel features.
 
@@ -403,11 +445,15 @@ def load_synthetic_speech(
     `num_features = M * T` (defaults: 128 x 32 = 4096, 35 classes).  Class `c`
     has a smooth rank-3 spectro-temporal prototype `shared + class_sep * own_c`
     (so classes overlap); an example is
-    `background + gain * shift_t(prototype_y) + level + noise` with a random
-    circular-free time shift of up to `max_shift` frames, log-normal `gain`,
-    a per-example loudness offset `level`, smooth low-rank noise and iid noise,
-    both scaled by `noise_scale`.  Train and test use independent streams of
-    the same seed, so `num_test` does not change the training set.
+    `background + gain * window_t(prototype_y) + level + noise`: prototypes
+    live on `T + 2 * max_shift` frames and each example cuts a `T`-frame
+    window at a random offset (a time shift of up to `max_shift` frames), with
+    log-normal `gain`, a per-example loudness offset `level`, and smooth
+    low-rank plus iid noise, both scaled by `noise_scale`.  Train and test use
+    independent streams of the same seed, so `num_test` does not change the
+    training set.  With the defaults a 4096-4096-35 ReLU MLP trained with
+    plain SGD (lr 0.05, batch 128) reaches ~33% test accuracy after 100 steps
+    and ~72% after 300 (chance 2.9%); generation takes ~4 s and ~400 MB.
 
     Args:
       num_train: training examples (>= 1).
@@ -439,13 +485,13 @@ def load_synthetic_speech(
             f"pass a divisor of num_features or num_frames=None to pick one."
         )
     num_mels = num_features // num_frames
-    max_shift = max(1, num_frames // 8) if max_shift is None else int(max_shift)
-    if max_shift < 0:
-        raise ValueError(f"max_shift={max_shift} must be >= 0; pass max_shift>=0 or None.")
+    if max_shift is None:
+        max_shift = max(1, num_frames // 8)
+    max_shift = _check_positive("max_shift", max_shift, minimum=0)
     if not (class_sep > 0):
-        raise ValueError(f"class_sep={class_sep} must be > 0; try the default 0.6.")
+        raise ValueError(f"class_sep={class_sep} must be > 0; try the default 0.25.")
     if not (noise_scale >= 0):
-        raise ValueError(f"noise_scale={noise_scale} must be >= 0; try the default 1.0.")
+        raise ValueError(f"noise_scale={noise_scale} must be >= 0; try the default 1.2.")
 
     rng = np.random.default_rng([seed, 0])
     ext = num_frames + 2 * max_shift
@@ -470,7 +516,7 @@ def load_synthetic_speech(
     kw = dict(num_frames=num_frames, max_shift=max_shift, noise_scale=noise_scale)
     tx, ty = _speech_split(np.random.default_rng([seed, 1]), num_train, protos, background, noise_bases, **kw)
     vx, vy = _speech_split(np.random.default_rng([seed, 2]), num_test, protos, background, noise_bases, **kw)
-    return _finalise("synthetic_speech", tx, ty, vx, vy, num_classes)
+    return _finalise("synthetic_speech", tx, ty, vx, vy, num_classes, owned=True)
 
 
 # --------------------------------------------------------------------------
@@ -517,9 +563,81 @@ def load_dataset(name: str, **kwargs: Any) -> Dataset:
 # --------------------------------------------------------------------------
 
 
-def _validate_batch_args(
-    num_workers: Any, local_steps: Any, batch_size: Any, seed: Any, sharding: Any
-) -> tuple[int, int, int, int]:
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Static (hashable) shape of a sampling scheme; the seed is not part of it.
+
+    Equal plans share compiled code, so re-creating a batch function (e.g. on
+    resume, or with another seed) does not recompile.
+    """
+
+    num_workers: int
+    local_steps: int
+    batch_size: int
+    sharding: str
+    pool_size: int
+    num_epochs: int  # permutations built per worker per round
+
+    def shard_table(self, num_examples: int, seed: int) -> np.ndarray | None:
+        """`[W, P] int32` example ids of each worker's shard, or None if shared."""
+        if self.sharding == "shared":
+            return None
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), _SHARD_TAG)
+        order = np.asarray(jax.random.permutation(key, num_examples), np.int32)
+        return order[: self.num_workers * self.pool_size].reshape(self.num_workers, self.pool_size)
+
+    def indices(self, stream_key: jax.Array, table: jax.Array | None, round_index: Any) -> jax.Array:
+        """`[W, K, B] int32` example ids of `round_index` (traceable).
+
+        `stream_key = fold_in(PRNGKey(seed), _STREAM_TAG)`; `table` from
+        :meth:`shard_table` (None for shared sampling).
+        """
+        r = _as_round(round_index)
+        w_, k_, b_, pool = self.num_workers, self.local_steps, self.batch_size, self.pool_size
+        kb = k_ * b_
+        # start = r*kb = q*pool*kb + rem*kb, computed without overflowing r*kb.
+        q, rem = jnp.divmod(r, pool)
+        start = rem * kb
+        epoch0 = q * kb + start // pool
+        local = start % pool + jnp.arange(kb, dtype=jnp.int32)
+        ep_rel, pos = local // pool, local % pool
+
+        def worker_perms(w: jax.Array) -> jax.Array:
+            kw = jax.random.fold_in(stream_key, w)
+            epochs = epoch0 + jnp.arange(self.num_epochs, dtype=jnp.int32)
+            return jax.vmap(
+                lambda e: jax.random.permutation(jax.random.fold_in(kw, e), pool)
+            )(epochs)  # [E, P]
+
+        perms = jax.vmap(worker_perms)(jnp.arange(w_, dtype=jnp.int32))  # [W, E, P]
+        idx = perms[:, ep_rel, pos].astype(jnp.int32)  # [W, K*B] pool positions
+        if table is not None:
+            idx = jnp.take_along_axis(table, idx, axis=1)
+        return idx.reshape(w_, k_, b_)
+
+
+def _stream_key(seed: int) -> jax.Array:
+    return jax.random.fold_in(jax.random.PRNGKey(seed), _STREAM_TAG)
+
+
+def _gather(idx: jax.Array, x: jax.Array, y: jax.Array) -> Batch:
+    """`{"x": x[idx], "y": y[idx]}` for `idx: [W, K, B]`."""
+    return {"x": jnp.take(x, idx, axis=0, mode="clip"), "y": jnp.take(y, idx, axis=0, mode="clip")}
+
+
+_jit_indices = jax.jit(_Plan.indices, static_argnums=0)
+_jit_gather = jax.jit(_gather)
+
+
+def _make_plan(
+    num_examples: Any,
+    num_workers: Any,
+    local_steps: Any,
+    batch_size: Any,
+    seed: Any,
+    sharding: Any,
+) -> tuple[_Plan, int]:
+    """Validate batching arguments (before any tracing); return `(plan, seed)`."""
     w = _check_positive("num_workers", num_workers)
     k = _check_positive("local_steps", local_steps)
     b = _check_positive("batch_size", batch_size)
@@ -527,45 +645,58 @@ def _validate_batch_args(
         s = operator.index(seed)
     except TypeError:
         raise ValueError(f"seed={seed!r} must be an integer; pass an int.") from None
+    if not 0 <= s < 2**32:  # PRNGKey would silently wrap larger seeds (x64 off)
+        raise ValueError(f"seed={s} must be in [0, 2**32); pass a smaller seed.")
     if sharding not in SHARDINGS:
         raise ValueError(
             f"sharding={sharding!r} is not supported; pass one of {list(SHARDINGS)}."
         )
-    return w, k, b, s
-
-
-def _pool_size(num_examples: int, num_workers: int, batch_size: int, sharding: str) -> int:
-    pool = num_examples // num_workers if sharding == "disjoint" else num_examples
-    if pool < batch_size:
+    n = _check_positive("num_examples", num_examples)
+    pool = n // w if sharding == "disjoint" else n
+    if pool < b:
         if sharding == "disjoint":
             raise ValueError(
-                f"sharding='disjoint' splits {num_examples} training examples into "
-                f"num_workers={num_workers} shards of {pool}, fewer than "
-                f"batch_size={batch_size}; reduce num_workers or batch_size, or use "
-                f"sharding='shared'."
+                f"sharding='disjoint' splits {n} training examples into "
+                f"num_workers={w} shards of {pool}, fewer than batch_size={b}; "
+                f"reduce num_workers or batch_size, or use sharding='shared'."
             )
         raise ValueError(
-            f"the training set has {num_examples} examples, fewer than "
-            f"batch_size={batch_size}; reduce batch_size."
+            f"the training set has {n} examples, fewer than batch_size={b}; "
+            f"reduce batch_size."
         )
-    return pool
+    kb = k * b
+    if pool * (kb + 1) >= 2**31:
+        raise ValueError(
+            f"pool size {pool} x local_steps*batch_size={kb} overflows int32 "
+            f"position arithmetic; reduce local_steps or batch_size."
+        )
+    # Offsets into an epoch are multiples of gcd(kb, pool), at most pool - gcd.
+    num_epochs = (pool - math.gcd(kb, pool) + kb - 1) // pool + 1
+    return _Plan(w, k, b, sharding, pool, num_epochs), s
 
 
 def _as_round(round_index: Any) -> jax.Array:
     """`round_index` (int or scalar integer array) as a scalar `int32` array."""
-    if isinstance(round_index, (int, np.integer)) and not isinstance(round_index, bool):
-        if round_index < 0:
-            raise ValueError(f"round_index={round_index} must be >= 0.")
-        if round_index >= 2**31:
-            raise ValueError(f"round_index={round_index} must be < 2**31.")
-        return jnp.asarray(round_index, jnp.int32)
-    r = jnp.asarray(round_index)
-    if r.shape != () or not jnp.issubdtype(r.dtype, jnp.integer):
+    if isinstance(round_index, bool) or not (
+        isinstance(round_index, (int, np.integer, np.ndarray, jax.Array))
+    ):
         raise ValueError(
-            f"round_index must be a scalar integer, got shape {r.shape} dtype {r.dtype}; "
-            f"pass an int or jnp.int32 scalar."
+            f"round_index={round_index!r} must be an int or a scalar integer array."
         )
-    return r.astype(jnp.int32)
+    if isinstance(round_index, (int, np.integer)):
+        if not 0 <= round_index < 2**31:
+            raise ValueError(f"round_index={round_index} must be in [0, 2**31).")
+        return jnp.asarray(round_index, jnp.int32)
+    if round_index.shape != () or not jnp.issubdtype(round_index.dtype, jnp.integer):
+        raise ValueError(
+            f"round_index must be a scalar integer, got shape {round_index.shape} "
+            f"dtype {round_index.dtype}; pass an int or jnp.int32 scalar."
+        )
+    return jnp.asarray(round_index).astype(jnp.int32)
+
+
+def _is_traced(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
 
 
 def make_index_fn(
@@ -577,113 +708,89 @@ def make_index_fn(
     seed: int,
     sharding: str = "disjoint",
 ) -> Callable[[Any], jax.Array]:
-    """Example indices of one round: `indices(round_index) -> [W, K, B] int32`.
+    """Example ids of one round: `indices(round_index) -> [W, K, B] int32`.
 
-    Key schedule (the contract that makes runs resumable):
+    This is the sampling contract behind :func:`make_batch_fn` (which gathers
+    `train_x[indices(round_index)]`):
 
     * shards (`"disjoint"`): `order = permutation(fold_in(PRNGKey(seed),
-      _SHARD_TAG), N)`; worker `w` owns `order[w * P:(w + 1) * P]`, `P = N // W`
-      (the last `N % W` examples are dropped).  `"shared"`: every pool is
-      `arange(N)`, `P = N`.
+      _SHARD_TAG), N)`; worker `w` owns `pool_w = order[w * P:(w + 1) * P]`,
+      `P = N // W` (the last `N % W` examples of `order` are dropped).
+      `"shared"`: every `pool_w = arange(N)`, `P = N`.
     * stream: worker `w` reads pool positions
       `p = round_index * K * B + arange(K * B)`, epoch `e = p // P`, and takes
-      `pool_w[perm_{w,e}[p % P]]` with `perm_{w,e} = permutation(fold_in(
-      fold_in(fold_in(PRNGKey(seed), _STREAM_TAG), w), e), P)`.
+      `pool_w[perm_{w,e}[p % P]]`, `perm_{w,e} = permutation(fold_in(fold_in(
+      fold_in(PRNGKey(seed), _STREAM_TAG), w), e), P)`.
 
     A round touches at most `(P - gcd(K*B, P) + K*B - 1) // P + 1` epochs
-    (<= `ceil(K*B / P) + 1`); that many permutations are built per worker.
-    Jit-compatible in `round_index`.
+    (<= `ceil(K*B / P) + 1`); that many permutations of `P` are built per
+    worker per call.  Jit-compatible in `round_index`.
     """
-    w_, k_, b_, seed = _validate_batch_args(num_workers, local_steps, batch_size, seed, sharding)
-    n = _check_positive("num_examples", num_examples)
-    pool = _pool_size(n, w_, b_, sharding)
-    kb = k_ * b_
-    if pool * kb >= 2**31:
-        raise ValueError(
-            f"pool size {pool} x local_steps*batch_size {kb} overflows int32 "
-            f"position arithmetic; reduce local_steps or batch_size."
-        )
-    n_epochs = (pool - math.gcd(kb, pool) + kb - 1) // pool + 1
-    base = jax.random.PRNGKey(seed)
-    if sharding == "disjoint":
-        order = jax.random.permutation(jax.random.fold_in(base, _SHARD_TAG), n)
-        table = np.asarray(order[: w_ * pool], np.int32).reshape(w_, pool)
-    else:
-        table = None
-    stream_key = jax.random.fold_in(base, _STREAM_TAG)
-
-    def indices(round_index: Any, table: jax.Array | None = None) -> jax.Array:
-        r = _as_round(round_index)
-        # start = r*kb = q*pool*kb + rem*kb, computed without overflowing r*kb.
-        q, rem = jnp.divmod(r, pool)
-        start = rem * kb
-        epoch0 = q * kb + start // pool
-        local = start % pool + jnp.arange(kb, dtype=jnp.int32)
-        ep_rel, pos = local // pool, local % pool
-
-        def worker_perms(w: jax.Array) -> jax.Array:
-            kw = jax.random.fold_in(stream_key, w)
-            epochs = epoch0 + jnp.arange(n_epochs, dtype=jnp.int32)
-            return jax.vmap(
-                lambda e: jax.random.permutation(jax.random.fold_in(kw, e), pool)
-            )(epochs)  # [n_epochs, P]
-
-        perms = jax.vmap(worker_perms)(jnp.arange(w_, dtype=jnp.int32))  # [W, E, P]
-        idx = perms[:, ep_rel, pos].astype(jnp.int32)  # [W, K*B], pool positions
-        if table is not None:
-            idx = jnp.take_along_axis(table, idx, axis=1)
-        return idx.reshape(w_, k_, b_)
-
+    plan, seed = _make_plan(num_examples, num_workers, local_steps, batch_size, seed, sharding)
+    table = plan.shard_table(num_examples, seed)
     table_dev = None if table is None else jnp.asarray(table)
+    key = _stream_key(seed)
 
-    def index_fn(round_index: Any) -> jax.Array:
-        return indices(round_index, table_dev)
+    def indices(round_index: Any) -> jax.Array:
+        r = _as_round(round_index)
+        if _is_traced(r):
+            return plan.indices(key, table_dev, r)
+        return _jit_indices(plan, key, table_dev, r)
 
-    index_fn.pool_size = pool  # type: ignore[attr-defined]
-    index_fn.shard_table = table  # type: ignore[attr-defined]
-    index_fn.indices = indices  # type: ignore[attr-defined]
-    return index_fn
+    return indices
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
 class BatchFn:
     """`batches(round_index) -> {"x": [W, K, B, ...] float32, "y": [W, K, B] int32}`.
 
-    Built by :func:`make_batch_fn`.  `data` holds the device arrays
-    (`x: [N, ...]`, `y: [N]`, and `table: [W, P] int32` for disjoint
-    sharding).  Calling the object closes over `data`; to use it *inside* a
-    larger jitted function without baking the training set into the compiled
-    program as a constant, pass `data` as an argument and call
-    `batch_fn.apply(data, round_index)` instead.
+    Built by :func:`make_batch_fn`.  `data` is a dict of device arrays:
+    `x: [N, ...] float32`, `y: [N] int32`, `key` (the stream key) and, for
+    disjoint sharding, `table: [W, P] int32`.  Calling the object outside a
+    trace runs jitted code with `data` as arguments (compiled once per
+    shape, shared across seeds and instances).  Calling it *inside* your own
+    `jax.jit` works too, but then `data` is closed over and JAX embeds it in
+    the compiled program as constants (slow compile, a second copy in memory
+    for big sets); there, pass `data` as an argument and use
+    `batch_fn.apply(data, round_index)`.
     """
 
-    data: dict[str, jax.Array]
-    num_workers: int
-    local_steps: int
-    batch_size: int
-    seed: int
-    sharding: str
-    pool_size: int
-    _indices: Callable[..., jax.Array] = dataclasses.field(repr=False)
-    _gather: Callable[..., Batch] = dataclasses.field(repr=False)
+    def __init__(self, plan: _Plan, seed: int, data: dict[str, jax.Array]):
+        self._plan = plan
+        self.seed = seed
+        self.data = data
+
+    num_workers = property(lambda self: self._plan.num_workers)
+    local_steps = property(lambda self: self._plan.local_steps)
+    batch_size = property(lambda self: self._plan.batch_size)
+    sharding = property(lambda self: self._plan.sharding)
+    pool_size = property(lambda self: self._plan.pool_size, doc="Examples per worker pool `P`.")
 
     def apply(self, data: dict[str, jax.Array], round_index: Any) -> Batch:
-        """Pure form: batch of `round_index` from explicitly passed `data`."""
-        idx = self._indices(round_index, data.get("table"))
-        return {
-            "x": jnp.take(data["x"], idx, axis=0, mode="clip"),
-            "y": jnp.take(data["y"], idx, axis=0, mode="clip"),
-        }
+        """Pure, traceable form: the batch of `round_index` gathered from `data`."""
+        idx = self._plan.indices(data["key"], data.get("table"), round_index)
+        return _gather(idx, data["x"], data["y"])
 
     def indices(self, round_index: Any) -> jax.Array:
-        """Training-set example indices of the round, `[W, K, B] int32`."""
-        return self._indices(round_index, self.data.get("table"))
+        """Training-set example ids of the round, `[W, K, B] int32`."""
+        r = _as_round(round_index)
+        d = self.data
+        if _is_traced(r):
+            return self._plan.indices(d["key"], d.get("table"), r)
+        return _jit_indices(self._plan, d["key"], d.get("table"), r)
 
     def __call__(self, round_index: Any) -> Batch:
         r = _as_round(round_index)
-        if isinstance(r, jax.core.Tracer):  # inside someone else's trace
+        if _is_traced(r):
             return self.apply(self.data, r)
-        return self._gather(self.data, r)  # data as jit arguments, not constants
+        return _jit_gather(self.indices(r), self.data["x"], self.data["y"])
+
+    def __repr__(self) -> str:
+        p = self._plan
+        return (
+            f"BatchFn(x={tuple(self.data['x'].shape)}, num_workers={p.num_workers}, "
+            f"local_steps={p.local_steps}, batch_size={p.batch_size}, seed={self.seed}, "
+            f"sharding={p.sharding!r}, pool_size={p.pool_size})"
+        )
 
 
 def make_batch_fn(
@@ -699,53 +806,37 @@ def make_batch_fn(
 
     Args:
       dataset: its `train_x: [N, ...]` and `train_y: [N]` are put on the default
-        device once (cast to float32 / int32).
+        device once (as float32 / int32) and closed over.
       num_workers: `W >= 1`.
       local_steps: `K >= 1` steps per worker per round.
       batch_size: `B >= 1` examples per step.
       seed: seeds both the shard split and the sample streams.
-      sharding: `"disjoint"` (worker `w` only sees shard `w`) or `"shared"`
-        (every worker samples the whole training set independently).
+      sharding: `"disjoint"` (worker `w` only sees shard `w`; `N % W` examples
+        are dropped) or `"shared"` (every worker samples the whole training
+        set with its own permutations).
 
     Returns:
       `batches(round_index) -> {"x": [W, K, B, ...] float32, "y": [W, K, B]
-      int32}`, deterministic in `(seed, round_index, worker)` and
-      jit-compatible (`jax.jit(batches)(jnp.int32(5))`).  See
+      int32}`, a :class:`BatchFn`, deterministic in `(seed, round_index,
+      worker)` and jit-compatible (`jax.jit(batches)(jnp.int32(5))`).  See
       :func:`make_index_fn` for the exact sampling contract.
     """
-    w, k, b, s = _validate_batch_args(num_workers, local_steps, batch_size, seed, sharding)
     train_x, train_y = dataset.train_x, dataset.train_y
     if len(train_x) != len(train_y):
         raise ValueError(
             f"dataset.train_x has {len(train_x)} examples but train_y has "
             f"{len(train_y)}; they must match."
         )
-    index_fn = make_index_fn(
-        len(train_x), num_workers=w, local_steps=k, batch_size=b, seed=s, sharding=sharding
-    )
-    data = {"x": jnp.asarray(train_x, jnp.float32), "y": jnp.asarray(train_y, jnp.int32)}
-    if index_fn.shard_table is not None:
-        data["table"] = jnp.asarray(index_fn.shard_table)
-    indices = index_fn.indices
-
-    def gather(data: dict[str, jax.Array], r: jax.Array) -> Batch:
-        idx = indices(r, data.get("table"))
-        return {
-            "x": jnp.take(data["x"], idx, axis=0, mode="clip"),
-            "y": jnp.take(data["y"], idx, axis=0, mode="clip"),
-        }
-
-    return BatchFn(
-        data=data,
-        num_workers=w,
-        local_steps=k,
-        batch_size=b,
-        seed=s,
-        sharding=sharding,
-        pool_size=index_fn.pool_size,
-        _indices=indices,
-        _gather=jax.jit(gather),
-    )
+    plan, seed = _make_plan(len(train_x), num_workers, local_steps, batch_size, seed, sharding)
+    data = {
+        "x": jnp.asarray(train_x, jnp.float32),
+        "y": jnp.asarray(train_y, jnp.int32),
+        "key": _stream_key(seed),
+    }
+    table = plan.shard_table(len(train_x), seed)
+    if table is not None:
+        data["table"] = jnp.asarray(table)
+    return BatchFn(plan, seed, data)
 
 
 def eval_batches(
