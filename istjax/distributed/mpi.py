@@ -496,9 +496,11 @@ def _ist_sharded(rt: MPIRuntime, comm):
 
     def gather_params(state):
         def one(leaf, v):
-            got = x.gather(v)
-            if me != ROOT or leaf.shared:
-                return got if me == ROOT else None
+            got = x.gather(v)  # root: [N, ...]
+            if me != ROOT:
+                return None
+            if leaf.shared:
+                return got[0]  # replicas agree (averaged by an allreduce)
             return jnp.concatenate(list(got), axis=_owner_axis(leaf))
 
         full = jax.tree.map(one, leaves_spec, state.params)

@@ -1,0 +1,52 @@
+"""Multi-process tests: ``mpiexec -n N`` runs of tests/mpi/*.py (each launch covers many checks; see the scripts).
+
+Oversubscribed on a small machine is fine; timeouts are generous because every process starts JAX and compiles.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
+SCRIPTS = ROOT / "tests" / "mpi"
+
+pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed (pip install mpich)")
+
+
+def _mpiexec(n, script, *args, timeout=540, devices=1):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               PYTHONPATH=str(ROOT))
+    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.mark.parametrize("n,w,extra", [(2, 4, ("--full",)), (3, 3, ()), (4, 4, ())])
+def test_mpi_equals_simulate_bytes_and_sharded_memory(n, w, extra):
+    """simulate (== devices, n=2) == MPI parameter server == MPI sharded; measured == analytic bytes; 1/W and 1/W^2
+    per leaf; a sharded rank never holds more than 1/N of the largest partitioned weight."""
+    out = _mpiexec(n, "equivalence.py", str(w), *extra, devices=2 if extra else 1)
+    assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    for check in ("sharded memory", "ist sharded: measured", "ist parameter_server: measured",
+                  "per-leaf bytes dense_0 1/W, dense_1 1/W^2", "ist: simulate ==", "data_parallel: simulate ==",
+                  "local_sgd: simulate =="):
+        assert check in out.stdout, check
+
+
+@pytest.mark.parametrize("how,expect", [("raise", "rank 1 of 2 failed"), ("kill", "BAD TERMINATION"),
+                                        ("exit", "rank 1: exiting")])
+def test_dead_rank_ends_the_job(how, expect):
+    """Rank 1 fails mid-run while rank 0 waits in a collective: the job exits non-zero, well before the timeout."""
+    out = _mpiexec(2, "crash.py", how, timeout=120)
+    assert out.returncode != 0, out.stdout + out.stderr
+    assert expect in out.stdout + out.stderr
+    assert "UNREACHABLE" not in out.stdout
+
+
+def test_worker_count_that_does_not_fit_is_refused_on_every_rank():
+    out = _mpiexec(2, "misfit.py", timeout=120)
+    assert out.returncode != 0
+    assert (out.stdout + out.stderr).count("does not fit 2 MPI processes") == 2, out.stdout + out.stderr
