@@ -177,11 +177,14 @@ def regression_study(config, workdir):
                    label=f"K={K}")
     ax2.set_xlabel("sub-networks W (disjoint, ξ = 1/W)")
     ax2.set_ylabel("loss floor")
-    ax2.set_title("IST: floor vs W", fontsize=10)
+    ax2.set_title("IST: floor vs W (W=1 is GD: its floor is 0, shown at the last step)", fontsize=10)
     ax3.set_xlabel(f"sub-networks p (Bernoulli masks, ξ = {config.keep_prob:g})")
     ax3.set_title("fixed ξ (the paper's theorem): floor vs p", fontsize=10)
     for a_ in (ax, ax2, ax3):
         a_.grid(alpha=0.3, which="both")
+    for a_, xs in ((ax2, config.workers), (ax3, config.subnetworks)):
+        a_.set_xticks(list(xs), [str(v) for v in xs])
+        a_.minorticks_off()
     ax2.legend(fontsize=8)
     ax3.legend(fontsize=8)
     fig.suptitle(f"Masked-neuron regression (Liao & Kyrillidis): {config.num_points} points, d={config.dim}, "
