@@ -65,7 +65,7 @@ def test_tree_bytes_and_memory_stats():
 
 
 def test_communication_table_follows_one_over_w():
-    rows = bench.communication(TINY, [2, 4])
+    rows = bench.communication(TINY, [2, 4], local_steps=TINY.local_steps)
     for r in rows:
         # 2-layer MLP: every kernel partitioned on one axis, so IST moves exactly 1/W of the model each way.
         assert r["ist_fraction_of_model"] == pytest.approx(1 / r["W"])

@@ -337,15 +337,15 @@ def mpi_throughput(wl: Workload, algorithms: Sequence[str], reps: int, timeout_s
 # 5. Communication
 # ---------------------------------------------------------------------------------------------------------------
 
-def communication(wl: Workload, workers: Sequence[int]) -> list[dict]:
-    """Analytic bytes per worker per round (`Algorithm.comm`), and IST's share of the full model."""
+def communication(wl: Workload, workers: Sequence[int], local_steps: int = 20) -> list[dict]:
+    """Analytic bytes per worker per round (`Algorithm.comm`) at K = ``local_steps``, and IST's share of the model."""
     task = _task(wl)
     model_bytes = measure.tree_bytes(jax.eval_shape(task.init, jax.random.key(0)))
     rows = []
     for W in workers:
-        row = {"model": wl.name, "W": W, "K": wl.local_steps, "model_bytes": model_bytes}
+        row = {"model": wl.name, "W": W, "K": local_steps, "model_bytes": model_bytes}
         for name in ALGORITHMS:
-            c = wl.algorithm(name, num_workers=W, task=task).comm
+            c = wl.algorithm(name, num_workers=W, local_steps=local_steps, task=task).comm
             row[f"{name}_bytes"] = c.received + c.sent
         row["ist_fraction_of_model"] = (row["ist_bytes"] / 2) / model_bytes
         row["1/W"], row["1/W^2"] = 1 / W, 1 / W ** 2
@@ -481,6 +481,13 @@ def table(title: str, rows: Sequence[dict], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def markdown(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """The same table as `table`, as GitHub markdown (for ``docs/benchmarks.md``)."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 TABLE_COLUMNS = {
     "1_compute_efficiency": ["model", "algorithm", "W", "K", "local_s", "local_gflops", "local_gflops_xla",
                              "matmul_same_gflops", "matmul_square_gflops", "efficiency", "efficiency_xla"],
@@ -559,7 +566,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               "results": results}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))
-    print(f"\ntotal {report['total_seconds']:.0f} s; wrote {out}")
+    md = [f"Measured {time.strftime('%Y-%m-%d')} on {info['cpu']} ({info['cores']} cores), jax {info['jax']}, "
+          f"load average {info['loadavg_start'][0]:.1f} -> {info['loadavg_end'][0]:.1f}, "
+          f"{report['total_seconds']:.0f} s in all."]
+    for key, res in results.items():
+        md += [f"\n### {key} ({res['seconds']:.0f} s)\n", markdown(res["rows"], TABLE_COLUMNS[key])]
+    out.with_suffix(".md").write_text("\n".join(md) + "\n")
+    print(f"\ntotal {report['total_seconds']:.0f} s; wrote {out} and {out.with_suffix('.md')}")
     return report
 
 
