@@ -545,9 +545,19 @@ def load_dataset(name: str, **kwargs: Any) -> Dataset:
       ValueError: unknown `name` (lists known names) or unknown kwargs (lists
         accepted ones).
     """
+    if name.startswith("tfds:"):
+        # Real datasets a user has prepared with tensorflow-datasets (see istjax.tfds_data).
+        from istjax.tfds_data import load_tfds
+
+        accepted = sorted(p for p in inspect.signature(load_tfds).parameters if p != "name")
+        unknown = sorted(set(kwargs) - set(accepted))
+        if unknown:
+            raise ValueError(f"dataset {name!r} got unknown argument(s) {unknown}; accepted: {accepted}.")
+        return load_tfds(name[len("tfds:"):], **kwargs)
     if name not in _LOADERS:
         raise ValueError(
-            f"name={name!r} is not a known dataset; choose one of {list(DATASETS)}."
+            f"name={name!r} is not a known dataset; choose one of {list(DATASETS)}, or "
+            f"'tfds:<name>' for a dataset prepared with tensorflow-datasets."
         )
     unknown = sorted(set(kwargs) - set(_accepted_kwargs(name)))
     if unknown:
