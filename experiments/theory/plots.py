@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -184,7 +185,7 @@ def regression_study(config, workdir):
         a_.grid(alpha=0.3, which="both")
     for a_, xs in ((ax2, config.workers), (ax3, config.subnetworks)):
         a_.set_xticks(list(xs), [str(v) for v in xs])
-        a_.minorticks_off()
+        a_.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax2.legend(fontsize=8)
     ax3.legend(fontsize=8)
     fig.suptitle(f"Masked-neuron regression (Liao & Kyrillidis): {config.num_points} points, d={config.dim}, "
