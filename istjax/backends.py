@@ -40,7 +40,8 @@ def names() -> tuple[str, ...]:
 
 
 def get(name: str) -> Backend:
-    _load_optional()
+    if name not in _REGISTRY:  # built-ins never depend on the optional modules importing
+        _load_optional()
     if name not in _REGISTRY:
         raise ValueError(f"backend={name!r} is not known; choose one of {sorted(_REGISTRY)}.")
     return _REGISTRY[name]
