@@ -70,7 +70,6 @@ def test_data_parallel_averages_over_all_workers_not_per_device():
     first = jax.tree.map(lambda x: x[:, 0], batches)
     g = jax.vmap(jax.grad(lambda p, b: loss_fn(p, b)[0]), in_axes=(None, 0))(p0, first)
     mean_g = jax.tree.map(lambda x: jnp.mean(x, axis=0), g)
-    alg1 = istjax.data_parallel(task, optax.sgd(0.1), num_workers=8, local_steps=1, backend="devices")
     one = {k: v[:, :1] for k, v in batches.items()}
     s1, _ = alg1.round(alg1.init(jax.random.key(3)), one)
     for a, p, gm in zip(jax.tree.leaves(s1.params), jax.tree.leaves(p0), jax.tree.leaves(mean_g)):

@@ -178,6 +178,11 @@ class MPIRuntime:
     def is_primary(self) -> bool:
         return self.rank == ROOT
 
+    def as_algorithm(self) -> Algorithm:
+        """The wrapped `Algorithm` with this runtime's ``init`` and ``round``: a drop-in for code (the driver) that
+        takes an Algorithm. Its ``distribute``/``local``/``collect`` are the single-process pieces."""
+        return dataclasses.replace(self.algorithm, init=self.init, round=self.round)
+
     def _track(self, *trees):
         for x in jax.tree.leaves(trees):
             self.largest_array_bytes = max(self.largest_array_bytes, int(x.size) * x.dtype.itemsize)
@@ -590,3 +595,20 @@ def _data_parallel(rt: MPIRuntime, comm):
 
     rt.init, rt.round = _replicated_init(alg), round_fn
     rt.gather_params = lambda state: state.params if rt.rank == ROOT else None
+
+
+def _refuse_as_backend(**_):
+    raise ValueError(
+        "backend='mpi' wraps a whole algorithm rather than its round: build the algorithm with backend='simulate', "
+        "then runtime = istjax.distributed.mpi_runtime(algorithm, mode='parameter_server' or 'sharded') on every rank "
+        "and use runtime.init / runtime.round / runtime.gather_params (or runtime.as_algorithm()).")
+
+
+def _register():
+    from istjax import backends
+
+    backends.register(backends.Backend("mpi", _refuse_as_backend,
+                                       "MPI processes (mpiexec): use istjax.distributed.mpi_runtime(algorithm, mode=...)"))
+
+
+_register()
