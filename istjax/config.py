@@ -245,8 +245,8 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     choice("optimizer_state", ("reset", "carry"))
     sampler_ok = choice("sampler", SAMPLERS)
     choice("backend", backends.names())
-    counts_ok = all([positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
-                                           "checkpoint_every", "max_to_keep", "eval_batch_size")])
+    ok = {f: positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
+                                   "checkpoint_every", "max_to_keep", "eval_batch_size")}
     if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:
         bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
     if not _is_int(config.seed):
@@ -268,7 +268,7 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
                             "command line: --config.model.hidden='(256,256)'.")
 
     # Widths against W and the sampler, with the sampler's own message (IST only: the others train the full model).
-    if algo_ok and config.algorithm == "ist" and sampler_ok and hidden_ok and counts_ok:
+    if algo_ok and config.algorithm == "ist" and sampler_ok and hidden_ok and ok["num_workers"]:
         groups = {f"hidden_{i}": int(h) for i, h in enumerate(hidden)}
         try:
             make_sampler(config).slots(groups, int(config.num_workers))
@@ -282,7 +282,7 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
             dataset = data_lib.load_dataset(config.dataset, **dict(config.dataset_kwargs))
         except (ValueError, TypeError) as e:
             problems.append(f"dataset_kwargs={to_dict(config.dataset_kwargs)!r} for dataset={config.dataset!r}: {e}")
-    if dataset is not None and counts_ok:
+    if dataset is not None and ok["num_workers"] and ok["batch_size"]:
         n, w, b = len(dataset.train_y), config.num_workers, config.batch_size
         shard = n // w if config.sharding == "disjoint" else n
         if b > shard:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import pathlib
 import shutil
 import signal
@@ -299,7 +298,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
         (workdir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
 
     # State: fresh, or the newest good checkpoint.
-    state = algorithm.init(jax.random.key(int(config.seed)))
+    state = jax.jit(algorithm.init)(jax.random.key(int(config.seed)))  # one compile, not one per op
     ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=int(config.max_to_keep), enabled=primary)
     meta: dict[str, Any] = {}
     restored = ckpt.restore_latest(state, log=log)

@@ -1,0 +1,20 @@
+"""Local SGD on digits, the baseline for `digits_ist.py` at equal samples seen (76,800).
+
+Every worker trains the full model for K=10 steps; the W=4 models are averaged each round.
+
+Command::
+
+    istjax train --config=experiments/configs/digits_local_sgd.py --workdir=runs/digits_local_sgd
+
+Expected result (measured on a shared 2-core CPU): RESULT_digits_local_sgd
+"""
+
+from istjax.config import default_config
+
+
+def get_config(arg=None):
+    del arg
+    c = default_config()
+    c.name = "digits_local_sgd"
+    c.algorithm = "local_sgd"
+    return c

@@ -1,0 +1,23 @@
+"""Local SGD on MNIST-1D, the baseline for `mnist1d_ist.py` at equal samples seen (192,000).
+
+Command::
+
+    istjax train --config=experiments/configs/mnist1d_local_sgd.py --workdir=runs/mnist1d_local_sgd
+
+Expected result (measured on a shared 2-core CPU): RESULT_mnist1d_local_sgd
+"""
+
+from istjax.config import default_config
+
+
+def get_config(arg=None):
+    del arg
+    c = default_config()
+    c.name = "mnist1d_local_sgd"
+    c.algorithm = "local_sgd"
+    c.dataset = "mnist1d"
+    c.model.hidden = (512, 512)
+    c.num_rounds = 150
+    c.eval_every = 10
+    c.checkpoint_every = 50
+    return c

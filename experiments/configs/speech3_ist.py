@@ -1,0 +1,34 @@
+"""The IST paper's 3-layer speech model on `synthetic_speech`: MLP 4096-8192-8192-35 (arXiv 1910.02120).
+
+Same data and setting as `speech2_ist.py` (SGD lr 0.01, batch 128, K=20, W=4). The hidden-to-hidden weight
+(8192 x 8192) is split on both axes, so each worker receives 1/W^2 of it. 100M parameters: the full-width
+evaluation dominates a short CPU run, so it is done every 5 rounds on the test set and 1000 training examples, and
+the 400 MB state is checkpointed only at the end (and on SIGINT/SIGTERM).
+
+Command::
+
+    istjax train --config=experiments/configs/speech3_ist.py --workdir=runs/speech3_ist
+
+Expected result (measured on a shared 2-core CPU): RESULT_speech3_ist
+"""
+
+from istjax.config import default_config
+
+
+def get_config(arg=None):
+    del arg
+    c = default_config()
+    c.name = "speech3_ist"
+    c.algorithm = "ist"
+    c.dataset = "synthetic_speech"
+    c.model.hidden = (8192, 8192)
+    c.num_workers = 4
+    c.local_steps = 20
+    c.batch_size = 128
+    c.optimizer = "sgd"
+    c.learning_rate = 0.01
+    c.num_rounds = 10
+    c.eval_every = 5
+    c.eval_train_examples = 1000
+    c.checkpoint_every = 10
+    return c
