@@ -1,0 +1,137 @@
+"""The ``istjax`` command: config errors and exit codes, subcommand dispatch, a real SIGTERM."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import jax
+import pytest
+
+from istjax import cli
+from istjax import config as config_lib
+from istjax import data as data_lib
+from istjax import train
+from istjax.checkpoint import Checkpointer
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local_steps=2",
+        "--config.batch_size=16", "--config.eval_train_examples=200", "--config.progress=False"]
+
+
+def istjax_command() -> list[str]:
+    script = pathlib.Path(sys.executable).with_name("istjax")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "istjax.cli"]
+
+
+def subprocess_env() -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def test_unknown_field_exits_2_naming_it():
+    p = subprocess.run(istjax_command() + ["train", "--config.nonexistent=1"], capture_output=True, text=True,
+                       env=subprocess_env(), timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "--config.nonexistent: unknown config field" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_misspelt_field_lists_close_matches(capsys):
+    assert cli.main(["istjax", "train", "--config.model.hiden=(8,)"]) == 2
+    assert "--config.model.hiden: unknown config field (did you mean 'model.hidden'?)" in capsys.readouterr().err
+
+
+def test_every_config_problem_reported_before_training(capsys, tmp_path):
+    code = cli.main(["istjax", "--config.algorithm=isst", "--config.batch_size=0", "--config.num_workers=3",
+                     f"--workdir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "algorithm='isst'" in err and "batch_size=0" in err and "2 problem(s)" in err
+    assert not (tmp_path / "config.json").exists()  # nothing ran
+    assert cli.main(["istjax", "--config.num_workers=3", f"--workdir={tmp_path}"]) == 2
+    assert "not divisible by num_workers=3" in capsys.readouterr().err
+    assert cli.main(["istjax", "--config.num_workers=many"]) == 2
+    assert "num_workers=many" in capsys.readouterr().err
+    assert cli.main(["istjax", "--wrkdir=x"]) == 2
+    assert "workdir" in capsys.readouterr().err
+    assert cli.main(["istjax", "--config=/no/such/config.py"]) == 2
+    assert "could not load" in capsys.readouterr().err
+
+
+def test_subcommands_dispatch(monkeypatch):
+    calls = []
+    for name in ("plot", "compare"):
+        fake = types.ModuleType(f"istjax.{name}")
+        fake.main = lambda argv, name=name: calls.append((name, argv)) or 0
+        monkeypatch.setitem(sys.modules, f"istjax.{name}", fake)
+    assert cli.main(["istjax", "plot", "runs/a", "runs/b"]) == 0
+    assert cli.main(["istjax", "compare", "--x=1"]) == 0
+    assert calls == [("plot", ["runs/a", "runs/b"]), ("compare", ["--x=1"])]
+    assert cli.main(["istjax", "frobnicate"]) == 2
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "experiments" / "configs").glob("*.py")), ids=lambda p: p.stem)
+def test_experiment_configs_load_and_validate(path):
+    config, workdir, resume, overwrite = cli.parse_train_args(["istjax", f"--config={path}",
+                                                               "--config.num_rounds=3"])
+    assert config.num_rounds == 3 and workdir is None and not resume and not overwrite
+    config_lib.validate(config, load_data=False)
+    assert path.stem == "default" or config.name == path.stem
+
+
+def test_default_workdir_and_exit_codes(tmp_path, monkeypatch, capsys):
+    """The driver's outcomes map to exit codes (the outcomes themselves are tested in test_train.py)."""
+    seen = []
+    outcome = {"raise": None}
+
+    def fake_train(config, workdir, *, resume=False, overwrite=False):
+        seen.append((config.name, str(workdir), resume, overwrite))
+        if outcome["raise"] is not None:
+            raise outcome["raise"]
+        return {}
+
+    monkeypatch.setattr(train, "train_and_evaluate", fake_train)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["istjax"]) == 0  # no arguments: the default study in ./runs/<name>-<timestamp>
+    name, workdir, resume, overwrite = seen[-1]
+    assert name == config_lib.default_config().name and not resume and not overwrite
+    assert pathlib.Path(workdir).parent == pathlib.Path("runs") and pathlib.Path(workdir).name.startswith(name + "-")
+    assert cli.main(["istjax", "train", "--workdir=w", "--resume"]) == 0 and seen[-1][1:] == ("w", True, False)
+    for exc, code in [(train.TrainingError("non-finite loss in round 3"), 1),
+                      (train.Interrupted(signal.SIGTERM, "stopped"), 143),
+                      (train.Interrupted(signal.SIGINT, "stopped"), 130),
+                      (KeyboardInterrupt(), 130),
+                      (config_lib.ConfigError(["workdir holds a different config"]), 2)]:
+        outcome["raise"] = exc
+        assert cli.main(["istjax", "--workdir=w"]) == code, exc
+    assert "non-finite loss in round 3" in capsys.readouterr().err
+
+
+def test_sigterm_checkpoints_and_exits_143(tmp_path):
+    workdir = tmp_path / "run"
+    args = [*TINY, "--config.num_rounds=100000", "--config.eval_every=1", "--config.checkpoint_every=1000000",
+            f"--workdir={workdir}"]
+    proc = subprocess.Popen(istjax_command() + ["train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=subprocess_env())
+    try:
+        deadline = time.monotonic() + 240
+        while not (workdir / "metrics.jsonl").exists():  # the first round is done
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no round finished in time"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert "SIGTERM" in err and "checkpoint" in err
+    config, *_ = cli.parse_train_args(["istjax", *args])
+    _, algorithm, _ = train.build(config, data_lib.load_dataset("digits"))
+    with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
+        state, meta, step = ckpt.restore_latest(jax.jit(algorithm.init)(jax.random.key(0)))
+    assert step >= 1 and int(state.round) == step and meta["wall_time_s"] > 0
