@@ -129,7 +129,10 @@ def train_main(argv: Sequence[str]) -> int:
 
     from absl import logging as absl_logging
 
-    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+    from istjax.metrics import is_primary
+
+    # orbax logs every save at INFO, and read-only checkpoint managers (non-primary MPI ranks) at WARNING.
+    absl_logging.set_verbosity(absl_logging.WARNING if is_primary() else absl_logging.ERROR)
     from istjax import train
 
     if workdir is None:

@@ -95,7 +95,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.sampler_args.num_owners = 1  # stratified: number of owner shards of every group
     c.sampler_args.weights = ()  # uneven: one positive weight per worker
     c.sampler_args.fractions = ()  # nested: one fraction in (0, 1] per worker
-    c.backend = "simulate"  # where workers run; any name in istjax.backends.names()
+    c.backend = "simulate"  # where workers run; any name in istjax.backends.names() ("mpi": under mpiexec)
+    c.mpi_mode = "parameter_server"  # backend="mpi": "parameter_server" | "sharded" (see istjax.distributed.mpi)
     c.seed = 0  # seeds the initial parameters, the partitions and the data streams
     # Evaluation, logging, checkpoints.
     c.eval_every = 5  # rounds between evaluations of the global model (the last round is always evaluated)
@@ -244,7 +245,10 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     choice("optimizer", OPTIMIZERS)
     choice("optimizer_state", ("reset", "carry"))
     sampler_ok = choice("sampler", SAMPLERS)
-    choice("backend", backends.names())
+    if choice("backend", backends.names()) and config.backend == "mpi":
+        from istjax.distributed import MODES
+
+        choice("mpi_mode", MODES)
     ok = {f: positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
                                    "checkpoint_every", "max_to_keep", "eval_batch_size")}
     if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:

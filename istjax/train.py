@@ -92,8 +92,9 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
     try:
         task = classifier(model, jnp.asarray(dataset.train_x[:2]), MLP.rules(len(model.hidden)))
         optimizer = config_lib.make_optimizer(config)
-        common = dict(num_workers=int(config.num_workers), local_steps=int(config.local_steps),
-                      backend=config.backend)
+        # The MPI runtime wraps an algorithm built for one process (see `_mpi_runtime`).
+        backend = "simulate" if config.backend == "mpi" else config.backend
+        common = dict(num_workers=int(config.num_workers), local_steps=int(config.local_steps), backend=backend)
         if config.algorithm == "ist":
             algorithm = algorithms.ist(task, optimizer, sampler=config_lib.make_sampler(config),
                                        optimizer_state=config.optimizer_state, **common)
@@ -107,6 +108,26 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
     except ValueError as e:
         raise ConfigError([str(e)]) from e
     return task, algorithm, batch_fn
+
+
+def _mpi_runtime(config: ml_collections.ConfigDict, algorithm: Algorithm):
+    """``backend="mpi"``: the algorithm's workers spread over the ``mpiexec`` processes (`istjax.distributed`)."""
+    from istjax.distributed import mpi_runtime
+
+    try:
+        return mpi_runtime(algorithm, mode=config.mpi_mode)
+    except ValueError as e:
+        raise ConfigError([f"backend='mpi', mpi_mode={config.mpi_mode!r}: {e}"]) from e
+
+
+def _agree(signum: Optional[int], runtime) -> Optional[int]:
+    """Under MPI every rank must stop after the same round: the largest pending signal number wins."""
+    if runtime is None:
+        return signum
+    from mpi4py import MPI
+
+    agreed = MPI.COMM_WORLD.allreduce(signum or 0, op=MPI.MAX)
+    return agreed or None
 
 
 def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, *, fuse: bool = True) -> Callable:
@@ -290,6 +311,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
             print(msg, file=sys.stderr, flush=True)
 
     task, algorithm, batch_fn = build(config, dataset)
+    base, runtime = algorithm, None
+    if config.backend == "mpi":
+        runtime = _mpi_runtime(config, algorithm)
+        algorithm = runtime.as_algorithm()
+    # Sharded MPI state lives in pieces on every rank; it is not checkpointed (yet).
+    checkpointing = runtime is None or runtime.mode != "sharded"
     W, K, B, N = (int(config.num_workers), int(config.local_steps), int(config.batch_size),
                   int(config.num_rounds))
 
@@ -298,12 +325,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
         (workdir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
 
     # State: fresh, or the newest good checkpoint.
-    state = jax.jit(algorithm.init)(jax.random.key(int(config.seed)))  # one compile, not one per op
-    ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=int(config.max_to_keep), enabled=primary)
+    key = jax.random.key(int(config.seed))
+    full = jax.jit(base.init)(key)  # one compile, not one per op; the checkpoint layout
+    state = full if runtime is None else runtime.init(key)
+    ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=int(config.max_to_keep),
+                        enabled=primary and checkpointing)
     meta: dict[str, Any] = {}
-    restored = ckpt.restore_latest(state, log=log)
+    restored = ckpt.restore_latest(full, log=log) if checkpointing else None
     if restored is not None:
-        state, meta, step = restored
+        restored_state, meta, step = restored
+        if jax.tree.leaves(state.params):
+            state = restored_state
+        else:  # an MPI parameter-server worker rank holds no parameters, only the key and round
+            state = TrainState(state.params, state.opt_state, restored_state.key, restored_state.round)
+        del restored_state
         log(f"Resuming from {ckpt.directory / str(step)} (round {step}).")
     elif resume:
         raise ConfigError([f"resume=True but workdir={str(workdir)!r} holds no usable checkpoint. Drop --resume, "
@@ -311,7 +346,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     start = int(jax.device_get(state.round))
     if primary:
         truncate_metrics(workdir / "metrics.jsonl", start)
-    records = read_metrics(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
+    records = read_metrics(workdir / "metrics.jsonl") if primary and (workdir / "metrics.jsonl").exists() else []
+    del full
     wall = float(meta.get("wall_time_s", 0.0))
     bytes_total = float(meta.get("bytes_total", 0.0))
 
@@ -319,13 +355,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
                               train_examples=int(config.eval_train_examples))
     step_fn = make_train_step(algorithm, batch_fn, fuse=config.backend == "simulate")
     data = batch_fn.data
-    t = time.perf_counter()
+    compile_time = None  # other backends compile inside their first round, which then includes it
     if config.backend == "simulate" and start < N:
+        t = time.perf_counter()
         step_fn = step_fn.lower(state, data).compile()  # compile once, ahead of the timed loop
-    compile_time = time.perf_counter() - t
+        compile_time = time.perf_counter() - t
 
     def save(s: TrainState) -> None:
         ckpt.save(s, {"wall_time_s": wall, "bytes_total": bytes_total, "config": config_dict})
+
+    def global_params(s: TrainState):
+        """The full parameters on the primary process (MPI: gathered; every rank must call this)."""
+        return s.params if runtime is None else runtime.gather_params(s)
 
     from tqdm.auto import tqdm
 
@@ -355,34 +396,39 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
                 last_round_loss = float(metrics["train_loss"])
                 done = r + 1
                 if done % int(config.eval_every) == 0 or done == N:
+                    params = global_params(state)
                     record = {"round": done, "step": done * K, "samples_seen": done * W * K * B,
-                              "wall_time_s": wall, **evaluate(state.params), "round_loss": last_round_loss,
+                              "wall_time_s": wall, **(evaluate(params) if primary else {}), "round_loss": last_round_loss,
                               "round_accuracy": float(metrics.get("train_accuracy", float("nan"))),
                               "bytes_sent_per_worker": sent, "bytes_received_per_worker": received,
                               "bytes_total": bytes_total, "algorithm": algorithm.name, "num_workers": W}
                     records.append(record)
                     writer.write(record)
-                    bar.set_postfix(loss=f"{last_round_loss:.4f}", test_acc=f"{record['test_accuracy']:.4f}",
-                                    refresh=False)
+                    if primary:
+                        bar.set_postfix(loss=f"{last_round_loss:.4f}", test_acc=f"{record['test_accuracy']:.4f}",
+                                        refresh=False)
                 else:
                     bar.set_postfix(loss=f"{last_round_loss:.4f}", refresh=False)
                 bar.update(1)
                 if done % int(config.checkpoint_every) == 0 or done == N:
                     save(state)
-                if stop["signum"] is not None:
+                signum = _agree(stop["signum"], runtime)
+                if signum is not None:
                     save(state)
-                    name = signal.Signals(stop["signum"]).name
-                    raise Interrupted(stop["signum"],
-                                      f"{name}: stopped after round {done} of {N}; checkpoint in "
-                                      f"{ckpt.directory / str(done)}. Continue with the same command "
-                                      f"(or --resume).")
+                    name = signal.Signals(signum).name
+                    where = (f"checkpoint in {ckpt.directory / str(done)}. Continue with the same command (or "
+                             f"--resume)." if checkpointing else "this mode keeps no checkpoint.")
+                    raise Interrupted(signum, f"{name}: stopped after round {done} of {N}; {where}")
     finally:
         bar.close()
         writer.close()
         ckpt.close()
 
-    if not records or records[-1]["round"] != N:  # e.g. resuming a finished run: evaluate what is there
-        records.append({"round": start, **evaluate(state.params)})
+    params = global_params(state) if not records or records[-1]["round"] != N else None
+    if not primary:
+        return {"workdir": str(workdir), "rounds": N, "primary": False}
+    if params is not None:  # e.g. resuming a finished run: evaluate what is there
+        records.append({"round": start, **evaluate(params)})
     summary = _summary(config, algorithm, records, workdir, compile_time=compile_time, wall=wall,
                        bytes_total=bytes_total)
     if primary:
@@ -423,7 +469,9 @@ def _summary_text(s: dict[str, Any]) -> str:
         f"  test accuracy {s['test_accuracy']:.4f}, test loss {s['test_loss']:.4f}, train loss "
         f"{s['train_loss']:.4f}",
         f"  samples seen {s['samples_seen']:,}; {1000 * s['time_per_round_s']:.1f} ms per round "
-        f"(training {s['wall_time_s']:.1f} s, compilation {s['compile_time_s']:.1f} s)",
+        f"(training {s['wall_time_s']:.1f} s, "
+        + ("compilation included in the first round)" if s["compile_time_s"] is None
+           else f"compilation {s['compile_time_s']:.1f} s)"),
         f"  per worker per round: received {_fmt_bytes(s['bytes_received_per_worker_per_round'])}, sent "
         f"{_fmt_bytes(s['bytes_sent_per_worker_per_round'])}; all workers so far {_fmt_bytes(s['bytes_total'])}",
     ]
