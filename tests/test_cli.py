@@ -1,5 +1,6 @@
 """The ``istjax`` command: config errors and exit codes, subcommand dispatch, a real SIGTERM."""
 
+import json
 import os
 import pathlib
 import signal
@@ -9,6 +10,7 @@ import time
 import types
 
 import jax
+import numpy as np
 import pytest
 
 from istjax import cli
@@ -135,3 +137,30 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
     with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
         state, meta, step = ckpt.restore_latest(jax.jit(algorithm.init)(jax.random.key(0)))
     assert step >= 1 and int(state.round) == step and meta["wall_time_s"] > 0
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not pathlib.Path(sys.executable).with_name("mpiexec").exists(), reason="mpiexec not installed")
+def test_mpiexec_run_matches_simulate(tmp_path):
+    """``mpiexec -n 2 istjax train --config.backend=mpi``: rank 0 records and checkpoints; the result is the
+    simulate backend's, and the bytes recorded are the ones the MPI runtime measured."""
+    args = [*TINY, "--config.num_rounds=3", "--config.eval_every=3", "--config.checkpoint_every=3"]
+    mpiexec = str(pathlib.Path(sys.executable).with_name("mpiexec"))
+    p = subprocess.run([mpiexec, "-n", "2", *istjax_command(), "train", *args, "--config.backend=mpi",
+                        f"--workdir={tmp_path / 'mpi'}"], capture_output=True, text=True, env=subprocess_env(),
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.count("Finished 3 rounds") == 1  # only the primary prints
+    cli.main(["istjax", *args, f"--workdir={tmp_path / 'sim'}"])
+    config, *_ = cli.parse_train_args(["istjax", *args])
+    _, algorithm, _ = train.build(config, data_lib.load_dataset("digits"))
+    like = jax.jit(algorithm.init)(jax.random.key(0))
+    states = []
+    for run in ("mpi", "sim"):
+        with Checkpointer(tmp_path / run / "checkpoints", enabled=False) as ckpt:
+            states.append(ckpt.restore_latest(like)[0])
+    for a, b in zip(jax.tree.leaves(states[0].params), jax.tree.leaves(states[1].params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    (record,) = json.loads((tmp_path / "mpi" / "metrics.jsonl").read_text().splitlines()[0]),
+    assert record["bytes_sent_per_worker"] == algorithm.comm.sent
+    assert record["bytes_received_per_worker"] == algorithm.comm.received
