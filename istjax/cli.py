@@ -19,6 +19,7 @@ or add ``--resume``, to continue).
 
 from __future__ import annotations
 
+import ast
 import datetime
 import importlib
 import os
@@ -79,6 +80,18 @@ def parse_train_args(argv: Sequence[str]):
         raise config_lib.ConfigError([str(e)]) from e
     except Exception as e:  # noqa: BLE001 - a config file can fail in any way; report it as a config error
         raise config_lib.ConfigError([f"--config: could not load the config ({type(e).__name__}: {e})"]) from e
+    # New dataset_kwargs keys (loader arguments the config file does not set) are literals set after parsing;
+    # istjax.config.validate checks them against the loader.
+    extra_kwargs, kept = {}, []
+    for arg in argv:
+        m = _OVERRIDE.match(arg)
+        name = m.group(1) if m else ""
+        if name.startswith("dataset_kwargs.") and name.count(".") == 1 and not _resolves(base, name):
+            extra_kwargs[name.split(".", 1)[1]] = _literal(arg.split("=", 1)[1] if "=" in arg else "True")
+        else:
+            kept.append(arg)
+    argv = kept
+    overrides = [m.group(1) for m in map(_OVERRIDE.match, argv[1:]) if m]
     unknown = [o for o in overrides if not _resolves(base, o)]
     if unknown:
         raise config_lib.ConfigError([
@@ -90,11 +103,23 @@ def parse_train_args(argv: Sequence[str]):
         _define(fv, argv, default_file)
         fv(argv)
         config = fv.config
+        if extra_kwargs:
+            with config.dataset_kwargs.unlocked():
+                for k, v in extra_kwargs.items():
+                    config.dataset_kwargs[k] = v
     except flags.Error as e:
         raise config_lib.ConfigError([str(e)]) from e
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise config_lib.ConfigError([f"bad --config override in {overrides}: {type(e).__name__}: {e}"]) from e
     return config, fv.workdir, fv.resume, fv.overwrite
+
+
+def _literal(text: str):
+    """A Python literal (``500``, ``(1, 2)``, ``True``), or the text itself (a path, a name)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def _resolves(config, dotted: str) -> bool:

@@ -73,8 +73,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.name = "digits_ist"  # run name; `istjax train` without --workdir writes to ./runs/<name>-<timestamp>
     # What is trained.
     c.algorithm = "ist"  # "ist" | "data_parallel" | "local_sgd"
-    c.dataset = "digits"  # "digits" | "mnist1d" | "synthetic_speech" (istjax.data.DATASETS)
-    c.dataset_kwargs = ml_collections.ConfigDict()  # passed to istjax.data.load_dataset(dataset, **dataset_kwargs)
+    c.dataset = "digits"  # "digits" | "mnist1d" | "synthetic_speech" (istjax.data.DATASETS) | "tfds:<name>"
+    # Passed to istjax.data.load_dataset(dataset, **dataset_kwargs); new keys may be given on the command line
+    # (--config.dataset_kwargs.num_train=5000).
+    c.dataset_kwargs = ml_collections.ConfigDict()
     c.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
     c.model = ml_collections.ConfigDict()
     c.model.hidden = (512,)  # hidden widths of the MLP; each hidden layer is one neuron group "hidden_i"
@@ -105,6 +107,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.checkpoint_every = 20  # rounds between checkpoints (also at the end and on SIGINT/SIGTERM)
     c.max_to_keep = 3  # checkpoints kept
     c.target_accuracy = config_dict.placeholder(float)  # optional: report time/samples to this test accuracy
+    c.target_accuracy = 0.95
     c.progress = True  # tqdm progress bar
     return c
 
@@ -240,7 +243,7 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
         return True
 
     algo_ok = choice("algorithm", ALGORITHMS)
-    dataset_ok = choice("dataset", data_lib.DATASETS)
+    dataset_ok = str(config.dataset).startswith("tfds:") or choice("dataset", data_lib.DATASETS)
     choice("sharding", data_lib.SHARDINGS)
     choice("optimizer", OPTIMIZERS)
     choice("optimizer_state", ("reset", "carry"))

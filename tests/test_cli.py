@@ -164,3 +164,12 @@ def test_mpiexec_run_matches_simulate(tmp_path):
     (record,) = json.loads((tmp_path / "mpi" / "metrics.jsonl").read_text().splitlines()[0]),
     assert record["bytes_sent_per_worker"] == algorithm.comm.sent
     assert record["bytes_received_per_worker"] == algorithm.comm.received
+
+
+def test_new_dataset_kwargs_from_the_command_line():
+    config, *_ = cli.parse_train_args(["istjax", "--config.dataset=synthetic_speech",
+                                       "--config.dataset_kwargs.num_train=500", "--config.dataset_kwargs.seed=3",
+                                       "--config.dataset_kwargs.data_dir=/some/path"])
+    assert dict(config.dataset_kwargs) == {"num_train": 500, "seed": 3, "data_dir": "/some/path"}
+    with pytest.raises(config_lib.ConfigError, match=r"unknown argument\(s\) \['data_dir'\]"):
+        config_lib.validate(config)

@@ -23,4 +23,5 @@ def get_config(arg=None):
     c.num_rounds = 150
     c.eval_every = 10
     c.checkpoint_every = 50
+    c.target_accuracy = 0.6
     return c

@@ -31,4 +31,5 @@ def get_config(arg=None):
     c.eval_every = 5
     c.eval_train_examples = 1000
     c.checkpoint_every = 10
+    c.target_accuracy = 0.77
     return c
