@@ -9,10 +9,10 @@ metrics)`` are all a user needs (as optax returns ``(init, update)``). A round i
 ``distribute(state) -> (workers, plan)``
     the per-worker starting points, stacked on a leading `[W]` axis (IST: sample a partition and extract
     sub-networks; local SGD and data parallel: copies of the global model).
-``local(worker, batches_K) -> (worker, metrics_K)``
+``local(worker, batches_K, axis_name=WORKERS) -> (worker, metrics_K)``
     one worker's K optimizer steps in `lax.scan` (all K reach the result; none is dropped). Data parallel averages
-    gradients across workers inside it with ``lax.pmean(..., WORKERS)``, so a backend runs ``local`` under a
-    mapping that binds the axis name `WORKERS`.
+    gradients across workers inside it with ``lax.pmean(..., axis_name)``, so a backend runs ``local`` under a
+    mapping that binds that axis name (or a tuple of names, e.g. workers-per-device inside devices).
 ``collect(state, workers, plan) -> state``
     back to one global model (IST: merge; local SGD: average; data parallel: the replicas agree, take one).
 
@@ -220,7 +220,8 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
             opt = jax.vmap(optimizer.init)(sub)
         return WorkerState(sub, opt), RoundPlan(key, p)
 
-    def local(worker, batches_K):
+    def local(worker, batches_K, axis_name=WORKERS):  # workers never talk during local steps
+        del axis_name
         return local_train(loss_fn, optimizer, worker, batches_K)
 
     def collect(state, workers, plan):
@@ -260,9 +261,9 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
         return WorkerState(_broadcast(state.params, num_workers),
                            _broadcast(state.opt_state, num_workers)), RoundPlan(key, None)
 
-    def local(worker, batches_K):
+    def local(worker, batches_K, axis_name=WORKERS):  # a backend may bind several axes, e.g. (WORKERS, "devices")
         return local_train(loss_fn, optimizer, worker, batches_K,
-                           grad_reduce=lambda g: jax.lax.pmean(g, WORKERS))
+                           grad_reduce=lambda g: jax.lax.pmean(g, axis_name))
 
     def collect(state, workers, plan):
         first = jax.tree.map(lambda x: x[0], workers)  # replicas are identical
@@ -288,7 +289,8 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
         opt = _broadcast(state.opt_state, num_workers) if carry else jax.vmap(optimizer.init)(params)
         return WorkerState(params, opt), RoundPlan(key, None)
 
-    def local(worker, batches_K):
+    def local(worker, batches_K, axis_name=WORKERS):  # workers never talk during local steps
+        del axis_name
         return local_train(loss_fn, optimizer, worker, batches_K)
 
     def collect(state, workers, plan):

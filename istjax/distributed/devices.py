@@ -16,7 +16,6 @@ the `shard_map`; the merged global state comes back replicated on the mesh's dev
 from __future__ import annotations
 
 import functools
-import inspect
 
 import jax
 from jax.sharding import NamedSharding
@@ -38,13 +37,6 @@ def devices_used(num_workers: int, devices=None) -> list:
     return devices[:d]
 
 
-def _accepts_axis_name(local) -> bool:
-    try:
-        return "axis_name" in inspect.signature(local).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def make_devices_round(*, distribute, local, collect, num_workers, local_steps, devices=None):
     """``round(state, batches) -> (state, metrics)`` with the worker stage split across local devices.
 
@@ -62,7 +54,7 @@ def make_devices_round(*, distribute, local, collect, num_workers, local_steps, 
     mesh = jax.make_mesh((len(devs),), (DEVICES,), axis_types=(jax.sharding.AxisType.Explicit,), devices=devs)
     replicated = NamedSharding(mesh, P())
     split = NamedSharding(mesh, P(DEVICES))
-    worker_fn = functools.partial(local, axis_name=(WORKERS, DEVICES)) if _accepts_axis_name(local) else local
+    worker_fn = functools.partial(local, axis_name=(WORKERS, DEVICES))  # every Algorithm.local takes it
 
     def on_device(workers, batches):  # leaves [L, ...]: this device's workers
         return jax.vmap(worker_fn, axis_name=WORKERS)(workers, batches)
