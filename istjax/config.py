@@ -91,7 +91,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.learning_rate = 0.1
     c.momentum = 0.9  # used by optimizer="momentum"
     c.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with the params
-    c.sampler = "uniform"  # IST partition: "uniform" | "uniform_pad" | "overlapping" | "stratified" | "uneven" | "nested"
+    # IST partition: "uniform" | "uniform_pad" | "overlapping" | "stratified" | "uneven" | "nested".
+    c.sampler = "uniform"
     c.sampler_args = ml_collections.ConfigDict()
     c.sampler_args.min_units = 0  # overlapping: minimum units per worker per group
     c.sampler_args.num_owners = 1  # stratified: number of owner shards of every group

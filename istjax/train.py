@@ -386,10 +386,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
                 if not (np.all(np.isfinite(worker_loss)) and np.isfinite(metrics["train_loss"])):
                     bad = [int(w) for w in np.flatnonzero(~np.isfinite(worker_loss))]
                     save(state)  # the last good state (a no-op if already checkpointed)
+                    kept = (f"The last good state (after round {r}) is checkpointed in {ckpt.directory}. "
+                            if checkpointing else "")
                     raise TrainingError(
                         f"non-finite loss in round {r + 1} of {N} at worker(s) {bad} of {W} (worker losses: "
-                        f"{worker_loss.tolist()}); stopping. The last good state (after round {r}) is checkpointed "
-                        f"in {ckpt.directory}. Lower learning_rate={config.learning_rate}, or check the data.")
+                        f"{worker_loss.tolist()}); stopping. {kept}Lower learning_rate={config.learning_rate}, "
+                        f"or check the data.")
                 state = new_state
                 sent, received = _round_bytes(metrics, algorithm)
                 bytes_total += W * (sent + received)
@@ -397,8 +399,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
                 done = r + 1
                 if done % int(config.eval_every) == 0 or done == N:
                     params = global_params(state)
+                    scores = evaluate(params) if primary else {}
                     record = {"round": done, "step": done * K, "samples_seen": done * W * K * B,
-                              "wall_time_s": wall, **(evaluate(params) if primary else {}), "round_loss": last_round_loss,
+                              "wall_time_s": wall, **scores, "round_loss": last_round_loss,
                               "round_accuracy": float(metrics.get("train_accuracy", float("nan"))),
                               "bytes_sent_per_worker": sent, "bytes_received_per_worker": received,
                               "bytes_total": bytes_total, "algorithm": algorithm.name, "num_workers": W}
@@ -424,16 +427,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
         writer.close()
         ckpt.close()
 
-    params = global_params(state) if not records or records[-1]["round"] != N else None
+    # Nothing ran (a finished run resumed): evaluate what is there. The same decision on every rank, since
+    # gathering the parameters is collective under MPI.
+    params = global_params(state) if start >= N else None
     if not primary:
-        return {"workdir": str(workdir), "rounds": N, "primary": False}
-    if params is not None:  # e.g. resuming a finished run: evaluate what is there
+        return {"workdir": str(workdir), "rounds": max(start, N), "primary": False}
+    if params is not None:
         records.append({"round": start, **evaluate(params)})
     summary = _summary(config, algorithm, records, workdir, compile_time=compile_time, wall=wall,
                        bytes_total=bytes_total)
-    if primary:
-        (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        print(_summary_text(summary), flush=True)
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(_summary_text(summary), flush=True)
     return summary
 
 
