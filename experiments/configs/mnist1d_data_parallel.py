@@ -4,7 +4,9 @@ Command::
 
     istjax train --config=experiments/configs/mnist1d_data_parallel.py --workdir=runs/mnist1d_data_parallel
 
-Expected result (measured on a shared 2-core CPU): RESULT_mnist1d_data_parallel
+Expected result (measured on a shared 2-core CPU):
+test accuracy 0.650 after 150 rounds (192,000 samples; 0.6 at round 60), about 116 ms per round; each worker moves
+11.6 MB each way per round.
 """
 
 from istjax.config import default_config

@@ -4,7 +4,9 @@ Command::
 
     istjax train --config=experiments/configs/mnist1d_local_sgd.py --workdir=runs/mnist1d_local_sgd
 
-Expected result (measured on a shared 2-core CPU): RESULT_mnist1d_local_sgd
+Expected result (measured on a shared 2-core CPU):
+test accuracy 0.643 after 150 rounds (192,000 samples; 0.6 at round 50), about 72 ms per round; each worker moves
+1.16 MB each way per round.
 """
 
 from istjax.config import default_config
