@@ -143,8 +143,12 @@ def train_main(argv: Sequence[str]) -> int:
 
     if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
         print("usage:\n" + _usage())
-        print("config fields and their defaults (istjax.config.default_config):")
-        print(config_lib.default_config())
+        import inspect
+
+        print("config fields, defaults and meaning (istjax.config.default_config):")
+        for line in inspect.getsource(config_lib.default_config).splitlines():
+            if line.strip().startswith(("c.", "# ")):
+                print("  " + line.strip().removeprefix("c."))
         return EXIT_OK
     try:
         config, workdir, resume, overwrite = parse_train_args(argv)

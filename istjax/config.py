@@ -107,8 +107,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.eval_train_examples = 2000  # the train loss is measured on this many training examples (0: all)
     c.checkpoint_every = 20  # rounds between checkpoints (also at the end and on SIGINT/SIGTERM)
     c.max_to_keep = 3  # checkpoints kept
-    c.target_accuracy = config_dict.placeholder(float)  # optional: report time/samples to this test accuracy
-    c.target_accuracy = 0.95
+    # Report the time and samples to this test accuracy (None: do not); a float field that may be None.
+    c.target_accuracy = config_dict.FieldReference(0.95, field_type=float)
     c.progress = True  # tqdm progress bar
     return c
 
