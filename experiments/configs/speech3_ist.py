@@ -9,7 +9,10 @@ Command::
 
     istjax train --config=experiments/configs/speech3_ist.py --workdir=runs/speech3_ist
 
-Expected result (measured on a shared 2-core CPU): RESULT_speech3_ist
+Expected result (measured on a shared 2-core CPU):
+test accuracy 0.667 after 20 rounds (204,800 samples; 0.24 / 0.41 / 0.56 at rounds 5 / 10 / 15, still rising), 5 to
+9 s per round depending on the machine's load (133 s of training; about 3.5 minutes for the command, measured as 10
+rounds then --resume to 20); each worker moves 50.7 MB each way per round, against 400 MB for the whole model.
 """
 
 from istjax.config import default_config
@@ -27,9 +30,9 @@ def get_config(arg=None):
     c.batch_size = 128
     c.optimizer = "sgd"
     c.learning_rate = 0.01
-    c.num_rounds = 10
+    c.num_rounds = 20
     c.eval_every = 5
     c.eval_train_examples = 1000
-    c.checkpoint_every = 10
+    c.checkpoint_every = 20
     c.target_accuracy = 0.77
     return c
