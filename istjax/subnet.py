@@ -10,8 +10,16 @@ scattered in place (no averaging: no two workers share them); where a strategy o
 mean of the workers that hold it. Elements no worker holds keep their old value. Shared leaves become the mean over
 workers. ``merge(params, extract(params, p, spec), p, spec) == params`` for every partition (a property test).
 
-Both are single XLA gathers/scatters per leaf, vectorised over workers; padding slots (index == group size) are
-filled with zeros by extract and dropped by merge.
+Both are single XLA gathers per leaf, vectorised over workers (merge of an overlapping partition is a scatter-add);
+padding slots (index == group size) are filled with zeros by extract and dropped by merge.
+
+Layout and speed (measured by ``experiments/benchmarks``, study 2; see ``docs/benchmarks.md``): each gather is
+written so that its natural output order is the layout the function returns, with full broadcast index arrays that
+XLA fuses into one loop, and no transpose or layout copy after it. ``merge`` of a disjoint partition is a *gather*
+from the sub-networks through the inverse of the partition (which worker, which slot holds every unit), not a
+scatter: every output element is written once, in order. ``extract`` of a leaf partitioned on a later axis (the
+columns of a ``[D, H]`` kernel) reads one row of ``x`` for all workers at once when W is large, so ``x`` is swept
+once instead of W times.
 """
 
 from __future__ import annotations
@@ -58,25 +66,87 @@ def _contiguous(axes: tuple[int, ...]) -> bool:
     return axes == tuple(range(axes[0], axes[0] + len(axes)))
 
 
-def _to_sub_layout(g, axes, ndim):
-    """numpy advanced indexing puts the broadcast [W, n...] dims at axes[0] (contiguous) or first; move W first."""
-    if _contiguous(axes):
-        return jnp.moveaxis(g, axes[0], 0)
-    return jnp.moveaxis(g, list(range(1, len(axes) + 1)), [1 + a for a in axes])
-
-
 def _from_sub_layout(s, axes):
     if _contiguous(axes):
         return jnp.moveaxis(s, 0, axes[0])
     return jnp.moveaxis(s, [1 + a for a in axes], list(range(1, len(axes) + 1)))
 
 
+# Up to this many workers, extract gathers straight into `[W, ...]` order (reading x once per worker is cheaper than a
+# transpose); beyond it, it gathers with the worker axis next to the first partitioned axis (one sweep over x) and
+# moves the worker axis to the front. Measured on the 2-layer speech MLP (benchmarks study 2).
+_DIRECT_GATHER_MAX_WORKERS = 4
+
+
 def extract_leaf(x: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes, num_workers: int) -> jax.Array:
-    """`x: [...]` -> `[W, ...]` with each partitioned axis narrowed to the worker's slots."""
+    """`x: [...]` -> `[W, ...]` with each partitioned axis narrowed to the worker's slots (padding slots -> 0)."""
     if leaf.shared:
         return jnp.broadcast_to(x, (num_workers,) + jnp.shape(x))
-    ix, axes = _index_tuple(leaf, partition, group_sizes, jnp.ndim(x))
-    return _to_sub_layout(x.at[ix].get(mode="fill", fill_value=0), axes, jnp.ndim(x))
+    r = jnp.ndim(x)
+    first = leaf.partitioned_axes[0]
+    w_at = 0 if num_workers <= _DIRECT_GATHER_MAX_WORKERS else first  # where the worker axis sits in the gather
+
+    def at(k):  # position of x's axis k in the gather's output
+        return k + 1 if (w_at == 0 or k >= first) else k
+
+    ix, keep = [], None
+    for k in range(r):
+        shape = [1] * (r + 1)
+        if leaf.axes[k] is None:
+            shape[at(k)] = x.shape[k]
+            ix.append(jnp.arange(x.shape[k], dtype=jnp.int32).reshape(shape))
+        else:
+            idx = _axis_indices(partition, leaf.axes[k], group_sizes)  # [W, n_k]; padding -> out of range
+            shape[w_at], shape[at(k)] = idx.shape
+            inside = (idx < x.shape[k]).reshape(shape)
+            keep = inside if keep is None else keep & inside
+            ix.append(jnp.minimum(idx, x.shape[k] - 1).reshape(shape))
+    # Clamped indices are in bounds, so the gather needs no per-element checks; padding is zeroed by the select.
+    vals = jnp.where(keep, x.at[tuple(ix)].get(mode="promise_in_bounds"), jnp.zeros((), x.dtype))
+    return jnp.moveaxis(vals, w_at, 0)
+
+
+def _owners(partition: Partition, a: GroupAxis, group_sizes) -> tuple[jax.Array, jax.Array]:
+    """The inverse of a disjoint partition along one axis holding ``a.tiles`` copies of group ``a.group``.
+
+    Returns `owner: [L]` and `slot: [L]` int32 (``L = size * tiles``): position ``i`` of the full axis sits at
+    position ``slot[i]`` of worker ``owner[i]``'s narrowed axis; ``owner[i] == W`` where no worker holds it.
+    """
+    idx, mask = partition.indices[a.group], partition.mask[a.group]
+    num_workers, n = idx.shape
+    size = group_sizes[a.group]
+    length = size * a.tiles
+    worker_Wn = jnp.broadcast_to(jnp.arange(num_workers, dtype=jnp.int32)[:, None], (num_workers, n)).reshape(-1)
+    owner = jnp.full((length,), num_workers, jnp.int32)
+    slot = jnp.zeros((length,), jnp.int32)
+    for t in range(a.tiles):
+        at_Wn = jnp.where(mask, idx + t * size, length).reshape(-1)  # padding -> out of range -> dropped
+        slot_Wn = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32)[None, :] + t * n, (num_workers, n)).reshape(-1)
+        owner = owner.at[at_Wn].set(worker_Wn, mode="drop")
+        slot = slot.at[at_Wn].set(slot_Wn, mode="drop")
+    return owner, slot
+
+
+def _merge_disjoint(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes) -> jax.Array:
+    """`merge_leaf` for a disjoint partition, as a gather: ``x[i...] = sub[owner, slot...]`` where a worker holds it."""
+    num_workers = sub.shape[0]
+    r = jnp.ndim(x)
+
+    def along(v, k):  # `[n]` -> broadcastable along axis k of x
+        return v.reshape([x.shape[k] if j == k else 1 for j in range(r)])
+
+    worker, held, ix = None, None, []
+    for k in range(r):
+        if leaf.axes[k] is None:
+            ix.append(along(jnp.arange(x.shape[k], dtype=jnp.int32), k))
+            continue
+        owner, slot = _owners(partition, leaf.axes[k], group_sizes)
+        owner, slot = along(owner, k), along(slot, k)
+        # An element is held iff every partitioned axis assigns it to the same worker.
+        worker, held = (owner, owner < num_workers) if worker is None else (worker, held & (owner == worker))
+        ix.append(slot)
+    vals = sub.astype(x.dtype).at[(jnp.minimum(worker, num_workers - 1),) + tuple(ix)].get(mode="promise_in_bounds")
+    return jnp.where(held, vals, x)
 
 
 def merge_leaf(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes,
@@ -84,10 +154,10 @@ def merge_leaf(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partitio
     """Writes `sub: [W, ...narrow]` back into `x: [...]` (see the module docstring)."""
     if leaf.shared:
         return jnp.mean(sub, axis=0).astype(x.dtype)
+    if disjoint:
+        return _merge_disjoint(x, sub, leaf, partition, group_sizes)
     ix, axes = _index_tuple(leaf, partition, group_sizes, jnp.ndim(x))
     upd = _from_sub_layout(sub.astype(x.dtype), axes)
-    if disjoint:
-        return x.at[ix].set(upd, mode="drop")
     sums = jnp.zeros_like(x).at[ix].add(upd, mode="drop")
     # How many workers hold each element: scatter ones over the partitioned axes only, then broadcast.
     part_ix = tuple(ix[a] for a in axes)
