@@ -35,6 +35,20 @@ from istjax.task import classifier as classifier
 
 __version__ = "0.1.0"
 
+# The driver pulls in orbax, tensorboardX and tqdm; load it only when asked for.
+_LAZY = {"train_and_evaluate": ("istjax.train", "train_and_evaluate"),
+         "default_config": ("istjax.config", "default_config")}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'istjax' has no attribute {name!r}")
+
+
 __all__ = [
     "WORKERS",
     "Algorithm",
@@ -50,6 +64,7 @@ __all__ = [
     "WorkerState",
     "classifier",
     "data_parallel",
+    "default_config",
     "extract",
     "extract_tree",
     "ist",
@@ -62,6 +77,7 @@ __all__ = [
     "spec_from_logical",
     "spec_from_table",
     "stratified",
+    "train_and_evaluate",
     "uneven",
     "uniform",
 ]
