@@ -314,7 +314,9 @@ def throughput(wl: Workload, algorithms: Sequence[str], reps: int) -> list[dict]
 
 def mpi_throughput(wl: Workload, algorithms: Sequence[str], reps: int, timeout_s: float = 240) -> list[dict]:
     """The same rounds on the MPI backend with 2 processes, if `istjax.distributed` registers one; else a note row."""
-    if "mpi" not in istjax.backends.names():
+    from istjax import backends
+
+    if "mpi" not in backends.names():
         return [{"model": wl.name, "backend": "mpi", "note": "no 'mpi' backend registered (istjax.distributed absent)"}]
     mpiexec = pathlib.Path(sys.executable).with_name("mpiexec")
     cmd = [str(mpiexec), "-n", "2", sys.executable, "-m", "experiments.benchmarks.mpi_worker",
@@ -322,8 +324,9 @@ def mpi_throughput(wl: Workload, algorithms: Sequence[str], reps: int, timeout_s
            "--local-steps", str(wl.local_steps), "--num-workers", str(wl.num_workers), "--reps", str(reps),
            "--algorithms", ",".join(algorithms)]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                             env={**os.environ, "OMPI_MCA_rmaps_base_oversubscribe": "1"})
+        root = str(pathlib.Path(__file__).resolve().parents[2])  # so that `experiments` imports under mpiexec
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=root)
     except (subprocess.TimeoutExpired, OSError) as e:
         return [{"model": wl.name, "backend": "mpi", "note": f"mpiexec failed: {e}"}]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -496,7 +499,8 @@ TABLE_COLUMNS = {
     "3_round_overhead": ["model", "W", "K", "round_s", "local_s", "partition_s", "extract_s", "merge_s",
                          "distribute_collect_s", "overhead_share", "overhead_share_parts", "overhead_share_residual",
                          "overhead_share_at_K20"],
-    "4_throughput": ["model", "algorithm", "backend", "W", "K", "B", "round_s", "samples_per_s", "note"],
+    "4_throughput": ["model", "algorithm", "backend", "W", "K", "B", "round_s", "samples_per_s",
+                     "measured_bytes_received", "measured_bytes_sent", "note"],
     "5_communication": ["model", "W", "K", "model_bytes", "ist_bytes", "local_sgd_bytes", "data_parallel_bytes",
                         "ist_fraction_of_model", "1/W", "1/W^2", "local_sgd_over_ist", "data_parallel_over_ist"],
     "6_compilation": ["model", "algorithm", "rounds", "K", "setup_compilations", "first_round_compilations",

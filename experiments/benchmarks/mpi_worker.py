@@ -1,0 +1,65 @@
+"""Times rounds on the MPI runtime; run by `experiments.benchmarks.run` (study 4) as ``mpiexec -n 2 python -m ...``.
+
+Every rank builds the same algorithm, wraps it with `istjax.distributed.mpi.mpi_runtime` (parameter-server mode) and
+runs one warm-up round and ``--reps`` timed rounds (barrier before and after each, so the time is the slowest
+rank's). Rank 0 prints one JSON object per algorithm: median round time, samples/s and the bytes per worker the
+runtime measured from the buffers it handed to MPI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+
+from experiments.benchmarks.run import Workload
+
+
+def main() -> None:
+    from mpi4py import MPI
+
+    from istjax.distributed.mpi import mpi_runtime
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--input-dim", type=int, required=True)
+    p.add_argument("--hidden", required=True, help="comma-separated hidden widths")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--local-steps", type=int, required=True)
+    p.add_argument("--num-workers", type=int, required=True)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--algorithms", default="ist,data_parallel,local_sgd")
+    a = p.parse_args()
+    wl = Workload(f"{len(a.hidden.split(',')) + 1}-layer {a.input_dim}-{a.hidden.replace(',', '-')}-35",
+                  a.input_dim, tuple(int(h) for h in a.hidden.split(",")), batch=a.batch,
+                  local_steps=a.local_steps, num_workers=a.num_workers)
+    comm = MPI.COMM_WORLD
+    batches = wl.batches(wl.num_workers, wl.local_steps)
+    for name in a.algorithms.split(","):
+        rt = mpi_runtime(wl.algorithm(name), mode="parameter_server")
+        state = rt.init(jax.random.key(0))
+        state, metrics = rt.round(state, batches)
+        jax.block_until_ready(metrics)
+        times = []
+        for _ in range(a.reps):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            state, metrics = rt.round(state, batches)
+            jax.block_until_ready(metrics)
+            comm.Barrier()
+            times.append(time.perf_counter() - t0)
+        if comm.Get_rank() == 0:
+            t = statistics.median(times)
+            print(json.dumps({
+                "model": wl.name, "algorithm": name, "backend": f"mpi x{comm.Get_size()}", "W": wl.num_workers,
+                "K": wl.local_steps, "B": wl.batch, "round_s": t,
+                "samples_per_s": wl.num_workers * wl.local_steps * wl.batch / t,
+                "measured_bytes_received": float(metrics.get("measured_bytes_received", float("nan"))),
+                "measured_bytes_sent": float(metrics.get("measured_bytes_sent", float("nan"))),
+                "timings": {"samples_s": times}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
