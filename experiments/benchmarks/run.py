@@ -526,7 +526,7 @@ def run(settings: Settings, only: set[int], log: Callable[[str], None] = print) 
          + ([round_overhead(three, s.reps_slow)] if three else [])),
         (4, "4_throughput", lambda: (
             throughput(s.two_layer, list(ALGORITHMS), s.reps)
-            + mpi_throughput(s.two_layer, list(ALGORITHMS), s.reps))),
+            + mpi_throughput(s.two_layer, list(ALGORITHMS), s.reps_slow))),
         (5, "5_communication", lambda: (communication(s.two_layer, s.comm_workers)
                                         + communication(three or QUICK_COMM_3LAYER, s.comm_workers))),
         (6, "6_compilation", lambda: compilation(s.two_layer, s.compile_rounds, s.compile_local_steps)),
