@@ -40,12 +40,18 @@ _LAZY = {"train_and_evaluate": ("istjax.train", "train_and_evaluate"),
          "default_config": ("istjax.config", "default_config")}
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+_SUBMODULES = ("audio", "backends", "checkpoint", "comm", "compare", "config", "data", "distributed", "metrics",
+               "models", "partition", "plot", "reference", "spec", "subnet", "task", "tfds_data", "theory", "train")
 
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
+    if name in _SUBMODULES:  # `istjax.data.load_dataset(...)` without a separate import
+        return importlib.import_module(f"istjax.{name}")
     raise AttributeError(f"module 'istjax' has no attribute {name!r}")
 
 

@@ -32,3 +32,12 @@ def test_lazy_driver_exports():
     import istjax
 
     assert callable(istjax.train_and_evaluate) and istjax.default_config().algorithm == "ist"
+
+
+def test_submodules_reachable_as_attributes():
+    import istjax
+
+    assert istjax.backends.get("simulate").name == "simulate"
+    assert "digits" in istjax.data.DATASETS
+    with __import__("pytest").raises(AttributeError):
+        istjax.not_a_module
