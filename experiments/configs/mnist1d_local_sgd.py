@@ -9,18 +9,13 @@ test accuracy 0.643 after 150 rounds (192,000 samples; 0.6 at round 50), about 7
 1.16 MB each way per round.
 """
 
-from istjax.config import default_config
+import pathlib
+import runpy
 
 
 def get_config(arg=None):
-    del arg
-    c = default_config()
+    """The IST study of `mnist1d_ist.py` (same model, rounds, W, K, B: equal samples seen), trained with local_sgd."""
+    c = runpy.run_path(str(pathlib.Path(__file__).with_name("mnist1d_ist.py")))["get_config"](arg)
     c.name = "mnist1d_local_sgd"
     c.algorithm = "local_sgd"
-    c.dataset = "mnist1d"
-    c.model.hidden = (512, 512)
-    c.num_rounds = 150
-    c.eval_every = 10
-    c.checkpoint_every = 50
-    c.target_accuracy = 0.6
     return c
