@@ -16,6 +16,14 @@ metrics)`` are all a user needs (as optax returns ``(init, update)``). A round i
 ``collect(state, workers, plan) -> state``
     back to one global model (IST: merge; local SGD: average; data parallel: the replicas agree, take one).
 
+An algorithm may also give ``local_fused(workers, batches) -> (workers, metrics)``: the local phase of all W workers
+as one function on `[W, ...]` stacks, equal to ``vmap(local, axis_name=WORKERS)``, which a backend holding every
+worker on one device uses instead. Data parallel has one: under `vmap`, ``lax.pmean`` becomes a reduction over the
+leading `[W]` axis of every gradient and a broadcast back, every step, which XLA's CPU backend runs several times
+slower than the matmuls (measured in ``docs/benchmarks.md``); the fused form differentiates the mean of the W
+workers' losses with respect to the one shared replica instead, so the sum over workers happens inside the weight
+gradient's matmul and one update is applied.
+
 Backends (`istjax.backends`) decide where the W copies of ``local`` run; the algorithm does not know which.
 """
 
@@ -96,6 +104,8 @@ class Algorithm:
       num_workers, local_steps: W and K.
       comm: bytes each worker receives and sends per round, computed from shapes (see `istjax.comm`).
       task, optimizer, sampler: what it was built from.
+      local_fused: optional ``(workers [W], batches [W, K, ...]) -> (workers [W], metrics [W, K])``, equal to
+        ``vmap(local, axis_name=WORKERS)``; single-device backends use it when given.
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -110,6 +120,7 @@ class Algorithm:
     task: Task
     optimizer: optax.GradientTransformation
     sampler: Optional[partition_lib.Sampler] = None
+    local_fused: Optional[Callable[[WorkerState, PyTree], tuple[WorkerState, dict]]] = None
 
 
 def local_train(loss_fn, optimizer: optax.GradientTransformation, worker: WorkerState, batches_K: PyTree,
@@ -167,13 +178,14 @@ def _broadcast(tree, num_workers):
 
 
 def _build(name, task, optimizer, num_workers, local_steps, init, distribute, local, collect, comm, sampler,
-           backend) -> Algorithm:
+           backend, local_fused=None) -> Algorithm:
     from istjax import backends  # late: backends import this module's types
 
     parts = dict(distribute=distribute, local=local, collect=collect)
-    round_fn = backends.get(backend).make_round(num_workers=num_workers, local_steps=local_steps, **parts)
+    extra = {} if local_fused is None else {"local_fused": local_fused}
+    round_fn = backends.get(backend).make_round(num_workers=num_workers, local_steps=local_steps, **parts, **extra)
     return Algorithm(init=init, round=round_fn, name=name, num_workers=num_workers, local_steps=local_steps,
-                     comm=comm, task=task, optimizer=optimizer, sampler=sampler, **parts)
+                     comm=comm, task=task, optimizer=optimizer, sampler=sampler, local_fused=local_fused, **parts)
 
 
 def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
@@ -265,6 +277,23 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
         return local_train(loss_fn, optimizer, worker, batches_K,
                            grad_reduce=lambda g: jax.lax.pmean(g, axis_name))
 
+    def local_fused(workers, batches):  # all W workers on one device: one replica, the workers' mean loss
+        first = jax.tree.map(lambda x: x[0], workers)  # replicas are identical
+
+        def mean_loss(params, batch_W):
+            losses, aux = jax.vmap(loss_fn, in_axes=(None, 0))(params, batch_W)
+            return jnp.mean(losses), {"loss": losses, **aux}
+
+        def step(carry: WorkerState, k):
+            batch_W = jax.tree.map(lambda b: jax.lax.dynamic_index_in_dim(b, k, axis=1, keepdims=False), batches)
+            (_, metrics_W), grads = jax.value_and_grad(mean_loss, has_aux=True)(carry.params, batch_W)
+            with jax.numpy_dtype_promotion("standard"):  # as in `local_train`
+                updates, opt_state = optimizer.update(grads, carry.opt_state, carry.params)
+            return WorkerState(optax.apply_updates(carry.params, updates), opt_state), metrics_W
+
+        last, metrics_KW = jax.lax.scan(step, first, jnp.arange(local_steps, dtype=jnp.int32))
+        return _broadcast(last, num_workers), jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics_KW)
+
     def collect(state, workers, plan):
         first = jax.tree.map(lambda x: x[0], workers)  # replicas are identical
         return TrainState(first.params, first.opt_state, plan.key, state.round + 1)
@@ -272,7 +301,8 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     comm = replicated_bytes(abstract_params, (), times=local_steps)
     return _build("data_parallel", task, optimizer, num_workers, local_steps,
-                  _replicated_init(task, optimizer, True), distribute, local, collect, comm, None, backend)
+                  _replicated_init(task, optimizer, True), distribute, local, collect, comm, None, backend,
+                  local_fused=local_fused)
 
 
 def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,

@@ -4,10 +4,12 @@ A backend is a `Backend` whose ``make_round(distribute, local, collect, num_work
 ``round(state, batches) -> (state, metrics)`` function. Built in:
 
 * ``"simulate"``: every worker on one device. ``local`` is vmapped over the worker axis (bound to the axis name
-  `istjax.algorithms.WORKERS`, so data parallel's ``lax.pmean`` averages across workers); the whole round is one
-  jit-compiled function, compiled once for all rounds.
+  `istjax.algorithms.WORKERS`, so data parallel's ``lax.pmean`` averages across workers), or the algorithm's
+  ``local_fused`` runs instead when it has one; the whole round is one jit-compiled function, compiled once for all
+  rounds.
 
-Other backends (local devices, MPI hosts) register themselves with `register`.
+Other backends (local devices, MPI hosts) register themselves with `register`. ``make_round`` is called with
+``local_fused=`` only for algorithms that have one; a backend that cannot use it accepts and ignores it.
 """
 
 from __future__ import annotations
@@ -70,12 +72,14 @@ def check_batches(batches: Any, num_workers: int, local_steps: int) -> None:
                 f"istjax.data.make_batch_fn or reshape yours.")
 
 
-def _simulate_round(*, distribute, local, collect, num_workers, local_steps):
+def _simulate_round(*, distribute, local, collect, num_workers, local_steps, local_fused=None):
     from istjax.algorithms import WORKERS, _summarize
+
+    local_all = local_fused or jax.vmap(local, axis_name=WORKERS)
 
     def round_fn(state, batches):
         workers, plan = distribute(state)
-        workers, metrics = jax.vmap(local, axis_name=WORKERS)(workers, batches)
+        workers, metrics = local_all(workers, batches)
         return collect(state, workers, plan), _summarize(metrics)
 
     compiled = jax.jit(round_fn)

@@ -216,3 +216,19 @@ def test_spec_table_typo_and_inconsistent_group():
         istjax.spec_from_table(params, {"a/kernl": (None, "h")})
     with pytest.raises(ValueError, match="group 'h' has 6 units"):
         istjax.spec_from_table(params, {"a": (None, "h"), "b": ("h", None)})
+
+
+def test_data_parallel_fused_local_equals_vmapped_pmean():
+    """The simulate backend's fused data-parallel phase equals `vmap(local)` with `lax.pmean` across workers."""
+    W, K = 3, 4
+    alg = istjax.data_parallel(_task(), optax.adam(0.05), num_workers=W, local_steps=K)
+    assert alg.local_fused is not None
+    state = alg.init(jax.random.key(0))
+    workers, _ = alg.distribute(state)
+    b = _batches(W, K)
+    fused, m_fused = jax.jit(alg.local_fused)(workers, b)
+    plain, m_plain = jax.jit(jax.vmap(alg.local, axis_name=istjax.WORKERS))(workers, b)
+    _close(fused, plain)
+    assert jax.tree.structure(m_fused) == jax.tree.structure(m_plain)
+    _close(m_fused, m_plain)
+    assert m_fused["loss"].shape == (W, K)

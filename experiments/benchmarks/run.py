@@ -136,8 +136,9 @@ def _worker_kernel_shapes(alg: istjax.Algorithm, params) -> list[tuple[int, int]
 
 
 def _local_phase(alg: istjax.Algorithm):
-    """The K local steps of all W workers, jitted on their own: ``(workers [W, ...], batches [W, K, ...])``."""
-    return jax.jit(jax.vmap(alg.local, axis_name=istjax.WORKERS))
+    """The K local steps of all W workers as the simulate backend runs them (the algorithm's ``local_fused`` when it
+    has one, else ``vmap(local)``), jitted on their own: ``(workers [W, ...], batches [W, K, ...])``."""
+    return jax.jit(alg.local_fused or jax.vmap(alg.local, axis_name=istjax.WORKERS))
 
 
 @dataclasses.dataclass(frozen=True)

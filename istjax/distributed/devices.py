@@ -37,7 +37,7 @@ def devices_used(num_workers: int, devices=None) -> list:
     return devices[:d]
 
 
-def make_devices_round(*, distribute, local, collect, num_workers, local_steps, devices=None):
+def make_devices_round(*, distribute, local, collect, num_workers, local_steps, devices=None, local_fused=None):
     """``round(state, batches) -> (state, metrics)`` with the worker stage split across local devices.
 
     Args:
@@ -45,11 +45,13 @@ def make_devices_round(*, distribute, local, collect, num_workers, local_steps, 
       num_workers: W; runs on `devices_used(W)` devices, ``W / D`` workers per device.
       local_steps: K, for the batch shape check.
       devices: the devices to use (default: ``jax.local_devices()``).
+      local_fused: ignored: the workers span several devices, so every algorithm runs its per-worker ``local``.
 
     Returns:
       ``round``; ``round.mesh`` is the mesh it runs on and ``round.compiled`` the jitted function (inputs already
       placed on the mesh).
     """
+    del local_fused
     devs = devices_used(num_workers, devices)
     mesh = jax.make_mesh((len(devs),), (DEVICES,), axis_types=(jax.sharding.AxisType.Explicit,), devices=devs)
     replicated = NamedSharding(mesh, P())
