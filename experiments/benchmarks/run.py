@@ -196,14 +196,18 @@ def compute_efficiency(wl: Workload, algorithms: Sequence[str], reps: int) -> li
         sq = 2048
         c = jax.device_put(rng.standard_normal((1, sq, sq), np.float32))
         mm = measure.matmul_fn()
+        # The third yardstick: the step's own matmuls (forward, weight and input gradients) alone, K times.
+        own, own_args = measure.phase_matmuls(kernels, W, B)
         t = measure.interleaved({
             "local": lambda: local(workers, batches),
             "matmul_same_shape": lambda: mm(a, b),
             "matmul_square": lambda: mm(c, c),
+            "step_matmuls": lambda: own(*own_args),
         }, reps)
         rate_local = analytic / t["local"].median
         rate_same = 2 * W * B * d_in * n / t["matmul_same_shape"].median
         rate_square = 2 * sq ** 3 / t["matmul_square"].median
+        rate_own = (analytic / K) / t["step_matmuls"].median
         peak = max(rate_same, rate_square)
         rows.append({
             "model": wl.name, "algorithm": name, "W": W, "K": K,
@@ -212,7 +216,9 @@ def compute_efficiency(wl: Workload, algorithms: Sequence[str], reps: int) -> li
             "local_gflops": rate_local / 1e9,
             "local_gflops_xla": xla / t["local"].median / 1e9,
             "matmul_same_gflops": rate_same / 1e9, "matmul_square_gflops": rate_square / 1e9,
+            "step_matmuls_gflops": rate_own / 1e9,
             "efficiency": rate_local / peak,
+            "vs_step_matmuls": rate_local / rate_own,
             "efficiency_xla": (xla / t["local"].median) / peak,
             "timings": {k: v.as_dict() for k, v in t.items()},
         })
@@ -494,7 +500,8 @@ def markdown(rows: Sequence[dict], columns: Sequence[str]) -> str:
 
 TABLE_COLUMNS = {
     "1_compute_efficiency": ["model", "algorithm", "W", "K", "local_s", "local_gflops", "local_gflops_xla",
-                             "matmul_same_gflops", "matmul_square_gflops", "efficiency", "efficiency_xla"],
+                             "matmul_same_gflops", "matmul_square_gflops", "step_matmuls_gflops", "efficiency", "efficiency_xla",
+                             "vs_step_matmuls"],
     "2_gather_scatter": ["model", "W", "bytes", "extract_GBps", "merge_GBps", "copy_GBps", "extract_vs_copy",
                          "merge_vs_copy", "extract_merge_vs_copy"],
     "3_round_overhead": ["model", "W", "K", "round_s", "local_s", "partition_s", "extract_s", "merge_s",
