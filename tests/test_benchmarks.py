@@ -100,3 +100,25 @@ def test_batches_shapes():
     b = TINY.batches(3, 2)
     assert b["x"].shape == (3, 2, 2, 8) and b["y"].shape == (3, 2, 2)
     assert b["y"].dtype == jnp.int32 and np.all(np.asarray(b["y"]) < 3)
+
+
+def test_phase_matmuls_cost_what_dense_train_flops_counts():
+    kernels, W, B = [(8, 4), (4, 3)], 2, 5
+    fn, args = measure.phase_matmuls(kernels, W, B)
+    assert measure.xla_flops(fn, *args) == pytest.approx(W * measure.dense_train_flops(kernels, B), rel=0.01)
+    shapes = [o.shape for o in fn(*args)]  # forward, weight grad; forward, weight grad, input grad
+    assert shapes == [(W, B, 4), (W, 8, 4), (W, B, 3), (W, 4, 3), (W, B, 4)]
+
+
+def test_targets_judge_the_worst_row():
+    results = {
+        "1_compute_efficiency": {"rows": [{"efficiency": 0.9}, {"efficiency": 0.55}]},
+        "3_round_overhead": {"rows": [{"overhead_share_at_K20": 0.05}]},
+        "6_compilation": {"rows": [{"later_round_compilations": 0}, {"later_round_compilations": 1}]},
+    }
+    got = {r["study"]: r for r in bench.targets(results)}
+    assert set(got) == {"1_compute_efficiency", "3_round_overhead", "6_compilation"}
+    assert got["1_compute_efficiency"]["worst"] == 0.55 and got["1_compute_efficiency"]["met"] == "NO"
+    assert got["1_compute_efficiency"]["best"] == 0.9
+    assert got["3_round_overhead"]["met"] == "yes"
+    assert got["6_compilation"]["worst"] == 1 and got["6_compilation"]["met"] == "NO"

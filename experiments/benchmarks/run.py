@@ -238,6 +238,11 @@ def gather_scatter(wl: Workload, workers: Sequence[int], reps: int) -> list[dict
     ex = jax.jit(lambda params, p: istjax.extract(params, p, spec))
     mg = jax.jit(lambda params, sub, p: istjax.merge(params, sub, p, spec))
     cp = measure.copy_fn()
+    model_bytes = measure.tree_bytes(params)
+    # merge returns a new global model, so it writes all of it (where no worker holds a block of a weight
+    # partitioned on two axes, the old values are copied): its yardstick is a copy of the model's bytes. For a
+    # model whose every weight is partitioned on one axis (the 2-layer one) that equals the sub-networks' bytes.
+    buf_model = jax.device_put(np.zeros((model_bytes // 4,), np.float32))
     rows = []
     for W in workers:
         p = jax.jit(lambda k, W=W: sampler.sample(k, spec.group_sizes, W))(jax.random.key(W))
@@ -248,12 +253,16 @@ def gather_scatter(wl: Workload, workers: Sequence[int], reps: int) -> list[dict
             "extract": lambda: ex(params, p),
             "merge": lambda: mg(params, sub, p),
             "copy": lambda: cp(buf),
+            "copy_model": lambda: cp(buf_model),
         }, reps)
-        te, tm, tc = t["extract"].median, t["merge"].median, t["copy"].median
+        te, tm, tc, tcm = t["extract"].median, t["merge"].median, t["copy"].median, t["copy_model"].median
         rows.append({
-            "model": wl.name, "W": W, "bytes": nbytes,
+            "model": wl.name, "W": W, "bytes": nbytes, "model_bytes": model_bytes,
             "extract_GBps": nbytes / te / 1e9, "merge_GBps": nbytes / tm / 1e9, "copy_GBps": nbytes / tc / 1e9,
-            "extract_vs_copy": tc / te, "merge_vs_copy": tc / tm, "extract_merge_vs_copy": 2 * tc / (te + tm),
+            "extract_vs_copy": tc / te, "merge_vs_copy": tc / tm,
+            "merge_vs_copy_model": tcm / tm,
+            "extract_merge_vs_copy": (tc + tcm) / (te + tm),
+            "extract_merge_vs_copy_sub_bytes": 2 * tc / (te + tm),
             "timings": {k: v.as_dict() for k, v in t.items()},
         })
     return rows
@@ -502,8 +511,9 @@ TABLE_COLUMNS = {
     "1_compute_efficiency": ["model", "algorithm", "W", "K", "local_s", "local_gflops", "local_gflops_xla",
                              "matmul_same_gflops", "matmul_square_gflops", "step_matmuls_gflops", "efficiency", "efficiency_xla",
                              "vs_step_matmuls"],
-    "2_gather_scatter": ["model", "W", "bytes", "extract_GBps", "merge_GBps", "copy_GBps", "extract_vs_copy",
-                         "merge_vs_copy", "extract_merge_vs_copy"],
+    "2_gather_scatter": ["model", "W", "bytes", "model_bytes", "extract_GBps", "merge_GBps", "copy_GBps",
+                         "extract_vs_copy", "merge_vs_copy", "merge_vs_copy_model", "extract_merge_vs_copy",
+                         "extract_merge_vs_copy_sub_bytes"],
     "3_round_overhead": ["model", "W", "K", "round_s", "local_s", "partition_s", "extract_s", "merge_s",
                          "distribute_collect_s", "overhead_share", "overhead_share_parts", "overhead_share_residual",
                          "overhead_share_at_K20"],
@@ -516,6 +526,34 @@ TABLE_COLUMNS = {
     "7_scaling": ["model", "W", "K", "round_s", "round_s_vs_first", "samples_per_s", "gflops", "batch_bytes",
                   "peak_bytes", "temp_bytes", "rss_bytes"],
 }
+
+
+TARGETS = {  # study -> (what, column, worst-case reduction, comparison, bound)
+    "1_compute_efficiency": ("local-phase FLOP rate / best dense matmul rate", "efficiency", min, ">=", 0.6),
+    "2_gather_scatter": ("extract + merge / copy of the bytes they write", "extract_merge_vs_copy", min, ">=", 0.5),
+    "3_round_overhead": ("partition + extract + merge share of a K = 20 round", "overhead_share_at_K20", max, "<=",
+                         0.10),
+    "6_compilation": ("compilations after the first round", "later_round_compilations", max, "<=", 0),
+}
+
+
+def targets(results: dict[str, Any]) -> list[dict]:
+    """The issue's targets against the worst row of each study that ran (every model, algorithm and W)."""
+    rows = []
+    for key, (what, column, worst, op, bound) in TARGETS.items():
+        if key not in results:
+            continue
+        values = [r[column] for r in results[key]["rows"] if r.get(column) is not None]
+        if not values:
+            continue
+        value = worst(values)
+        met = value >= bound if op == ">=" else value <= bound
+        rows.append({"study": key, "target": f"{what} {op} {bound}", "worst": value,
+                     "best": (max if worst is min else min)(values), "met": "yes" if met else "NO"})
+    return rows
+
+
+TARGET_COLUMNS = ["study", "target", "worst", "best", "met"]
 
 
 def run(settings: Settings, only: set[int], log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -573,14 +611,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
           f"jax {info['jax']}, load average {info['loadavg_start'][0]:.2f}")
     results = run(settings, only)
     info["loadavg_end"] = os.getloadavg()
+    summary = targets(results)
+    print(table("\n== targets (worst row of each study)", summary, TARGET_COLUMNS))
+    if args.quick:
+        print("(--quick times a tiny model whose every step is overhead: the targets are meant for the full run)")
     report = {"machine": info, "mode": "quick" if args.quick else "full",
               "settings": dataclasses.asdict(settings), "total_seconds": time.perf_counter() - t0,
-              "results": results}
+              "targets": summary, "results": results}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))
     md = [f"Measured {time.strftime('%Y-%m-%d')} on {info['cpu']} ({info['cores']} cores), jax {info['jax']}, "
           f"load average {info['loadavg_start'][0]:.1f} -> {info['loadavg_end'][0]:.1f}, "
           f"{report['total_seconds']:.0f} s in all."]
+    md += ["\n### targets (worst row of each study)\n", markdown(summary, TARGET_COLUMNS)]
     for key, res in results.items():
         md += [f"\n### {key} ({res['seconds']:.0f} s)\n", markdown(res["rows"], TABLE_COLUMNS[key])]
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
