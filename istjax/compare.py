@@ -26,6 +26,10 @@ The target defaults to ``config.target_accuracy``, else to the lowest final accu
 to a hundredth (so every run reaches it and the columns compare how fast). The table is printed and written as
 ``DIR/comparison.md`` and ``DIR/comparison.json``, and the curves (`istjax.plot.plot_runs`) as
 ``DIR/comparison.png``. Evaluations happen every ``eval_every`` rounds, so "to target" is resolved to that grid.
+
+A run that fails (`istjax.train.TrainingError`, e.g. a non-finite loss) does not stop the comparison: the error is
+reported, the other runs still train, the failed run's evaluations before the failure stay in the table with the
+reason in its ``note`` column, and ``istjax compare`` exits 1 after writing the outputs.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from typing import Any, NamedTuple, Optional
 
 from istjax.plot import PlotError, Run, load_run, plot_runs
 
-__all__ = ["Row", "default_target", "format_table", "main", "rows", "run_comparison"]
+__all__ = ["Row", "Comparison", "default_target", "format_table", "main", "rows", "run_comparison"]
 
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
 
@@ -64,6 +68,16 @@ class Row(NamedTuple):
     bytes_per_round: Optional[float]
     bytes_total: Optional[float]
     run_dir: str
+    note: Optional[str] = None
+
+
+class Comparison(NamedTuple):
+    """What `run_comparison` trained: the runs with metrics, and ``failed``: run directory -> the error's message
+    for every run that raised `istjax.train.TrainingError` (its metrics up to the failure are among ``runs`` when it
+    evaluated at least once)."""
+
+    runs: list[Run]
+    failed: dict[str, str]
 
 
 def _num(rec: dict[str, Any], field: str) -> Optional[float]:
@@ -83,7 +97,7 @@ def default_target(runs: Sequence[Run]) -> float:
     return math.floor(min(finals) * 100) / 100
 
 
-def row(run: Run, target: Optional[float]) -> Row:
+def row(run: Run, target: Optional[float], note: Optional[str] = None) -> Row:
     """The table row of one run (pure function of its records)."""
     recs = _trained(run)
     last = recs[-1]
@@ -102,15 +116,19 @@ def row(run: Run, target: Optional[float]) -> Row:
         bytes_to_target=None if hit is None else _num(hit, "bytes_total"),
         time_per_round_s=wall / rounds if wall is not None and rounds else None,
         bytes_per_round=total / rounds if total is not None and rounds else None,
-        bytes_total=total, run_dir=str(run.path))
+        bytes_total=total, run_dir=str(run.path), note=note)
 
 
-def rows(runs: Sequence[Run], target: Optional[float] = None) -> list[Row]:
-    """Rows of ``runs`` against ``target`` (default: `default_target`), sorted by W, then algorithm order."""
+def rows(runs: Sequence[Run], target: Optional[float] = None, notes: Optional[dict[str, str]] = None) -> list[Row]:
+    """Rows of ``runs`` against ``target`` (default: `default_target`), sorted by W, then algorithm order.
+
+    ``notes`` maps a run directory to a remark for its row (`run_comparison` notes failed runs).
+    """
     if target is None:
         target = default_target(runs)
+    notes = {str(pathlib.Path(k)): v for k, v in (notes or {}).items()}
     order = {a: i for i, a in enumerate(ALGORITHMS)}
-    out = [row(r, target) for r in runs]
+    out = [row(r, target, notes.get(str(pathlib.Path(r.path)))) for r in runs]
     return sorted(out, key=lambda r: (r.num_workers or 0, order.get(r.algorithm, len(order)), r.algorithm))
 
 
@@ -124,12 +142,16 @@ def _fmt_bytes(n: Optional[float]) -> str:
     return str(n)
 
 
-def format_table(table: Sequence[Row]) -> str:
-    """A markdown table of ``table`` (not-reached cells read ``not reached``)."""
+def format_table(table: Sequence[Row], failed: Optional[dict[str, str]] = None) -> str:
+    """A markdown table of ``table`` (not-reached cells read ``not reached``; a ``note`` column when a row has one).
+
+    ``failed`` (run directory -> message) lists, under the table, failed runs that have no row (no evaluation).
+    """
     target = table[0].target if table else None
+    notes = any(r.note for r in table)
     head = ["algorithm", "W", "K", "rounds", "final acc", "best acc",
             f"rounds to {target:.2%}" if target is not None else "rounds to target",
-            "time to target (s)", "bytes to target", "time/round (ms)", "bytes/round"]
+            "time to target (s)", "bytes to target", "time/round (ms)", "bytes/round"] + (["note"] if notes else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in table:
         reached = r.rounds_to_target is not None
@@ -140,18 +162,22 @@ def format_table(table: Sequence[Row]) -> str:
                  ("not reached" if not reached else "-"),
                  _fmt_bytes(r.bytes_to_target) if reached else "not reached",
                  f"{1000 * r.time_per_round_s:.1f}" if r.time_per_round_s is not None else "-",
-                 _fmt_bytes(r.bytes_per_round)]
+                 _fmt_bytes(r.bytes_per_round)] + ([r.note or ""] if notes else [])
         lines.append("| " + " | ".join(cells) + " |")
+    shown = {str(pathlib.Path(r.run_dir)) for r in table}
+    for run_dir, message in (failed or {}).items():
+        if str(pathlib.Path(run_dir)) not in shown:
+            lines.append(f"\nfailed before its first evaluation: {run_dir}: {message}")
     return "\n".join(lines)
 
 
 def write_outputs(runs: Sequence[Run], table: Sequence[Row], workdir: str | os.PathLike,
-                  title: Optional[str] = None) -> dict[str, pathlib.Path]:
+                  title: Optional[str] = None, failed: Optional[dict[str, str]] = None) -> dict[str, pathlib.Path]:
     """Writes ``comparison.md``, ``comparison.json`` and ``comparison.png`` into ``workdir``; returns the paths."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     md = workdir / "comparison.md"
-    md.write_text((f"{title}\n\n" if title else "") + format_table(table) + "\n")
+    md.write_text((f"{title}\n\n" if title else "") + format_table(table, failed) + "\n")
     js = workdir / "comparison.json"
     js.write_text(json.dumps([r._asdict() for r in table], indent=2) + "\n")
     png = plot_runs([r.path for r in runs], workdir / "comparison.png", title=title,
@@ -160,11 +186,12 @@ def write_outputs(runs: Sequence[Run], table: Sequence[Row], workdir: str | os.P
 
 
 def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[str] = ALGORITHMS,
-                   workers: Sequence[int] = (2, 4), overwrite: bool = False) -> list[Run]:
+                   workers: Sequence[int] = (2, 4), overwrite: bool = False) -> Comparison:
     """Trains ``config`` once per (algorithm, W) into ``workdir/<algorithm>_W<W>``; returns the runs.
 
     Every config is validated (`istjax.config.validate`) before the first run starts, so a width that does not
-    split over some W fails at once, not after an hour of the other runs.
+    split over some W fails at once, not after an hour of the other runs. A run that raises
+    `istjax.train.TrainingError` is reported on stderr and recorded in ``Comparison.failed``; the others still run.
     """
     from istjax import config as config_lib
     from istjax import train
@@ -185,10 +212,23 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
             configs.append((workdir / f"{algo}_W{w}", c))
     if problems:
         raise config_lib.ConfigError(problems)
+    failed: dict[str, str] = {}
     for run_dir, c in configs:
         print(f"== {c.algorithm} W={c.num_workers}: {run_dir}", file=sys.stderr, flush=True)
-        train.train_and_evaluate(c, run_dir, overwrite=overwrite)
-    return [load_run(d) for d, _ in configs]
+        try:
+            train.train_and_evaluate(c, run_dir, overwrite=overwrite)
+        except train.TrainingError as e:
+            failed[str(run_dir)] = str(e)
+            print(f"== {c.algorithm} W={c.num_workers} failed: {e}\n   (continuing with the other runs)",
+                  file=sys.stderr, flush=True)
+    runs = []
+    for d, _ in configs:
+        try:
+            runs.append(load_run(d))
+        except PlotError:
+            if str(d) not in failed:  # a failed run may have no evaluation yet; anything else is a real problem
+                raise
+    return Comparison(runs, failed)
 
 
 def _csv(kind, values: str, allowed=None):
@@ -243,6 +283,7 @@ def main(argv: Sequence[str]) -> int:
                 print(f"istjax compare: {rest}: config flags are not used with --runs.", file=sys.stderr)
                 return 2
             runs = [load_run(d) for d in args.runs]
+            failed: dict[str, str] = {}
             target = args.target
             workdir = args.workdir
         else:
@@ -255,24 +296,32 @@ def main(argv: Sequence[str]) -> int:
 
             try:
                 config, _, _, _ = cli.parse_train_args(["istjax compare", *rest])
-                runs = run_comparison(config, args.workdir, algorithms=args.algorithms, workers=args.workers,
-                                      overwrite=args.overwrite)
+                runs, failed = run_comparison(config, args.workdir, algorithms=args.algorithms,
+                                              workers=args.workers, overwrite=args.overwrite)
             except config_lib.ConfigError as e:
                 print(f"istjax compare: {e}", file=sys.stderr)
                 return 2
             target = args.target if args.target is not None else config.target_accuracy
             workdir = args.workdir
-        table = rows(runs, target)
+        if not runs:
+            print("istjax compare: every run failed before its first evaluation:\n"
+                  + "\n".join(f"  {d}: {m}" for d, m in failed.items()), file=sys.stderr)
+            return 1
+        notes = {d: "failed: " + m.split(";")[0] for d, m in failed.items()}
+        table = rows(runs, target, notes)
     except PlotError as e:
         print(f"istjax compare: {e}", file=sys.stderr)
         return 2
-    text = format_table(table)
+    text = format_table(table, failed)
     if args.title:
         text = f"{args.title}\n\n{text}"
     print(text)
     if workdir is not None:
-        paths = write_outputs(runs, table, workdir, title=args.title)
+        paths = write_outputs(runs, table, workdir, title=args.title, failed=failed)
         print(f"wrote {paths['markdown']}, {paths['json']}, {paths['png']}")
+    if failed:
+        print(f"istjax compare: {len(failed)} of the runs failed (see the note column); exit 1.", file=sys.stderr)
+        return 1
     return 0
 
 

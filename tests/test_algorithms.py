@@ -232,3 +232,21 @@ def test_data_parallel_fused_local_equals_vmapped_pmean():
     assert jax.tree.structure(m_fused) == jax.tree.structure(m_plain)
     _close(m_fused, m_plain)
     assert m_fused["loss"].shape == (W, K)
+
+
+@pytest.mark.parametrize("name", ["ist", "data_parallel", "local_sgd"])
+def test_one_worker_runs_unmapped_with_the_same_result(name):
+    """W = 1 skips the size-1 vmap in simulate (XLA handles it badly); the round must not change."""
+    alg = getattr(istjax, name)(_task(), optax.sgd(0.2), num_workers=1, local_steps=3)
+    state = alg.init(jax.random.key(0))
+    b = _batches(1, 3)
+
+    @jax.jit
+    def vmapped_round(state, batches):
+        workers, plan = alg.distribute(state)
+        workers, _ = jax.vmap(alg.local, axis_name=istjax.WORKERS)(workers, batches)
+        return alg.collect(state, workers, plan)
+
+    got, metrics = alg.round(state, b)
+    _close(got.params, vmapped_round(state, b).params)
+    assert metrics["worker_loss"].shape == (1,)

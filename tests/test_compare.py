@@ -93,3 +93,19 @@ def test_compare_errors(tmp_path, capsys):
     assert "num_workers=3" in err and "hidden" in err and not (tmp_path / "ist_W3").exists()
     assert compare.main(["--workdir", str(tmp_path), "--algorithms", "ist,sgd"]) == 2
     assert "unknown ['sgd']" in capsys.readouterr().err
+
+
+def test_compare_keeps_going_when_a_run_fails(tmp_path, capsys):
+    """A diverging run is reported and kept in the table with a note; the others still train; exit 1."""
+    argv = ["--algorithms", "ist,local_sgd", "--workers", "2", "--workdir", str(tmp_path),
+            "--config.model.hidden=(8,)", "--config.num_rounds=3", "--config.eval_every=1",
+            "--config.local_steps=1", "--config.batch_size=16", "--config.eval_train_examples=100",
+            "--config.learning_rate=1e38"]  # the first update overflows to inf: round 2's loss is not finite
+    assert compare.main(argv) == 1
+    captured = capsys.readouterr()
+    assert "ist W=2 failed: non-finite loss in round 2" in captured.err
+    assert "local_sgd W=2 failed" in captured.err  # the second run still trained after the first failed
+    rows = json.loads((tmp_path / "comparison.json").read_text())
+    assert [(r["algorithm"], r["rounds"]) for r in rows] == [("ist", 1), ("local_sgd", 1)]
+    assert all(r["note"].startswith("failed: non-finite loss in round 2") for r in rows)
+    assert "| note |" in (tmp_path / "comparison.md").read_text()

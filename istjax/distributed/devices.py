@@ -58,8 +58,11 @@ def make_devices_round(*, distribute, local, collect, num_workers, local_steps, 
     split = NamedSharding(mesh, P(DEVICES))
     worker_fn = functools.partial(local, axis_name=(WORKERS, DEVICES))  # every Algorithm.local takes it
 
-    def on_device(workers, batches):  # leaves [L, ...]: this device's workers
-        return jax.vmap(worker_fn, axis_name=WORKERS)(workers, batches)
+    if num_workers == len(devs):  # one worker per device: no vmap of size 1 (see `istjax.backends._unmapped`)
+        on_device = backends._unmapped(local, DEVICES)
+    else:
+        def on_device(workers, batches):  # leaves [L, ...]: this device's workers
+            return jax.vmap(worker_fn, axis_name=WORKERS)(workers, batches)
 
     # check_vma=False: the reduction names a vmap axis and a mesh axis together, which the varying-axes checker
     # does not model; the result is replicated by construction (a mean over every worker).
