@@ -82,11 +82,15 @@ def parse_train_args(argv: Sequence[str]):
         raise config_lib.ConfigError([f"--config: could not load the config ({type(e).__name__}: {e})"]) from e
     # New dataset_kwargs keys (loader arguments the config file does not set) are literals set after parsing;
     # istjax.config.validate checks them against the loader.
-    extra_kwargs, kept = {}, []
+    # ``--config.FIELD=None`` unsets a field (ml_collections' flag parser cannot parse None into a typed field, e.g.
+    # the float ``target_accuracy``); it is set after parsing and checked by istjax.config.validate like any value.
+    extra_kwargs, kept, unset = {}, [], []
     for arg in argv:
         m = _OVERRIDE.match(arg)
         name = m.group(1) if m else ""
-        if name.startswith("dataset_kwargs.") and name.count(".") == 1 and not _resolves(base, name):
+        if m and "=" in arg and arg.split("=", 1)[1] in ("None", "none") and _resolves(base, name):
+            unset.append(name)
+        elif name.startswith("dataset_kwargs.") and name.count(".") == 1 and not _resolves(base, name):
             extra_kwargs[name.split(".", 1)[1]] = _literal(arg.split("=", 1)[1] if "=" in arg else "True")
         else:
             kept.append(arg)
@@ -107,6 +111,12 @@ def parse_train_args(argv: Sequence[str]):
             with config.dataset_kwargs.unlocked():
                 for k, v in extra_kwargs.items():
                     config.dataset_kwargs[k] = v
+        for name in unset:
+            *parents, leaf = name.split(".")
+            node = config
+            for part in parents:
+                node = node[part]
+            node[leaf] = None
     except flags.Error as e:
         raise config_lib.ConfigError([str(e)]) from e
     except (AttributeError, KeyError, TypeError, ValueError) as e:

@@ -173,3 +173,12 @@ def test_new_dataset_kwargs_from_the_command_line():
     assert dict(config.dataset_kwargs) == {"num_train": 500, "seed": 3, "data_dir": "/some/path"}
     with pytest.raises(config_lib.ConfigError, match=r"unknown argument\(s\) \['data_dir'\]"):
         config_lib.validate(config)
+
+
+def test_none_unsets_a_field_from_the_command_line():
+    config, *_ = cli.parse_train_args(["istjax", "--config.target_accuracy=None", "--config.num_rounds=7"])
+    assert config.target_accuracy is None and config.num_rounds == 7
+    config_lib.validate(config, load_data=False)  # None is a valid target: report no time to target
+    config, *_ = cli.parse_train_args(["istjax", "--config.learning_rate=None"])
+    with pytest.raises(config_lib.ConfigError, match="learning_rate"):
+        config_lib.validate(config, load_data=False)
