@@ -112,7 +112,7 @@ def test_phase_matmuls_cost_what_dense_train_flops_counts():
 
 def test_targets_judge_the_worst_row():
     results = {
-        "1_compute_efficiency": {"rows": [{"efficiency": 0.9}, {"efficiency": 0.55}]},
+        "1_compute_efficiency": {"rows": [{"efficiency_strict": 0.9}, {"efficiency_strict": 0.55}]},
         "3_round_overhead": {"rows": [{"overhead_share_at_K20": 0.05}]},
         "6_compilation": {"rows": [{"later_round_compilations": 0}, {"later_round_compilations": 1}]},
     }
@@ -122,3 +122,10 @@ def test_targets_judge_the_worst_row():
     assert got["1_compute_efficiency"]["best"] == 0.9
     assert got["3_round_overhead"]["met"] == "yes"
     assert got["6_compilation"]["worst"] == 1 and got["6_compilation"]["met"] == "NO"
+
+
+def test_strict_efficiency_uses_the_best_matmul_of_the_study():
+    rows = [{"local_gflops": 50.0, "matmul_same_gflops": 80.0, "matmul_square_gflops": 100.0},
+            {"local_gflops": 60.0, "matmul_same_gflops": 70.0, "matmul_square_gflops": 120.0}]
+    out = bench._strict_efficiency(rows)
+    assert [r["efficiency_strict"] for r in out] == [50 / 120, 60 / 120]

@@ -228,6 +228,19 @@ def compute_efficiency(wl: Workload, algorithms: Sequence[str], reps: int) -> li
     return rows
 
 
+def _strict_efficiency(rows: list[dict]) -> list[dict]:
+    """Adds ``efficiency_strict``: each row's rate over the highest matmul rate measured anywhere in the study.
+
+    The yardsticks of a row are timed interleaved with its local phase (so a burst of load hits both), but the square
+    matmul's rate still varies by 30 % between rows on this shared machine; the strict figure takes the best of them.
+    """
+    best = max(max(r["matmul_same_gflops"], r["matmul_square_gflops"]) for r in rows)
+    for r in rows:
+        r["best_matmul_gflops"] = best
+        r["efficiency_strict"] = r["local_gflops"] / best
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 2. Gather and scatter
 # ---------------------------------------------------------------------------------------------------------------
@@ -513,7 +526,7 @@ def markdown(rows: Sequence[dict], columns: Sequence[str]) -> str:
 TABLE_COLUMNS = {
     "1_compute_efficiency": ["model", "algorithm", "W", "K", "local_s", "local_gflops", "local_gflops_xla",
                              "matmul_same_gflops", "matmul_square_gflops", "step_matmuls_gflops", "efficiency", "efficiency_xla",
-                             "vs_step_matmuls"],
+                             "vs_step_matmuls", "efficiency_strict"],
     "2_gather_scatter": ["model", "W", "bytes", "model_bytes", "extract_GBps", "merge_GBps", "copy_GBps",
                          "extract_vs_copy", "merge_vs_copy", "merge_vs_copy_model", "extract_merge_vs_copy",
                          "extract_merge_vs_copy_sub_bytes"],
@@ -532,7 +545,8 @@ TABLE_COLUMNS = {
 
 
 TARGETS = {  # study -> (what, column, worst-case reduction, comparison, bound)
-    "1_compute_efficiency": ("local-phase FLOP rate / best dense matmul rate", "efficiency", min, ">=", 0.6),
+    "1_compute_efficiency": ("local-phase FLOP rate / best dense matmul rate of the study", "efficiency_strict", min,
+                             ">=", 0.6),
     "2_gather_scatter": ("extract + merge / copy of the bytes they write", "extract_merge_vs_copy", min, ">=", 0.5),
     "3_round_overhead": ("partition + extract + merge share of a K = 20 round", "overhead_share_at_K20", max, "<=",
                          0.10),
@@ -565,7 +579,7 @@ def run(settings: Settings, only: set[int], log: Callable[[str], None] = print) 
     three = s.three_layer
     results: dict[str, Any] = {}
     studies: list[tuple[int, str, Callable[[], Any]]] = [
-        (1, "1_compute_efficiency", lambda: (
+        (1, "1_compute_efficiency", lambda: _strict_efficiency(
             compute_efficiency(s.two_layer, list(ALGORITHMS), s.reps)
             # At the issue's K = 20: at K = 5 the copy of the 256 MB worker stack into the loop's carry (the phase
             # jitted alone does not own its input) would be 8 % of the time measured.
