@@ -143,14 +143,18 @@ def local_train(loss_fn, optimizer: optax.GradientTransformation, worker: Worker
         # batch to `[K, W, ...]`, 10 % of the 2-layer speech model's local phase (benchmarks study 1).
         batch = jax.tree.map(lambda b: jax.lax.dynamic_index_in_dim(b, k, keepdims=False), batches_K)
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(carry.params, batch)
-        grads = grad_reduce(grads)
-        # optax internals (e.g. Adam's ``decay ** count``) mix Python floats with int32 counts; let them promote
-        # as optax expects even when the user runs JAX with strict dtype promotion. Our own code stays strict.
-        with jax.numpy_dtype_promotion("standard"):
-            updates, opt_state = optimizer.update(grads, carry.opt_state, carry.params)
-        return WorkerState(optax.apply_updates(carry.params, updates), opt_state), {"loss": loss, **aux}
+        return _apply(optimizer, grad_reduce(grads), carry), {"loss": loss, **aux}
 
     return jax.lax.scan(step, worker, jnp.arange(num_steps, dtype=jnp.int32))
+
+
+def _apply(optimizer: optax.GradientTransformation, grads: PyTree, worker: WorkerState) -> WorkerState:
+    """One optimizer update of ``worker`` with ``grads``."""
+    # optax internals (e.g. Adam's ``decay ** count``) mix Python floats with int32 counts; let them promote as optax
+    # expects even when the user runs JAX with strict dtype promotion. Our own code stays strict.
+    with jax.numpy_dtype_promotion("standard"):
+        updates, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
+    return WorkerState(optax.apply_updates(worker.params, updates), opt_state)
 
 
 def _summarize(metrics_WxK: dict) -> dict:
@@ -293,9 +297,7 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
         def step(carry: WorkerState, k):
             batch_W = jax.tree.map(lambda b: jax.lax.dynamic_index_in_dim(b, k, axis=1, keepdims=False), batches)
             (_, metrics_W), grads = jax.value_and_grad(mean_loss, has_aux=True)(carry.params, batch_W)
-            with jax.numpy_dtype_promotion("standard"):  # as in `local_train`
-                updates, opt_state = optimizer.update(grads, carry.opt_state, carry.params)
-            return WorkerState(optax.apply_updates(carry.params, updates), opt_state), metrics_W
+            return _apply(optimizer, grads, carry), metrics_W
 
         last, metrics_KW = jax.lax.scan(step, first, jnp.arange(local_steps, dtype=jnp.int32))
         return _broadcast(last, num_workers), jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics_KW)

@@ -129,3 +129,11 @@ def test_strict_efficiency_uses_the_best_matmul_of_the_study():
             {"local_gflops": 60.0, "matmul_same_gflops": 70.0, "matmul_square_gflops": 120.0}]
     out = bench._strict_efficiency(rows)
     assert [r["efficiency_strict"] for r in out] == [50 / 120, 60 / 120]
+
+
+def test_matmul_shapes_script_runs(capsys):
+    from experiments.benchmarks import matmul_shapes
+
+    rates = matmul_shapes.main(["--workers", "64", "--reps", "1"])  # thin shapes: fast
+    assert set(rates) == {"forward", "weight_gradient", "weight_gradient+sgd", "square_2048"}
+    assert all(r > 0 for r in rates.values()) and "GFLOP/s" in capsys.readouterr().out
