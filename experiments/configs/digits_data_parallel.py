@@ -7,7 +7,7 @@ Command::
     istjax train --config=experiments/configs/digits_data_parallel.py --workdir=runs/digits_data_parallel
 
 Expected result (measured on a shared 2-core CPU):
-test accuracy 0.981 after 60 rounds (76,800 samples), about 21 ms per round; each worker moves 1.56 MB each way per
+test accuracy 0.981 after 60 rounds (76,800 samples), about 7 ms per round; each worker moves 1.56 MB each way per
 round (the whole gradient at every one of the K steps).
 """
 
