@@ -4,40 +4,40 @@ IST: Yuan et al., "Distributed Learning of Deep Neural Networks using Independen
 arXiv 1910.02120. Import everything from here: ``import istjax``.
 """
 
-from istjax.algorithms import WORKERS as WORKERS
-from istjax.algorithms import Algorithm as Algorithm
-from istjax.algorithms import RoundPlan as RoundPlan
-from istjax.algorithms import TrainState as TrainState
-from istjax.algorithms import WorkerState as WorkerState
-from istjax.algorithms import data_parallel as data_parallel
-from istjax.algorithms import ist as ist
-from istjax.algorithms import local_sgd as local_sgd
-from istjax.algorithms import local_train as local_train
-from istjax.comm import CommBytes as CommBytes
-from istjax.partition import Partition as Partition
-from istjax.partition import Sampler as Sampler
-from istjax.partition import nested as nested
-from istjax.partition import overlapping as overlapping
-from istjax.partition import stratified as stratified
-from istjax.partition import uneven as uneven
-from istjax.partition import uniform as uniform
-from istjax.spec import GroupAxis as GroupAxis
-from istjax.spec import LeafSpec as LeafSpec
-from istjax.spec import SubnetSpec as SubnetSpec
-from istjax.spec import spec_from_logical as spec_from_logical
-from istjax.spec import spec_from_table as spec_from_table
-from istjax.subnet import extract as extract
-from istjax.subnet import extract_tree as extract_tree
-from istjax.subnet import merge as merge
-from istjax.subnet import merge_tree as merge_tree
-from istjax.task import Task as Task
-from istjax.task import classifier as classifier
+from istjax.algorithms.base import WORKERS as WORKERS
+from istjax.algorithms.base import Algorithm as Algorithm
+from istjax.algorithms.base import RoundPlan as RoundPlan
+from istjax.algorithms.base import TrainState as TrainState
+from istjax.algorithms.base import WorkerState as WorkerState
+from istjax.algorithms.base import data_parallel as data_parallel
+from istjax.algorithms.base import ist as ist
+from istjax.algorithms.base import local_sgd as local_sgd
+from istjax.algorithms.base import local_train as local_train
+from istjax.core.comm import CommBytes as CommBytes
+from istjax.core.partition import Partition as Partition
+from istjax.core.partition import Sampler as Sampler
+from istjax.core.partition import nested as nested
+from istjax.core.partition import overlapping as overlapping
+from istjax.core.partition import stratified as stratified
+from istjax.core.partition import uneven as uneven
+from istjax.core.partition import uniform as uniform
+from istjax.core.spec import GroupAxis as GroupAxis
+from istjax.core.spec import LeafSpec as LeafSpec
+from istjax.core.spec import SubnetSpec as SubnetSpec
+from istjax.core.spec import spec_from_logical as spec_from_logical
+from istjax.core.spec import spec_from_table as spec_from_table
+from istjax.core.subnet import extract as extract
+from istjax.core.subnet import extract_tree as extract_tree
+from istjax.core.subnet import merge as merge
+from istjax.core.subnet import merge_tree as merge_tree
+from istjax.core.task import Task as Task
+from istjax.core.task import classifier as classifier
 
 __version__ = "0.1.0"
 
 # The driver pulls in orbax, tensorboardX and tqdm; load it only when asked for.
-_LAZY = {"train_and_evaluate": ("istjax.train", "train_and_evaluate"),
-         "default_config": ("istjax.config", "default_config")}
+_LAZY = {"train_and_evaluate": ("istjax.experiment.driver", "train_and_evaluate"),
+         "default_config": ("istjax.experiment.config", "default_config")}
 
 
 _SUBMODULES = ("audio", "backends", "checkpoint", "comm", "compare", "config", "data", "distributed", "metrics",

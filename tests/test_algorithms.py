@@ -9,7 +9,7 @@ import pytest
 
 import istjax
 from istjax.models import MLP
-from istjax.reference import reference_round
+from istjax.algorithms.reference import reference_round
 
 D, C = 6, 3
 

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from istjax import audio
+from istjax.data import audio
 
 
 def tone(freq_hz, n=16000, sr=16000, amp=0.5):

@@ -9,8 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from istjax.algorithms import TrainState
-from istjax.checkpoint import Checkpointer, state_to_tree, tree_to_state
+from istjax.algorithms.base import TrainState
+from istjax.experiment.checkpoint import Checkpointer, state_to_tree, tree_to_state
 
 
 def make_state(seed: int, round_: int) -> TrainState:

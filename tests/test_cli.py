@@ -13,11 +13,11 @@ import jax
 import numpy as np
 import pytest
 
-from istjax import cli
-from istjax import config as config_lib
+from istjax.experiment import cli
+from istjax.experiment import config as config_lib
 from istjax import data as data_lib
-from istjax import train
-from istjax.checkpoint import Checkpointer
+from istjax.experiment import driver as train
+from istjax.experiment.checkpoint import Checkpointer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local_steps=2",
@@ -26,7 +26,7 @@ TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local
 
 def istjax_command() -> list[str]:
     script = pathlib.Path(sys.executable).with_name("istjax")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "istjax.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "istjax.experiment.cli"]
 
 
 def subprocess_env() -> dict:

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from istjax import compare, plot
+from istjax.experiment import compare
+from istjax.experiment import plot
 
 
 def _write_run(path, algorithm, w, accs, wall_per_round, bytes_per_round, k=5, b=10, every=2):

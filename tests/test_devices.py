@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import istjax
-from istjax.distributed import DEVICES, devices_used
+from istjax.runtimes import DEVICES, devices_used
 from istjax.models.mlp import MLP
 
 K, B, D, C = 2, 8, 12, 5

@@ -12,7 +12,8 @@ tfds = pytest.importorskip("tensorflow_datasets")
 pytest.importorskip("array_record")
 
 import istjax  # noqa: E402
-from istjax import audio, tfds_data  # noqa: E402
+from istjax.data import audio
+from istjax.data import tfds as tfds_data  # noqa: E402
 from istjax.data import Dataset, make_batch_fn, standardize  # noqa: E402
 from istjax.models.mlp import MLP  # noqa: E402
 

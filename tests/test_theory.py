@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import istjax
-import istjax.subnet
+import istjax.core.subnet
 from istjax import theory as th
 from istjax.theory import regression as reg  # noqa: F401
 

@@ -6,11 +6,11 @@ import jax
 import numpy as np
 import pytest
 
-from istjax import config as config_lib
+from istjax.experiment import config as config_lib
 from istjax import data as data_lib
-from istjax import train
-from istjax.checkpoint import Checkpointer
-from istjax.metrics import RECORD_FIELDS, read_metrics
+from istjax.experiment import driver as train
+from istjax.experiment.checkpoint import Checkpointer
+from istjax.experiment.metrics import RECORD_FIELDS, read_metrics
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -21,7 +21,7 @@ from experiments.benchmarks.run import Workload
 def main() -> None:
     from mpi4py import MPI
 
-    from istjax.distributed.mpi import mpi_runtime
+    from istjax.runtimes.mpi import mpi_runtime
 
     p = argparse.ArgumentParser()
     p.add_argument("--input-dim", type=int, required=True)

@@ -47,7 +47,7 @@ import optax
 import istjax
 from experiments.benchmarks import measure
 from istjax.models.mlp import MLP
-from istjax.subnet import subnet_shapes
+from istjax.core.subnet import subnet_shapes
 
 ALGORITHMS: dict[str, Callable[..., istjax.Algorithm]] = {
     "ist": istjax.ist,
@@ -346,7 +346,7 @@ def throughput(wl: Workload, algorithms: Sequence[str], reps: int) -> list[dict]
 
 def mpi_throughput(wl: Workload, algorithms: Sequence[str], reps: int, timeout_s: float = 240) -> list[dict]:
     """The same rounds on the MPI backend with 2 processes, if `istjax.distributed` registers one; else a note row."""
-    from istjax import backends
+    from istjax.runtimes import base as backends
 
     if "mpi" not in backends.names():
         return [{"model": wl.name, "backend": "mpi", "note": "no 'mpi' backend registered (istjax.distributed absent)"}]

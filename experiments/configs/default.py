@@ -11,7 +11,7 @@ reached at round 5 (6,400 samples); about 13 s for the whole command (interprete
 5 s, training 0.2 s, evaluations and checkpoints). The same config as `digits_ist.py`.
 """
 
-from istjax.config import default_config
+from istjax.experiment.config import default_config
 
 
 def get_config(arg=None):

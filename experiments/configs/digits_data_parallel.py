@@ -11,7 +11,7 @@ test accuracy 0.981 after 60 rounds (76,800 samples), about 7 ms per round; each
 round (the whole gradient at every one of the K steps).
 """
 
-from istjax.config import default_config
+from istjax.experiment.config import default_config
 
 
 def get_config(arg=None):

@@ -11,7 +11,7 @@ test accuracy 0.972 after 60 rounds (76,800 samples); 0.95 reached at round 5. A
 training plus about 5-9 s of compilation); each worker moves 38.9 kB each way per round.
 """
 
-from istjax.config import default_config
+from istjax.experiment.config import default_config
 
 
 def get_config(arg=None):

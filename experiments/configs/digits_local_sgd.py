@@ -11,7 +11,7 @@ test accuracy 0.978 after 60 rounds (76,800 samples), about 7 ms per round; each
 round (the whole model once).
 """
 
-from istjax.config import default_config
+from istjax.experiment.config import default_config
 
 
 def get_config(arg=None):

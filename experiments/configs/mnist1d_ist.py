@@ -13,7 +13,7 @@ kB each way per round. At equal samples IST trails the full-model baselines here
 a quarter-width network whose 512 x 512 weight it holds 1/16 of.
 """
 
-from istjax.config import default_config
+from istjax.experiment.config import default_config
 
 
 def get_config(arg=None):

@@ -15,7 +15,7 @@ test accuracy 0.766 after 20 rounds (204,800 samples; 0.34 / 0.59 / 0.71 at roun
 10 s per round (about 4 minutes in all); each worker moves 16.9 MB each way per round.
 """
 
-from istjax.config import default_config
+from istjax.experiment.config import default_config
 
 
 def get_config(arg=None):

@@ -30,7 +30,7 @@ def child(algorithm: str, mode: str, rounds: int):
     import optax
 
     import istjax
-    from istjax.distributed import mpi as M
+    from istjax.runtimes import mpi as M
     from istjax.models.mlp import MLP
 
     n = M.size()

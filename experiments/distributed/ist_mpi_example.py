@@ -12,7 +12,7 @@ import optax
 
 import istjax
 from istjax.data import eval_batches, load_dataset, make_batch_fn
-from istjax.distributed import is_primary, mpi_runtime, size
+from istjax.runtimes import is_primary, mpi_runtime, size
 from istjax.models import MLP
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "sharded"

@@ -81,10 +81,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from istjax import algorithms as algorithms_lib
-from istjax import partition as partition_lib
-from istjax import subnet as subnet_lib
-from istjax.spec import SubnetSpec, spec_from_table
+import istjax.algorithms.base as algorithms_lib
+import istjax.core.partition as partition_lib
+import istjax.core.subnet as subnet_lib
+from istjax.core.spec import SubnetSpec, spec_from_table
 
 __all__ = [
     "COORDS",

@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from istjax import algorithms as algorithms_lib
-from istjax import partition as partition_lib
-from istjax.spec import spec_from_table
-from istjax.task import Task
+import istjax.algorithms.base as algorithms_lib
+import istjax.core.partition as partition_lib
+from istjax.core.spec import spec_from_table
+from istjax.core.task import Task
 
 __all__ = ["HIDDEN", "RegressionData", "regression_data", "predict", "relu_regression_task", "bernoulli",
            "LossCurve", "train_curve", "loss_floor"]

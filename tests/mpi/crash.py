@@ -15,7 +15,7 @@ import numpy as np
 import optax
 
 import istjax
-from istjax.distributed import mpi as M
+from istjax.runtimes import mpi as M
 from istjax.models.mlp import MLP
 
 W, K, B, D = 2, 1, 4, 8

@@ -13,7 +13,7 @@ import numpy as np
 import optax
 
 import istjax
-from istjax.distributed import mpi as M
+from istjax.runtimes import mpi as M
 from istjax.models.mlp import MLP
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import optax
 
 import istjax
-from istjax.distributed import mpi as M
+from istjax.runtimes import mpi as M
 from istjax.models.mlp import MLP
 
 task = istjax.classifier(MLP(hidden=(6,), num_classes=3), jnp.zeros((4, 8)), MLP.rules(1))

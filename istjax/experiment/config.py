@@ -8,7 +8,7 @@ command line overrides any field with ``--config.FIELD=VALUE``. This module is i
 `validate` checks a configuration before anything is built or compiled and reports *every* problem at once, each
 with the field, the value and the fix::
 
-    >>> import istjax.config as cfg
+    >>> import istjax.experiment.config as cfg
     >>> c = cfg.default_config()
     >>> c.num_workers, c.model.hidden = 3, (100,)
     >>> cfg.validate(c)  # doctest: +IGNORE_EXCEPTION_DETAIL
@@ -172,7 +172,7 @@ def make_optimizer(config: ml_collections.ConfigDict):
 
 def make_sampler(config: ml_collections.ConfigDict):
     """The `istjax.Sampler` the config names (raises ValueError naming the field for bad arguments)."""
-    from istjax import partition
+    from istjax.core import partition
 
     a = config.sampler_args
     if config.sampler == "uniform":
@@ -205,8 +205,8 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     Returns:
       The loaded `istjax.data.Dataset` (None when ``load_data`` is False or the dataset could not be loaded).
     """
-    from istjax import backends
-    from istjax import data as data_lib
+    import istjax.runtimes.base as backends
+    import istjax.data as data_lib
 
     problems: list[str] = []
 
@@ -250,7 +250,7 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     choice("optimizer_state", ("reset", "carry"))
     sampler_ok = choice("sampler", SAMPLERS)
     if choice("backend", backends.names()) and config.backend == "mpi":
-        from istjax.distributed import MODES
+        from istjax.runtimes.mpi import MODES
 
         choice("mpi_mode", MODES)
     ok = {f: positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",

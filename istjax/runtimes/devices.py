@@ -21,8 +21,8 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from istjax import backends
-from istjax.algorithms import WORKERS, _summarize
+import istjax.runtimes.base as backends
+from istjax.algorithms.base import WORKERS, _summarize
 
 __all__ = ["DEVICES", "devices_used", "make_devices_round"]
 

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from istjax.spec import SubnetSpec
-from istjax.subnet import subnet_shapes
+from istjax.core.spec import SubnetSpec
+from istjax.core.subnet import subnet_shapes
 
 __all__ = ["CommBytes", "ist_bytes", "replicated_bytes", "tree_bytes"]
 

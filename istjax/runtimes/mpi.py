@@ -48,9 +48,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.algorithms import WORKERS, Algorithm, TrainState, WorkerState
-from istjax.spec import GroupAxis, LeafSpec, path_str
-from istjax.subnet import extract_leaf, merge_leaf
+from istjax.algorithms.base import WORKERS, Algorithm, TrainState, WorkerState
+from istjax.core.spec import GroupAxis, LeafSpec, path_str
+from istjax.core.subnet import extract_leaf, merge_leaf
 
 __all__ = ["MODES", "MPIRuntime", "mpi_runtime", "check_fit", "rank", "size", "is_primary", "abort_on_error"]
 
@@ -605,7 +605,7 @@ def _refuse_as_backend(**_):
 
 
 def _register():
-    from istjax import backends
+    import istjax.runtimes.base as backends
 
     backends.register(backends.Backend("mpi", _refuse_as_backend,
                                        "MPI processes (mpiexec): use istjax.distributed.mpi_runtime(algorithm, mode=...)"))

@@ -29,8 +29,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from istjax.partition import Partition
-from istjax.spec import GroupAxis, LeafSpec, SubnetSpec
+from istjax.core.partition import Partition
+from istjax.core.spec import GroupAxis, LeafSpec, SubnetSpec
 
 __all__ = ["extract", "merge", "extract_tree", "merge_tree", "subnet_shapes"]
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from istjax.algorithms import Algorithm, TrainState
+from istjax.algorithms.base import Algorithm, TrainState
 
 __all__ = ["reference_round"]
 

@@ -53,7 +53,7 @@ def _load_optional():
     """Imports modules that register further backends, if present."""
     import importlib
 
-    for mod in ("istjax.distributed",):
+    for mod in ("istjax.runtimes",):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -89,7 +89,7 @@ def _unmapped(local, axis_name):
 
 
 def _simulate_round(*, distribute, local, collect, num_workers, local_steps, local_fused=None):
-    from istjax.algorithms import WORKERS, _summarize
+    from istjax.algorithms.base import WORKERS, _summarize
 
     local_all = local_fused or (_unmapped(local, ()) if num_workers == 1 else jax.vmap(local, axis_name=WORKERS))
 

@@ -43,7 +43,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
-from istjax.plot import PlotError, Run, load_run, plot_runs
+from istjax.experiment.plot import PlotError, Run, load_run, plot_runs
 
 __all__ = ["Row", "Comparison", "default_target", "format_table", "main", "rows", "run_comparison"]
 
@@ -193,8 +193,8 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
     split over some W fails at once, not after an hour of the other runs. A run that raises
     `istjax.train.TrainingError` is reported on stderr and recorded in ``Comparison.failed``; the others still run.
     """
-    from istjax import config as config_lib
-    from istjax import train
+    import istjax.experiment.config as config_lib
+    import istjax.experiment.driver as train
 
     workdir = pathlib.Path(workdir)
     configs = []
@@ -291,8 +291,8 @@ def main(argv: Sequence[str]) -> int:
                 print("istjax compare: --workdir is required (the runs and the table are written there).",
                       file=sys.stderr)
                 return 2
-            from istjax import cli
-            from istjax import config as config_lib
+            import istjax.experiment.cli as cli
+            import istjax.experiment.config as config_lib
 
             try:
                 config, _, _, _ = cli.parse_train_args(["istjax compare", *rest])

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.spec import SubnetSpec, spec_from_logical
+from istjax.core.spec import SubnetSpec, spec_from_logical
 
 __all__ = ["Task", "classifier"]
 

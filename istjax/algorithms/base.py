@@ -37,10 +37,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax import partition as partition_lib
-from istjax.comm import CommBytes, ist_bytes, replicated_bytes
-from istjax.subnet import extract, extract_tree, merge, merge_tree
-from istjax.task import Task
+import istjax.core.partition as partition_lib
+from istjax.core.comm import CommBytes, ist_bytes, replicated_bytes
+from istjax.core.subnet import extract, extract_tree, merge, merge_tree
+from istjax.core.task import Task
 
 __all__ = [
     "WORKERS",
@@ -189,7 +189,7 @@ def _broadcast(tree, num_workers):
 
 def _build(name, task, optimizer, num_workers, local_steps, init, distribute, local, collect, comm, sampler,
            backend, local_fused=None) -> Algorithm:
-    from istjax import backends  # late: backends import this module's types
+    import istjax.runtimes.base as backends  # late: backends import this module's types
 
     parts = dict(distribute=distribute, local=local, collect=collect)
     extra = {} if local_fused is None else {"local_fused": local_fused}

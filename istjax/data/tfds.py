@@ -53,8 +53,8 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from istjax import audio as audio_lib
-from istjax.data import Dataset, standardize
+import istjax.data.audio as audio_lib
+from istjax.data.datasets import Dataset, standardize
 
 __all__ = [
     "TFDS_DATASETS",

@@ -547,7 +547,7 @@ def load_dataset(name: str, **kwargs: Any) -> Dataset:
     """
     if name.startswith("tfds:"):
         # Real datasets a user has prepared with tensorflow-datasets (see istjax.tfds_data).
-        from istjax.tfds_data import load_tfds
+        from istjax.data.tfds import load_tfds
 
         accepted = sorted(p for p in inspect.signature(load_tfds).parameters if p != "name")
         unknown = sorted(set(kwargs) - set(accepted))

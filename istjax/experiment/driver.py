@@ -44,15 +44,15 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from istjax import algorithms
-from istjax import config as config_lib
-from istjax import data as data_lib
-from istjax.algorithms import Algorithm, TrainState
-from istjax.checkpoint import Checkpointer
-from istjax.config import ConfigError
-from istjax.metrics import MetricWriter, is_primary, read_metrics, truncate_metrics
+import istjax.algorithms.base as algorithms
+import istjax.experiment.config as config_lib
+import istjax.data as data_lib
+from istjax.algorithms.base import Algorithm, TrainState
+from istjax.experiment.checkpoint import Checkpointer
+from istjax.experiment.config import ConfigError
+from istjax.experiment.metrics import MetricWriter, is_primary, read_metrics, truncate_metrics
 from istjax.models import MLP
-from istjax.task import Task, classifier
+from istjax.core.task import Task, classifier
 
 __all__ = ["train_and_evaluate", "build", "make_train_step", "make_evaluator", "TrainingError", "Interrupted",
            "ConfigError", "RUN_FILES"]
@@ -113,7 +113,7 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
 
 def _mpi_runtime(config: ml_collections.ConfigDict, algorithm: Algorithm):
     """``backend="mpi"``: the algorithm's workers spread over the ``mpiexec`` processes (`istjax.distributed`)."""
-    from istjax.distributed import mpi_runtime
+    from istjax.runtimes.mpi import mpi_runtime
 
     try:
         return mpi_runtime(algorithm, mode=config.mpi_mode)

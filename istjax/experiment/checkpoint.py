@@ -27,7 +27,7 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
-from istjax.algorithms import TrainState
+from istjax.algorithms.base import TrainState
 
 __all__ = ["Checkpointer", "state_to_tree", "tree_to_state"]
 

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 __all__ = ["main", "parse_train_args", "EXIT_OK", "EXIT_FAILURE", "EXIT_CONFIG"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
-_SUBCOMMANDS = {"plot": "istjax.plot", "compare": "istjax.compare"}
+_SUBCOMMANDS = {"plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare"}
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 
 
@@ -61,7 +61,7 @@ def parse_train_args(argv: Sequence[str]):
     """
     from absl import flags
 
-    from istjax import config as config_lib
+    import istjax.experiment.config as config_lib
 
     argv = list(argv)
     default_file = os.path.abspath(config_lib.__file__)
@@ -149,7 +149,7 @@ def _usage() -> str:
 
 def train_main(argv: Sequence[str]) -> int:
     """``istjax train``: returns the exit code."""
-    from istjax import config as config_lib
+    import istjax.experiment.config as config_lib
 
     if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
         print("usage:\n" + _usage())
@@ -168,11 +168,11 @@ def train_main(argv: Sequence[str]) -> int:
 
     from absl import logging as absl_logging
 
-    from istjax.metrics import is_primary
+    from istjax.experiment.metrics import is_primary
 
     # orbax logs every save at INFO, and read-only checkpoint managers (non-primary MPI ranks) at WARNING.
     absl_logging.set_verbosity(absl_logging.WARNING if is_primary() else absl_logging.ERROR)
-    from istjax import train
+    import istjax.experiment.driver as train
 
     if workdir is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
