@@ -2,30 +2,43 @@
 
 IST: Yuan et al., "Distributed Learning of Deep Neural Networks using Independent Subnet Training",
 arXiv 1910.02120. Import everything from here: ``import istjax``.
+
+The package's folders tell its architecture:
+
+* ``istjax.core``: the partition algebra (spec, partition samplers, extract/merge, byte accounting), the round
+  state and the `Task` interface.
+* ``istjax.algorithms``: IST and the baselines as compositions of the core, and the plain reference rounds.
+* ``istjax.runtimes``: where workers run (simulate, devices, MPI).
+* ``istjax.models``: Flax modules by name, each with its partition rules.
+* ``istjax.data``: loaders, the dataset registry and the batching plan.
+* ``istjax.experiment``: config, driver, checkpoints, metrics, plots, comparisons and the CLI.
+* ``istjax.theory``: the convergence toolkit.
 """
 
-from istjax.algorithms.base import WORKERS as WORKERS
 from istjax.algorithms.base import Algorithm as Algorithm
-from istjax.algorithms.base import RoundPlan as RoundPlan
-from istjax.algorithms.base import TrainState as TrainState
-from istjax.algorithms.base import WorkerState as WorkerState
-from istjax.algorithms.base import data_parallel as data_parallel
-from istjax.algorithms.base import ist as ist
-from istjax.algorithms.base import local_sgd as local_sgd
 from istjax.algorithms.base import local_train as local_train
+from istjax.algorithms.ist import ist as ist
+from istjax.algorithms.replicated import data_parallel as data_parallel
+from istjax.algorithms.replicated import local_sgd as local_sgd
 from istjax.core.comm import CommBytes as CommBytes
 from istjax.core.partition import Partition as Partition
 from istjax.core.partition import Sampler as Sampler
 from istjax.core.partition import nested as nested
 from istjax.core.partition import overlapping as overlapping
+from istjax.core.partition import per_group as per_group
 from istjax.core.partition import stratified as stratified
 from istjax.core.partition import uneven as uneven
 from istjax.core.partition import uniform as uniform
 from istjax.core.spec import GroupAxis as GroupAxis
 from istjax.core.spec import LeafSpec as LeafSpec
 from istjax.core.spec import SubnetSpec as SubnetSpec
+from istjax.core.spec import spec_for_state as spec_for_state
 from istjax.core.spec import spec_from_logical as spec_from_logical
 from istjax.core.spec import spec_from_table as spec_from_table
+from istjax.core.state import WORKERS as WORKERS
+from istjax.core.state import RoundPlan as RoundPlan
+from istjax.core.state import TrainState as TrainState
+from istjax.core.state import WorkerState as WorkerState
 from istjax.core.subnet import extract as extract
 from istjax.core.subnet import extract_tree as extract_tree
 from istjax.core.subnet import merge as merge
@@ -33,15 +46,23 @@ from istjax.core.subnet import merge_tree as merge_tree
 from istjax.core.task import Task as Task
 from istjax.core.task import classifier as classifier
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The driver pulls in orbax, tensorboardX and tqdm; load it only when asked for.
 _LAZY = {"train_and_evaluate": ("istjax.experiment.driver", "train_and_evaluate"),
          "default_config": ("istjax.experiment.config", "default_config")}
 
-
-_SUBMODULES = ("audio", "backends", "checkpoint", "comm", "compare", "config", "data", "distributed", "metrics",
-               "models", "partition", "plot", "reference", "spec", "subnet", "task", "tfds_data", "theory", "train")
+# `istjax.<name>` for every subpackage, and the wave-1 module names where they moved (`istjax.config` ...).
+_SUBMODULES = {name: f"istjax.{name}" for name in
+               ("algorithms", "core", "data", "experiment", "models", "runtimes", "theory")}
+_SUBMODULES.update({
+    "spec": "istjax.core.spec", "partition": "istjax.core.partition", "subnet": "istjax.core.subnet",
+    "comm": "istjax.core.comm", "task": "istjax.core.task", "reference": "istjax.algorithms.reference",
+    "backends": "istjax.runtimes", "distributed": "istjax.runtimes", "audio": "istjax.data.audio",
+    "tfds_data": "istjax.data.tfds", "config": "istjax.experiment.config", "train": "istjax.experiment.driver",
+    "checkpoint": "istjax.experiment.checkpoint", "metrics": "istjax.experiment.metrics",
+    "plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare", "cli": "istjax.experiment.cli",
+})
 
 
 def __getattr__(name):
@@ -51,7 +72,7 @@ def __getattr__(name):
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
     if name in _SUBMODULES:  # `istjax.data.load_dataset(...)` without a separate import
-        return importlib.import_module(f"istjax.{name}")
+        return importlib.import_module(_SUBMODULES[name])
     raise AttributeError(f"module 'istjax' has no attribute {name!r}")
 
 
@@ -80,6 +101,8 @@ __all__ = [
     "merge_tree",
     "nested",
     "overlapping",
+    "per_group",
+    "spec_for_state",
     "spec_from_logical",
     "spec_from_table",
     "stratified",

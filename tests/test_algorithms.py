@@ -128,7 +128,7 @@ def test_tiny_network_by_hand():
             return 0.5 * jnp.mean(jnp.square(f - batch["y"])), {}
         return loss
 
-    task = istjax.Task(lambda k: params, loss_fn, spec)
+    task = istjax.Task.from_loss(lambda k: params, loss_fn, spec)
     ident = istjax.Sampler(lambda k, s, W: istjax.Partition({"h": jnp.array([[0], [1]], jnp.int32)},
                                                             {"h": jnp.ones((2, 1), bool)}),
                            lambda s, W: {"h": 1}, True, "identity")

@@ -1,10 +1,13 @@
 """Plain reference rounds: Python loops over workers and steps, numpy indexing, no vmap, no scan.
 
-These read like the papers' pseudocode and share no indexing code with `istjax.extract` / `istjax.merge`: they are
-the oracle the vectorised and distributed rounds are tested against (as FedJAX keeps a plain ``fed_avg`` beside the
-fast one). Slow; for tests and for reading.
+These read like the papers' pseudocode and share no gather/scatter code with `istjax.extract` / `istjax.merge`: they
+are the oracle the vectorised and distributed rounds are tested against (as FedJAX keeps a plain ``fed_avg`` beside
+the fast one). They cover model state (BatchNorm statistics sliced with their channels, averaged where shared, or
+recomputed), the round's shared input, and any sampler (`istjax.per_group` included: every element is the mean of
+the workers that hold it, which for a disjoint group is the one worker's value). Slow; for tests and for reading.
 
-Each function takes the same ``(algorithm, state, batches)`` as ``algorithm.round`` and returns the next state.
+`reference_round(algorithm, state, batches, shared)` takes what ``algorithm.round`` takes and returns the next
+state. It dispatches on what the algorithm declares (its ``exchange``), never on its name.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from istjax.algorithms.base import Algorithm, TrainState
+from istjax.algorithms.base import Algorithm, apply_update
+from istjax.core.spec import tile_positions
+from istjax.core.state import TrainState, WorkerState
 
 __all__ = ["reference_round"]
 
@@ -32,96 +36,137 @@ def _worker_slices(leaf_spec, idx: dict[str, np.ndarray], group_sizes, slots, w:
             full.append(np.arange(dim))
             sub.append(np.arange(dim))
             continue
-        size = group_sizes[a.group]
         units = idx[a.group][w]
-        units = units[units < size]
-        full.append(np.concatenate([units + t * size for t in range(a.tiles)]))
-        sub.append(np.concatenate([np.arange(len(units)) + t * slots[a.group] for t in range(a.tiles)]))
+        units = units[units < group_sizes[a.group]]
+        full.append(tile_positions(units, group_sizes[a.group], a.tiles))
+        sub.append(tile_positions(np.arange(len(units)), slots[a.group], a.tiles))
     return np.ix_(*full), np.ix_(*sub)
 
 
-def _train_one(loss_fn, optimizer, params, opt_state, batches_K, num_steps):
+def _sub_shape(leaf_spec, shape, slots):
+    return tuple(dim if a is None else slots[a.group] * a.tiles for dim, a in zip(shape, leaf_spec.axes))
+
+
+class _Slicer:
+    """Worker slices of one tree (params or model state) and the by-count write-back."""
+
+    def __init__(self, tree, spec, idx, slots):
+        self.spec_leaves = jax.tree.leaves(spec.leaves)
+        flat, self.treedef = jax.tree.flatten(tree)
+        self.full = [np.asarray(x) for x in flat]
+        self.sums = [np.zeros(x.shape, np.float64) for x in self.full]
+        self.counts = [np.zeros(x.shape) for x in self.full]
+        self.group_sizes, self.idx, self.slots = spec.group_sizes, idx, slots
+
+    def extract(self, w):
+        out = []
+        for s, x in zip(self.spec_leaves, self.full):
+            sub = np.zeros(_sub_shape(s, x.shape, self.slots), x.dtype)
+            full_ix, sub_ix = _worker_slices(s, self.idx, self.group_sizes, self.slots, w, x.shape)
+            sub[sub_ix] = x[full_ix]
+            out.append(jnp.asarray(sub))
+        return jax.tree.unflatten(self.treedef, out)
+
+    def add(self, w, trained):
+        for i, (s, x, y) in enumerate(zip(self.spec_leaves, self.full, jax.tree.leaves(trained))):
+            y = np.asarray(y)
+            full_ix, sub_ix = _worker_slices(s, self.idx, self.group_sizes, self.slots, w, x.shape)
+            self.sums[i][full_ix] += y[sub_ix]
+            self.counts[i][full_ix] += 1
+
+    def merged(self):
+        new = [np.where(c > 0, s / np.maximum(c, 1), x).astype(x.dtype)
+               for s, c, x in zip(self.sums, self.counts, self.full)]
+        return jax.tree.unflatten(self.treedef, [jnp.asarray(v) for v in new])
+
+
+def _train_one(loss, optimizer, worker: WorkerState, batches_K, num_steps, shared) -> WorkerState:
+    """K plain optimizer steps: the loss's gradient, one optax update, the model state the loss returned."""
     for k in range(num_steps):
         batch = jax.tree.map(lambda b: b[k], batches_K)
-        grads = jax.grad(lambda p: loss_fn(p, batch)[0])(params)
-        with jax.numpy_dtype_promotion("standard"):
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-    return params, opt_state
+        grads, (_, model_state) = jax.grad(lambda p: _loss_and_state(loss, p, worker.model_state, batch, shared),
+                                           has_aux=True)(worker.params)
+        worker = apply_update(optimizer, grads, worker)._replace(model_state=model_state)
+    return worker
 
 
-def _ist(alg: Algorithm, state: TrainState, batches) -> TrainState:
-    spec, W, K = alg.task.spec, alg.num_workers, alg.local_steps
+def _loss_and_state(loss, params, model_state, batch, shared):
+    value, (aux, new_state) = loss(params, model_state, batch, shared)
+    return value, (aux, new_state)
+
+
+def _mean(trees):
+    return jax.tree.map(lambda *xs: (sum(np.asarray(x, np.float64) for x in xs) / len(xs)).astype(xs[0].dtype), *trees)
+
+
+def _policy(alg: Algorithm, params, model_state, batches, shared):
+    """The model-state policy on the merged model (see `istjax.algorithms.base.finish_round`)."""
+    if alg.model_state_policy == "recompute" and jax.tree.leaves(model_state):
+        model_state = alg.task.recompute_state(params, model_state, jax.tree.map(lambda b: b[:, 0], batches), shared)
+    return model_state
+
+
+def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
+    spec, state_spec, W, K = alg.task.spec, alg.task.state_spec, alg.num_workers, alg.local_steps
     key, round_key = jax.random.split(state.key)
     part = alg.sampler.sample(round_key, spec.group_sizes, W)
     idx = {g: np.asarray(v) for g, v in part.indices.items()}
     slots = alg.sampler.slots(spec.group_sizes, W)
-    loss_fn = alg.task.loss_fn(slots)
-    flat_spec = jax.tree.leaves(spec.leaves)
-    flat_params, treedef = jax.tree.flatten(state.params)
-    flat_np = [np.asarray(x) for x in flat_params]
-    sums = [np.zeros_like(x) for x in flat_np]
-    counts = [np.zeros(x.shape) for x in flat_np]
+    loss = alg.task.train_loss(slots)
+    params, stats = _Slicer(state.params, spec, idx, slots), _Slicer(state.model_state, state_spec, idx, slots)
     for w in range(W):
-        # The worker's sub-network: slices of partitioned leaves (zero padding where it has fewer units).
-        sub_flat = []
-        for s, x in zip(flat_spec, flat_np):
-            full_ix, sub_ix = _worker_slices(s, idx, spec.group_sizes, slots, w, x.shape)
-            sub = np.zeros(tuple(dim if a is None else slots[a.group] * a.tiles for dim, a in zip(x.shape, s.axes)),
-                           x.dtype)
-            sub[sub_ix] = x[full_ix]
-            sub_flat.append(jnp.asarray(sub))
-        sub_params = jax.tree.unflatten(treedef, sub_flat)
-        opt_state = alg.optimizer.init(sub_params)
-        batches_w = jax.tree.map(lambda b: b[w], batches)
-        sub_params, _ = _train_one(loss_fn, alg.optimizer, sub_params, opt_state, batches_w, K)
-        for i, (s, x, y) in enumerate(zip(flat_spec, flat_np, jax.tree.leaves(sub_params))):
-            y = np.asarray(y)
-            if s.shared:
-                sums[i] += y
-                counts[i] += 1
-                continue
-            full_ix, sub_ix = _worker_slices(s, idx, spec.group_sizes, slots, w, x.shape)
-            sums[i][full_ix] += y[sub_ix]
-            counts[i][full_ix] += 1
-    new = [np.where(c > 0, s_ / np.maximum(c, 1), x).astype(x.dtype) for s_, c, x in zip(sums, counts, flat_np)]
-    return TrainState(jax.tree.unflatten(treedef, [jnp.asarray(v) for v in new]), (), key, state.round + 1)
+        # The worker's sub-network and model state: slices of partitioned leaves (zero padding past its units).
+        sub = params.extract(w)
+        worker = WorkerState(sub, stats.extract(w), alg.optimizer.init(sub))
+        worker = _train_one(loss, alg.optimizer, worker, jax.tree.map(lambda b: b[w], batches), K, shared)
+        params.add(w, worker.params)
+        stats.add(w, worker.model_state)
+    new_params = params.merged()
+    model_state = _policy(alg, new_params, stats.merged(), batches, shared)
+    return TrainState(new_params, model_state, (), key, state.round + 1)
 
 
-def _replicated(alg: Algorithm, state: TrainState, batches) -> TrainState:
+def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
     key, _ = jax.random.split(state.key)
-    loss_fn = alg.task.loss_fn(None)
-    if alg.name == "data_parallel":
-        params, opt_state = state.params, state.opt_state
-        for k in range(K):
-            grads = [jax.grad(lambda p: loss_fn(p, jax.tree.map(lambda b: b[w, k], batches))[0])(params)
-                     for w in range(W)]
-            mean = jax.tree.map(lambda *g: sum(g[1:], g[0]) / W, *grads)
-            with jax.numpy_dtype_promotion("standard"):
-                updates, opt_state = alg.optimizer.update(mean, opt_state, params)
-            params = optax.apply_updates(params, updates)
-        return TrainState(params, opt_state, key, state.round + 1)
-    # local SGD with the optimizer state reset every round
+    loss = alg.task.train_loss(None)
+    replica = WorkerState(state.params, state.model_state, state.opt_state)
+    worker_states = [state.model_state] * W
+    for k in range(K):
+        grads = []
+        for w in range(W):
+            batch = jax.tree.map(lambda b: b[w, k], batches)
+            g, (_, worker_states[w]) = jax.grad(
+                lambda p: _loss_and_state(loss, p, worker_states[w], batch, shared), has_aux=True)(replica.params)
+            grads.append(g)
+        replica = apply_update(alg.optimizer, _mean(grads), replica)
+    model_state = _policy(alg, replica.params, _mean(worker_states), batches, shared)
+    return TrainState(replica.params, model_state, replica.opt_state, key, state.round + 1)
+
+
+def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
+    W, K = alg.num_workers, alg.local_steps
+    key, _ = jax.random.split(state.key)
+    loss = alg.task.train_loss(None)
     results = []
     for w in range(W):
-        p, _ = _train_one(loss_fn, alg.optimizer, state.params, alg.optimizer.init(state.params),
-                          jax.tree.map(lambda b: b[w], batches), K)
-        results.append(p)
-    params = jax.tree.map(lambda *p: sum(p[1:], p[0]) / W, *results)
-    return TrainState(params, (), key, state.round + 1)
+        start = WorkerState(state.params, state.model_state, alg.optimizer.init(state.params))
+        results.append(_train_one(loss, alg.optimizer, start, jax.tree.map(lambda b: b[w], batches), K, shared))
+    params = _mean([r.params for r in results])
+    model_state = _policy(alg, params, _mean([r.model_state for r in results]), batches, shared)
+    return TrainState(params, model_state, (), key, state.round + 1)
 
 
-def reference_round(algorithm: Algorithm, state: TrainState, batches: PyTree) -> TrainState:
-    """One round of ``algorithm`` computed with plain loops (IST with optimizer_state="reset"; data parallel;
-    local SGD with optimizer_state="reset")."""
-    if algorithm.name == "ist":
-        if state.opt_state != ():
-            raise NotImplementedError("the reference IST round resets the optimizer state; build ist() with "
-                                      "optimizer_state='reset' to compare against it.")
-        return _ist(algorithm, state, batches)
-    if algorithm.name in ("data_parallel", "local_sgd"):
-        if algorithm.name == "local_sgd" and state.opt_state != ():
-            raise NotImplementedError("the reference local SGD round resets the optimizer state.")
-        return _replicated(algorithm, state, batches)
-    raise ValueError(f"no reference round for algorithm {algorithm.name!r}")
+def reference_round(algorithm: Algorithm, state: TrainState, batches: PyTree, shared: Any = None) -> TrainState:
+    """One round of ``algorithm`` computed with plain loops.
+
+    Covers every exchange an algorithm declares: ``"subnetworks"`` (IST, any sampler, optimizer state reset),
+    ``"gradients"`` (data parallel) and ``"replicas"`` (local SGD, optimizer state reset).
+    """
+    if algorithm.exchange in ("subnetworks", "replicas") and algorithm.carries_optimizer_state:
+        raise NotImplementedError(f"the reference {algorithm.exchange} round resets the optimizer state every round; "
+                                  f"build {algorithm.name} with optimizer_state='reset' to compare against it.")
+    rounds = {"subnetworks": _subnetworks, "gradients": _gradients, "replicas": _replicas}
+    if algorithm.exchange not in rounds:
+        raise ValueError(f"no reference round for exchange {algorithm.exchange!r} (algorithm {algorithm.name!r})")
+    return rounds[algorithm.exchange](algorithm, state, batches, shared)

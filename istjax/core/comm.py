@@ -1,7 +1,7 @@
 """Communication accounting: bytes each worker receives and sends per round, computed from shapes.
 
 The model is a parameter server: at the start of a round a worker receives what it trains; at the end it sends it
-back. For IST that is its sub-network (between ``1/W^2`` and ``1/W`` of each partitioned weight: a weight
+back. For IST that is its sub-network (and its slice of the model state, such as BatchNorm statistics) (between ``1/W^2`` and ``1/W`` of each partitioned weight: a weight
 partitioned on one axis moves ``1/W`` of itself, one partitioned on both, like a hidden-to-hidden layer,
 ``1/W^2``); for local SGD the whole model once per round; for data parallel the whole gradient (sent) and the
 averaged result (received) every step, so K times per round. A carried optimizer state travels with the parameters
@@ -12,7 +12,7 @@ the buffers it actually moves and reports them beside these.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import numpy as np
@@ -44,10 +44,14 @@ def _sub_bytes(params: PyTree, spec: SubnetSpec, slots) -> int:
                                    jax.tree.leaves(params))))
 
 
-def ist_bytes(params: PyTree, opt_state: PyTree, params_treedef, spec: SubnetSpec, slots) -> CommBytes:
-    """Per-worker bytes of one IST round: the sub-network, plus every params-shaped part of a carried opt state."""
+def ist_bytes(params: PyTree, opt_state: PyTree, params_treedef, spec: SubnetSpec, slots,
+              model_state: PyTree = None, state_spec: Optional[SubnetSpec] = None) -> CommBytes:
+    """Per-worker bytes of one IST round: the sub-network and its model state (e.g. a worker's slice of the
+    BatchNorm statistics), plus every params-shaped part of a carried optimizer state."""
     per_tree = _sub_bytes(params, spec, slots)
     total = per_tree
+    if model_state is not None and jax.tree.leaves(model_state):
+        total += _sub_bytes(model_state, state_spec, slots)
     for t in jax.tree.leaves(opt_state, is_leaf=lambda t: jax.tree.structure(t) == params_treedef):
         if jax.tree.structure(t) == params_treedef:
             total += _sub_bytes(t, spec, slots)
@@ -56,7 +60,8 @@ def ist_bytes(params: PyTree, opt_state: PyTree, params_treedef, spec: SubnetSpe
     return CommBytes(total, total)
 
 
-def replicated_bytes(params: PyTree, opt_state: PyTree, *, times: int) -> CommBytes:
-    """Per-worker bytes when every worker moves the whole model (and opt state) ``times`` times per round."""
-    total = (tree_bytes(params) + tree_bytes(opt_state)) * times
+def replicated_bytes(tree: PyTree, *, times: int, once: PyTree = ()) -> CommBytes:
+    """Per-worker bytes when every worker moves ``tree`` (the whole model, or its gradient) ``times`` times per
+    round, and ``once`` (e.g. the model state data parallel averages at the end of a round) once."""
+    total = tree_bytes(tree) * times + tree_bytes(once)
     return CommBytes(total, total)

@@ -14,18 +14,24 @@ Strategies:
 * `overlapping`: ResIST-style (arXiv 2107.00961): every worker gets at least ``min_units`` units; windows overlap.
 * `uneven`: worker w gets a share proportional to ``weights[w]`` (heterogeneous workers); padded and masked.
 * `nested`: worker w gets the first ``fractions[w]`` of one shared random order (HeteroFL-style nested subnets).
+
+`per_group` combines them, one strategy per neuron group (as ``optax.multi_transform`` assigns one transformation
+per parameter label): channels dealt uniformly while a small group of residual blocks is dealt with overlap, say.
+A group smaller than W is served by the strategies that can give a unit to several workers (`overlapping`,
+`nested`); the others refuse it before anything is traced, naming the group and the fix.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Partition", "Sampler", "uniform", "stratified", "overlapping", "uneven", "nested", "check_partition"]
+__all__ = ["Partition", "Sampler", "uniform", "stratified", "overlapping", "uneven", "nested", "per_group",
+           "disjoint_groups", "check_partition"]
 
 
 class Partition(NamedTuple):
@@ -50,14 +56,24 @@ class Sampler(NamedTuple):
       sample: ``(key, group_sizes, num_workers) -> Partition``; pure and jit-compatible.
       slots: ``(group_sizes, num_workers) -> {group: n}``, the static per-worker slot count of each group. Raises a
         ValueError naming the group, its size and the fix when the strategy cannot split it; call it before tracing.
-      disjoint: True when no unit is held by two workers (merge may overwrite instead of averaging).
+      disjoint: True when no unit of any group is held by two workers (merge may overwrite instead of averaging).
       name: for messages and metrics.
+      group_disjoint: per-group ``disjoint`` flags where they differ between groups (`per_group`); None when
+        ``disjoint`` holds for every group. Read it through `disjoint_groups`.
     """
 
     sample: Callable[[jax.Array, Mapping[str, int], int], Partition]
     slots: Callable[[Mapping[str, int], int], dict[str, int]]
     disjoint: bool
     name: str
+    group_disjoint: Optional[Mapping[str, bool]] = None
+
+
+def disjoint_groups(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[str, bool]:
+    """``{group: disjoint}`` for every group: what `istjax.merge` needs to overwrite or average each leaf."""
+    if sampler.group_disjoint is None:
+        return {g: sampler.disjoint for g in group_sizes}
+    return {g: bool(sampler.group_disjoint[g]) for g in group_sizes}
 
 
 def _check_workers(group_sizes: Mapping[str, int], num_workers: int, *, allow_more_workers: bool = False):
@@ -67,8 +83,10 @@ def _check_workers(group_sizes: Mapping[str, int], num_workers: int, *, allow_mo
         for g, n in group_sizes.items():
             if num_workers > n:
                 raise ValueError(
-                    f"num_workers={num_workers} is larger than neuron group {g!r} ({n} units): some worker would get "
-                    f"no unit. Use at most {n} workers or widen the layer.")
+                    f"num_workers={num_workers} is larger than neuron group {g!r} ({n} units): this sampler would "
+                    f"leave some worker without a unit. Use at most {n} workers, widen the layer, or deal this group "
+                    f"with a sampler that lets workers share units: istjax.per_group({{{g!r}: "
+                    f"istjax.overlapping(1)}}, default=...) (config: --config.group_samplers.{g}=overlapping).")
 
 
 def _group_keys(key: jax.Array, group_sizes: Mapping[str, int]) -> dict[str, jax.Array]:
@@ -157,14 +175,15 @@ def overlapping(min_units: int | Mapping[str, int]) -> Sampler:
 
     The group is shuffled into a ring; worker w takes the ``max(ceil(size / W), min_units)`` consecutive units that
     start at ring position ``floor(w * size / W)``. Every unit is held by at least one worker; overlaps are averaged
-    by merge. ``min_units`` may be a per-group mapping (groups it does not name get no minimum).
+    by merge. A group smaller than W is served too: several workers then share each unit (a stage of 2 residual
+    blocks on 4 workers gives every block to 2 workers). ``min_units`` may be a per-group mapping (groups it does not name get no minimum).
     """
 
     def _min(g):
         return min_units.get(g, 0) if isinstance(min_units, Mapping) else int(min_units)
 
     def slots(group_sizes, num_workers):
-        _check_workers(group_sizes, num_workers)
+        _check_workers(group_sizes, num_workers, allow_more_workers=True)  # W > size: workers share units
         out = {}
         for g, n in group_sizes.items():
             m = _min(g)
@@ -266,6 +285,73 @@ def nested(fractions: Sequence[float], shuffle: bool = True) -> Sampler:
         return Partition(indices, mask)
 
     return Sampler(sample, slots, disjoint=False, name="nested")
+
+
+def per_group(samplers: Mapping[str, Sampler], default: Optional[Sampler] = None) -> Sampler:
+    """One strategy per neuron group: ``samplers[g]`` deals group ``g``; ``default`` deals every other group.
+
+    Example: ``per_group({"blocks": overlapping(min_units=1)}, default=uniform())`` deals channels uniformly and
+    residual blocks with overlap, so a group of 2 blocks can serve 4 workers.
+
+    Every named group must exist in the model and every group must have a strategy; both are checked by ``slots``
+    (before tracing), naming the group. Each strategy draws from its own key (``fold_in`` of the round key with
+    the strategy's position in sorted group order), so adding a group leaves the others' draws unchanged only when
+    the order is kept.
+    """
+    samplers = dict(samplers)
+    for g, s in samplers.items():
+        if not isinstance(s, Sampler):
+            raise ValueError(f"per_group: samplers[{g!r}] = {s!r} is not an istjax.Sampler; use istjax.uniform(), "
+                             f"istjax.overlapping(...), ...")
+
+    def assign(group_sizes) -> dict[str, Sampler]:
+        unknown = sorted(set(samplers) - set(group_sizes))
+        if unknown:
+            raise ValueError(f"per_group names neuron group(s) {unknown} that the model does not have; its groups are "
+                             f"{sorted(group_sizes)}. Fix the group name.")
+        missing = sorted(g for g in group_sizes if g not in samplers and default is None)
+        if missing:
+            raise ValueError(f"per_group has no sampler for neuron group(s) {missing}; name them or pass default=.")
+        return {g: samplers.get(g, default) for g in sorted(group_sizes)}
+
+    def split(group_sizes) -> list[tuple[Sampler, dict[str, int]]]:
+        """Groups collected by strategy, in sorted group order (a strategy's groups are sampled together)."""
+        out: list[tuple[Sampler, dict[str, int]]] = []
+        for g, s in assign(group_sizes).items():
+            for t, groups in out:
+                if t is s:
+                    groups[g] = group_sizes[g]
+                    break
+            else:
+                out.append((s, {g: group_sizes[g]}))
+        return out
+
+    def slots(group_sizes, num_workers):
+        out = {}
+        for s, groups in split(group_sizes):
+            out.update(s.slots(groups, num_workers))
+        return out
+
+    def sample(key, group_sizes, num_workers):
+        indices, mask = {}, {}
+        for i, (s, groups) in enumerate(split(group_sizes)):
+            p = s.sample(jax.random.fold_in(key, i), groups, num_workers)
+            indices.update(p.indices)
+            mask.update(p.mask)
+        return Partition(indices, mask)
+
+    flags = {g: s.disjoint for g, s in samplers.items()}
+    name = ",".join([f"{g}={s.name}" for g, s in sorted(samplers.items())]
+                    + ([f"*={default.name}"] if default is not None else []))
+    all_disjoint = all(flags.values()) and (default is None or default.disjoint)
+
+    class _Flags(dict):  # groups the default serves are looked up lazily (they are known only from the model)
+        def __missing__(self, g):
+            if default is None:
+                raise KeyError(g)
+            return default.disjoint
+
+    return Sampler(sample, slots, disjoint=all_disjoint, name=f"per_group({name})", group_disjoint=_Flags(flags))
 
 
 def check_partition(partition: Partition, group_sizes: Mapping[str, int]) -> None:

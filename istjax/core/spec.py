@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "SubnetSpec",
     "spec_from_logical",
     "spec_from_table",
+    "spec_for_state",
+    "tile_positions",
     "path_str",
 ]
 
@@ -110,6 +113,18 @@ class SubnetSpec:
                              for a in leaf.axes)
             rows.append(f"{path_str(path)}: ({axes})")
         return "\n".join(rows)
+
+
+def tile_positions(units: Any, size: int, tiles: int) -> Any:
+    """Positions along an axis holding ``tiles`` concatenated copies of a group of ``size`` units.
+
+    Unit ``i`` sits at ``i, i + size, ..., i + (tiles - 1) * size``. ``units: [..., n]`` (numpy or jax integers)
+    -> ``[..., n * tiles]``, tile-major (all of tile 0, then tile 1, ...). The one place this formula is written.
+    """
+    if tiles == 1:
+        return units
+    parts = [units + t * size for t in range(tiles)]
+    return np.concatenate(parts, axis=-1) if isinstance(units, np.ndarray) else jnp.concatenate(parts, axis=-1)
 
 
 def path_str(path) -> str:
@@ -232,3 +247,53 @@ def spec_from_table(params: PyTree, table: Mapping[str, tuple], *, strict: bool 
         raise ValueError(f"table pattern(s) {missing} match no parameter; the parameters are {paths}. Fix the "
                          f"pattern (fnmatch syntax, '/'-joined path) or pass strict=False.")
     return _finish(leaves, shapes, treedef)
+
+
+def spec_for_state(state: PyTree, params_spec: SubnetSpec, rules: Optional[Mapping[str, Any]] = None) -> SubnetSpec:
+    """The spec of a model's non-parameter state (Flax collections such as BatchNorm's ``batch_stats``).
+
+    A state leaf ``<collection>/<module path>/<name>`` is partitioned like the parameter ``<module path>/scale``
+    (else ``<module path>/bias``) when that parameter exists and has the leaf's shape: a BatchNorm statistic of a
+    channel group is indexed by the same units as its scale, so extract and merge move it with its channels. A
+    statistic of a layer no group indexes is shared (merge averages it). Leaves boxed with logical names (as
+    `spec_from_logical` reads them) follow ``rules`` instead.
+
+    Args:
+      state: the state collections, e.g. ``{"batch_stats": {...}}`` (boxed or plain leaves).
+      params_spec: the parameters' spec (its group sizes must cover the state's groups).
+      rules: logical axis name -> neuron group, for boxed state leaves.
+    """
+    import flax.linen as nn
+
+    by_path = {path_str(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(params_spec.leaves)[0]}
+    boxed = lambda x: isinstance(x, nn.LogicallyPartitioned)  # noqa: E731
+    flat, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=boxed)
+    leaves, shapes = [], []
+    for path, value in flat:
+        shape = np.shape(nn.unbox(value))
+        if boxed(value):
+            if rules is None:
+                raise ValueError(f"model state {path_str(path)!r} carries logical axis names {value.names}; pass "
+                                 f"the rules table that maps them to neuron groups.")
+            axes = tuple(None if n is None else GroupAxis.parse(rules[n], where=f"rules[{n!r}]") if n in rules
+                         else _unknown_name(n, path, rules) for n in value.names)
+            axes = axes + (None,) * (len(shape) - len(axes))
+        else:
+            module = "/".join(path_str(path).split("/")[1:-1])
+            sibling = next((by_path[f"{module}/{name}"] for name in ("scale", "bias")
+                            if f"{module}/{name}" in by_path and len(by_path[f"{module}/{name}"].axes) == len(shape)),
+                           None)
+            axes = sibling.axes if sibling is not None else (None,) * len(shape)
+        leaves.append((path, LeafSpec(tuple(axes))))
+        shapes.append(shape)
+    spec = _finish(leaves, shapes, jax.tree.structure(nn.unbox(state)))
+    for g, n in spec.group_sizes.items():
+        if params_spec.group_sizes.get(g, n) != n:
+            raise ValueError(f"model state indexes neuron group {g!r} with {n} units but the parameters have "
+                             f"{params_spec.group_sizes[g]}; name the state's axes after the right group.")
+    return SubnetSpec(spec.leaves, dict(params_spec.group_sizes))
+
+
+def _unknown_name(name, path, rules):
+    raise ValueError(f"unknown logical axis name {name!r} at model state {path_str(path)!r}; known: {sorted(rules)}. "
+                     f"Add it to the rules table (mapped to a neuron group or None).")

@@ -24,15 +24,17 @@ once instead of W times.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Union
 
 import jax
 import jax.numpy as jnp
 
 from istjax.core.partition import Partition
-from istjax.core.spec import GroupAxis, LeafSpec, SubnetSpec
+from istjax.core.spec import GroupAxis, LeafSpec, SubnetSpec, tile_positions
+from istjax.core.state import broadcast_workers, worker_mean
 
-__all__ = ["extract", "merge", "extract_tree", "merge_tree", "subnet_shapes"]
+__all__ = ["extract", "merge", "extract_tree", "merge_tree", "subnet_shapes", "extract_leaf", "merge_leaf"]
 
 PyTree = Any
 
@@ -43,7 +45,7 @@ def _axis_indices(partition: Partition, a: GroupAxis, group_sizes) -> jax.Array:
     if a.tiles == 1:
         return idx
     size = group_sizes[a.group]
-    return jnp.concatenate([jnp.where(mask, idx + t * size, size * a.tiles) for t in range(a.tiles)], axis=1)
+    return tile_positions(jnp.where(mask, idx, size * a.tiles), size, a.tiles)
 
 
 def _index_tuple(leaf: LeafSpec, partition: Partition, group_sizes, ndim: int):
@@ -116,15 +118,12 @@ def _owners(partition: Partition, a: GroupAxis, group_sizes) -> tuple[jax.Array,
     num_workers, n = idx.shape
     size = group_sizes[a.group]
     length = size * a.tiles
-    worker_Wn = jnp.broadcast_to(jnp.arange(num_workers, dtype=jnp.int32)[:, None], (num_workers, n)).reshape(-1)
-    owner = jnp.full((length,), num_workers, jnp.int32)
-    slot = jnp.zeros((length,), jnp.int32)
-    for t in range(a.tiles):
-        at_Wn = jnp.where(mask, idx + t * size, length).reshape(-1)  # padding -> out of range -> dropped
-        slot_Wn = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32)[None, :] + t * n, (num_workers, n)).reshape(-1)
-        owner = owner.at[at_Wn].set(worker_Wn, mode="drop")
-        slot = slot.at[at_Wn].set(slot_Wn, mode="drop")
-    return owner, slot
+    at = tile_positions(jnp.where(mask, idx, length), size, a.tiles).reshape(-1)  # padding -> out of range: dropped
+    shape = (num_workers, n * a.tiles)
+    worker = jnp.broadcast_to(jnp.arange(num_workers, dtype=jnp.int32)[:, None], shape).reshape(-1)
+    slot = jnp.broadcast_to(jnp.arange(n * a.tiles, dtype=jnp.int32)[None, :], shape).reshape(-1)
+    owner = jnp.full((length,), num_workers, jnp.int32).at[at].set(worker, mode="drop")
+    return owner, jnp.zeros((length,), jnp.int32).at[at].set(slot, mode="drop")
 
 
 def _merge_disjoint(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes) -> jax.Array:
@@ -149,12 +148,19 @@ def _merge_disjoint(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Par
     return jnp.where(held, vals, x)
 
 
+def leaf_disjoint(leaf: LeafSpec, disjoint: Union[bool, Mapping[str, bool]]) -> bool:
+    """Whether every group indexing ``leaf`` is dealt without overlap (``disjoint``: one flag, or one per group)."""
+    if isinstance(disjoint, Mapping):
+        return all(disjoint[leaf.axes[a].group] for a in leaf.partitioned_axes)
+    return bool(disjoint)
+
+
 def merge_leaf(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes,
-               disjoint: bool) -> jax.Array:
+               disjoint: Union[bool, Mapping[str, bool]]) -> jax.Array:
     """Writes `sub: [W, ...narrow]` back into `x: [...]` (see the module docstring)."""
     if leaf.shared:
-        return jnp.mean(sub, axis=0).astype(x.dtype)
-    if disjoint:
+        return worker_mean(sub, like=x)
+    if leaf_disjoint(leaf, disjoint):
         return _merge_disjoint(x, sub, leaf, partition, group_sizes)
     ix, axes = _index_tuple(leaf, partition, group_sizes, jnp.ndim(x))
     upd = _from_sub_layout(sub.astype(x.dtype), axes)
@@ -173,7 +179,8 @@ def extract(params: PyTree, partition: Partition, spec: SubnetSpec) -> PyTree:
                         spec.leaves, params)
 
 
-def merge(params: PyTree, sub: PyTree, partition: Partition, spec: SubnetSpec, *, disjoint: bool = True) -> PyTree:
+def merge(params: PyTree, sub: PyTree, partition: Partition, spec: SubnetSpec, *,
+          disjoint: Union[bool, Mapping[str, bool]] = True) -> PyTree:
     """Writes trained sub-networks back into the global parameters.
 
     Args:
@@ -181,7 +188,8 @@ def merge(params: PyTree, sub: PyTree, partition: Partition, spec: SubnetSpec, *
       sub: `[W, ...]` sub-networks, as `extract` returns them.
       partition: the round's partition.
       spec: the parameters' spec.
-      disjoint: the sampler's `disjoint` flag. False averages units held by several workers.
+      disjoint: the sampler's `istjax.Sampler.disjoint_groups` (or one flag for every group). Where a leaf's
+        groups are not all disjoint, units held by several workers are averaged.
     """
     return jax.tree.map(lambda s, x, y: merge_leaf(x, y, s, partition, spec.group_sizes, disjoint),
                         spec.leaves, params, sub)
@@ -201,26 +209,21 @@ def extract_tree(tree: PyTree, params_treedef, partition: Partition, spec: Subne
     def go(t):
         if _params_like(t, params_treedef):
             return extract(t, partition, spec)
-        return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_workers,) + jnp.shape(x)), t)
+        return broadcast_workers(t, num_workers)
 
     return jax.tree.map(go, tree, is_leaf=lambda t: _params_like(t, params_treedef))
 
 
 def merge_tree(tree: PyTree, sub: PyTree, params_treedef, partition: Partition, spec: SubnetSpec, *,
-               disjoint: bool = True) -> PyTree:
+               disjoint: Union[bool, Mapping[str, bool]] = True) -> PyTree:
     """`merge` for every params-shaped subtree of `tree`; other leaves become the mean over workers."""
 
     def go(t, s):
         if _params_like(t, params_treedef):
             return merge(t, s, partition, spec, disjoint=disjoint)
-        return jax.tree.map(lambda x, y: _mean_like(x, y), t, s)
+        return worker_mean(s, like=t)
 
     return jax.tree.map(go, tree, sub, is_leaf=lambda t: _params_like(t, params_treedef))
-
-
-def _mean_like(x, y):
-    m = jnp.mean(y, axis=0)
-    return jnp.round(m).astype(x.dtype) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.integer) else m.astype(x.dtype)
 
 
 def subnet_shapes(params: PyTree, spec: SubnetSpec, slots: dict[str, int]) -> PyTree:

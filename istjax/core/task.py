@@ -1,68 +1,217 @@
-"""A `Task` tells an algorithm how to initialise a network and the loss of any of its sub-networks.
+"""A `Task` tells an algorithm how to initialise a network, its training loss and how to evaluate it.
 
-Algorithms never see a Flax module: they see ``init(key) -> params`` and ``loss_fn(units)``, which returns the loss
-of the network narrowed to ``units`` slots per neuron group (``units=None``: the full network). `classifier` builds
-a Task from an ordinary Flax module whose parameters carry logical axis names.
+Algorithms never see a Flax module. They see:
+
+* ``init(key) -> params`` and ``init_state(key) -> model_state`` (Flax collections other than ``params``, such as
+  BatchNorm's ``batch_stats``; ``{}`` for a model without any), with a `SubnetSpec` for each;
+* ``train_loss(units)``: the training-mode loss of the network narrowed to ``units`` slots per neuron group
+  (``units=None``: the full network), ``(params, model_state, batch, shared) -> (loss, (aux, model_state))``; the
+  returned model state is the updated one (running statistics after this batch);
+* ``evaluate(params, model_state, batch, shared) -> (loss, aux)``: the full network at test time (``train=False``:
+  running statistics, and any test-time transform the model declares, such as ResIST's residual scaling);
+* optionally ``recompute_state(params, model_state, batches_NxB, shared) -> model_state``: statistics recomputed
+  on the merged model from ``N`` batches (the ``model_state="recompute"`` policy, HeteroFL's static BatchNorm).
+
+``shared`` is the round's shared input (a graph, an adjacency, a lookup table; None when there is none): every
+worker reads the same one, passed once.
+
+`classifier` builds a Task from an ordinary Flax module whose parameters carry logical axis names; `Task.from_loss`
+wraps a plain ``loss_fn(units) -> (params, batch) -> (loss, aux)`` for stateless models (theory, regression).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.core.spec import SubnetSpec, spec_from_logical
+from istjax.core.spec import SubnetSpec, spec_for_state, spec_from_logical
 
-__all__ = ["Task", "classifier"]
+__all__ = ["Task", "classifier", "stateless", "EMPTY_SPEC"]
 
 PyTree = Any
 Batch = Mapping[str, jax.Array]
+Units = Optional[Mapping[str, int]]
 LossFn = Callable[[PyTree, Batch], tuple[jax.Array, dict[str, jax.Array]]]
+TrainLoss = Callable[[PyTree, PyTree, Batch, Any], tuple[jax.Array, tuple[dict, PyTree]]]
+
+EMPTY_SPEC = SubnetSpec({}, {})
 
 
-class Task(NamedTuple):
-    """What an algorithm needs to know about a network.
+def _no_state(key: jax.Array) -> dict:
+    del key
+    return {}
+
+
+def stateless(loss: LossFn) -> TrainLoss:
+    """A ``(params, batch) -> (loss, aux)`` function as a `TrainLoss` that passes the model state through."""
+
+    def train_loss(params, model_state, batch, shared=None):
+        del shared
+        value, aux = loss(params, batch)
+        return value, (aux, model_state)
+
+    return train_loss
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What an algorithm needs to know about a network (see the module docstring).
 
     Attributes:
       init: ``key -> params``, the full-width parameters (plain arrays).
-      loss_fn: ``units -> (params, batch) -> (loss, aux)``; ``units`` maps each neuron group to the slots a worker
-        holds (None: full width). ``aux`` is a dict of scalar metrics (e.g. ``accuracy``).
+      train_loss: ``units -> (params, model_state, batch, shared) -> (loss, (aux, model_state))``; ``units`` maps
+        each neuron group to the slots a worker holds (None: full width); ``aux`` holds scalar metrics.
+      evaluate: ``(params, model_state, batch, shared) -> (loss, aux)`` of the full network at test time.
       spec: the parameters' `SubnetSpec`.
+      init_state: ``key -> model_state`` (default: no state, ``{}``).
+      state_spec: the model state's `SubnetSpec` (same neuron groups as ``spec``).
+      recompute_state: optional ``(params, model_state, batches [N, B, ...], shared) -> model_state``.
     """
 
     init: Callable[[jax.Array], PyTree]
-    loss_fn: Callable[[Optional[Mapping[str, int]]], LossFn]
+    train_loss: Callable[[Units], TrainLoss]
+    evaluate: Callable[..., tuple[jax.Array, dict]]
     spec: SubnetSpec
+    init_state: Callable[[jax.Array], PyTree] = _no_state
+    state_spec: SubnetSpec = EMPTY_SPEC
+    recompute_state: Optional[Callable[..., PyTree]] = None
+
+    @classmethod
+    def from_loss(cls, init: Callable[[jax.Array], PyTree], loss_fn: Callable[[Units], LossFn],
+                  spec: SubnetSpec) -> "Task":
+        """A stateless task from ``loss_fn(units) -> (params, batch) -> (loss, aux)``; it also evaluates."""
+        full = loss_fn(None)
+        return cls(init=init, train_loss=lambda units: stateless(loss_fn(units)),
+                   evaluate=lambda params, model_state, batch, shared=None: full(params, batch), spec=spec)
+
+    @property
+    def has_state(self) -> bool:
+        return bool(jax.tree.leaves(jax.eval_shape(self.init_state, jax.random.key(0))))
+
+    def loss_fn(self, units: Units) -> LossFn:
+        """``(params, batch) -> (loss, aux)``: the training loss of a model without state, for quick checks."""
+        if self.has_state:
+            raise TypeError("this task's model has state (e.g. BatchNorm statistics): call "
+                            "task.train_loss(units)(params, model_state, batch, shared) instead of task.loss_fn.")
+        train = self.train_loss(units)
+        return lambda params, batch: _drop_state(train(params, {}, batch, None))
 
 
-def classifier(model: nn.Module, example_x: jax.Array, rules: Mapping[str, Any]) -> Task:
+def _drop_state(out):
+    loss, (aux, _) = out
+    return loss, aux
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _check_module(model: nn.Module, rules) -> Mapping[str, Any]:
+    """What `classifier` needs from a module, checked before anything is traced."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"classifier(model={model!r}): need a flax.linen Module instance.")
+    if rules is None:
+        if not callable(getattr(model, "partition_rules", None)):
+            raise TypeError(f"classifier: {type(model).__name__} has no partition_rules() method and no rules= "
+                            f"were given. Pass rules={{logical axis name: neuron group or None}}, or give the module "
+                            f"a partition_rules(self) method (see istjax.models.MLP).")
+        rules = model.partition_rules()
+    return rules
+
+
+def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[str, Any]] = None, *,
+               example_shared: Any = None, eval_model: Optional[nn.Module] = None) -> Task:
     """A classification Task (softmax cross-entropy on integer labels) for a Flax module.
 
+    The module is called as ``model.apply(variables, x[, shared], train=...)``: ``train`` is passed when its
+    ``__call__`` takes it, and ``shared`` (the round's shared input) as the second argument when one is given.
+    Collections other than ``params`` are the model state: updated in training (``mutable``), read at test time.
+
     Args:
-      model: a Flax module with a ``subnet(units) -> module`` method giving the module at a worker's widths.
+      model: a Flax module. For IST it needs ``subnet(units) -> module``, the module at a worker's widths.
       example_x: `[B, ...]` an input batch (only its shape and dtype matter).
-      rules: logical axis name -> neuron group, see `istjax.spec_from_logical`.
+      rules: logical axis name -> neuron group, see `istjax.spec_from_logical` (default: ``model.partition_rules()``).
+      example_shared: an example of the shared input, when the model reads one.
+      eval_model: the module evaluated at test time (default: ``model.eval_module()`` when the module defines it,
+        else the module itself), e.g. a ResNet whose partitioned residual branches are scaled.
     """
-    abstract = jax.eval_shape(lambda k: model.init(k, example_x)["params"], jax.random.key(0))
-    spec = spec_from_logical(abstract, rules)
+    rules = _check_module(model, rules)
+    takes_train = _takes(type(model).__call__, "train")
+    if eval_model is None:
+        eval_model = model.eval_module() if callable(getattr(model, "eval_module", None)) else model
+
+    def call(module, variables, batch_x, shared, train, mutable=False):
+        args = (batch_x,) if shared is None else (batch_x, shared)
+        kwargs = {"train": train} if takes_train else {}
+        return module.apply(variables, *args, mutable=mutable, **kwargs)
+
+    def variables(key):
+        return model.init(key, example_x, *(() if example_shared is None else (example_shared,)),
+                          **({"train": False} if takes_train else {}))
+
+    abstract = jax.eval_shape(variables, jax.random.key(0))
+    collections = tuple(sorted(c for c in abstract if c != "params"))
+    spec = spec_from_logical(abstract["params"], rules)
+    state_spec = spec_for_state({c: abstract[c] for c in collections}, spec, rules) if collections else EMPTY_SPEC
 
     def init(key):
-        return nn.unbox(model.init(key, example_x)["params"])
+        return nn.unbox(variables(key)["params"])
 
-    def loss_fn(units):
-        module = model if units is None else model.subnet(units)
+    def init_state(key):
+        v = variables(key)
+        return {c: nn.unbox(v[c]) for c in collections}
 
-        def loss(params, batch):
-            logits = module.apply({"params": params}, batch["x"])
-            labels = batch["y"]
-            loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
-            accuracy = jnp.mean((jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32))
-            return loss, {"accuracy": accuracy}
+    def scores(logits, labels):
+        loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+        accuracy = jnp.mean((jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32))
+        return loss, {"accuracy": accuracy}
+
+    def train_loss(units):
+        if units is None:
+            module = model
+        elif not callable(getattr(model, "subnet", None)):
+            raise TypeError(f"{type(model).__name__} has no subnet(units) method, which IST needs to build a worker's "
+                            f"narrower network: add `def subnet(self, units): return self.clone(<width fields from "
+                            f"units>)` (see istjax.models.MLP.subnet).")
+        else:
+            module = model.subnet(units)
+
+        def loss(params, model_state, batch, shared=None):
+            if collections:
+                logits, updated = call(module, {"params": params, **model_state}, batch["x"], shared, True,
+                                       mutable=list(collections))
+                model_state = {c: updated[c] for c in collections}
+            else:
+                logits = call(module, {"params": params}, batch["x"], shared, True)
+            value, aux = scores(logits, batch["y"])
+            return value, (aux, model_state)
 
         return loss
 
-    return Task(init, loss_fn, spec)
+    def evaluate(params, model_state, batch, shared=None):
+        logits = call(eval_model, {"params": params, **model_state}, batch["x"], shared, False)
+        return scores(logits, batch["y"])
+
+    recompute_state = None
+    if collections and hasattr(model, "bn_momentum"):
+        fresh = model.clone(bn_momentum=0.0)  # momentum 0: the "running" statistics become this batch's statistics
+
+        def recompute_state(params, model_state, batches_NxB, shared=None):
+            def one(x):
+                _, updated = call(fresh, {"params": params, **model_state}, x, shared, True, mutable=list(collections))
+                return {c: updated[c] for c in collections}
+
+            return jax.tree.map(lambda s: jnp.mean(s, axis=0), jax.vmap(one)(batches_NxB["x"]))
+
+    return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
+                state_spec=state_spec, recompute_state=recompute_state)

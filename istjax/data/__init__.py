@@ -1,4 +1,46 @@
-"""Data: loaders, the dataset registry and the per-worker batching plan."""
+"""Data: loaders, the dataset registry and the per-worker batching plan.
 
-from istjax.data.datasets import *  # noqa: F401,F403
-from istjax.data.datasets import __all__ as __all__  # noqa: F401
+Modules:
+  dataset   -- `Dataset`, the container every loader returns, and `standardize` (train statistics).
+  builtin   -- the loaders that ship with the install: `load_digits`, `load_mnist1d`, `load_synthetic_speech`.
+  registry  -- `DATASETS` and `load_dataset(name, **kwargs)`, which also routes `tfds:<name>` to `tfds`.
+  batching  -- the on-device per-worker sampling plan: `make_index_fn`, `make_batch_fn`, `eval_batches`.
+  tfds      -- real datasets prepared with tensorflow-datasets, loaded into memory (`load_tfds`).
+  audio     -- log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
+"""
+
+from istjax.data.batching import SHARDINGS as SHARDINGS
+from istjax.data.batching import Batch as Batch
+from istjax.data.batching import BatchFn as BatchFn
+from istjax.data.batching import eval_batches as eval_batches
+from istjax.data.batching import make_batch_fn as make_batch_fn
+from istjax.data.batching import make_index_fn as make_index_fn
+from istjax.data.builtin import load_digits as load_digits
+from istjax.data.builtin import load_mnist1d as load_mnist1d
+from istjax.data.builtin import load_synthetic_speech as load_synthetic_speech
+from istjax.data.dataset import Dataset as Dataset
+from istjax.data.dataset import standardize as standardize
+from istjax.data.registry import DATASETS as DATASETS
+from istjax.data.registry import load_dataset as load_dataset
+
+# Private names the tests reach as `istjax.data.X` (key tags of the sampling contract, the mnist1d caches).
+from istjax.data.batching import _SHARD_TAG as _SHARD_TAG
+from istjax.data.batching import _STREAM_TAG as _STREAM_TAG
+from istjax.data.builtin import _mnist1d_raw as _mnist1d_raw
+from istjax.data.builtin import _mnist1d_standardised as _mnist1d_standardised
+
+__all__ = [
+    "DATASETS",
+    "SHARDINGS",
+    "Batch",
+    "BatchFn",
+    "Dataset",
+    "eval_batches",
+    "load_dataset",
+    "load_digits",
+    "load_mnist1d",
+    "load_synthetic_speech",
+    "make_batch_fn",
+    "make_index_fn",
+    "standardize",
+]

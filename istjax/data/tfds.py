@@ -54,7 +54,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 import istjax.data.audio as audio_lib
-from istjax.data.datasets import Dataset, standardize
+from istjax.data.dataset import Dataset, standardize
 
 __all__ = [
     "TFDS_DATASETS",

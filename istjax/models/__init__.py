@@ -1,6 +1,87 @@
-"""Flax models whose axes carry logical names, so `istjax.spec_from_logical` can partition them."""
+"""Flax models by name, each providing its own partition rules (logical axis name -> neuron group).
 
+A model is an ordinary ``flax.linen`` module with three methods the library reads:
+
+* ``partition_rules(self) -> {logical axis name: neuron group or None}``;
+* ``subnet(self, units) -> module``: the same module at one worker's widths (``units[group]`` slots per group);
+* ``__call__(self, x, train=True)`` (and ``eval_module(self)`` when the test-time network differs).
+
+`MODELS` maps a config's ``model.name`` to the module class; `build_model` checks the fields against the class
+before anything is built, and `register_model` adds a user's module (see ``docs/architecture.md``).
+
+* ``"mlp"``: `MLP`, the IST paper's MLP with batch-statistics BatchNorm (`istjax.models.mlp`).
+* ``"cnn"``: `CNN`, a residual CNN with BatchNorm (running or batch statistics), channels partitioned
+  (`istjax.models.cnn`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+
+from istjax.models.cnn import CNN as CNN
 from istjax.models.mlp import MLP as MLP
 from istjax.models.mlp import batch_norm as batch_norm
 
-__all__ = ["MLP", "batch_norm"]
+__all__ = ["CNN", "MLP", "MODELS", "batch_norm", "build_model", "model_fields", "register_model"]
+
+MODELS: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": CNN}
+
+# Fields the library fills in from the data, never from the config.
+_FROM_DATA = ("num_classes",)
+_FLAX_FIELDS = ("parent", "name")
+
+
+def register_model(name: str, module: type[nn.Module]) -> type[nn.Module]:
+    """Makes ``module`` available as ``config.model.name = name``; checks it has what the library reads."""
+    missing = [m for m in ("partition_rules", "subnet") if not callable(getattr(module, m, None))]
+    if missing:
+        raise TypeError(f"register_model({name!r}, {module.__name__}): the module lacks {missing}; a model gives "
+                        f"partition_rules(self) (logical axis name -> neuron group) and subnet(self, units) (the "
+                        f"module at a worker's widths). See istjax.models.MLP.")
+    MODELS[name] = module
+    return module
+
+
+def model_fields(name: str) -> dict[str, Any]:
+    """The config fields of model ``name`` and their defaults (``num_classes`` comes from the data)."""
+    cls = _lookup(name)
+    return {f.name: f.default for f in dataclasses.fields(cls)
+            if f.name not in _FLAX_FIELDS + _FROM_DATA and f.init}
+
+
+def _lookup(name: str) -> type[nn.Module]:
+    if name not in MODELS:
+        close = difflib.get_close_matches(str(name), list(MODELS), n=2)
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise ValueError(f"model.name={name!r} is not a known model{hint}; choose one of {sorted(MODELS)}, or add "
+                         f"yours with istjax.models.register_model(name, ModuleClass).")
+    return MODELS[name]
+
+
+def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int) -> nn.Module:
+    """The module ``name`` with ``fields`` (a config's ``model`` section minus ``name``).
+
+    Raises ValueError naming the field, the value and the fix for an unknown model or field, or a value the module
+    itself rejects; nothing is traced.
+    """
+    cls = _lookup(name)
+    known = model_fields(name)
+    unknown = sorted(set(fields) - set(known))
+    if unknown:
+        raise ValueError(f"model.{unknown[0]}={fields[unknown[0]]!r}: model {name!r} has no field "
+                         f"{unknown[0]!r}; its fields are {sorted(known)}. Remove it (a config that switches "
+                         f"model.name must drop the old model's fields).")
+    values = {k: tuple(_tuples(v)) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
+    try:
+        return cls(**values, num_classes=int(num_classes))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"model.name={name!r} with fields {values}: {e}") from e
+
+
+def _tuples(v):
+    return [tuple(_tuples(x)) if isinstance(x, (list, tuple)) else x for x in v]

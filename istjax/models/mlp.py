@@ -53,12 +53,17 @@ class MLP(nn.Module):
         """Logical axis name -> neuron group: every hidden layer is its own group; input and classes stay whole."""
         return {"input": None, "classes": None, **{f"hidden_{i}": f"hidden_{i}" for i in range(num_hidden)}}
 
+    def partition_rules(self) -> dict[str, str | None]:
+        """This module's rules: `MLP.rules` for its number of hidden layers (how the model registry reads groups)."""
+        return MLP.rules(len(self.hidden))
+
     def subnet(self, units: Mapping[str, int]) -> "MLP":
         """This module at the widths of one worker's sub-network (``units["hidden_i"]`` units in layer i)."""
         return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))
 
     @nn.compact
-    def __call__(self, x_BxD: jax.Array) -> jax.Array:
+    def __call__(self, x_BxD: jax.Array, train: bool = True) -> jax.Array:
+        del train  # batch statistics in training and at test time alike: the model keeps no state
         x = x_BxD.reshape(x_BxD.shape[0], -1)
         names_in = "input"
         init = nn.initializers.lecun_normal()

@@ -1,8 +1,19 @@
-"""Runtimes: where the W workers of a round run. See `istjax.runtimes.base` for the interface."""
+"""Runtimes: where the W workers of a round run. Each receives an algorithm's pieces (`istjax.runtimes.base`).
 
+* ``"simulate"`` (`istjax.runtimes.simulate`): every worker on one device, one jit.
+* ``"devices"`` (`istjax.runtimes.devices`): workers split across the local devices with ``shard_map``.
+* ``"mpi"`` (`istjax.runtimes.mpi`): workers split across ``mpiexec`` processes (mpi4py and mpi4jax are imported
+  only when it is used).
+
+``get(name)`` gives a `Runtime`; ``register`` adds one (a runtime is ``(name, build, description)``).
+"""
+
+from istjax.runtimes import devices as _devices
+from istjax.runtimes import mpi as _mpi
+from istjax.runtimes import simulate as _simulate
+from istjax.runtimes.base import Runtime, RuntimeHandle
 from istjax.runtimes.devices import DEVICES as DEVICES
 from istjax.runtimes.devices import devices_used as devices_used
-from istjax.runtimes.devices import make_devices_round as make_devices_round
 from istjax.runtimes.mpi import MODES as MODES
 from istjax.runtimes.mpi import MPIRuntime as MPIRuntime
 from istjax.runtimes.mpi import abort_on_error as abort_on_error
@@ -11,3 +22,28 @@ from istjax.runtimes.mpi import is_primary as is_primary
 from istjax.runtimes.mpi import mpi_runtime as mpi_runtime
 from istjax.runtimes.mpi import rank as rank
 from istjax.runtimes.mpi import size as size
+
+_REGISTRY: dict[str, Runtime] = {r.name: r for r in (_simulate.RUNTIME, _devices.RUNTIME, _mpi.RUNTIME)}
+
+
+def register(runtime: Runtime) -> Runtime:
+    """Adds ``runtime`` (replacing one of the same name); returns it."""
+    _REGISTRY[runtime.name] = runtime
+    return runtime
+
+
+def names() -> tuple[str, ...]:
+    return tuple(sorted(_REGISTRY))
+
+
+def get(name) -> Runtime:
+    """The runtime called ``name`` (or ``name`` itself when it is a `Runtime`)."""
+    if isinstance(name, Runtime):
+        return name
+    if name not in _REGISTRY:
+        raise ValueError(f"backend={name!r} is not known; choose one of {sorted(_REGISTRY)}.")
+    return _REGISTRY[name]
+
+
+__all__ = ["DEVICES", "MODES", "MPIRuntime", "Runtime", "RuntimeHandle", "abort_on_error", "check_fit",
+           "devices_used", "get", "is_primary", "mpi_runtime", "names", "rank", "register", "size"]

@@ -1,64 +1,65 @@
-"""Backends decide where the W workers of a round run; algorithms do not know which one.
+"""The runtime interface: a runtime receives an algorithm's pieces and decides where its W workers run.
 
-A backend is a `Backend` whose ``make_round(distribute, local, collect, num_workers, local_steps)`` returns the
-``round(state, batches) -> (state, metrics)`` function. Built in:
+A `Runtime` is ``(name, build, description)``; ``build(algorithm, **options)`` returns the algorithm with its
+``init``, ``round`` and ``runtime`` (a `RuntimeHandle`) bound. The pieces (``distribute``, ``local``, ``collect``,
+``local_fused``) and declarations (``exchange``, ...) are all a runtime reads (FedJAX's ``for_each_client``
+backends have this shape). Built in (the registry, `istjax.runtimes.get`, lives in the package):
 
-* ``"simulate"``: every worker on one device. ``local`` is vmapped over the worker axis (bound to the axis name
-  `istjax.algorithms.WORKERS`, so data parallel's ``lax.pmean`` averages across workers), or the algorithm's
-  ``local_fused`` runs instead when it has one; the whole round is one jit-compiled function, compiled once for all
-  rounds.
+* ``"simulate"``: every worker on one device (`istjax.runtimes.simulate`).
+* ``"devices"``: workers split across the local devices with ``shard_map`` (`istjax.runtimes.devices`).
+* ``"mpi"``: workers split across the processes of ``mpiexec`` (`istjax.runtimes.mpi`).
 
-Other backends (local devices, MPI hosts) register themselves with `register`. ``make_round`` is called with
-``local_fused=`` only for algorithms that have one; a backend that cannot use it accepts and ignores it.
+Every runtime maps ``local`` over the workers it holds with `map_workers` (one worker runs unmapped), passes the
+round's shared input to every worker unstacked, and checks the batches with `check_batches`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 
-__all__ = ["Backend", "register", "get", "names", "check_batches", "simulate"]
+from istjax.core.state import WORKERS, first_worker
+
+__all__ = ["Runtime", "RuntimeHandle", "check_batches", "map_workers", "local_handle"]
+
+PyTree = Any
 
 
-class Backend(NamedTuple):
+class RuntimeHandle(NamedTuple):
+    """What a driver needs to know about the runtime an algorithm was bound to.
+
+    Attributes:
+      name: the runtime's name.
+      fusable: the round traces inside an outer ``jit`` (so a driver may fuse batch drawing and the round).
+      primary: this process writes files and evaluates (rank 0 under MPI; always True in one process).
+      gather: ``state -> TrainState`` the whole state on the primary process (None elsewhere); every process must
+        call it (collective under MPI).
+      agree: ``int -> int``: the largest value any process passes (so every process stops after the same round).
+      whole_state: the state each process holds is the whole `TrainState` (False for sharded MPI, whose pieces
+        are gathered for evaluation).
+    """
+
     name: str
-    make_round: Callable[..., Callable]
+    fusable: bool
+    primary: bool
+    gather: Callable[[Any], Any]
+    agree: Callable[[int], int]
+    whole_state: bool = True
+
+
+def local_handle(name: str) -> RuntimeHandle:
+    """The handle of a single-process runtime."""
+    return RuntimeHandle(name=name, fusable=True, primary=True, gather=lambda state: state, agree=lambda v: v)
+
+
+class Runtime(NamedTuple):
+    """A runtime: ``build(algorithm, **options) -> algorithm`` with ``init``, ``round`` and ``runtime`` bound."""
+
+    name: str
+    build: Callable[..., Any]
     description: str
-
-
-_REGISTRY: dict[str, Backend] = {}
-
-
-def register(backend: Backend) -> Backend:
-    _REGISTRY[backend.name] = backend
-    return backend
-
-
-def names() -> tuple[str, ...]:
-    _load_optional()
-    return tuple(sorted(_REGISTRY))
-
-
-def get(name: str) -> Backend:
-    if name not in _REGISTRY:  # built-ins never depend on the optional modules importing
-        _load_optional()
-    if name not in _REGISTRY:
-        raise ValueError(f"backend={name!r} is not known; choose one of {sorted(_REGISTRY)}.")
-    return _REGISTRY[name]
-
-
-def _load_optional():
-    """Imports modules that register further backends, if present."""
-    import importlib
-
-    for mod in ("istjax.runtimes",):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
 
 
 def check_batches(batches: Any, num_workers: int, local_steps: int) -> None:
@@ -69,43 +70,31 @@ def check_batches(batches: Any, num_workers: int, local_steps: int) -> None:
             raise ValueError(
                 f"batches{jax.tree_util.keystr(path)} has shape {shape}; a round needs [W, K, B, ...] = "
                 f"[{num_workers}, {local_steps}, ...] (num_workers, local_steps first). Build batches with "
-                f"istjax.data.make_batch_fn or reshape yours.")
+                f"istjax.data.make_batch_fn or reshape yours. Inputs every worker reads (a graph) go in shared=.")
 
 
-def _unmapped(local, axis_name):
-    """``local`` for a `[1, ...]` stack of one worker, run without `vmap`.
+def map_workers(local: Callable, num_workers: int, *, outer_axes: tuple[str, ...] = (),
+                reduce: Optional[Callable] = None) -> Callable:
+    """``run(workers [n], batches [n, K, ...], shared) -> (workers [n], metrics [n, K])``: ``local`` for ``n``
+    workers held here, the shared input passed to each unstacked.
 
-    A vmap of size 1 is not free: XLA drops the unit batch dimension and, on the 2-layer speech model, then computes
-    the weight gradient transposed and transposes it back in every step (2.3x slower; benchmarks study 7). Collectives
-    over ``axis_name`` (``()`` when there is no other axis: the identity) still see every worker.
+    ``n > 1`` maps with `vmap` over the axis named `WORKERS` (collectives then reduce over it and ``outer_axes``).
+    ``n == 1`` runs unmapped: a vmap of size 1 is not free (XLA drops the unit batch dimension and, on the 2-layer
+    speech model, computes the weight gradient transposed and transposes it back in every step: 2.3x slower;
+    benchmarks study 7); collectives then reduce over ``outer_axes`` only (``()``: the identity).
+    ``reduce`` (a cross-process gradient mean) is passed on to ``local``.
     """
+    if num_workers == 1:
+        def run_one(workers, batches, shared=None):
+            out = local(first_worker(workers), first_worker(batches), shared, axis_name=outer_axes, reduce=reduce)
+            return jax.tree.map(lambda x: x[None], out)
 
-    def run(workers, batches):
-        first = lambda t: jax.tree.map(lambda x: x[0], t)  # noqa: E731
-        out = local(first(workers), first(batches), axis_name=axis_name)
-        return jax.tree.map(lambda x: x[None], out)
+        return run_one
 
-    return run
+    axis_name = (WORKERS,) + tuple(outer_axes) if outer_axes else WORKERS
 
+    def one(worker, batches_K, shared):
+        return local(worker, batches_K, shared, axis_name=axis_name, reduce=reduce)
 
-def _simulate_round(*, distribute, local, collect, num_workers, local_steps, local_fused=None):
-    from istjax.algorithms.base import WORKERS, _summarize
-
-    local_all = local_fused or (_unmapped(local, ()) if num_workers == 1 else jax.vmap(local, axis_name=WORKERS))
-
-    def round_fn(state, batches):
-        workers, plan = distribute(state)
-        workers, metrics = local_all(workers, batches)
-        return collect(state, workers, plan), _summarize(metrics)
-
-    compiled = jax.jit(round_fn)
-
-    def round(state, batches):
-        check_batches(batches, num_workers, local_steps)
-        return compiled(state, batches)
-
-    round.compiled = compiled  # for cache inspection and AOT lowering
-    return round
-
-
-simulate = register(Backend("simulate", _simulate_round, "all workers on one device, vmapped, one jit"))
+    mapped = jax.vmap(one, in_axes=(0, 0, None), axis_name=WORKERS)
+    return lambda workers, batches, shared=None: mapped(workers, batches, shared)

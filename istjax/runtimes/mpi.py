@@ -1,39 +1,46 @@
-"""The MPI runtime: an algorithm's W workers spread over the N processes of ``mpiexec -n N`` (one per host).
+"""The ``mpi`` runtime: an algorithm's W workers spread over the N processes of ``mpiexec -n N`` (one per host).
 
-`mpi_runtime(algorithm, mode=...)` wraps an algorithm built by `istjax.ist`, `istjax.data_parallel` or `istjax.local_sgd`
-(with any single-process backend) and returns an `MPIRuntime` whose ``init`` and ``round`` have the algorithm's
-signatures. Process ``r`` runs workers ``r * L .. (r + 1) * L - 1`` (``L = W / N``), vmapped on its first local
-device. Every process passes the same full ``batches`` (leaves `[W, K, B, ...]`, e.g. from
-`istjax.data.make_batch_fn`) and keeps its own rows; a `[L, K, B, ...]` slice is accepted too.
+``istjax.ist(..., backend="mpi", mode="parameter_server" | "sharded")`` (any factory; the CLI's
+``--config.backend=mpi``) binds an algorithm to it; `mpi_runtime(algorithm, mode=...)` gives the `MPIRuntime` itself
+(byte and memory counters, ``gather_params``). Process ``r`` runs workers ``r * L .. (r + 1) * L - 1`` (``L = W / N``)
+through the same `istjax.runtimes.base.map_workers` as the single-process runtimes (one worker per process runs
+unmapped). Every process passes the same full ``batches`` (leaves `[W, K, B, ...]`, e.g. from
+`istjax.data.make_batch_fn`) and keeps its own rows; a `[L, K, B, ...]` slice is accepted too. The shared input is
+passed to every process and read locally: it never crosses MPI.
 
-Modes (``mode=``):
+The runtime never asks which algorithm it runs; it applies the exchange the algorithm declares
+(`istjax.Algorithm.exchange`) to the algorithm's own ``distribute`` / ``local`` / ``collect``:
 
-``"parameter_server"``
-    IST: rank 0 holds the global `TrainState`; each round it samples the partition, extracts the W sub-networks and
-    scatters `[N, L, ...]` of them (`mpi4jax.scatter`); every rank trains its L workers; rank 0 gathers them back
-    (`mpi4jax.gather`) and merges. Other ranks hold no parameters (``state.params == ()``).
-``"sharded"``
-    IST: no rank ever holds the whole model. Rank ``o`` owns the contiguous slice ``[o * n / N, (o + 1) * n / N)`` of
-    every neuron group and, for every partitioned weight, that slice along the weight's first partitioned axis
-    (a hidden-to-hidden `[H1, H2]` weight: rows `[H1 / N, H2]`). The algorithm must sample with
-    ``istjax.stratified(num_owners=N)``: every worker then gets the same number of units from every owner, so each
-    round's exchange is one fixed-size `mpi4jax.alltoall` out (owners -> workers) and one back. Shared leaves are
-    replicated and averaged with an allreduce. Every rank computes the round's partition from the same key; no
-    partition is ever sent.
+``"subnetworks"`` (IST), ``mode="parameter_server"``
+    rank 0 holds the global `TrainState` and runs ``distribute``; the W workers' states are scattered `[N, L, ...]`
+    (`mpi4jax.scatter`); every rank runs ``local`` on its L workers; rank 0 gathers them back (`mpi4jax.gather`)
+    and runs ``collect``. Other ranks hold no parameters (``state.params == ()``).
+``"subnetworks"``, ``mode="sharded"``
+    no rank ever holds the whole model. Rank ``o`` owns the contiguous slice ``[o * n / N, (o + 1) * n / N)`` of
+    every neuron group and, for every partitioned leaf of the parameters and the model state, that slice along the
+    leaf's first partitioned axis (a hidden-to-hidden `[H1, H2]` weight: rows `[H1 / N, H2]`). The algorithm must
+    sample with ``istjax.stratified(num_owners=N)``: every worker then gets the same number of units from every
+    owner, so each round's exchange is one fixed-size `mpi4jax.alltoall` out (owners -> workers) and one back; this
+    is ``distribute`` / ``collect`` done by the owners with the same extract / merge primitives. Shared leaves are
+    replicated and averaged with an allreduce. Every rank computes the round's partition from the same key.
+``"replicas"`` (local SGD), both modes
+    every rank holds the global state and runs ``distribute`` for its own workers; after ``local`` the L workers'
+    states are summed across ranks (one allreduce buffer per worker) and ``collect`` averages them.
+``"gradients"`` (data parallel), both modes
+    as replicas, but ``local`` receives a ``reduce`` that averages each step's gradients across every worker of
+    every rank (an allreduce inside the compiled local phase); the model state is averaged at the end of the round.
 
-Data parallel and local SGD keep a replica of the model on every rank in both modes (every worker trains the whole
-model): data parallel allreduces every step's gradients, local SGD allreduces the parameters once per round.
+mpi4jax cannot run inside a multi-device computation, so every step runs on the process's first local device.
+Each round reports the bytes of the buffers handed to MPI, on the workers' side (what a worker receives: its slice
+of a scatter or all-to-all, the result of an allreduce; what it sends: its slice of a gather or all-to-all, its
+allreduce input), per worker: ``metrics["measured_bytes_received"]`` and ``metrics["measured_bytes_sent"]``.
+Exchanges between device steps are counted from the arrays passed; the gradient allreduce inside the compiled local
+phase is counted from the traced buffers it hands to MPI, times the K calls the local scan makes. A rank moves one
+buffer per worker (no pre-reduction of its own workers), so these equal the analytic ``algorithm.comm``. Metrics
+(losses) travel by a small host allgather that is not counted.
 
-Every MPI exchange is its own single-device jitted step (mpi4jax cannot run inside a multi-device computation),
-around the device step that trains the workers. Each round reports the bytes of the buffers it actually handed to
-MPI, on the workers' side (what a worker receives: its slice of a scatter or of an all-to-all, the result of an
-allreduce; what it sends: its slice of a gather or all-to-all, its allreduce input), per worker:
-``metrics["measured_bytes_received"]`` and ``metrics["measured_bytes_sent"]``. A rank moves one buffer per worker
-(no pre-reduction of its own workers), so these equal the analytic ``algorithm.comm``. Metrics (losses) travel by a
-small host allgather that is not counted.
-
-Evaluation and checkpoints: `MPIRuntime.gather_params` assembles the full parameters on rank 0 (``None`` on the
-others); in sharded mode that is the one moment rank 0 holds the whole model.
+Evaluation and checkpoints: `MPIRuntime.gather` assembles the whole `TrainState` on rank 0 (``None`` on the others);
+in sharded mode that is the one moment rank 0 holds the whole model.
 """
 
 from __future__ import annotations
@@ -48,11 +55,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.algorithms.base import WORKERS, Algorithm, TrainState, WorkerState
 from istjax.core.spec import GroupAxis, LeafSpec, path_str
+from istjax.core.state import TrainState, WorkerState, summarize
 from istjax.core.subnet import extract_leaf, merge_leaf
+from istjax.runtimes.base import Runtime, RuntimeHandle, map_workers
 
-__all__ = ["MODES", "MPIRuntime", "mpi_runtime", "check_fit", "rank", "size", "is_primary", "abort_on_error"]
+__all__ = ["MODES", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size", "is_primary",
+           "abort_on_error"]
 
 PyTree = Any
 MODES = ("parameter_server", "sharded")
@@ -153,24 +162,25 @@ class MPIRuntime:
 
     Attributes:
       init: ``key -> state``; what the state holds depends on the mode (module docstring); `TrainState` always.
-      round: ``(state, batches) -> (state, metrics)``; batches `[W, K, B, ...]` (or this rank's `[L, K, B, ...]`).
-        Metrics: ``train_loss``, ``train_accuracy`` (over all W workers), ``worker_loss`` `[W]`,
+      round: ``(state, batches, shared=None) -> (state, metrics)``; batches `[W, K, B, ...]` (or this rank's
+        `[L, K, B, ...]`). Metrics: ``train_loss``, ``train_accuracy`` (over all W workers), ``worker_loss`` `[W]`,
         ``measured_bytes_sent`` and ``measured_bytes_received`` (per worker, this round).
-      gather_params: ``state -> params`` full parameters on rank 0, ``None`` elsewhere; call it on every rank.
+      gather: ``state -> TrainState`` the whole state on rank 0, ``None`` elsewhere; call it on every rank.
       algorithm, mode: what it runs.
       rank, size: this process and the process count; ``workers_per_rank``: L.
       last_traffic: the previous round's `Traffic` (per-leaf bytes for IST).
       largest_array_bytes: the largest array (state, exchange buffer, worker state) this rank has held in a round.
     """
 
-    init: Callable
-    round: Callable
-    gather_params: Callable
-    algorithm: Algorithm
+    algorithm: Any
     mode: str
     rank: int
     size: int
     workers_per_rank: int
+    comm: Any = None
+    init: Optional[Callable] = None
+    round: Optional[Callable] = None
+    gather: Optional[Callable] = None
     last_traffic: Traffic = dataclasses.field(default_factory=Traffic)
     largest_array_bytes: int = 0
 
@@ -178,14 +188,84 @@ class MPIRuntime:
     def is_primary(self) -> bool:
         return self.rank == ROOT
 
-    def as_algorithm(self) -> Algorithm:
-        """The wrapped `Algorithm` with this runtime's ``init`` and ``round``: a drop-in for code (the driver) that
-        takes an Algorithm. Its ``distribute``/``local``/``collect`` are the single-process pieces."""
-        return dataclasses.replace(self.algorithm, init=self.init, round=self.round)
+    def gather_params(self, state) -> Optional[PyTree]:
+        """The full parameters on rank 0 (``None`` elsewhere); every rank must call it."""
+        full = self.gather(state)
+        return None if full is None else full.params
+
+    def agree(self, value: int) -> int:
+        """The largest ``value`` any rank passes (every rank must call it)."""
+        from mpi4py import MPI
+
+        return int(self.comm.allreduce(int(value), op=MPI.MAX))
+
+    def handle(self) -> RuntimeHandle:
+        sharded = self.mode == "sharded" and self.algorithm.exchange == "subnetworks"
+        return RuntimeHandle(name="mpi", fusable=False, primary=self.is_primary, gather=self.gather,
+                             agree=self.agree, whole_state=not sharded)
+
+    def as_algorithm(self):
+        """The algorithm with this runtime's ``init``, ``round`` and handle: a drop-in for code that takes one."""
+        return dataclasses.replace(self.algorithm, init=self.init, round=self.round, runtime=self.handle())
 
     def _track(self, *trees):
         for x in jax.tree.leaves(trees):
             self.largest_array_bytes = max(self.largest_array_bytes, int(x.size) * x.dtype.itemsize)
+
+
+def build(algorithm, mode: str = "parameter_server", comm=None):
+    """``algorithm`` bound to the MPI processes of this job (the `Runtime` entry point)."""
+    return mpi_runtime(algorithm, mode=mode, comm=comm).as_algorithm()
+
+
+def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None) -> MPIRuntime:
+    """Runs ``algorithm`` (any runtime's; its pieces are what is used) on the MPI processes of this job.
+
+    Validates everything on every rank before compiling: the mode, that W is a multiple of the process count, and
+    what the exchange needs (sharded IST: the sampler and the spec). Installs `abort_on_error`.
+
+    Args:
+      algorithm: from `istjax.ist`, `istjax.data_parallel`, `istjax.local_sgd` or any factory declaring an exchange.
+      mode: ``"parameter_server"`` or ``"sharded"``.
+      comm: an mpi4py communicator (default ``COMM_WORLD``).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: choose one of {MODES} (--config.mpi_mode).")
+    builders = {("subnetworks", "parameter_server"): _server, ("subnetworks", "sharded"): _sharded,
+                ("replicas", "parameter_server"): _replicas, ("replicas", "sharded"): _replicas,
+                ("gradients", "parameter_server"): _replicas, ("gradients", "sharded"): _replicas}
+    if (algorithm.exchange, mode) not in builders:
+        raise ValueError(f"algorithm {algorithm.name!r} declares exchange={algorithm.exchange!r}, which the MPI "
+                         f"runtime does not know; exchanges: subnetworks, replicas, gradients.")
+    comm = _world() if comm is None else comm
+    n, r = comm.Get_size(), comm.Get_rank()
+    lanes = check_fit(algorithm.num_workers, n)
+    abort_on_error()
+    rt = MPIRuntime(algorithm=algorithm, mode=mode, rank=r, size=n, workers_per_rank=lanes, comm=comm)
+    builders[algorithm.exchange, mode](rt)
+    return rt
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Exchange steps: single-device jitted functions around mpi4jax collectives.
+
+
+class _Exchange:
+    def __init__(self, comm):
+        import mpi4jax  # late: needs MPI
+        from mpi4py import MPI
+
+        self.comm = comm
+        c = comm
+        self.alltoall = jax.jit(lambda t: jax.tree.map(lambda x: mpi4jax.alltoall(x, comm=c), t))
+        self.scatter = jax.jit(lambda t: jax.tree.map(lambda x: mpi4jax.scatter(x, ROOT, comm=c), t))
+        self.gather = jax.jit(lambda t: jax.tree.map(lambda x: mpi4jax.gather(x, ROOT, comm=c), t))
+        self.allreduce = jax.jit(lambda t: jax.tree.map(lambda x: mpi4jax.allreduce(x, op=MPI.SUM, comm=c), t))
+
+        def allreduce_sum(x):  # for use inside a traced function
+            return mpi4jax.allreduce(x, op=MPI.SUM, comm=c)
+
+        self.allreduce_traced = allreduce_sum
 
 
 def _next_key(key):
@@ -194,15 +274,10 @@ def _next_key(key):
 
 
 def _summary(metrics_LxK: dict, comm) -> dict:
-    """Per-lane means of this rank's workers, allgathered; the same dict on every rank."""
-    lane = {k: np.asarray(jnp.mean(v, axis=1)) for k, v in metrics_LxK.items()}
-    everyone = comm.allgather(lane)
-    per_worker = {k: np.concatenate([d[k] for d in everyone]) for k in lane}
-    out = {"train_loss": float(per_worker["loss"].mean()), "worker_loss": per_worker["loss"]}
-    for k, v in per_worker.items():
-        if k != "loss":
-            out[f"train_{k}"] = float(v.mean())
-    return out
+    """`istjax.core.state.summarize` of every worker's metrics, allgathered; the same dict on every rank."""
+    mine = {k: np.asarray(v) for k, v in metrics_LxK.items()}
+    everyone = comm.allgather(mine)
+    return {k: np.asarray(v) for k, v in summarize({k: np.concatenate([d[k] for d in everyone]) for k in mine}).items()}
 
 
 def _split_ranks(tree, n):
@@ -220,58 +295,11 @@ def _mean_of_sum(total, count, like_dtype):
     return (total / count).astype(like_dtype)
 
 
-def mpi_runtime(algorithm: Algorithm, *, mode: str = "parameter_server", comm=None) -> MPIRuntime:
-    """Runs ``algorithm`` on the MPI processes of this job (see the module docstring).
-
-    Validates everything on every rank before compiling: the mode, that W is a multiple of the process count,
-    and (sharded IST) the sampler and the spec. Installs `abort_on_error`.
-
-    Args:
-      algorithm: from `istjax.ist`, `istjax.data_parallel` or `istjax.local_sgd`.
-      mode: ``"parameter_server"`` or ``"sharded"``.
-      comm: an mpi4py communicator (default ``COMM_WORLD``).
-    """
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r}: choose one of {MODES} (--config.mpi_mode).")
-    if algorithm.name not in ("ist", "data_parallel", "local_sgd"):
-        raise ValueError(f"algorithm {algorithm.name!r} has no MPI runtime; use ist, data_parallel or local_sgd.")
-    comm = _world() if comm is None else comm
-    n, r = comm.Get_size(), comm.Get_rank()
-    lanes = check_fit(algorithm.num_workers, n)
-    abort_on_error()
-    build = {"ist": _ist_sharded if mode == "sharded" else _ist_parameter_server,
-             "data_parallel": _data_parallel, "local_sgd": _local_sgd}[algorithm.name]
-    runtime = MPIRuntime(init=None, round=None, gather_params=None, algorithm=algorithm, mode=mode, rank=r, size=n,
-                         workers_per_rank=lanes)
-    build(runtime, comm)
-    return runtime
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Exchange steps: single-device jitted functions around mpi4jax collectives.
-
-
-class _Exchange:
-    def __init__(self, comm):
-        import mpi4jax  # late: needs MPI
-
-        self.comm = comm
-        self.n = comm.Get_size()
-        self.rank = comm.Get_rank()
-        c = comm
-        self.alltoall = jax.jit(lambda t: jax.tree.map(lambda x: mpi4jax.alltoall(x, comm=c), t))
-        self.scatter = jax.jit(lambda t: jax.tree.map(lambda x: mpi4jax.scatter(x, ROOT, comm=c), t))
-        self.gather = jax.jit(lambda t: jax.tree.map(lambda x: mpi4jax.gather(x, ROOT, comm=c), t))
-        from mpi4py import MPI
-
-        self.allreduce = jax.jit(lambda t: jax.tree.map(lambda x: mpi4jax.allreduce(x, op=MPI.SUM, comm=c), t))
-
-
-def _my_rows(batches, runtime):
-    lanes, w = runtime.workers_per_rank, runtime.algorithm.num_workers
+def _my_rows(batches, rt):
+    lanes, w = rt.workers_per_rank, rt.algorithm.num_workers
     lead = {x.shape[0] for x in jax.tree.leaves(batches)}
     if lead == {w}:
-        start = runtime.rank * lanes
+        start = rt.rank * lanes
         return jax.tree.map(lambda x: x[start:start + lanes], batches)
     if lead == {lanes}:
         return batches
@@ -279,84 +307,31 @@ def _my_rows(batches, runtime):
                      f"[W, K, B, ...] (each rank keeps its rows) or this rank's L={lanes} rows [L, K, B, ...].")
 
 
-def _check_batches(batches, runtime):
-    k = runtime.algorithm.local_steps
+def _check_batches(batches, rt):
+    k = rt.algorithm.local_steps
     for path, x in jax.tree_util.tree_flatten_with_path(batches)[0]:
         if np.ndim(x) < 2 or np.shape(x)[1] != k:
             raise ValueError(f"batches{jax.tree_util.keystr(path)} has shape {np.shape(x)}; a round needs "
                              f"[W, K, B, ...] with K = local_steps = {k}.")
 
 
-def _lane_step(algorithm: Algorithm, reset_optimizer: bool):
-    """The device step: this rank's L workers, vmapped (as the simulate backend runs all W)."""
-    opt = algorithm.optimizer
+def _full_batches(batches, rt):
+    """The batches ``collect`` may read (the ``recompute`` policy): all W workers', when this rank was given them."""
+    lead = {x.shape[0] for x in jax.tree.leaves(batches)}
+    return batches if lead == {rt.algorithm.num_workers} else None
 
-    def step(workers: WorkerState, batches_L):
+
+def _lane_step(alg, lanes: int, reset_optimizer: bool, reduce=None):
+    """The device step: this rank's L workers through `map_workers`, as the single-process runtimes run theirs."""
+    run = map_workers(alg.local, lanes, reduce=reduce)
+    opt = alg.optimizer
+
+    def step(workers: WorkerState, batches_L, shared):
         if reset_optimizer:
-            workers = WorkerState(workers.params, jax.vmap(opt.init)(workers.params))
-        return jax.vmap(algorithm.local, axis_name=WORKERS)(workers, batches_L)
+            workers = workers._replace(opt_state=jax.vmap(opt.init)(workers.params))
+        return run(workers, batches_L, shared)
 
     return jax.jit(step)
-
-
-def _is_carry(algorithm: Algorithm) -> bool:
-    abstract = jax.eval_shape(algorithm.init, jax.random.key(0))
-    return bool(jax.tree.leaves(abstract.opt_state))
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# IST, parameter server.
-
-
-def _ist_parameter_server(rt: MPIRuntime, comm):
-    alg = rt.algorithm
-    x = _Exchange(comm)
-    n, lanes, root = rt.size, rt.workers_per_rank, rt.rank == ROOT
-    carry = _is_carry(alg)
-    abstract_state = jax.eval_shape(alg.init, jax.random.key(0))
-    abstract_workers, _ = jax.eval_shape(alg.distribute, abstract_state)
-    mine = WorkerState(abstract_workers.params, abstract_workers.opt_state if carry else ())
-    template = jax.tree.map(lambda s: jnp.zeros((lanes,) + s.shape[1:], s.dtype), mine)  # non-root scatter input
-    distribute, collect = jax.jit(alg.distribute), jax.jit(alg.collect)
-    train = _lane_step(alg, reset_optimizer=not carry)
-
-    def init(key):
-        state = jax.jit(alg.init)(key)
-        return state if root else TrainState((), (), state.key, state.round)
-
-    def round_fn(state, batches):
-        _check_batches(batches, rt)
-        batches = _my_rows(batches, rt)
-        traffic = Traffic()
-        if root:
-            workers, plan = distribute(state)
-            send = _split_ranks(WorkerState(workers.params, workers.opt_state if carry else ()), n)
-            rt._track(state, send)
-        else:
-            send = template
-        got = x.scatter(send)  # [L, ...]: this rank's workers' sub-networks
-        traffic.add(received=got.params, leaf_paths=True)
-        traffic.add(received=got.opt_state)
-        trained, metrics = train(got, batches)
-        back = WorkerState(trained.params, trained.opt_state if carry else ())
-        traffic.add(sent=back.params, leaf_paths=True)
-        traffic.add(sent=back.opt_state)
-        gathered = x.gather(back)  # root: [N, L, ...]
-        rt._track(got, trained)
-        if root:
-            workers = _join_ranks(gathered)
-            if not carry:
-                workers = WorkerState(workers.params, ())
-            rt._track(gathered)
-            state = collect(state, workers, plan)
-        else:
-            state = TrainState((), (), _next_key(state.key), state.round + 1)
-        return state, _finish(rt, traffic, metrics, comm)
-
-    def gather_params(state):
-        return state.params if root else None
-
-    rt.init, rt.round, rt.gather_params = init, round_fn, gather_params
 
 
 def _finish(rt: MPIRuntime, traffic: Traffic, metrics, comm) -> dict:
@@ -367,15 +342,127 @@ def _finish(rt: MPIRuntime, traffic: Traffic, metrics, comm) -> dict:
     return out
 
 
+def _moved(workers: WorkerState, carry: bool) -> WorkerState:
+    """What crosses MPI of a worker's state: a reset optimizer state is rebuilt on the worker, not sent."""
+    return workers if carry else workers._replace(opt_state=())
+
+
 # ----------------------------------------------------------------------------------------------------------------
-# IST, sharded.
+# "subnetworks", parameter server.
+
+
+def _server(rt: MPIRuntime):
+    alg, comm = rt.algorithm, rt.comm
+    x = _Exchange(comm)
+    n, lanes, root = rt.size, rt.workers_per_rank, rt.rank == ROOT
+    carry = alg.carries_optimizer_state
+    abstract_state = jax.eval_shape(alg.init, jax.random.key(0))
+    abstract_workers, _ = jax.eval_shape(alg.distribute, abstract_state)
+    template = jax.tree.map(lambda s: jnp.zeros((lanes,) + s.shape[1:], s.dtype), _moved(abstract_workers, carry))
+    distribute, collect = jax.jit(alg.distribute), jax.jit(alg.collect)
+    train = _lane_step(alg, lanes, reset_optimizer=not carry)
+
+    def init(key):
+        state = jax.jit(alg.init)(key)
+        return state if root else TrainState((), (), (), state.key, state.round)
+
+    def round_fn(state, batches, shared=None):
+        _check_batches(batches, rt)
+        full, batches = _full_batches(batches, rt), _my_rows(batches, rt)
+        traffic = Traffic()
+        if root:
+            workers, plan = distribute(state)
+            send = _split_ranks(_moved(workers, carry), n)
+            rt._track(state, send)
+        else:
+            send = template
+        got = x.scatter(send)  # [L, ...]: this rank's workers' states
+        traffic.add(received=got.params, leaf_paths=True)
+        traffic.add(received=(got.model_state, got.opt_state))
+        trained, metrics = train(got, batches, shared)
+        back = _moved(trained, carry)
+        traffic.add(sent=back.params, leaf_paths=True)
+        traffic.add(sent=(back.model_state, back.opt_state))
+        gathered = x.gather(back)  # root: [N, L, ...]
+        rt._track(got, trained)
+        if root:
+            rt._track(gathered)
+            state = collect(state, _join_ranks(gathered), plan, full, shared)
+        else:
+            state = TrainState((), (), (), _next_key(state.key), state.round + 1)
+        return state, _finish(rt, traffic, metrics, comm)
+
+    rt.init, rt.round, rt.gather = init, round_fn, (lambda state: state if root else None)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# "replicas" and "gradients": every rank holds the global state; the workers' results are summed across ranks.
+
+
+def _replicas(rt: MPIRuntime):
+    alg, comm = rt.algorithm, rt.comm
+    x = _Exchange(comm)
+    n, lanes, me, w = rt.size, rt.workers_per_rank, rt.rank, alg.num_workers
+    carry = alg.carries_optimizer_state
+    gradients = alg.exchange == "gradients"
+    counted: list[PyTree] = []  # buffers the compiled local phase hands to MPI, recorded when it is traced
+    in_step = {"bytes": 0}  # per worker per round, from the recorded buffers
+
+    def reduce(grads, axis_name):  # the mean over all W workers: over this rank's lanes, then across ranks
+        counted.append(grads)
+        total = jax.tree.map(x.allreduce_traced, grads)  # [per worker]: one buffer per worker
+        return jax.tree.map(lambda g: jax.lax.pmean(g, axis_name) / n, total) if axis_name else \
+            jax.tree.map(lambda g: g / n, total)
+
+    train = _lane_step(alg, lanes, reset_optimizer=False, reduce=reduce if gradients else None)
+
+    @jax.jit
+    def start(state):
+        workers, plan = alg.distribute(state)  # every rank computes the same workers; keep this rank's
+        return jax.tree.map(lambda v: jax.lax.dynamic_slice_in_dim(v, me * lanes, lanes), workers), plan
+
+    @jax.jit
+    def finish(state, workers, sums, plan, batches, shared):
+        if gradients:  # params and optimizer states agree already; average the model state
+            workers = workers._replace(model_state=jax.tree.map(lambda s: s / n, sums))
+        else:  # collect averages its workers: these L sums over ranks, / N, average to the mean over all W
+            workers = jax.tree.map(lambda s: s / n, sums)
+        return alg.collect(state, workers, plan, batches, shared)
+
+    def init(key):
+        return jax.jit(alg.init)(key)
+
+    def round_fn(state, batches, shared=None):
+        _check_batches(batches, rt)
+        full, batches = _full_batches(batches, rt), _my_rows(batches, rt)
+        traffic = Traffic()
+        workers, plan = start(state)
+        counted.clear()
+        trained, metrics = train(workers, batches, shared)
+        if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K allreduces
+            in_step["bytes"] = alg.local_steps * sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(counted))
+        out = trained.model_state if gradients else _moved(trained, carry)
+        traffic.add(sent=out, received=out)
+        traffic.sent += in_step["bytes"] * lanes
+        traffic.received += in_step["bytes"] * lanes
+        sums = x.allreduce(out)  # [L, ...] summed over ranks; one buffer per worker
+        rt._track(state, trained, sums)
+        state = finish(state, trained, sums, plan, full, shared)
+        return state, _finish(rt, traffic, metrics, comm)
+
+    rt.init, rt.round = init, round_fn
+    rt.gather = lambda state: state if rt.rank == ROOT else None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# "subnetworks", sharded.
 
 
 def _owner_axis(leaf: LeafSpec) -> Optional[int]:
     return leaf.partitioned_axes[0] if not leaf.shared else None
 
 
-def _check_sharded(alg: Algorithm, n: int):
+def _check_sharded(alg, n: int):
     want = f"stratified{n}"
     if alg.sampler is None or alg.sampler.name != want:
         got = None if alg.sampler is None else alg.sampler.name
@@ -383,27 +470,35 @@ def _check_sharded(alg: Algorithm, n: int):
             f"mode='sharded' with {n} processes needs the partition sampler istjax.stratified(num_owners={n}) (so each "
             f"round's exchange is a fixed-size all-to-all); the algorithm samples with {got!r}. Build it with "
             f"istjax.ist(..., sampler=istjax.stratified(num_owners={n})), or use mode='parameter_server'.")
-    if _is_carry(alg):
+    if alg.carries_optimizer_state:
         raise ValueError("mode='sharded' supports optimizer_state='reset' only (a carried optimizer state would be "
                          "sharded like the parameters; not implemented). Use optimizer_state='reset' or "
                          "mode='parameter_server'.")
-    for path, leaf in jax.tree_util.tree_flatten_with_path(alg.task.spec.leaves)[0]:
+    if alg.model_state_policy == "recompute" and alg.task.has_state:
+        raise ValueError("mode='sharded' supports model_state='carry' only (recomputing statistics needs the whole "
+                         "model on one process). Use model_state='carry' or mode='parameter_server'.")
+    for path, leaf in jax.tree_util.tree_flatten_with_path(_sharded_spec(alg))[0]:
         a = _owner_axis(leaf)
         if a is not None and leaf.axes[a].tiles != 1:
-            raise ValueError(f"parameter {path_str(path)!r}: its first partitioned axis holds {leaf.axes[a].tiles} "
-                             f"tiles of group {leaf.axes[a].group!r}; mode='sharded' needs tiles == 1 there. Use "
+            raise ValueError(f"{path_str(path)!r}: its first partitioned axis holds {leaf.axes[a].tiles} tiles of "
+                             f"group {leaf.axes[a].group!r}; mode='sharded' needs tiles == 1 there. Use "
                              f"mode='parameter_server'.")
 
 
-def _ist_sharded(rt: MPIRuntime, comm):
-    alg = rt.algorithm
+def _sharded_spec(alg) -> dict:
+    """One spec tree over ``{"params": ..., "model_state": ...}``: both are owned and exchanged alike."""
+    return {"params": alg.task.spec.leaves, "model_state": alg.task.state_spec.leaves}
+
+
+def _sharded(rt: MPIRuntime):
+    alg, comm = rt.algorithm, rt.comm
     n, me, lanes, w = rt.size, rt.rank, rt.workers_per_rank, alg.num_workers
     _check_sharded(alg, n)
     x = _Exchange(comm)
-    spec, sampler = alg.task.spec, alg.sampler
-    sizes = dict(spec.group_sizes)
-    leaves_spec = spec.leaves
-    train = _lane_step(alg, reset_optimizer=True)
+    sampler = alg.sampler
+    sizes = dict(alg.task.spec.group_sizes)
+    leaves_spec = _sharded_spec(alg)
+    train = _lane_step(alg, lanes, reset_optimizer=True)
 
     def shard_of(leaf: LeafSpec, v, owner):
         a = _owner_axis(leaf)
@@ -423,11 +518,14 @@ def _ist_sharded(rt: MPIRuntime, comm):
         return LeafSpec(axes), part, {**sizes, _OWNED: shard}
 
     def init(key):
-        key, init_key = jax.random.split(key)
         # One jit: XLA computes only this rank's slice of every initialiser (the full leaves are never outputs).
-        params = jax.jit(lambda k: jax.tree.map(lambda s, v: shard_of(s, v, me), leaves_spec, alg.task.init(k)))(
-            init_key)
-        return TrainState(params, (), key, jnp.zeros((), jnp.int32))
+        def owned(k):
+            full = alg.init(k)
+            mine = jax.tree.map(lambda s, v: shard_of(s, v, me), leaves_spec,
+                                {"params": full.params, "model_state": full.model_state})
+            return TrainState(mine["params"], mine["model_state"], (), full.key, full.round)
+
+        return jax.jit(owned)(key)
 
     @jax.jit
     def outbound(state):
@@ -441,10 +539,10 @@ def _ist_sharded(rt: MPIRuntime, comm):
             s, part, sz = owned_view(leaf, p)
             return _split_ranks(extract_leaf(v, s, part, sz, w), n)  # [N(dest rank), L, ..per.., ...]
 
-        return key, p, jax.tree.map(piece, leaves_spec, state.params)
+        return key, p, jax.tree.map(piece, leaves_spec, {"params": state.params, "model_state": state.model_state})
 
     @jax.jit
-    def assemble(params, received):
+    def assemble(tree, received):
         """[N(owner), L, ..., per@a, ...] -> [L, ..., N*per@a, ...]; shared leaves broadcast to [L, ...]."""
 
         def one(leaf, v, got):
@@ -454,7 +552,7 @@ def _ist_sharded(rt: MPIRuntime, comm):
             moved = jnp.moveaxis(got, 0, a)  # [L, ..., N, per, ...]
             return moved.reshape(moved.shape[:a] + (moved.shape[a] * moved.shape[a + 1],) + moved.shape[a + 2:])
 
-        return jax.tree.map(one, leaves_spec, params, received)
+        return jax.tree.map(one, leaves_spec, tree, received)
 
     @jax.jit
     def outgoing(sub):
@@ -470,36 +568,38 @@ def _ist_sharded(rt: MPIRuntime, comm):
         return jax.tree.map(one, leaves_spec, sub)
 
     @jax.jit
-    def write_back(state, p, key, returned, shared_sums):
+    def write_back(state, p, key, returned, common_sums):
         def one(leaf, v, got, total):
             if leaf.shared:
                 return _mean_of_sum(jnp.sum(total, axis=0), w, v.dtype)
             s, part, sz = owned_view(leaf, p)
             return merge_leaf(v, _join_ranks(got), s, part, sz, disjoint=True)
 
-        params = jax.tree.map(one, leaves_spec, state.params, returned, shared_sums)
-        return TrainState(params, (), key, state.round + 1)
+        tree = jax.tree.map(one, leaves_spec, {"params": state.params, "model_state": state.model_state}, returned,
+                            common_sums)
+        return TrainState(tree["params"], tree["model_state"], (), key, state.round + 1)
 
-    def round_fn(state, batches):
+    def round_fn(state, batches, shared=None):
         _check_batches(batches, rt)
         batches = _my_rows(batches, rt)
         traffic = Traffic()
         key, p, pieces = outbound(state)
         received = x.alltoall(pieces)
         traffic.add(received=received, leaf_paths=True)
-        sub = assemble(state.params, received)
-        trained, metrics = train(WorkerState(sub, ()), batches)
-        back = outgoing(trained.params)
+        sub = assemble({"params": state.params, "model_state": state.model_state}, received)
+        trained, metrics = train(WorkerState(sub["params"], sub["model_state"], ()), batches, shared)
+        trained_tree = {"params": trained.params, "model_state": trained.model_state}
+        back = outgoing(trained_tree)
         traffic.add(sent=back, leaf_paths=True)
         returned = x.alltoall(back)
-        shared = jax.tree.map(lambda leaf, v: v if leaf.shared else None, leaves_spec, trained.params)
-        traffic.add(sent=shared, received=shared, leaf_paths=True)  # allreduce: in and out, one buffer per worker
-        shared_sums = x.allreduce(shared)
+        common = jax.tree.map(lambda leaf, v: v if leaf.shared else None, leaves_spec, trained_tree)
+        traffic.add(sent=common, received=common, leaf_paths=True)  # allreduce: in and out, one buffer per worker
+        common_sums = x.allreduce(common)
         rt._track(state, pieces, received, sub, trained, back, returned)
-        state = write_back(state, p, key, returned, shared_sums)
+        state = write_back(state, p, key, returned, common_sums)
         return state, _finish(rt, traffic, metrics, comm)
 
-    def gather_params(state):
+    def gather(state):
         def one(leaf, v):
             got = x.gather(v)  # root: [N, ...]
             if me != ROOT:
@@ -508,107 +608,13 @@ def _ist_sharded(rt: MPIRuntime, comm):
                 return got[0]  # replicas agree (averaged by an allreduce)
             return jnp.concatenate(list(got), axis=_owner_axis(leaf))
 
-        full = jax.tree.map(one, leaves_spec, state.params)
-        return full if me == ROOT else None
+        full = jax.tree.map(one, leaves_spec, {"params": state.params, "model_state": state.model_state})
+        if me != ROOT:
+            return None
+        return TrainState(full["params"], full["model_state"], (), state.key, state.round)
 
-    rt.init, rt.round, rt.gather_params = init, round_fn, gather_params
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Replicated algorithms: local SGD (allreduce of parameters per round), data parallel (of gradients per step).
+    rt.init, rt.round, rt.gather = init, round_fn, gather
 
 
-def _replicated_init(alg):
-    init = jax.jit(alg.init)
-    return lambda key: init(key)
-
-
-def _local_sgd(rt: MPIRuntime, comm):
-    alg = rt.algorithm
-    x, lanes, w = _Exchange(comm), rt.workers_per_rank, alg.num_workers
-    carry = _is_carry(alg)
-    train = _lane_step(alg, reset_optimizer=not carry)
-
-    @jax.jit
-    def start(state):
-        bcast = lambda t: jax.tree.map(lambda v: jnp.broadcast_to(v, (lanes,) + v.shape), t)
-        return WorkerState(bcast(state.params), bcast(state.opt_state) if carry else ())
-
-    @jax.jit
-    def finish(state, sums):
-        mean = lambda t, like: jax.tree.map(lambda s, v: _mean_of_sum(jnp.sum(s, axis=0), w, v.dtype), t, like)
-        opt = mean(sums.opt_state, state.opt_state) if carry else ()
-        return TrainState(mean(sums.params, state.params), opt, _next_key(state.key), state.round + 1)
-
-    def round_fn(state, batches):
-        _check_batches(batches, rt)
-        batches = _my_rows(batches, rt)
-        traffic = Traffic()
-        trained, metrics = train(start(state), batches)
-        out = WorkerState(trained.params, trained.opt_state if carry else ())
-        traffic.add(sent=out, received=out)
-        sums = x.allreduce(out)
-        rt._track(state, trained, sums)
-        return finish(state, sums), _finish(rt, traffic, metrics, comm)
-
-    rt.init, rt.round = _replicated_init(alg), round_fn
-    rt.gather_params = lambda state: state.params if rt.rank == ROOT else None
-
-
-def _data_parallel(rt: MPIRuntime, comm):
-    alg = rt.algorithm
-    x, w = _Exchange(comm), alg.num_workers
-    loss_fn, opt = alg.task.loss_fn(None), alg.optimizer
-
-    @jax.jit
-    def grads(params, batch_L):
-        """Every lane's loss, metrics and gradients at the shared params: `[L, ...]`."""
-        (loss, aux), g = jax.vmap(jax.value_and_grad(loss_fn, has_aux=True), in_axes=(None, 0))(params, batch_L)
-        return g, {"loss": loss, **aux}
-
-    @jax.jit
-    def apply(state_params, opt_state, sums):
-        import optax
-
-        g = jax.tree.map(lambda s: jnp.sum(s, axis=0) / w, sums)
-        with jax.numpy_dtype_promotion("standard"):  # as istjax.local_train: optax mixes Python floats and ints
-            updates, opt_state = opt.update(g, opt_state, state_params)
-        return optax.apply_updates(state_params, updates), opt_state
-
-    def round_fn(state, batches):
-        _check_batches(batches, rt)
-        batches = _my_rows(batches, rt)
-        traffic = Traffic()
-        params, opt_state = state.params, state.opt_state
-        steps = []
-        for k in range(alg.local_steps):
-            g, m = grads(params, jax.tree.map(lambda v: v[:, k], batches))
-            traffic.add(sent=g, received=g)
-            sums = x.allreduce(g)  # [L, ...] summed over ranks; one buffer per worker
-            params, opt_state = apply(params, opt_state, sums)
-            steps.append(m)
-            rt._track(g, sums)
-        metrics = jax.tree.map(lambda *s: jnp.stack(s, axis=1), *steps)  # [L, K]
-        rt._track(params)
-        state = TrainState(params, opt_state, _next_key(state.key), state.round + 1)
-        return state, _finish(rt, traffic, metrics, comm)
-
-    rt.init, rt.round = _replicated_init(alg), round_fn
-    rt.gather_params = lambda state: state.params if rt.rank == ROOT else None
-
-
-def _refuse_as_backend(**_):
-    raise ValueError(
-        "backend='mpi' wraps a whole algorithm rather than its round: build the algorithm with backend='simulate', "
-        "then runtime = istjax.distributed.mpi_runtime(algorithm, mode='parameter_server' or 'sharded') on every rank "
-        "and use runtime.init / runtime.round / runtime.gather_params (or runtime.as_algorithm()).")
-
-
-def _register():
-    import istjax.runtimes.base as backends
-
-    backends.register(backends.Backend("mpi", _refuse_as_backend,
-                                       "MPI processes (mpiexec): use istjax.distributed.mpi_runtime(algorithm, mode=...)"))
-
-
-_register()
+RUNTIME = Runtime("mpi", build, "workers split across the processes of mpiexec (parameter server or sharded); "
+                                "options: mode='parameter_server' | 'sharded'")

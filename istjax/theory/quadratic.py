@@ -85,6 +85,8 @@ import istjax.algorithms.base as algorithms_lib
 import istjax.core.partition as partition_lib
 import istjax.core.subnet as subnet_lib
 from istjax.core.spec import SubnetSpec, spec_from_table
+from istjax.core.state import WorkerState
+from istjax.core.task import stateless
 
 __all__ = [
     "COORDS",
@@ -254,8 +256,8 @@ def ist_round(problem: Quadratic, x, partition: partition_lib.Partition, *, step
     def worker(u_m, L_mm, b_m):
         batches = {"L": jnp.broadcast_to(L_mm, (local_steps,) + L_mm.shape),
                    "b": jnp.broadcast_to(b_m, (local_steps,) + b_m.shape)}
-        state = algorithms_lib.WorkerState(u_m, optimizer.init(u_m))
-        state, _ = algorithms_lib.local_train(sub_loss, optimizer, state, batches)
+        state = WorkerState(u_m, {}, optimizer.init(u_m))
+        state, _ = algorithms_lib.local_train(stateless(sub_loss), optimizer, state, batches)
         return state.params
 
     trained = jax.vmap(worker)(sub_x, L_own, b_own)  # [n, m]

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import istjax.algorithms.base as algorithms_lib
+from istjax.algorithms.ist import ist
 import istjax.core.partition as partition_lib
 from istjax.core.spec import spec_from_table
 from istjax.core.task import Task
@@ -106,7 +106,7 @@ def relu_regression_task(dim: int, width: int, *, init_scale: float = 1.0,
 
         return loss
 
-    return Task(init, loss_fn, spec)
+    return Task.from_loss(init, loss_fn, spec)
 
 
 def bernoulli(keep_prob: float) -> partition_lib.Sampler:
@@ -160,7 +160,7 @@ def train_curve(data: RegressionData, *, width: int, num_workers: int, local_ste
         sampler = None if keep_prob is None else bernoulli(keep_prob)
         task = relu_regression_task(data.x.shape[1], width, init_scale=init_scale,
                                     output_scale=None if keep_prob is None else 1.0 / keep_prob)
-        alg = algorithms_lib.ist(task, optax.sgd(step_size), num_workers=num_workers, local_steps=local_steps,
+        alg = ist(task, optax.sgd(step_size), num_workers=num_workers, local_steps=local_steps,
                                  sampler=sampler)
         batch = {"x": jnp.asarray(data.x), "y": jnp.asarray(data.y)}
         batches = jax.tree.map(lambda v: jnp.broadcast_to(v, (num_workers, local_steps) + v.shape), batch)

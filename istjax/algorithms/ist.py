@@ -1,0 +1,89 @@
+"""Independent Subnetwork Training as a composition of the core pieces: sample, extract, train locally, merge.
+
+Yuan, Wolfe, Dun, Tang, Kyrillidis, Jermaine, "Distributed Learning of Deep Neural Networks using Independent Subnet
+Training", arXiv 1910.02120.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import jax
+import optax
+
+from istjax.algorithms.base import Algorithm, bind, check_common, finish_round, init_state, local_train
+from istjax.core import partition as partition_lib
+from istjax.core.comm import ist_bytes
+from istjax.core.state import WORKERS, RoundPlan, WorkerState
+from istjax.core.subnet import extract, extract_tree, merge, merge_tree
+from istjax.core.task import Task
+
+__all__ = ["ist"]
+
+
+def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
+        sampler: Optional[partition_lib.Sampler] = None, optimizer_state: str = "reset",
+        model_state: str = "carry", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+    """Independent Subnetwork Training.
+
+    Each round: split the round key, sample a partition of every neuron group among ``num_workers`` workers, extract
+    each worker's sub-network (and its slice of the model state), train it for ``local_steps`` steps on the worker's
+    batches, merge the sub-networks back (partitioned weights written in place, or averaged by count where the
+    sampler overlaps; shared weights averaged).
+
+    Args:
+      task: the network (`istjax.classifier` builds one from a Flax module).
+      optimizer: any optax transformation, applied by every worker to its sub-network.
+      num_workers: W.
+      local_steps: K, optimizer steps per round.
+      sampler: the partition strategy (default `istjax.uniform()`; `istjax.per_group` for one per neuron group).
+      optimizer_state: ``"reset"`` (each worker starts every round from ``optimizer.init``) or ``"carry"`` (the
+        global optimizer state is extracted and merged with the parameters).
+      model_state: ``"carry"`` (running statistics extracted and merged like the parameters they belong to) or
+        ``"recompute"`` (recomputed on the merged model after every round).
+      backend: a runtime name (``"simulate"``, ``"devices"``, ``"mpi"``) or an `istjax.runtimes.Runtime`.
+      **backend_options: passed to the runtime (e.g. ``mode="sharded"`` for ``"mpi"``).
+    """
+    check_common(task, num_workers, local_steps, optimizer_state, model_state)
+    sampler = sampler or partition_lib.uniform()
+    spec, state_spec = task.spec, task.state_spec
+    if not spec.group_sizes:
+        raise ValueError("ist(): the task's spec has no neuron group, so every weight is shared and IST would be "
+                         "local SGD. Map a logical axis to a group in the rules (e.g. {'hidden_0': 'hidden_0'}), or "
+                         "use istjax.local_sgd.")
+    slots = sampler.slots(spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
+    disjoint = partition_lib.disjoint_groups(sampler, spec.group_sizes)
+    loss = task.train_loss(slots)
+    abstract_params = jax.eval_shape(task.init, jax.random.key(0))
+    params_treedef = jax.tree.structure(abstract_params)
+    carry = optimizer_state == "carry"
+
+    def distribute(state):
+        key, round_key = jax.random.split(state.key)
+        p = sampler.sample(round_key, spec.group_sizes, num_workers)
+        sub = extract(state.params, p, spec)
+        sub_state = extract(state.model_state, p, state_spec)
+        opt = extract_tree(state.opt_state, params_treedef, p, spec) if carry else jax.vmap(optimizer.init)(sub)
+        return WorkerState(sub, sub_state, opt), RoundPlan(key, p)
+
+    def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally
+        del axis_name, reduce
+        return local_train(loss, optimizer, worker, batches_K, shared)
+
+    def collect(state, workers, plan, batches=None, shared=None):
+        p = plan.partition
+        params = merge(state.params, workers.params, p, spec, disjoint=disjoint)
+        model_state = merge(state.model_state, workers.model_state, p, state_spec, disjoint=disjoint)
+        opt_state = (merge_tree(state.opt_state, workers.opt_state, params_treedef, p, spec, disjoint=disjoint)
+                     if carry else ())
+        return finish_round(task, model_state_policy, state, params, model_state, opt_state, plan.key, batches, shared)
+
+    model_state_policy = model_state
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params) if carry else ()
+    abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
+    comm = ist_bytes(abstract_params, abstract_opt, params_treedef, spec, slots, abstract_state, state_spec)
+    algorithm = Algorithm(init=init_state(task, optimizer, carry), round=None, distribute=distribute, local=local,
+                          collect=collect, name="ist", num_workers=num_workers, local_steps=local_steps, comm=comm,
+                          task=task, optimizer=optimizer, sampler=sampler, exchange="subnetworks",
+                          carries_optimizer_state=carry, model_state_policy=model_state)
+    return bind(algorithm, backend, **backend_options)

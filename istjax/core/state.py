@@ -1,0 +1,103 @@
+"""The state a round carries, and the few tree helpers every algorithm and runtime shares.
+
+A round is ``distribute -> local (per worker) -> collect`` (see `istjax.algorithms`); these are the values that flow
+between those pieces. Stacks of workers carry a leading `[W]` axis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from istjax.core.partition import Partition
+
+__all__ = [
+    "WORKERS",
+    "TrainState",
+    "WorkerState",
+    "RoundPlan",
+    "summarize",
+    "worker_mean",
+    "broadcast_workers",
+    "first_worker",
+]
+
+PyTree = Any
+
+# The axis name a runtime binds to the workers it maps over (data parallel's `lax.pmean` reduces over it).
+WORKERS = "workers"
+
+
+class TrainState(NamedTuple):
+    """The whole training state; a pytree, so it jits, checkpoints and moves between devices as one value.
+
+    Attributes:
+      params: global parameters.
+      model_state: global non-parameter model state: Flax collections other than ``params`` (e.g. BatchNorm's
+        ``batch_stats``); ``{}`` for a model without any.
+      opt_state: global optimizer state; ``()`` when the optimizer state is reset every round.
+      key: PRNG key; each round splits it into the next state's key and the round's key.
+      round: `[]` int32, rounds completed.
+    """
+
+    params: PyTree
+    model_state: PyTree
+    opt_state: PyTree
+    key: jax.Array
+    round: jax.Array
+
+
+class WorkerState(NamedTuple):
+    """What a worker trains: its (sub-)parameters, (sub-)model state and optimizer state. Stacked on `[W]`."""
+
+    params: PyTree
+    model_state: PyTree
+    opt_state: PyTree
+
+
+class RoundPlan(NamedTuple):
+    """What ``distribute`` decided and ``collect`` needs: the next key and (IST) the round's partition."""
+
+    key: jax.Array
+    partition: Optional[Partition]
+
+
+def summarize(metrics_WxK: dict) -> dict:
+    """Round metrics from per-worker, per-step ones (leaves `[W, K]`).
+
+    Returns ``train_loss`` (mean over workers and steps), ``worker_loss`` `[W]` (each worker's mean over its K
+    steps) and ``train_<name>`` (the mean) for every other metric.
+    """
+    out = {"train_loss": jnp.mean(metrics_WxK["loss"]), "worker_loss": jnp.mean(metrics_WxK["loss"], axis=1)}
+    for k, v in metrics_WxK.items():
+        if k != "loss":
+            out[f"train_{k}"] = jnp.mean(v)
+    return out
+
+
+def worker_mean(tree_W: PyTree, like: PyTree = None) -> PyTree:
+    """The mean over the leading `[W]` axis of every leaf, in the dtype of ``like`` (default: the leaf's own).
+
+    Integer leaves (e.g. an optimizer's step count) are rounded back to integers.
+    """
+
+    def mean(x, ref):
+        dtype = jnp.asarray(ref).dtype
+        m = jnp.mean(x, axis=0)
+        return jnp.round(m).astype(dtype) if jnp.issubdtype(dtype, jnp.integer) else m.astype(dtype)
+
+    if like is None:
+        return jax.tree.map(lambda x: mean(x, x), tree_W)
+    return jax.tree.map(mean, tree_W, like)
+
+
+def broadcast_workers(tree: PyTree, num_workers: int) -> PyTree:
+    """Every leaf ``[...]`` as ``[W, ...]`` copies (a broadcast, not a materialised copy, until XLA needs one)."""
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_workers,) + jnp.shape(x)), tree)
+
+
+def first_worker(tree_W: PyTree) -> PyTree:
+    """Worker 0's slice of every leaf (replicas that agree by construction)."""
+    return jax.tree.map(lambda x: x[0], tree_W)

@@ -1,0 +1,170 @@
+"""The dataset container every loader returns, and the standardisation it guarantees.
+
+Contract
+--------
+Every loader returns a :class:`Dataset` whose features are ``float32`` and
+standardised per feature with *train* statistics (zero mean, unit variance;
+features that are constant on the training set are centred and left at 0),
+and whose labels are ``int32`` in ``[0, num_classes)``.  Loaders never touch
+the network (the shipped ones are in :mod:`istjax.data.builtin`, the registry
+in :mod:`istjax.data.registry`).  Loaded arrays are cached in memory and
+returned read-only, so callers must copy before mutating.
+
+Also here: `_check_positive`, the integer-argument check used by the loaders
+and the batching plan (:mod:`istjax.data.batching`), and `_cache_dir`, the
+on-disk cache root of generated datasets.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import pathlib
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+__all__ = [
+    "Dataset",
+    "standardize",
+]
+
+
+class Dataset(NamedTuple):
+    """A classification dataset with standardised features.
+
+    Fields:
+      name: dataset name, one of :data:`istjax.data.registry.DATASETS` (or `tfds:<name>`).
+      train_x: `[N, ...] float32`, standardised with train statistics.
+      train_y: `[N] int32` in `[0, num_classes)`.
+      test_x: `[M, ...] float32`, standardised with *train* statistics.
+      test_y: `[M] int32`.
+      num_classes: number of classes.
+      shared: inputs every worker reads each round (a graph, an adjacency, a lookup
+        table), passed to a round once and never stacked per worker; None for
+        ordinary datasets.
+    """
+
+    name: str
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    num_classes: int
+    shared: Optional[dict] = None
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one example, `train_x.shape[1:]`."""
+        return tuple(self.train_x.shape[1:])
+
+    @property
+    def num_features(self) -> int:
+        """Number of scalar features per example, `prod(input_shape)`."""
+        return int(np.prod(self.input_shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset(name={self.name!r}, train_x={self.train_x.shape}, "
+            f"test_x={self.test_x.shape}, num_classes={self.num_classes})"
+        )
+
+
+def _train_moments(x: np.ndarray, chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and std of `x: [N, ...]`, float64, without a full temp.
+
+    Merges per-chunk moments (Chan et al.) so a `[20000, 4096]` float32 array
+    never needs a float64 copy.  Returns `(mean, std)` each of shape `x.shape[1:]`.
+    """
+    n_total = 0
+    mean = np.zeros(x.shape[1:], np.float64)
+    m2 = np.zeros(x.shape[1:], np.float64)
+    for start in range(0, x.shape[0], chunk):
+        c = np.asarray(x[start : start + chunk], np.float64)
+        n_c = c.shape[0]
+        mean_c = c.mean(0)
+        m2_c = ((c - mean_c) ** 2).sum(0)
+        n_new = n_total + n_c
+        delta = mean_c - mean
+        mean = mean + delta * (n_c / n_new)
+        m2 = m2 + m2_c + delta**2 * (n_total * n_c / n_new)
+        n_total = n_new
+    return mean, np.sqrt(m2 / max(n_total, 1))
+
+
+def standardize(
+    train_x: np.ndarray, test_x: np.ndarray, eps: float = 1e-8, *, copy: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Standardise features with train statistics.
+
+    Args:
+      train_x: `[N, ...]` any real dtype.
+      test_x: `[M, ...]`, same trailing shape as `train_x`.
+      eps: features whose train std is `<= eps` are only centred (std taken as 1).
+      copy: if False, writable `float32` inputs are standardised in place.
+
+    Returns:
+      `(train_x, test_x)` as `float32` arrays (new unless `copy=False`), train
+      having zero mean and unit variance per non-constant feature.
+    """
+    if train_x.shape[1:] != test_x.shape[1:]:
+        raise ValueError(
+            f"test_x has example shape {test_x.shape[1:]} but train_x has "
+            f"{train_x.shape[1:]}; both splits must have the same feature shape."
+        )
+    if train_x.shape[0] < 1:
+        raise ValueError("train_x has 0 examples; need at least 1 to compute statistics.")
+    mean, std = _train_moments(train_x)
+    std = np.where(std > eps, std, 1.0)
+    mean32, inv32 = mean.astype(np.float32), (1.0 / std).astype(np.float32)
+
+    def apply(x: np.ndarray) -> np.ndarray:
+        out = np.array(x, dtype=np.float32, copy=True if copy else None)
+        if not out.flags.writeable:
+            out = out.copy()
+        out -= mean32
+        out *= inv32
+        return out
+
+    return apply(train_x), apply(test_x)
+
+
+def _finalise(
+    name: str,
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    num_classes: int,
+    *,
+    owned: bool = False,
+) -> Dataset:
+    """Standardise, cast to `float32`/`int32`, freeze and wrap in a Dataset.
+
+    `owned=True` lets freshly generated float32 features be standardised in place.
+    """
+    train_x, test_x = standardize(train_x, test_x, copy=not owned)
+    arrays = [train_x, np.asarray(train_y, np.int32), test_x, np.asarray(test_y, np.int32)]
+    for a in arrays:
+        a.flags.writeable = False
+    return Dataset(name, *arrays, num_classes=int(num_classes))
+
+
+def _check_positive(field: str, value: Any, minimum: int = 1) -> int:
+    """Return `value` as an int, raising a ValueError naming `field` if < minimum."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise ValueError(
+            f"{field}={value!r} must be an integer >= {minimum}; pass an int."
+        ) from None
+    if v < minimum:
+        raise ValueError(f"{field}={v} must be >= {minimum}; pass {field}>={minimum}.")
+    return v
+
+
+def _cache_dir() -> pathlib.Path:
+    """On-disk cache root: `$ISTJAX_CACHE_DIR` or `~/.cache/istjax`."""
+    return pathlib.Path(
+        os.environ.get("ISTJAX_CACHE_DIR", pathlib.Path.home() / ".cache" / "istjax")
+    )

@@ -1,0 +1,64 @@
+"""The dataset registry: :data:`DATASETS` and :func:`load_dataset`, which loads one by name.
+
+Names are the shipped loaders of :mod:`istjax.data.builtin`; ``tfds:<name>``
+dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
+for, since it pulls in tensorflow-datasets).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from istjax.data.builtin import _mnist1d_default_args, load_digits, load_mnist1d, load_synthetic_speech
+from istjax.data.dataset import Dataset
+
+__all__ = [
+    "DATASETS",
+    "load_dataset",
+]
+
+_LOADERS: dict[str, Callable[..., Dataset]] = {
+    "digits": load_digits,
+    "mnist1d": load_mnist1d,
+    "synthetic_speech": load_synthetic_speech,
+}
+DATASETS: tuple[str, ...] = tuple(_LOADERS)
+
+
+def _accepted_kwargs(name: str) -> list[str]:
+    if name == "mnist1d":
+        return sorted([*_mnist1d_default_args(), "disk_cache"])
+    fn = inspect.unwrap(_LOADERS[name])
+    return sorted(inspect.signature(fn).parameters)
+
+
+def load_dataset(name: str, **kwargs: Any) -> Dataset:
+    """Load dataset `name` (one of :data:`DATASETS`) with loader kwargs.
+
+    Raises:
+      ValueError: unknown `name` (lists known names) or unknown kwargs (lists
+        accepted ones).
+    """
+    if name.startswith("tfds:"):
+        # Real datasets a user has prepared with tensorflow-datasets (see istjax.data.tfds).
+        from istjax.data.tfds import load_tfds
+
+        accepted = sorted(p for p in inspect.signature(load_tfds).parameters if p != "name")
+        unknown = sorted(set(kwargs) - set(accepted))
+        if unknown:
+            raise ValueError(f"dataset {name!r} got unknown argument(s) {unknown}; accepted: {accepted}.")
+        return load_tfds(name[len("tfds:"):], **kwargs)
+    if name not in _LOADERS:
+        raise ValueError(
+            f"name={name!r} is not a known dataset; choose one of {list(DATASETS)}, or "
+            f"'tfds:<name>' for a dataset prepared with tensorflow-datasets."
+        )
+    unknown = sorted(set(kwargs) - set(_accepted_kwargs(name)))
+    if unknown:
+        raise ValueError(
+            f"dataset {name!r} got unknown argument(s) {unknown}; accepted: "
+            f"{_accepted_kwargs(name)}."
+        )
+    return _LOADERS[name](**kwargs)

@@ -1,0 +1,41 @@
+"""The ``simulate`` runtime: every worker on one device, the whole round one jit-compiled function.
+
+``local`` is mapped over the `[W]` worker axis with `istjax.runtimes.base.map_workers` (vmapped, axis name
+`istjax.WORKERS`, so data parallel's ``lax.pmean`` averages across workers; one worker unmapped), or the
+algorithm's ``local_fused`` runs instead when it has one. Compiled once for all rounds. For laptops, tests and
+theory runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from istjax.core.state import summarize
+from istjax.runtimes.base import Runtime, check_batches, local_handle, map_workers
+
+__all__ = ["RUNTIME", "build"]
+
+
+def build(algorithm):
+    """``algorithm`` with a single-device, single-jit ``round`` (see the module docstring)."""
+    w, k = algorithm.num_workers, algorithm.local_steps
+    local_all = algorithm.local_fused or map_workers(algorithm.local, w)
+
+    def round_fn(state, batches, shared=None):
+        workers, plan = algorithm.distribute(state)
+        workers, metrics = local_all(workers, batches, shared)
+        return algorithm.collect(state, workers, plan, batches, shared), summarize(metrics)
+
+    compiled = jax.jit(round_fn)
+
+    def round(state, batches, shared=None):
+        check_batches(batches, w, k)
+        return compiled(state, batches, shared)
+
+    round.compiled = compiled  # for cache inspection and AOT lowering
+    return dataclasses.replace(algorithm, round=round, runtime=local_handle("simulate"))
+
+
+RUNTIME = Runtime("simulate", build, "all workers on one device, vmapped, one jit")
