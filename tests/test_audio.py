@@ -1,4 +1,4 @@
-"""The speech feature pipeline (istjax.audio) against hand-computed values and a plain numpy loop."""
+"""The speech feature pipeline (istjax.data.audio) against hand-computed values and a plain numpy loop."""
 
 import jax
 import numpy as np

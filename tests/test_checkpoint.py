@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from istjax.algorithms.base import TrainState
+from istjax.core.state import TrainState
 from istjax.experiment.checkpoint import Checkpointer, state_to_tree, tree_to_state
 
 
@@ -18,7 +18,8 @@ def make_state(seed: int, round_: int) -> TrainState:
     params = {"dense": {"kernel": jax.random.normal(k1, (5, 3))}, "bias": jnp.arange(3, dtype=jnp.float32) + seed}
     opt_state = optax.chain(optax.sgd(0.1, momentum=0.9), optax.scale_by_adam()).init(params)
     opt_state = jax.tree.map(lambda x: x + seed if jnp.issubdtype(x.dtype, jnp.floating) else x, opt_state)
-    return TrainState(params, opt_state, k2, jnp.asarray(round_, jnp.int32))
+    model_state = {"batch_stats": {"bn": {"mean": jnp.arange(3, dtype=jnp.float32) * seed}}}
+    return TrainState(params, model_state, opt_state, k2, jnp.asarray(round_, jnp.int32))
 
 
 def assert_same(a: TrainState, b: TrainState):

@@ -68,9 +68,9 @@ def test_every_config_problem_reported_before_training(capsys, tmp_path):
 def test_subcommands_dispatch(monkeypatch):
     calls = []
     for name in ("plot", "compare"):
-        fake = types.ModuleType(f"istjax.{name}")
+        fake = types.ModuleType(f"istjax.experiment.{name}")
         fake.main = lambda argv, name=name: calls.append((name, argv)) or 0
-        monkeypatch.setitem(sys.modules, f"istjax.{name}", fake)
+        monkeypatch.setitem(sys.modules, f"istjax.experiment.{name}", fake)
     assert cli.main(["istjax", "plot", "runs/a", "runs/b"]) == 0
     assert cli.main(["istjax", "compare", "--x=1"]) == 0
     assert calls == [("plot", ["runs/a", "runs/b"]), ("compare", ["--x=1"])]

@@ -37,7 +37,7 @@ def test_lazy_driver_exports():
 def test_submodules_reachable_as_attributes():
     import istjax
 
-    assert istjax.backends.get("simulate").name == "simulate"
+    assert istjax.runtimes.get("simulate").name == "simulate"
     assert "digits" in istjax.data.DATASETS
     with __import__("pytest").raises(AttributeError):
         istjax.not_a_module

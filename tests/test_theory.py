@@ -49,7 +49,7 @@ def test_round_goes_through_extract_and_merge(monkeypatch):
     problem = th.random_quadratic(3, dim=4, num_workers=2)
     x = jnp.asarray(np.arange(1.0, 5.0))
     calls = {"extract": [], "merge": []}
-    real_extract, real_merge = istjax.subnet.extract, istjax.subnet.merge
+    real_extract, real_merge = istjax.core.subnet.extract, istjax.core.subnet.merge
 
     def spy_extract(params, partition, spec):
         calls["extract"].append(dict(spec.group_sizes))
@@ -62,14 +62,14 @@ def test_round_goes_through_extract_and_merge(monkeypatch):
     with jax.enable_x64(True):
         p = istjax.uniform().sample(jax.random.key(0), {th.COORDS: 4}, 2)
         expected = th.ist_round(problem, x, p, step_size=0.1)
-        monkeypatch.setattr(istjax.subnet, "extract", spy_extract)
-        monkeypatch.setattr(istjax.subnet, "merge", spy_merge)
+        monkeypatch.setattr(istjax.core.subnet, "extract", spy_extract)
+        monkeypatch.setattr(istjax.core.subnet, "merge", spy_merge)
         got = th.ist_round(problem, x, p, step_size=0.1)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
         assert calls["extract"] == [{th.COORDS: 4}, {th.COORDS: 4}]  # the iterate and the problem's blocks
         assert calls["merge"] == [{th.COORDS: 4}]
         # The new iterate is whatever merge writes: a merge that ignores the workers leaves x unchanged.
-        monkeypatch.setattr(istjax.subnet, "merge", lambda params, sub, partition, spec, **kw: params)
+        monkeypatch.setattr(istjax.core.subnet, "merge", lambda params, sub, partition, spec, **kw: params)
         np.testing.assert_array_equal(np.asarray(th.ist_round(problem, x, p, step_size=0.1)), np.asarray(x))
 
 

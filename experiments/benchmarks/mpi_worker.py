@@ -1,6 +1,6 @@
 """Times rounds on the MPI runtime; run by `experiments.benchmarks.run` (study 4) as ``mpiexec -n 2 python -m ...``.
 
-Every rank builds the same algorithm, wraps it with `istjax.distributed.mpi.mpi_runtime` (parameter-server mode) and
+Every rank builds the same algorithm, wraps it with `istjax.runtimes.mpi.mpi_runtime` (parameter-server mode) and
 runs one warm-up round and ``--reps`` timed rounds (barrier before and after each, so the time is the slowest
 rank's). Rank 0 prints one JSON object per algorithm: median round time, samples/s and the bytes per worker the
 runtime measured from the buffers it handed to MPI.

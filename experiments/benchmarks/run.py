@@ -345,11 +345,11 @@ def throughput(wl: Workload, algorithms: Sequence[str], reps: int) -> list[dict]
 
 
 def mpi_throughput(wl: Workload, algorithms: Sequence[str], reps: int, timeout_s: float = 240) -> list[dict]:
-    """The same rounds on the MPI backend with 2 processes, if `istjax.distributed` registers one; else a note row."""
+    """The same rounds on the MPI backend with 2 processes, if `istjax.runtimes` registers one; else a note row."""
     from istjax.runtimes import base as backends
 
     if "mpi" not in backends.names():
-        return [{"model": wl.name, "backend": "mpi", "note": "no 'mpi' backend registered (istjax.distributed absent)"}]
+        return [{"model": wl.name, "backend": "mpi", "note": "no 'mpi' backend registered (istjax.runtimes absent)"}]
     mpiexec = pathlib.Path(sys.executable).with_name("mpiexec")
     cmd = [str(mpiexec), "-n", "2", sys.executable, "-m", "experiments.benchmarks.mpi_worker",
            "--input-dim", str(wl.input_dim), "--hidden", ",".join(map(str, wl.hidden)), "--batch", str(wl.batch),

@@ -27,7 +27,7 @@ accept any leading batch axes.
 
 Example::
 
-    >>> import numpy as np, istjax.audio as audio
+    >>> import numpy as np, istjax.data.audio as audio
     >>> t = np.arange(16000) / 16000
     >>> audio.speech_features(np.sin(2 * np.pi * 1000 * t)).shape
     (4096,)

@@ -15,7 +15,7 @@ name                      features                                     classes
 ``fashion_mnist``         `[28, 28, 1] float32` pixels                 10
 ``cifar10``               `[32, 32, 3] float32` pixels                 10
 ``speech_commands``       `[4096] float32`, the IST paper's log-mel    12 (TFDS's v0.02: 10 words, silence,
-                          features (`istjax.audio.speech_features`:    unknown); the paper's 35-word set is
+                          features (`istjax.data.audio.speech_features`:    unknown); the paper's 35-word set is
                           128 mels x 32 frames of a 1 s, 16 kHz clip)  not in TFDS
 ========================  ===========================================  =====================================
 
@@ -144,7 +144,7 @@ def _not_prepared(name: str, data_dir: str, cause: Optional[BaseException] = Non
 def _check_args(name: str, max_examples: Any, chunk_size: Any) -> None:
     if name not in TFDS_DATASETS:
         raise ValueError(f"name={name!r} is not a supported TFDS dataset; choose one of {sorted(TFDS_DATASETS)} "
-                         f"(or add a TfdsSpec to istjax.tfds_data.TFDS_DATASETS).")
+                         f"(or add a TfdsSpec to istjax.data.tfds.TFDS_DATASETS).")
     if max_examples is not None and (not isinstance(max_examples, int) or isinstance(max_examples, bool)
                                      or max_examples < 1):
         raise ValueError(f"max_examples={max_examples!r} must be a positive integer (examples per split) or None.")
@@ -333,7 +333,7 @@ def load_tfds(name: str, *, data_dir: Optional[str] = None, max_examples: Option
     """
     _check_args(name, max_examples, chunk_size)
     if not isinstance(mel_config, audio_lib.MelConfig):
-        raise ValueError(f"mel_config={mel_config!r} must be an istjax.audio.MelConfig.")
+        raise ValueError(f"mel_config={mel_config!r} must be an istjax.data.audio.MelConfig.")
     audio_lib._validate(mel_config)  # bad settings fail here, before any reading
     data_dir = os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
     return _load_cached(name, data_dir, max_examples, mel_config, chunk_size)

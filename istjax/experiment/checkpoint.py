@@ -1,6 +1,6 @@
 """Checkpoints of the full `istjax.TrainState` with orbax, with fallback past a corrupt latest checkpoint.
 
-A checkpoint at step ``r`` holds the state after ``r`` rounds: ``params``, ``opt_state``, the PRNG ``key`` (stored as
+A checkpoint at step ``r`` holds the state after ``r`` rounds: ``params``, ``model_state``, ``opt_state``, the PRNG ``key`` (stored as
 its raw ``jax.random.key_data``, `[2]` uint32 for threefry, and re-wrapped on restore) and ``round``, plus a JSON
 ``meta`` item (the driver's counters: training wall time, bytes moved, the config). Batches are a pure function of
 (seed, round), so the round number is the data position: restoring step ``r`` and running to ``M`` reproduces the
@@ -13,7 +13,7 @@ older one is tried.
 
 Layout::
 
-    workdir/checkpoints/<step>/state/...     orbax StandardSave of {params, opt_state, key_data, round}
+    workdir/checkpoints/<step>/state/...     orbax StandardSave of {params, model_state, opt_state, key_data, round}
     workdir/checkpoints/<step>/meta/...      orbax JsonSave
 """
 
@@ -27,21 +27,21 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
-from istjax.algorithms.base import TrainState
+from istjax.core.state import TrainState
 
 __all__ = ["Checkpointer", "state_to_tree", "tree_to_state"]
 
 
 def state_to_tree(state: TrainState) -> dict[str, Any]:
     """The checkpointed pytree of a state: the typed PRNG key becomes its raw key data."""
-    return {"params": state.params, "opt_state": state.opt_state, "key_data": jax.random.key_data(state.key),
-            "round": state.round}
+    return {"params": state.params, "model_state": state.model_state, "opt_state": state.opt_state,
+            "key_data": jax.random.key_data(state.key), "round": state.round}
 
 
 def tree_to_state(tree: dict[str, Any], key_impl: Optional[str] = None) -> TrainState:
     """Inverse of `state_to_tree`; ``key_impl`` names the PRNG implementation (default: JAX's default)."""
     key = jax.random.wrap_key_data(tree["key_data"], impl=key_impl)
-    return TrainState(tree["params"], tree["opt_state"], key, tree["round"])
+    return TrainState(tree["params"], tree["model_state"], tree["opt_state"], key, tree["round"])
 
 
 def _abstract(tree):

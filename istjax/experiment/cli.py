@@ -3,12 +3,12 @@
 ::
 
     istjax [train] [--config=FILE[:ARG]] [--workdir=DIR] [--config.FIELD=VALUE ...] [--resume | --overwrite]
-    istjax plot RUN_DIR ...          (istjax.plot.main)
-    istjax compare ...               (istjax.compare.main)
+    istjax plot RUN_DIR ...          (istjax.experiment.plot.main)
+    istjax compare ...               (istjax.experiment.compare.main)
 
-``train`` (the default subcommand) runs `istjax.train.train_and_evaluate`. ``--config`` names a Python file with
+``train`` (the default subcommand) runs `istjax.experiment.driver.train_and_evaluate`. ``--config`` names a Python file with
 ``get_config()`` (Flax-examples style, ml_collections ``config_flags``); without it the default study runs
-(`istjax.config.default_config`, IST on scikit-learn's digits, which ships with the install). Any field can be
+(`istjax.experiment.config.default_config`, IST on scikit-learn's digits, which ships with the install). Any field can be
 overridden: ``--config.num_workers=2 --config.model.hidden='(256,256)'``. Without ``--workdir`` results go to
 ``./runs/<name>-<timestamp>``.
 
@@ -56,7 +56,7 @@ def parse_train_args(argv: Sequence[str]):
       ``(config, workdir, resume, overwrite)``; ``workdir`` is None when not given.
 
     Raises:
-      istjax.config.ConfigError: unknown flags, unknown config fields (named, with close matches), values that do
+      istjax.experiment.config.ConfigError: unknown flags, unknown config fields (named, with close matches), values that do
         not parse, or a config file that does not load.
     """
     from absl import flags
@@ -81,9 +81,9 @@ def parse_train_args(argv: Sequence[str]):
     except Exception as e:  # noqa: BLE001 - a config file can fail in any way; report it as a config error
         raise config_lib.ConfigError([f"--config: could not load the config ({type(e).__name__}: {e})"]) from e
     # New dataset_kwargs keys (loader arguments the config file does not set) are literals set after parsing;
-    # istjax.config.validate checks them against the loader.
+    # istjax.experiment.config.validate checks them against the loader.
     # ``--config.FIELD=None`` unsets a field (ml_collections' flag parser cannot parse None into a typed field, e.g.
-    # the float ``target_accuracy``); it is set after parsing and checked by istjax.config.validate like any value.
+    # the float ``target_accuracy``); it is set after parsing and checked by istjax.experiment.config.validate like any value.
     extra_kwargs, kept, unset = {}, [], []
     for arg in argv:
         m = _OVERRIDE.match(arg)
@@ -155,7 +155,7 @@ def train_main(argv: Sequence[str]) -> int:
         print("usage:\n" + _usage())
         import inspect
 
-        print("config fields, defaults and meaning (istjax.config.default_config):")
+        print("config fields, defaults and meaning (istjax.experiment.config.default_config):")
         for line in inspect.getsource(config_lib.default_config).splitlines():
             if line.strip().startswith(("c.", "# ")):
                 print("  " + line.strip().removeprefix("c."))

@@ -8,7 +8,7 @@
 
 Every (algorithm, W) pair trains the same config with only ``algorithm`` and ``num_workers`` changed, so all runs
 see the same budget: the same rounds, local steps K and batch size B, hence the same ``rounds * W * K * B``
-samples at equal W. Runs go to ``DIR/<algorithm>_W<W>`` (`istjax.train.train_and_evaluate`; a finished run there
+samples at equal W. Runs go to ``DIR/<algorithm>_W<W>`` (`istjax.experiment.driver.train_and_evaluate`; a finished run there
 with the same config is reused, not retrained). Then, from each run's ``metrics.jsonl``:
 
 ==================  ============================================================================================
@@ -24,10 +24,10 @@ bytes/round         bytes moved by all workers per round
 
 The target defaults to ``config.target_accuracy``, else to the lowest final accuracy among the runs rounded down
 to a hundredth (so every run reaches it and the columns compare how fast). The table is printed and written as
-``DIR/comparison.md`` and ``DIR/comparison.json``, and the curves (`istjax.plot.plot_runs`) as
+``DIR/comparison.md`` and ``DIR/comparison.json``, and the curves (`istjax.experiment.plot.plot_runs`) as
 ``DIR/comparison.png``. Evaluations happen every ``eval_every`` rounds, so "to target" is resolved to that grid.
 
-A run that fails (`istjax.train.TrainingError`, e.g. a non-finite loss) does not stop the comparison: the error is
+A run that fails (`istjax.experiment.driver.TrainingError`, e.g. a non-finite loss) does not stop the comparison: the error is
 reported, the other runs still train, the failed run's evaluations before the failure stay in the table with the
 reason in its ``note`` column, and ``istjax compare`` exits 1 after writing the outputs.
 """
@@ -43,6 +43,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
+from istjax.experiment.metrics import format_bytes
 from istjax.experiment.plot import PlotError, Run, load_run, plot_runs
 
 __all__ = ["Row", "Comparison", "default_target", "format_table", "main", "rows", "run_comparison"]
@@ -73,7 +74,7 @@ class Row(NamedTuple):
 
 class Comparison(NamedTuple):
     """What `run_comparison` trained: the runs with metrics, and ``failed``: run directory -> the error's message
-    for every run that raised `istjax.train.TrainingError` (its metrics up to the failure are among ``runs`` when it
+    for every run that raised `istjax.experiment.driver.TrainingError` (its metrics up to the failure are among ``runs`` when it
     evaluated at least once)."""
 
     runs: list[Run]
@@ -132,16 +133,6 @@ def rows(runs: Sequence[Run], target: Optional[float] = None, notes: Optional[di
     return sorted(out, key=lambda r: (r.num_workers or 0, order.get(r.algorithm, len(order)), r.algorithm))
 
 
-def _fmt_bytes(n: Optional[float]) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1000
-    return str(n)
-
-
 def format_table(table: Sequence[Row], failed: Optional[dict[str, str]] = None) -> str:
     """A markdown table of ``table`` (not-reached cells read ``not reached``; a ``note`` column when a row has one).
 
@@ -160,9 +151,9 @@ def format_table(table: Sequence[Row], failed: Optional[dict[str, str]] = None) 
                  str(r.rounds_to_target) if reached else "not reached",
                  f"{r.time_to_target_s:.2f}" if reached and r.time_to_target_s is not None else
                  ("not reached" if not reached else "-"),
-                 _fmt_bytes(r.bytes_to_target) if reached else "not reached",
+                 format_bytes(r.bytes_to_target) if reached else "not reached",
                  f"{1000 * r.time_per_round_s:.1f}" if r.time_per_round_s is not None else "-",
-                 _fmt_bytes(r.bytes_per_round)] + ([r.note or ""] if notes else [])
+                 format_bytes(r.bytes_per_round)] + ([r.note or ""] if notes else [])
         lines.append("| " + " | ".join(cells) + " |")
     shown = {str(pathlib.Path(r.run_dir)) for r in table}
     for run_dir, message in (failed or {}).items():
@@ -189,9 +180,9 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
                    workers: Sequence[int] = (2, 4), overwrite: bool = False) -> Comparison:
     """Trains ``config`` once per (algorithm, W) into ``workdir/<algorithm>_W<W>``; returns the runs.
 
-    Every config is validated (`istjax.config.validate`) before the first run starts, so a width that does not
+    Every config is validated (`istjax.experiment.config.validate`) before the first run starts, so a width that does not
     split over some W fails at once, not after an hour of the other runs. A run that raises
-    `istjax.train.TrainingError` is reported on stderr and recorded in ``Comparison.failed``; the others still run.
+    `istjax.experiment.driver.TrainingError` is reported on stderr and recorded in ``Comparison.failed``; the others still run.
     """
     import istjax.experiment.config as config_lib
     import istjax.experiment.driver as train

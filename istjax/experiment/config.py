@@ -1,4 +1,4 @@
-"""Run configurations: every field `istjax.train.train_and_evaluate` reads, its default, and its validation.
+"""Run configurations: every field `istjax.experiment.driver.train_and_evaluate` reads, its default, and its validation.
 
 A configuration is an ml_collections `ConfigDict` (the Flax-examples convention): experiment files under
 ``experiments/configs/`` define ``get_config()``, start from `default_config()` and override a few fields; the
@@ -78,10 +78,17 @@ def default_config() -> ml_collections.ConfigDict:
     # (--config.dataset_kwargs.num_train=5000).
     c.dataset_kwargs = ml_collections.ConfigDict()
     c.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
+    # The model: `name` from istjax.models.MODELS ("mlp", "cnn", or one added with register_model) and that module's
+    # fields (istjax.models.model_fields(name) lists them; num_classes comes from the data). Its neuron groups come
+    # from the module's partition_rules().
     c.model = ml_collections.ConfigDict()
+    c.model.name = "mlp"
     c.model.hidden = (512,)  # hidden widths of the MLP; each hidden layer is one neuron group "hidden_i"
     c.model.batch_norm = True  # batch-statistics BatchNorm after every hidden layer (the IST paper's model)
     c.model.output_batch_norm = True  # BatchNorm without affine parameters on the logits (the paper's last layer)
+    # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
+    # channels they belong to) | "recompute" (recomputed on the merged model after every round).
+    c.model_state = "carry"
     # How it is trained.
     c.num_workers = 4  # W
     c.local_steps = 10  # K, optimizer steps per round (every algorithm consumes [W, K, B] examples per round)
@@ -98,8 +105,11 @@ def default_config() -> ml_collections.ConfigDict:
     c.sampler_args.num_owners = 1  # stratified: number of owner shards of every group
     c.sampler_args.weights = ()  # uneven: one positive weight per worker
     c.sampler_args.fractions = ()  # nested: one fraction in (0, 1] per worker
-    c.backend = "simulate"  # where workers run; any name in istjax.backends.names() ("mpi": under mpiexec)
-    c.mpi_mode = "parameter_server"  # backend="mpi": "parameter_server" | "sharded" (see istjax.distributed.mpi)
+    # Per neuron group samplers, overriding `sampler` for the groups named (istjax.per_group), e.g.
+    # --config.group_samplers.block_0_0=overlapping deals that group with overlap (it may then be smaller than W).
+    c.group_samplers = ml_collections.ConfigDict()
+    c.backend = "simulate"  # where workers run; any name in istjax.runtimes.names() ("mpi": under mpiexec)
+    c.mpi_mode = "parameter_server"  # backend="mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
     c.seed = 0  # seeds the initial parameters, the partitions and the data streams
     # Evaluation, logging, checkpoints.
     c.eval_every = 5  # rounds between evaluations of the global model (the last round is always evaluated)
@@ -150,7 +160,9 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any], ignore: tuple[str, .
 
 def close_matches(name: str, known: list[str]) -> str:
     """`` (did you mean 'a', 'b'?)`` or an empty string."""
-    hits = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    last = name.split(".")[-1]
+    hits = [h for h in difflib.get_close_matches(name, known, n=3, cutoff=0.6)  # the field's own name must be close
+            if difflib.SequenceMatcher(None, last, h.split(".")[-1]).ratio() >= 0.6]
     if not hits:  # also match on the last path component: "hidden" -> "model.hidden"
         hits = [k for k in known if k.split(".")[-1] == name.split(".")[-1]]
     return f" (did you mean {', '.join(repr(h) for h in hits)}?)" if hits else ""
@@ -170,24 +182,50 @@ def make_optimizer(config: ml_collections.ConfigDict):
     raise ValueError(f"optimizer={config.optimizer!r}: choose one of {OPTIMIZERS}.")
 
 
-def make_sampler(config: ml_collections.ConfigDict):
-    """The `istjax.Sampler` the config names (raises ValueError naming the field for bad arguments)."""
+def _one_sampler(name: str, args):
     from istjax.core import partition
 
-    a = config.sampler_args
-    if config.sampler == "uniform":
+    if name == "uniform":
         return partition.uniform(pad=False)
-    if config.sampler == "uniform_pad":
+    if name == "uniform_pad":
         return partition.uniform(pad=True)
-    if config.sampler == "overlapping":
-        return partition.overlapping(int(a.min_units))
-    if config.sampler == "stratified":
-        return partition.stratified(int(a.num_owners))
-    if config.sampler == "uneven":
-        return partition.uneven(tuple(a.weights))
-    if config.sampler == "nested":
-        return partition.nested(tuple(a.fractions))
-    raise ValueError(f"sampler={config.sampler!r}: choose one of {SAMPLERS}.")
+    if name == "overlapping":
+        return partition.overlapping(int(args.min_units))
+    if name == "stratified":
+        return partition.stratified(int(args.num_owners))
+    if name == "uneven":
+        return partition.uneven(tuple(args.weights))
+    if name == "nested":
+        return partition.nested(tuple(args.fractions))
+    raise ValueError(f"sampler={name!r}: choose one of {SAMPLERS}.")
+
+
+def make_sampler(config: ml_collections.ConfigDict):
+    """The `istjax.Sampler` the config names: ``sampler`` for every group, `istjax.per_group` where
+    ``group_samplers`` names groups (raises ValueError naming the field for bad arguments)."""
+    from istjax.core import partition
+
+    default = _one_sampler(config.sampler, config.sampler_args)
+    if not len(config.group_samplers):
+        return default
+    return partition.per_group({g: _one_sampler(s, config.sampler_args) for g, s in config.group_samplers.items()},
+                               default=default)
+
+
+def model_fields(config: ml_collections.ConfigDict) -> dict:
+    """The config's ``model`` section minus ``name``: the module's fields."""
+    return {k: v for k, v in to_dict(config.model).items() if k != "name"}
+
+
+def make_task(config: ml_collections.ConfigDict, dataset):
+    """The `istjax.Task` of the config's model on ``dataset`` (nothing is compiled: shapes come from eval_shape)."""
+    import jax.numpy as jnp
+
+    from istjax.core.task import classifier
+    from istjax.models import build_model
+
+    model = build_model(config.model.name, model_fields(config), num_classes=int(dataset.num_classes))
+    return classifier(model, jnp.asarray(dataset.train_x[:2]), example_shared=dataset.shared)
 
 
 def _is_int(v) -> bool:
@@ -205,8 +243,9 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     Returns:
       The loaded `istjax.data.Dataset` (None when ``load_data`` is False or the dataset could not be loaded).
     """
-    import istjax.runtimes.base as backends
     import istjax.data as data_lib
+    import istjax.models as models
+    import istjax.runtimes as runtimes
 
     problems: list[str] = []
 
@@ -218,14 +257,15 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     known = flat_dict(to_dict(default_config()))
     given = flat_dict(to_dict(config))
     for k in sorted(set(given) - set(known)):
-        if k.startswith("dataset_kwargs."):
-            continue  # checked against the loader below
+        if k.startswith(("dataset_kwargs.", "model.", "group_samplers.")):
+            continue  # checked against the loader, the model's fields and the model's groups below
         problems.append(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; "
-                        f"known fields are listed in istjax.config.default_config().")
-    missing = sorted(k for k in set(known) - set(given) if not k.startswith(("dataset_kwargs.", "sampler_args.")))
+                        f"known fields are listed in istjax.experiment.config.default_config().")
+    missing = sorted(k for k in set(known) - set(given)
+                     if not k.startswith(("dataset_kwargs.", "sampler_args.", "model.")) or k == "model.name")
     for k in missing:
         problems.append(f"{k}: missing from the config; start your get_config() from "
-                        f"istjax.config.default_config() so every field has its default.")
+                        f"istjax.experiment.config.default_config() so every field has its default.")
     if missing:
         raise ConfigError(problems)
 
@@ -248,8 +288,14 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     choice("sharding", data_lib.SHARDINGS)
     choice("optimizer", OPTIMIZERS)
     choice("optimizer_state", ("reset", "carry"))
+    choice("model_state", ("carry", "recompute"))
     sampler_ok = choice("sampler", SAMPLERS)
-    if choice("backend", backends.names()) and config.backend == "mpi":
+    for g, s in config.group_samplers.items():
+        if s not in SAMPLERS:
+            bad(f"group_samplers.{g}", f"unknown sampler{close_matches(str(s), list(SAMPLERS))}; choose one of "
+                                       f"{list(SAMPLERS)}.")
+            sampler_ok = False
+    if choice("backend", runtimes.names()) and config.backend == "mpi":
         from istjax.runtimes.mpi import MODES
 
         choice("mpi_mode", MODES)
@@ -268,22 +314,6 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     if t is not None and (not isinstance(t, (int, float)) or not 0 < t <= 1):
         bad("target_accuracy", "must be a fraction in (0, 1], e.g. 0.95, or unset.")
 
-    hidden = config.model.hidden
-    hidden_ok = (isinstance(hidden, (tuple, list)) and len(hidden) > 0
-                 and all(_is_int(h) and h > 0 for h in hidden))
-    if not hidden_ok:
-        bad("model.hidden", "must be a non-empty tuple of positive widths, e.g. (512,) or (256, 256); on the "
-                            "command line: --config.model.hidden='(256,256)'.")
-
-    # Widths against W and the sampler, with the sampler's own message (IST only: the others train the full model).
-    if algo_ok and config.algorithm == "ist" and sampler_ok and hidden_ok and ok["num_workers"]:
-        groups = {f"hidden_{i}": int(h) for i, h in enumerate(hidden)}
-        try:
-            make_sampler(config).slots(groups, int(config.num_workers))
-        except ValueError as e:
-            problems.append(f"model.hidden={tuple(hidden)!r} with num_workers={config.num_workers} and "
-                            f"sampler={config.sampler!r}: {e}")
-
     dataset = None
     if load_data and dataset_ok:
         try:
@@ -298,9 +328,51 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
                 f"batch_size={b}: larger than a worker's shard ({n} training examples / num_workers={w} = {shard} "
                 f"with sharding={config.sharding!r}). Use batch_size <= {shard}, fewer workers, or "
                 f"sharding='shared'.")
+    model_ok = True
+    try:
+        fields = model_fields(config)
+        models.build_model(config.model.name, fields, num_classes=2)  # fields and values, before the data is known
+    except ValueError as e:
+        problems.append(str(e))
+        model_ok = False
+    if dataset is not None and model_ok:
+        _check_groups(config, dataset, problems, algo_ok and sampler_ok and ok["num_workers"])
     if problems:
         raise ConfigError(problems)
     return dataset
+
+
+def _sizes_text(config) -> str:
+    """The model fields that set sizes (tuples and integers), as ``model.hidden=(512,)``, for messages."""
+    shown = [f"model.{k}={tuple(v) if isinstance(v, list) else v!r}" for k, v in model_fields(config).items()
+             if isinstance(v, (list, tuple)) or _is_int(v)]
+    return ", ".join(shown) or f"model.name={config.model.name!r}"
+
+
+def _check_groups(config, dataset, problems: list[str], sampler_ok: bool) -> None:
+    """The model's neuron groups (from its spec) against ``group_samplers``, W and the sampler."""
+    try:
+        task = make_task(config, dataset)
+    except (TypeError, ValueError) as e:
+        problems.append(f"model.name={config.model.name!r} on dataset={config.dataset!r}: {e}")
+        return
+    groups = dict(task.spec.group_sizes)
+    unknown = sorted(set(config.group_samplers) - set(groups))
+    for g in unknown:
+        problems.append(f"group_samplers.{g}={config.group_samplers[g]!r}: model {config.model.name!r} has no neuron "
+                        f"group {g!r}{close_matches(g, sorted(groups))}; its groups are {sorted(groups)}.")
+    if config.algorithm == "ist" and not groups:
+        problems.append(f"algorithm='ist' with model.name={config.model.name!r}: the model has no neuron group (its "
+                        f"partition_rules() map no axis to a group), so IST would be local SGD. Use "
+                        f"algorithm='local_sgd' or give the model partitioned axes.")
+    if config.algorithm != "ist" or not sampler_ok or unknown or not groups:
+        return
+    try:
+        make_sampler(config).slots(groups, int(config.num_workers))
+    except ValueError as e:
+        where = f"sampler={config.sampler!r}" + (f", group_samplers={to_dict(config.group_samplers)!r}"
+                                                 if len(config.group_samplers) else "")
+        problems.append(f"{_sizes_text(config)} with num_workers={config.num_workers} and {where}: {e}")
 
 
 def _get(config, field: str):

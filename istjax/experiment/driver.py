@@ -1,34 +1,36 @@
 """The training driver: ``train_and_evaluate(config, workdir)`` runs a study from a config and records it.
 
-What a run does, in order:
+It reads as its steps, in order:
 
-1. `istjax.config.validate` checks the whole config (every problem reported at once, before anything compiles)
-   and loads the dataset.
-2. The workdir is checked: a workdir holding another run's config is refused unless the differences are only in
-   run-control fields (``num_rounds``, ``eval_every``, ...) and ``resume`` is set, or ``overwrite`` is set. A workdir
-   holding a checkpoint of the same config is resumed.
-3. The model (`istjax.models.MLP`), task, optimizer and algorithm are built; the state is initialised from
-   ``seed`` or restored from the newest good checkpoint (`istjax.checkpoint`).
-4. Rounds run under a tqdm bar. One jitted function draws the round's batches on device
-   (``make_batch_fn(...).apply(data, state.round)``, a pure function of seed and round) and runs the round, so there
-   is no host round trip for data; it is compiled ahead of the loop, and compilation is timed apart from training
-   (the MPI runtime, whose round exchanges buffers between device steps, runs unfused). Every ``eval_every``
-   rounds (and after the last) the global model is evaluated at full width on the whole test set and on (a prefix
-   of) the training set, and a record goes to ``metrics.jsonl`` and TensorBoard
-   (schema: `istjax.metrics`). Every ``checkpoint_every`` rounds, at the end, and on SIGINT/SIGTERM the full state is
-   checkpointed.
-5. A summary is printed and written to ``summary.json``, and returned.
+1. `open_run`: `istjax.experiment.config.validate` checks the whole config (every problem reported at once, before
+   anything compiles) and loads the dataset; the workdir is checked (a workdir holding another run's config is
+   refused unless the differences are only in run-control fields and ``resume`` is set, or ``overwrite`` is set);
+   `build` makes the task (the model named by ``config.model.name``, `istjax.models`), the optimizer, the
+   algorithm bound to ``config.backend`` and the batch function.
+2. `initial_state`: fresh from ``seed``, or the newest good checkpoint (`istjax.experiment.checkpoint`), each
+   process keeping what its runtime holds.
+3. `compile_step`: one jitted function draws the round's batches on device (``make_batch_fn(...).apply(data,
+   state.round)``, a pure function of seed and round) and runs the round, compiled ahead of the loop and timed
+   apart from training (a runtime whose round is not traceable as a whole, such as MPI's, runs unfused).
+4. `train_loop`: rounds under a tqdm bar. Every ``eval_every`` rounds (and after the last) the global model is
+   evaluated at full width in test mode (`istjax.Task.evaluate`: running statistics, test-time transforms) on the
+   whole test set and on (a prefix of) the training set, and a record goes to ``metrics.jsonl`` and TensorBoard
+   (schema: `istjax.experiment.metrics`). Every ``checkpoint_every`` rounds, at the end, and on SIGINT/SIGTERM the
+   whole state is checkpointed.
+5. `finish`: a summary is printed, written to ``summary.json`` and returned.
+
+Runtime differences (which process writes, gathering a state spread over processes, agreeing on a stop signal)
+live behind the algorithm's `istjax.runtimes.RuntimeHandle`; the driver has no MPI branch.
 
 Failures: a non-finite loss stops the run (`TrainingError`, naming the round and the worker) after checkpointing the
-last good state; SIGINT/SIGTERM checkpoint the finished round and raise `Interrupted`. `istjax.cli` maps these to
-exit codes 2 (config), 1 (training failure), 130/143 (interrupted).
-
-Only the primary process (`istjax.metrics.is_primary`) writes files or prints.
+last good state; SIGINT/SIGTERM checkpoint the finished round and raise `Interrupted`. `istjax.experiment.cli` maps
+these to exit codes 2 (config), 1 (training failure), 130/143 (interrupted).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -44,21 +46,25 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-import istjax.algorithms.base as algorithms
-import istjax.experiment.config as config_lib
 import istjax.data as data_lib
-from istjax.algorithms.base import Algorithm, TrainState
+import istjax.experiment.config as config_lib
+from istjax.algorithms.base import Algorithm, init_state
+from istjax.algorithms.ist import ist
+from istjax.algorithms.replicated import data_parallel, local_sgd
+from istjax.core.state import TrainState
+from istjax.core.task import Task
 from istjax.experiment.checkpoint import Checkpointer
 from istjax.experiment.config import ConfigError
-from istjax.experiment.metrics import MetricWriter, is_primary, read_metrics, truncate_metrics
-from istjax.models import MLP
-from istjax.core.task import Task, classifier
+from istjax.experiment.metrics import MetricWriter, format_bytes, is_primary, read_metrics, truncate_metrics
 
 __all__ = ["train_and_evaluate", "build", "make_train_step", "make_evaluator", "TrainingError", "Interrupted",
-           "ConfigError", "RUN_FILES"]
+           "ConfigError", "RUN_FILES", "ALGORITHMS"]
 
 # What a run directory holds (removed by ``overwrite``).
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "tensorboard", "checkpoints", "checkpoints_corrupt")
+
+# config.algorithm -> factory; every factory takes (task, optimizer, num_workers=, local_steps=, backend=, ...).
+ALGORITHMS: dict[str, Callable[..., Algorithm]] = {"ist": ist, "data_parallel": data_parallel, "local_sgd": local_sgd}
 
 
 class TrainingError(RuntimeError):
@@ -83,89 +89,76 @@ class Interrupted(Exception):
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _factory_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The keyword arguments of the config's algorithm factory beyond the common ones."""
+    options: dict[str, Any] = {"model_state": config.model_state}
+    if config.algorithm == "ist":
+        options.update(sampler=config_lib.make_sampler(config), optimizer_state=config.optimizer_state)
+    elif config.algorithm == "local_sgd":
+        options.update(optimizer_state=config.optimizer_state)
+    if config.backend == "mpi":
+        options.update(mode=config.mpi_mode)
+    return options
+
+
 def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple[Task, Algorithm, data_lib.BatchFn]:
-    """The task, algorithm and batch function a (validated) config describes.
+    """The task, algorithm (bound to ``config.backend``) and batch function a validated config describes.
 
     Errors the factories raise (they check their arguments before tracing) become `ConfigError`.
     """
-    model = MLP(hidden=tuple(int(h) for h in config.model.hidden), num_classes=int(dataset.num_classes),
-                batch_norm=bool(config.model.batch_norm), output_batch_norm=bool(config.model.output_batch_norm))
     try:
-        task = classifier(model, jnp.asarray(dataset.train_x[:2]), MLP.rules(len(model.hidden)))
-        optimizer = config_lib.make_optimizer(config)
-        # The MPI runtime wraps an algorithm built for one process (see `_mpi_runtime`).
-        backend = "simulate" if config.backend == "mpi" else config.backend
-        common = dict(num_workers=int(config.num_workers), local_steps=int(config.local_steps), backend=backend)
-        if config.algorithm == "ist":
-            algorithm = algorithms.ist(task, optimizer, sampler=config_lib.make_sampler(config),
-                                       optimizer_state=config.optimizer_state, **common)
-        elif config.algorithm == "data_parallel":
-            algorithm = algorithms.data_parallel(task, optimizer, **common)
-        else:
-            algorithm = algorithms.local_sgd(task, optimizer, optimizer_state=config.optimizer_state, **common)
+        task = config_lib.make_task(config, dataset)
+        algorithm = ALGORITHMS[config.algorithm](
+            task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
+            local_steps=int(config.local_steps), backend=config.backend, **_factory_options(config))
         batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
                                           local_steps=int(config.local_steps), batch_size=int(config.batch_size),
                                           seed=int(config.seed), sharding=config.sharding)
-    except ValueError as e:
-        raise ConfigError([str(e)]) from e
+    except (TypeError, ValueError) as e:
+        where = f"backend={config.backend!r}" + (f", mpi_mode={config.mpi_mode!r}" if config.backend == "mpi" else "")
+        raise ConfigError([f"{config.algorithm} on {where}: {e}"]) from e
     return task, algorithm, batch_fn
 
 
-def _mpi_runtime(config: ml_collections.ConfigDict, algorithm: Algorithm):
-    """``backend="mpi"``: the algorithm's workers spread over the ``mpiexec`` processes (`istjax.distributed`)."""
-    from istjax.runtimes.mpi import mpi_runtime
-
-    try:
-        return mpi_runtime(algorithm, mode=config.mpi_mode)
-    except ValueError as e:
-        raise ConfigError([f"backend='mpi', mpi_mode={config.mpi_mode!r}: {e}"]) from e
-
-
-def _agree(signum: Optional[int], runtime) -> Optional[int]:
-    """Under MPI every rank must stop after the same round: the largest pending signal number wins."""
-    if runtime is None:
-        return signum
-    from mpi4py import MPI
-
-    agreed = MPI.COMM_WORLD.allreduce(signum or 0, op=MPI.MAX)
-    return agreed or None
-
-
-def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, *, fuse: bool = True) -> Callable:
+def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: Any = None, *,
+                    fuse: bool = True) -> Callable:
     """``step(state, data) -> (state, metrics)``: draws round ``state.round``'s batches on device and runs it.
 
-    ``data`` is ``batch_fn.data`` (passed as an argument so the training set is not baked into the program). With
-    ``fuse`` the batch gather and the round are one jitted function; without it (backends whose round is not
-    traceable as a whole, e.g. ones that talk MPI between device steps) the batches come from ``batch_fn``'s own
-    jitted gather and the round is called as the backend built it. Either way no data passes through the host.
+    ``data`` is ``batch_fn.data`` (passed as an argument so the training set is not baked into the program);
+    ``shared`` is the dataset's shared input, passed to every round as it is. With ``fuse`` the batch gather and the
+    round are one jitted function; without it (runtimes whose round is not traceable as a whole, e.g. ones that talk
+    MPI between device steps) the batches come from ``batch_fn``'s own jitted gather and the round is called as the
+    runtime built it. Either way no data passes through the host.
     """
     if fuse:
         @jax.jit
         def step(state: TrainState, data):
-            return algorithm.round(state, batch_fn.apply(data, state.round))
+            return algorithm.round(state, batch_fn.apply(data, state.round), shared)
 
         return step
 
     def step_unfused(state: TrainState, data):
         del data  # batch_fn closes over the same arrays
-        return algorithm.round(state, batch_fn(state.round))
+        return algorithm.round(state, batch_fn(state.round), shared)
 
     return step_unfused
 
 
 def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int,
-                   train_examples: int = 0) -> Callable[[Any], dict[str, float]]:
-    """``evaluate(params) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model.
+                   train_examples: int = 0) -> Callable[[TrainState], dict[str, float]]:
+    """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model.
 
-    The test set is evaluated whole; the training set's first ``train_examples`` examples (0: all). Chunks of
-    ``batch_size`` (`istjax.data.eval_batches`) are put on device once; results are example-weighted means. With
-    batch-statistics BatchNorm a chunk's statistics are its own, so keep ``batch_size`` large.
+    The model runs in test mode (`istjax.Task.evaluate`: running statistics where the model keeps them, and any
+    test-time transform it declares). The test set is evaluated whole; the training set's first ``train_examples``
+    examples (0: all). Chunks of ``batch_size`` (`istjax.data.eval_batches`) are put on device once; results are
+    example-weighted means. With batch-statistics BatchNorm a chunk's statistics are its own, so keep ``batch_size``
+    large.
     """
-    loss_fn = task.loss_fn(None)
+    shared = dataset.shared
 
     @jax.jit
-    def chunk(params, x, y):
-        loss, aux = loss_fn(params, {"x": x, "y": y})
+    def chunk(params, model_state, x, y):
+        loss, aux = task.evaluate(params, model_state, {"x": x, "y": y}, shared)
         return loss, aux["accuracy"]
 
     def put(x, y):
@@ -175,10 +168,10 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int,
     splits = {"test": put(dataset.test_x, dataset.test_y),
               "train": put(dataset.train_x[:n_train], dataset.train_y[:n_train])}
 
-    def evaluate(params) -> dict[str, float]:
+    def evaluate(state: TrainState) -> dict[str, float]:
         out = {}
         for split, chunks in splits.items():
-            results = jax.device_get([(chunk(params, x, y), n) for x, y, n in chunks])
+            results = jax.device_get([(chunk(state.params, state.model_state, x, y), n) for x, y, n in chunks])
             total = sum(n for _, n in results)
             out[f"{split}_loss"] = float(sum(float(l) * n for (l, _), n in results) / total)
             out[f"{split}_accuracy"] = float(sum(float(a) * n for (_, a), n in results) / total)
@@ -251,16 +244,8 @@ def _stop_on_signals(log: Callable[[str], None]):
             signal.signal(s, h)
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return f"{n}"
-
-
 def _round_bytes(metrics: dict, algorithm: Algorithm) -> tuple[float, float]:
-    """Per-worker (sent, received) bytes of one round: measured by the backend when it reports them, else
+    """Per-worker (sent, received) bytes of one round: measured by the runtime when it reports them, else
     analytic. A measured value may be a scalar (per worker) or a `[W]` vector (each worker's); vectors are
     averaged."""
     def per_worker(key, analytic):
@@ -273,8 +258,195 @@ def _round_bytes(metrics: dict, algorithm: Algorithm) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The driver
+# The driver's steps
 # ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything one training run holds between its steps."""
+
+    config: ml_collections.ConfigDict
+    config_dict: dict
+    workdir: pathlib.Path
+    dataset: data_lib.Dataset
+    task: Task
+    algorithm: Algorithm
+    batch_fn: data_lib.BatchFn
+    checkpointer: Checkpointer
+    log: Callable[[str], None]
+    # Counters carried across a resume (checkpoint meta).
+    wall: float = 0.0
+    bytes_total: float = 0.0
+    compile_time: Optional[float] = None
+
+    @property
+    def primary(self) -> bool:
+        return self.algorithm.runtime.primary
+
+    def save(self, state: TrainState) -> None:
+        """Checkpoints the whole state (gathered where the runtime spreads it; every process must call this)."""
+        if not self.algorithm.runtime.whole_state:
+            return  # sharded state: not checkpointed yet
+        whole = self.algorithm.runtime.gather(state)
+        if whole is not None:
+            self.checkpointer.save(whole, {"wall_time_s": self.wall, "bytes_total": self.bytes_total,
+                                           "config": self.config_dict})
+
+
+def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, resume: bool,
+             overwrite: bool) -> Run:
+    """Validates the config, checks the workdir, builds everything and writes ``config.json`` (step 1)."""
+    if resume and overwrite:
+        raise ConfigError(["resume=True and overwrite=True contradict each other; pass one of them."])
+    dataset = config_lib.validate(config)
+    workdir = pathlib.Path(workdir).absolute()
+    config_dict = config_lib.to_dict(config)
+    _prepare_workdir(workdir, config_dict, resume=resume, overwrite=overwrite, primary=is_primary())
+    task, algorithm, batch_fn = build(config, dataset)
+    primary = algorithm.runtime.primary
+
+    def log(msg: str) -> None:
+        if primary:
+            print(msg, file=sys.stderr, flush=True)
+
+    if primary:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+    checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=int(config.max_to_keep),
+                                enabled=primary and algorithm.runtime.whole_state)
+    return Run(config, config_dict, workdir, dataset, task, algorithm, batch_fn, checkpointer, log)
+
+
+def _keep_local(state: TrainState, restored: TrainState) -> TrainState:
+    """What this process keeps of a restored whole state: all of it where the runtime holds the whole state here;
+    only the key and round where it holds no parameters (an MPI parameter-server worker rank)."""
+    if jax.tree.leaves(state.params):
+        return restored
+    return state._replace(key=restored.key, round=restored.round)
+
+
+def initial_state(run: Run, *, resume: bool) -> TrainState:
+    """Fresh from the seed, or the newest checkpoint that restores (step 2)."""
+    alg = run.algorithm
+    key = jax.random.key(int(run.config.seed))
+    state = alg.init(key)
+    restored = None
+    if alg.runtime.whole_state:
+        like = jax.jit(init_state(alg.task, alg.optimizer, alg.carries_optimizer_state))(key)  # the layout
+        restored = run.checkpointer.restore_latest(like, log=run.log)
+        del like
+    if restored is not None:
+        whole, meta, step = restored
+        state = _keep_local(state, whole)
+        run.wall, run.bytes_total = float(meta.get("wall_time_s", 0.0)), float(meta.get("bytes_total", 0.0))
+        run.log(f"Resuming from {run.checkpointer.directory / str(step)} (round {step}).")
+    elif resume:
+        raise ConfigError([f"resume=True but workdir={str(run.workdir)!r} holds no usable checkpoint. Drop --resume, "
+                           f"or pass --overwrite to start over."])
+    return state
+
+
+def compile_step(run: Run, state: TrainState) -> Callable:
+    """The round step, fused with the batch draw and compiled ahead of time where the runtime allows (step 3)."""
+    alg, shared = run.algorithm, run.dataset.shared
+    if not alg.runtime.fusable:  # its round exchanges buffers between device steps: compiled in the first round
+        return make_train_step(alg, run.batch_fn, shared, fuse=False)
+    t = time.perf_counter()
+    step = make_train_step(alg, run.batch_fn, shared, fuse=True).lower(state, run.batch_fn.data).compile()
+    run.compile_time = time.perf_counter() - t
+    return step
+
+
+def _check_finite(run: Run, state: TrainState, metrics: dict, r: int) -> None:
+    """Raises `TrainingError` (after checkpointing the last good state) when round ``r + 1`` diverged."""
+    worker_loss = np.asarray(metrics["worker_loss"])
+    if np.all(np.isfinite(worker_loss)) and np.isfinite(metrics["train_loss"]):
+        return
+    bad = [int(w) for w in np.flatnonzero(~np.isfinite(worker_loss))]
+    run.save(state)  # the last good state (a no-op if already checkpointed)
+    kept = (f"The last good state (after round {r}) is checkpointed in {run.checkpointer.directory}. "
+            if run.algorithm.runtime.whole_state else "")
+    n, w = int(run.config.num_rounds), int(run.config.num_workers)
+    raise TrainingError(f"non-finite loss in round {r + 1} of {n} at worker(s) {bad} of {w} (worker losses: "
+                        f"{worker_loss.tolist()}); stopping. {kept}Lower learning_rate={run.config.learning_rate}, "
+                        f"or check the data.")
+
+
+def _record(run: Run, state: TrainState, metrics: dict, done: int, evaluate) -> Optional[dict]:
+    """The evaluation record after round ``done`` (every process gathers; the primary evaluates)."""
+    c = run.config
+    W, K, B = int(c.num_workers), int(c.local_steps), int(c.batch_size)
+    whole = run.algorithm.runtime.gather(state)
+    if whole is None:
+        return None
+    sent, received = _round_bytes(metrics, run.algorithm)
+    return {"round": done, "step": done * K, "samples_seen": done * W * K * B, "wall_time_s": run.wall,
+            **evaluate(whole), "round_loss": float(metrics["train_loss"]),
+            "round_accuracy": float(metrics.get("train_accuracy", float("nan"))),
+            "bytes_sent_per_worker": sent, "bytes_received_per_worker": received,
+            "bytes_total": run.bytes_total, "algorithm": run.algorithm.name, "num_workers": W}
+
+
+def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records: list[dict]) -> TrainState:
+    """Rounds from ``state.round`` to ``num_rounds``: evaluate, record, checkpoint, stop on signals (step 4)."""
+    from tqdm.auto import tqdm
+
+    c, alg = run.config, run.algorithm
+    start, n, w = int(jax.device_get(state.round)), int(c.num_rounds), int(c.num_workers)
+    writer = MetricWriter(run.workdir, enabled=run.primary, purge_step=start + 1 if start else None)
+    bar = tqdm(total=n, initial=start, unit="round", dynamic_ncols=True, file=sys.stderr,
+               disable=not (run.primary and c.progress), desc=f"{alg.name} W={w}")
+    data = run.batch_fn.data
+    try:
+        with _stop_on_signals(run.log) as stop:
+            for r in range(start, n):
+                t0 = time.perf_counter()
+                new_state, metrics = step_fn(state, data)
+                metrics = jax.device_get(metrics)
+                run.wall += time.perf_counter() - t0
+                _check_finite(run, state, metrics, r)
+                state = new_state
+                sent, received = _round_bytes(metrics, alg)
+                run.bytes_total += w * (sent + received)
+                done = r + 1
+                postfix = {"loss": f"{float(metrics['train_loss']):.4f}"}
+                if done % int(c.eval_every) == 0 or done == n:
+                    record = _record(run, state, metrics, done, evaluate)
+                    if record is not None:
+                        records.append(record)
+                        writer.write(record)
+                        postfix["test_acc"] = f"{record['test_accuracy']:.4f}"
+                bar.set_postfix(postfix, refresh=False)
+                bar.update(1)
+                if done % int(c.checkpoint_every) == 0 or done == n:
+                    run.save(state)
+                signum = alg.runtime.agree(stop["signum"] or 0) or None
+                if signum is not None:
+                    run.save(state)
+                    where = (f"checkpoint in {run.checkpointer.directory / str(done)}. Continue with the same command "
+                             f"(or --resume)." if alg.runtime.whole_state else "this mode keeps no checkpoint.")
+                    raise Interrupted(signum, f"{signal.Signals(signum).name}: stopped after round {done} of {n}; "
+                                              f"{where}")
+    finally:
+        bar.close()
+        writer.close()
+    return state
+
+
+def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: int) -> dict[str, Any]:
+    """Evaluates a run that had nothing left to train, writes and prints the summary (step 5)."""
+    # The same decision on every process, since gathering the state is collective under MPI.
+    whole = run.algorithm.runtime.gather(state) if start >= int(run.config.num_rounds) else None
+    if not run.primary:
+        return {"workdir": str(run.workdir), "rounds": max(start, int(run.config.num_rounds)), "primary": False}
+    if whole is not None:
+        records.append({"round": start, **evaluate(whole)})
+    summary = _summary(run.config, run.algorithm, records, run.workdir, compile_time=run.compile_time,
+                       wall=run.wall, bytes_total=run.bytes_total)
+    (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(_summary_text(summary), flush=True)
+    return summary
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, resume: bool = False,
@@ -282,7 +454,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     """Trains the study ``config`` describes, recording everything in ``workdir``; returns the summary.
 
     Args:
-      config: a config (start from `istjax.config.default_config()`; see its fields there).
+      config: a config (start from `istjax.experiment.config.default_config()`; see its fields there).
       workdir: the run directory: ``config.json``, ``metrics.jsonl``, ``tensorboard/``, ``checkpoints/``,
         ``summary.json``.
       resume: continue the run in ``workdir`` (allows new run-control values such as a larger ``num_rounds``).
@@ -299,153 +471,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
       TrainingError: a non-finite loss.
       Interrupted: SIGINT/SIGTERM (after checkpointing).
     """
-    if resume and overwrite:
-        raise ConfigError(["resume=True and overwrite=True contradict each other; pass one of them."])
-    dataset = config_lib.validate(config)
-    primary = is_primary()
-    workdir = pathlib.Path(workdir).absolute()
-    config_dict = config_lib.to_dict(config)
-    _prepare_workdir(workdir, config_dict, resume=resume, overwrite=overwrite, primary=primary)
-
-    def log(msg: str) -> None:
-        if primary:
-            print(msg, file=sys.stderr, flush=True)
-
-    task, algorithm, batch_fn = build(config, dataset)
-    base, runtime = algorithm, None
-    if config.backend == "mpi":
-        runtime = _mpi_runtime(config, algorithm)
-        algorithm = runtime.as_algorithm()
-    # Sharded MPI state lives in pieces on every rank; it is not checkpointed (yet).
-    checkpointing = runtime is None or runtime.mode != "sharded"
-    W, K, B, N = (int(config.num_workers), int(config.local_steps), int(config.batch_size),
-                  int(config.num_rounds))
-
-    if primary:
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
-
-    # State: fresh, or the newest good checkpoint.
-    key = jax.random.key(int(config.seed))
-    full = jax.jit(base.init)(key)  # one compile, not one per op; the checkpoint layout
-    state = full if runtime is None else runtime.init(key)
-    ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=int(config.max_to_keep),
-                        enabled=primary and checkpointing)
-    meta: dict[str, Any] = {}
-    restored = ckpt.restore_latest(full, log=log) if checkpointing else None
-    if restored is not None:
-        restored_state, meta, step = restored
-        if jax.tree.leaves(state.params):
-            state = restored_state
-        else:  # an MPI parameter-server worker rank holds no parameters, only the key and round
-            state = TrainState(state.params, state.opt_state, restored_state.key, restored_state.round)
-        del restored_state
-        log(f"Resuming from {ckpt.directory / str(step)} (round {step}).")
-    elif resume:
-        raise ConfigError([f"resume=True but workdir={str(workdir)!r} holds no usable checkpoint. Drop --resume, "
-                           f"or pass --overwrite to start over."])
-    start = int(jax.device_get(state.round))
-    if primary:
-        truncate_metrics(workdir / "metrics.jsonl", start)
-    records = read_metrics(workdir / "metrics.jsonl") if primary and (workdir / "metrics.jsonl").exists() else []
-    del full
-    wall = float(meta.get("wall_time_s", 0.0))
-    bytes_total = float(meta.get("bytes_total", 0.0))
-
-    evaluate = make_evaluator(task, dataset, batch_size=int(config.eval_batch_size),
-                              train_examples=int(config.eval_train_examples))
-    data = batch_fn.data
-    step_fn = make_train_step(algorithm, batch_fn, fuse=False)
-    compile_time = None  # an unfused round compiles inside the first round, whose time then includes it
-    if runtime is None and start < N:  # the MPI runtime's round talks MPI between device steps: never fused
-        t = time.perf_counter()
-        try:
-            step_fn = make_train_step(algorithm, batch_fn, fuse=True).lower(state, data).compile()
-            compile_time = time.perf_counter() - t
-        except Exception as e:  # noqa: BLE001 - a backend whose round is not traceable as a whole runs unfused
-            if config.backend == "simulate":
-                raise
-            log(f"backend={config.backend!r}: its round does not trace inside jit ({type(e).__name__}); running "
-                f"it unfused (batches from their own jitted gather).")
-
-    def save(s: TrainState) -> None:
-        ckpt.save(s, {"wall_time_s": wall, "bytes_total": bytes_total, "config": config_dict})
-
-    def global_params(s: TrainState):
-        """The full parameters on the primary process (MPI: gathered; every rank must call this)."""
-        return s.params if runtime is None else runtime.gather_params(s)
-
-    from tqdm.auto import tqdm
-
-    writer = MetricWriter(workdir, enabled=primary, purge_step=start + 1 if start else None)
-    bar = tqdm(total=N, initial=start, unit="round", dynamic_ncols=True, file=sys.stderr,
-               disable=not (primary and config.progress), desc=f"{algorithm.name} W={W}")
-    sent = received = 0.0
-    last_round_loss = float("nan")
+    run = open_run(config, workdir, resume=resume, overwrite=overwrite)
     try:
-        with _stop_on_signals(log) as stop:
-            for r in range(start, N):
-                t0 = time.perf_counter()
-                new_state, metrics = step_fn(state, data)
-                metrics = jax.device_get(metrics)
-                wall += time.perf_counter() - t0
-                worker_loss = np.asarray(metrics["worker_loss"])
-                if not (np.all(np.isfinite(worker_loss)) and np.isfinite(metrics["train_loss"])):
-                    bad = [int(w) for w in np.flatnonzero(~np.isfinite(worker_loss))]
-                    save(state)  # the last good state (a no-op if already checkpointed)
-                    kept = (f"The last good state (after round {r}) is checkpointed in {ckpt.directory}. "
-                            if checkpointing else "")
-                    raise TrainingError(
-                        f"non-finite loss in round {r + 1} of {N} at worker(s) {bad} of {W} (worker losses: "
-                        f"{worker_loss.tolist()}); stopping. {kept}Lower learning_rate={config.learning_rate}, "
-                        f"or check the data.")
-                state = new_state
-                sent, received = _round_bytes(metrics, algorithm)
-                bytes_total += W * (sent + received)
-                last_round_loss = float(metrics["train_loss"])
-                done = r + 1
-                if done % int(config.eval_every) == 0 or done == N:
-                    params = global_params(state)
-                    scores = evaluate(params) if primary else {}
-                    record = {"round": done, "step": done * K, "samples_seen": done * W * K * B,
-                              "wall_time_s": wall, **scores, "round_loss": last_round_loss,
-                              "round_accuracy": float(metrics.get("train_accuracy", float("nan"))),
-                              "bytes_sent_per_worker": sent, "bytes_received_per_worker": received,
-                              "bytes_total": bytes_total, "algorithm": algorithm.name, "num_workers": W}
-                    records.append(record)
-                    writer.write(record)
-                    if primary:
-                        bar.set_postfix(loss=f"{last_round_loss:.4f}", test_acc=f"{record['test_accuracy']:.4f}",
-                                        refresh=False)
-                else:
-                    bar.set_postfix(loss=f"{last_round_loss:.4f}", refresh=False)
-                bar.update(1)
-                if done % int(config.checkpoint_every) == 0 or done == N:
-                    save(state)
-                signum = _agree(stop["signum"], runtime)
-                if signum is not None:
-                    save(state)
-                    name = signal.Signals(signum).name
-                    where = (f"checkpoint in {ckpt.directory / str(done)}. Continue with the same command (or "
-                             f"--resume)." if checkpointing else "this mode keeps no checkpoint.")
-                    raise Interrupted(signum, f"{name}: stopped after round {done} of {N}; {where}")
+        state = initial_state(run, resume=resume)
+        start = int(jax.device_get(state.round))
+        records: list[dict] = []
+        if run.primary:
+            truncate_metrics(run.workdir / "metrics.jsonl", start)
+            if (run.workdir / "metrics.jsonl").exists():
+                records = read_metrics(run.workdir / "metrics.jsonl")
+        evaluate = make_evaluator(run.task, run.dataset, batch_size=int(config.eval_batch_size),
+                                  train_examples=int(config.eval_train_examples))
+        step_fn = compile_step(run, state) if start < int(config.num_rounds) else None
+        state = train_loop(run, state, step_fn, evaluate, records)
+        return finish(run, state, records, evaluate, start)
     finally:
-        bar.close()
-        writer.close()
-        ckpt.close()
-
-    # Nothing ran (a finished run resumed): evaluate what is there. The same decision on every rank, since
-    # gathering the parameters is collective under MPI.
-    params = global_params(state) if start >= N else None
-    if not primary:
-        return {"workdir": str(workdir), "rounds": max(start, N), "primary": False}
-    if params is not None:
-        records.append({"round": start, **evaluate(params)})
-    summary = _summary(config, algorithm, records, workdir, compile_time=compile_time, wall=wall,
-                       bytes_total=bytes_total)
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(_summary_text(summary), flush=True)
-    return summary
+        run.checkpointer.close()
 
 
 def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib.Path, *, compile_time: float,
@@ -483,8 +524,8 @@ def _summary_text(s: dict[str, Any]) -> str:
         f"(training {s['wall_time_s']:.1f} s, "
         + ("compilation included in the first round)" if s["compile_time_s"] is None
            else f"compilation {s['compile_time_s']:.1f} s)"),
-        f"  per worker per round: received {_fmt_bytes(s['bytes_received_per_worker_per_round'])}, sent "
-        f"{_fmt_bytes(s['bytes_sent_per_worker_per_round'])}; all workers so far {_fmt_bytes(s['bytes_total'])}",
+        f"  per worker per round: received {format_bytes(s['bytes_received_per_worker_per_round'])}, sent "
+        f"{format_bytes(s['bytes_sent_per_worker_per_round'])}; all workers so far {format_bytes(s['bytes_total'])}",
     ]
     if "target_accuracy" in s:
         if s["round_to_target"] is None:

@@ -37,6 +37,17 @@ RECORD_FIELDS = ("round", "step", "samples_seen", "wall_time_s", "train_loss", "
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
 
+def format_bytes(n: Optional[float]) -> str:
+    """``1234567 -> "1.23 MB"`` (decimal units, three significant digits); None -> ``"-"``."""
+    if n is None:
+        return "-"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return str(n)
+
+
 def process_index() -> int:
     """This process's MPI rank when launched under ``mpiexec`` (Open MPI, MPICH/Hydra, PMIx), else 0."""
     for var in _RANK_VARS:

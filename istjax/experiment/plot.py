@@ -1,6 +1,6 @@
 """``istjax plot RUN_DIR... [--out FILE.png]``: test accuracy against rounds, wall time and bytes, one line per run.
 
-Reads each run directory's ``metrics.jsonl`` (one JSON object per evaluation, schema in `istjax.metrics`) and
+Reads each run directory's ``metrics.jsonl`` (one JSON object per evaluation, schema in `istjax.experiment.metrics`) and
 ``config.json`` and draws three panels side by side into one PNG:
 
 1. test accuracy vs rounds (the optimisation view: same rounds = same samples seen at equal W, K, B),
@@ -104,7 +104,7 @@ def load_run(run_dir: str | os.PathLike) -> Run:
         for field in ("round", "test_accuracy"):
             if field not in rec:
                 raise PlotError(f"{metrics}:{lineno}: the record has no {field!r} field (fields: {sorted(rec)}); "
-                                f"metrics.jsonl must follow the schema in istjax.metrics.")
+                                f"metrics.jsonl must follow the schema in istjax.experiment.metrics.")
         records.append(rec)
     if not records:
         raise PlotError(f"{str(metrics)!r} is empty: the run has not evaluated yet (it writes a line every "

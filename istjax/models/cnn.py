@@ -107,6 +107,8 @@ class CNN(nn.Module):
       batch_norm: ``"running"`` (flax BatchNorm with running averages in ``batch_stats``) or ``"batch"`` (current
         batch's statistics always, no state).
       bn_momentum: running-average momentum for ``"running"`` (new = m * old + (1 - m) * batch).
+      image_shape: ``(H, W, C)`` to reshape flat inputs ``[B, H * W * C]`` to images (e.g. ``(8, 8, 1)`` for
+        scikit-learn's digits); None: inputs are already ``[B, H, W, C]``.
     """
 
     widths: tuple[int, ...] = (8, 16)
@@ -115,6 +117,7 @@ class CNN(nn.Module):
     num_classes: int = 10
     batch_norm: str = "running"
     bn_momentum: float = 0.9
+    image_shape: tuple[int, ...] | None = None
 
     def __post_init__(self):
         widths = _tuple_of_pos_ints("widths", self.widths, "e.g. widths=(8, 16).")
@@ -141,6 +144,12 @@ class CNN(nn.Module):
         m = self.bn_momentum
         if isinstance(m, bool) or not isinstance(m, (int, float, np.floating, np.integer)) or not 0 <= m < 1:
             raise ValueError(f"CNN.bn_momentum={m!r}: must be a number with 0 <= bn_momentum < 1, e.g. 0.9.")
+        if self.image_shape is not None:
+            shape = _tuple_of_pos_ints("image_shape", self.image_shape, "e.g. image_shape=(8, 8, 1), or None.")
+            if len(shape) != 3:
+                raise ValueError(f"CNN.image_shape={self.image_shape!r}: give (height, width, channels), e.g. "
+                                 f"(8, 8, 1), or None for inputs that are already images.")
+            object.__setattr__(self, "image_shape", shape)
         # Normalise lists to tuples (fields are frozen; flax compares and hashes them).
         object.__setattr__(self, "widths", widths)
         object.__setattr__(self, "blocks", blocks)
@@ -189,6 +198,8 @@ class CNN(nn.Module):
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
         x = x_BxHxWxC
+        if self.image_shape is not None:
+            x = x.reshape((x.shape[0],) + tuple(self.image_shape))
         if not jnp.issubdtype(x.dtype, jnp.floating):
             x = x.astype(jnp.float32)
         inner = self.inner_widths()

@@ -161,7 +161,7 @@ def train_curve(data: RegressionData, *, width: int, num_workers: int, local_ste
         task = relu_regression_task(data.x.shape[1], width, init_scale=init_scale,
                                     output_scale=None if keep_prob is None else 1.0 / keep_prob)
         alg = ist(task, optax.sgd(step_size), num_workers=num_workers, local_steps=local_steps,
-                                 sampler=sampler)
+                  sampler=sampler)
         batch = {"x": jnp.asarray(data.x), "y": jnp.asarray(data.y)}
         batches = jax.tree.map(lambda v: jnp.broadcast_to(v, (num_workers, local_steps) + v.shape), batch)
         full_loss = task.loss_fn(None)

@@ -2,7 +2,7 @@
 
 ``python crash.py exit``: rank 1 calls ``os._exit(3)`` (mpiexec sees a dead process).
 ``python crash.py kill``: rank 1 is SIGKILLed (mpiexec reports ``RANK 1 ... KILLED BY SIGNAL: 9``).
-``python crash.py raise``: rank 1 raises; `istjax.distributed.abort_on_error` (installed by ``mpi_runtime``)
+``python crash.py raise``: rank 1 raises; `istjax.runtimes.abort_on_error` (installed by ``mpi_runtime``)
 prints the rank and calls MPI_Abort. Rank 0 meanwhile blocks in the next round's allreduce.
 """
 

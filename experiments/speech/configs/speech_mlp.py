@@ -13,7 +13,7 @@ Everything else is the paper's: linear layers without bias, batch-statistics Bat
 an affine-free BatchNorm on the logits, plain SGD with learning rate 0.01, batch 128 per worker, write-back
 without averaging (IST). Data: the shipped ``synthetic_speech`` stand-in (20000 train / 4000 test clips of 4096
 log-mel-like features, 35 classes); for the real data see ``docs/datasets.md`` (TFDS ``speech_commands`` through
-``istjax.tfds_data.load_tfds``, 12 classes in TFDS's version).
+``istjax.data.tfds.load_tfds``, 12 classes in TFDS's version).
 
 Commands (one run, then the three algorithms at 2, 4 and 8 workers under one budget, then a K sweep)::
 
