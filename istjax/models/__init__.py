@@ -71,12 +71,14 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int) -> nn
     """
     cls = _lookup(name)
     known = model_fields(name)
+    values = {k: tuple(_tuples(v)) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
     unknown = sorted(set(fields) - set(known))
     if unknown:
-        raise ValueError(f"model.{unknown[0]}={fields[unknown[0]]!r}: model {name!r} has no field "
-                         f"{unknown[0]!r}; its fields are {sorted(known)}. Remove it (a config that switches "
-                         f"model.name must drop the old model's fields).")
-    values = {k: tuple(_tuples(v)) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
+        close = difflib.get_close_matches(unknown[0], list(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"model.{unknown[0]}={values[unknown[0]]!r}: model {name!r} has no field "
+                         f"{unknown[0]!r}{hint}; its fields are {sorted(known)}. Remove or rename it (a config that "
+                         f"switches model.name must drop the old model's fields).")
     try:
         return cls(**values, num_classes=int(num_classes))
     except (TypeError, ValueError) as e:
