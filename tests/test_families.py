@@ -18,7 +18,7 @@ import istjax.experiment.config as config_lib
 from istjax.algorithms.reference import reference_round
 from istjax.models import CNN
 
-K, B, C = 2, 6, 3
+K, B, C = 2, 8, 3
 
 
 def _cnn_task(widths=(4, 8), inner=None, batch_norm="running"):

@@ -50,3 +50,14 @@ def test_worker_count_that_does_not_fit_is_refused_on_every_rank():
     out = _mpiexec(2, "misfit.py", timeout=120)
     assert out.returncode != 0
     assert (out.stdout + out.stderr).count("does not fit 2 MPI processes") == 2, out.stdout + out.stderr
+
+
+def test_model_state_and_shared_inputs_on_mpi():
+    """A CNN with BatchNorm statistics (IST in both modes, data parallel, local SGD; ``backend="mpi"`` from Python)
+    and a graph model with a shared adjacency: MPI == simulate, measured bytes == analytic (statistics included)."""
+    out = _mpiexec(2, "families.py")
+    assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    for check in ("cnn ist parameter_server: mpi == simulate", "cnn ist sharded: mpi == simulate",
+                  "cnn data_parallel: mpi == simulate", "cnn local_sgd: mpi == simulate",
+                  "shared input (parameter_server)", "shared input (sharded)"):
+        assert check in out.stdout, check
