@@ -48,6 +48,7 @@ import istjax
 from experiments.benchmarks import measure
 from istjax.models.mlp import MLP
 from istjax.core.subnet import subnet_shapes
+from istjax.runtimes.base import map_workers
 
 ALGORITHMS: dict[str, Callable[..., istjax.Algorithm]] = {
     "ist": istjax.ist,
@@ -132,16 +133,16 @@ def _kernel_shapes(shapes_tree) -> list[tuple[int, int]]:
 
 
 def _worker_kernel_shapes(alg: istjax.Algorithm, params) -> list[tuple[int, int]]:
-    if alg.name == "ist":
+    if alg.sampler is not None:
         slots = alg.sampler.slots(alg.task.spec.group_sizes, alg.num_workers)
         return _kernel_shapes(subnet_shapes(params, alg.task.spec, slots))
     return _kernel_shapes(jax.tree.map(lambda x: x.shape, params))
 
 
 def _local_phase(alg: istjax.Algorithm):
-    """The K local steps of all W workers as the simulate backend runs them (the algorithm's ``local_fused`` when it
-    has one, else ``vmap(local)``), jitted on their own: ``(workers [W, ...], batches [W, K, ...])``."""
-    return jax.jit(alg.local_fused or jax.vmap(alg.local, axis_name=istjax.WORKERS))
+    """The K local steps of all W workers as the simulate runtime runs them (the algorithm's ``local_fused`` when it
+    has one, else ``map_workers(local)``), jitted on their own: ``(workers [W, ...], batches [W, K, ...])``."""
+    return jax.jit(alg.local_fused or map_workers(alg.local, alg.num_workers))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,9 +347,9 @@ def throughput(wl: Workload, algorithms: Sequence[str], reps: int) -> list[dict]
 
 def mpi_throughput(wl: Workload, algorithms: Sequence[str], reps: int, timeout_s: float = 240) -> list[dict]:
     """The same rounds on the MPI backend with 2 processes, if `istjax.runtimes` registers one; else a note row."""
-    from istjax.runtimes import base as backends
+    import istjax.runtimes as runtimes
 
-    if "mpi" not in backends.names():
+    if "mpi" not in runtimes.names():
         return [{"model": wl.name, "backend": "mpi", "note": "no 'mpi' backend registered (istjax.runtimes absent)"}]
     mpiexec = pathlib.Path(sys.executable).with_name("mpiexec")
     cmd = [str(mpiexec), "-n", "2", sys.executable, "-m", "experiments.benchmarks.mpi_worker",
