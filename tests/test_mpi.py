@@ -61,3 +61,13 @@ def test_model_state_and_shared_inputs_on_mpi():
                   "cnn data_parallel: mpi == simulate", "cnn local_sgd: mpi == simulate",
                   "shared input (parameter_server)", "shared input (sharded)"):
         assert check in out.stdout, check
+
+
+def test_sharded_mode_checkpoints_and_resumes_bit_identically(tmp_path):
+    """Sharded MPI mode: SIGTERM after round 2 commits every rank's shard (no rank gathers the model); the same
+    command resumes, and every shard of the final checkpoint equals an uninterrupted run's bit for bit; a checkpoint
+    of another rank count is refused naming the launch to use."""
+    out = _mpiexec(2, "sharded_resume.py", str(tmp_path))
+    assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    for check in ("committed sharded checkpoint", "bit for bit", "refused, naming the launch"):
+        assert check in out.stdout, check

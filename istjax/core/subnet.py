@@ -83,7 +83,7 @@ _DIRECT_GATHER_MAX_WORKERS = 4
 def extract_leaf(x: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes, num_workers: int) -> jax.Array:
     """`x: [...]` -> `[W, ...]` with each partitioned axis narrowed to the worker's slots (padding slots -> 0)."""
     if leaf.shared:
-        return jnp.broadcast_to(x, (num_workers,) + jnp.shape(x))
+        return broadcast_workers(x, num_workers)
     r = jnp.ndim(x)
     first = leaf.partitioned_axes[0]
     w_at = 0 if num_workers <= _DIRECT_GATHER_MAX_WORKERS else first  # where the worker axis sits in the gather

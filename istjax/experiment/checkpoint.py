@@ -6,10 +6,17 @@ its raw ``jax.random.key_data``, `[2]` uint32 for threefry, and re-wrapped on re
 (seed, round), so the round number is the data position: restoring step ``r`` and running to ``M`` reproduces the
 uninterrupted run bit for bit.
 
+Every checkpoint proves itself. At save, the SHA-256 digest of every array (its dtype, shape and bytes) and of the
+metadata is recorded in the metadata; at restore each is recomputed and compared. A checkpoint that fails to restore
+or to verify (a half-written or truncated file, a missing file, a flipped byte that still decodes) is reported in
+one line naming the step and the first array that failed, moved aside to ``<dir>_corrupt/<step>``, and the next
+older one is tried: training never continues from state that did not verify.
+
 Restoring uses an abstract target built from a freshly initialised state, so optax's NamedTuple states come back as
-NamedTuples (not lists) and every array keeps its dtype and sharding. A checkpoint that fails to restore (a
-half-written or truncated file, a missing file) is reported, moved aside to ``<dir>_corrupt/<step>`` and the next
-older one is tried.
+NamedTuples (not lists) and every array keeps its dtype and sharding.
+
+A save that cannot be written (a full disk, a directory that became read-only) raises `CheckpointWriteError`
+naming the directory, the cause and the last good checkpoint, which orbax's write-then-rename leaves intact.
 
 Layout::
 
@@ -19,17 +26,63 @@ Layout::
 
 from __future__ import annotations
 
+import hashlib
+import json
 import pathlib
 import shutil
 import sys
 from typing import Any, Optional
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
+from istjax.core.spec import path_str
 from istjax.core.state import TrainState
 
-__all__ = ["Checkpointer", "state_to_tree", "tree_to_state"]
+__all__ = ["Checkpointer", "ShardedCheckpointer", "ShardCountMismatch", "CheckpointWriteError", "CheckpointCorrupt", "state_to_tree", "tree_to_state",
+           "tree_digests"]
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (an environment failure: disk full, read-only, permissions)."""
+
+
+class CheckpointCorrupt(ValueError):
+    """A checkpoint restored but does not match the digests recorded when it was saved."""
+
+
+def _leaf_digest(x) -> str:
+    a = np.ascontiguousarray(np.asarray(jax.device_get(x)))
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def tree_digests(tree) -> dict[str, str]:
+    """``{"params/dense_0/kernel": sha256, ...}`` of every array of a pytree (dtype, shape and bytes)."""
+    return {path_str(p): _leaf_digest(x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _meta_digest(meta: dict) -> str:
+    body = {k: v for k, v in meta.items() if k != "meta_digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _verify(tree, meta: dict, step: int) -> None:
+    """Raises `CheckpointCorrupt` naming the first array (or the metadata) whose digest does not match."""
+    if meta.get("meta_digest") != _meta_digest(meta):
+        raise CheckpointCorrupt(f"checkpoint {step}: its metadata does not match its digest")
+    recorded = meta.get("digests")
+    if not isinstance(recorded, dict):
+        raise CheckpointCorrupt(f"checkpoint {step}: no array digests recorded (written by an older istjax?)")
+    got = tree_digests(tree)
+    if set(got) != set(recorded):
+        raise CheckpointCorrupt(f"checkpoint {step}: holds arrays {sorted(set(got) ^ set(recorded))[:3]} that its "
+                                f"digests do not (or the reverse)")
+    for path, digest in got.items():
+        if recorded[path] != digest:
+            raise CheckpointCorrupt(f"array {path} does not match the digest recorded when it was saved")
 
 
 def state_to_tree(state: TrainState) -> dict[str, Any]:
@@ -89,11 +142,29 @@ class Checkpointer:
         step = int(jax.device_get(state.round))
         if step in self.steps():
             return None
-        meta = dict(meta or {}, round=step, key_impl=str(jax.random.key_impl(state.key)))
-        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state_to_tree(state)),
-                                                         meta=ocp.args.JsonSave(meta)), force=True)
-        self._manager.wait_until_finished()
+        tree = state_to_tree(state)
+        meta = dict(meta or {}, round=step, key_impl=str(jax.random.key_impl(state.key)), digests=tree_digests(tree))
+        meta["meta_digest"] = _meta_digest(meta)
+        try:
+            self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
+                                                             meta=ocp.args.JsonSave(meta)), force=True)
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 - orbax wraps OS errors in its own; report the cause in one line
+            raise CheckpointWriteError(self._write_failure(step, e)) from e
         return step
+
+    def _write_failure(self, step: int, error: BaseException) -> str:
+        cause = _root_cause(error)
+        self._remove_partial(step)
+        good = [s for s in self.steps() if s != step]
+        kept = (f"the last good checkpoint {self.directory / str(good[-1])} is intact" if good
+                else "no earlier checkpoint exists")
+        return (f"could not write checkpoint {self.directory / str(step)}: {cause}; {kept}. Free space or fix "
+                f"permissions under {self.directory}, then rerun the same command to resume.")
+
+    def _remove_partial(self, step: int) -> None:
+        for p in (self.directory.glob(f"{step}.orbax-checkpoint-tmp*") if self.directory.exists() else ()):
+            shutil.rmtree(p, ignore_errors=True)
 
     def restore(self, step: int, like: TrainState) -> tuple[TrainState, dict[str, Any]]:
         """The state and meta saved at ``step``; ``like`` (e.g. ``algorithm.init(key)``) gives structure, dtypes
@@ -102,6 +173,7 @@ class Checkpointer:
         out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
                                                                   meta=ocp.args.JsonRestore()))
         meta = dict(out.meta or {})
+        _verify(out.state, meta, step)
         state = tree_to_state(out.state, meta.get("key_impl"))
         _check_like(state, like, step)
         return state, meta
@@ -118,9 +190,8 @@ class Checkpointer:
             try:
                 state, meta = self.restore(step, like)
             except Exception as e:  # noqa: BLE001 - any failure means "not usable"; we report it and go on
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 where = self.directory / str(step)
-                msg = f"checkpoint {where} is damaged and was skipped ({type(e).__name__}: {first[:300]})"
+                msg = f"checkpoint {where} is damaged and was skipped ({_root_cause(e)})"
                 if self.enabled:
                     aside = self.directory.parent / f"{self.directory.name}_corrupt" / str(step)
                     aside.parent.mkdir(parents=True, exist_ok=True)
@@ -149,3 +220,109 @@ def _check_like(state: TrainState, like: TrainState, step: int) -> None:
     if got != want:
         raise ValueError(f"checkpoint step {step} holds a state of another shape than this run's model "
                          f"(got {got}, expected {want}).")
+
+
+def _root_cause(error: BaseException) -> str:
+    """One line for an exception chain: the innermost OS error when there is one, else the first line."""
+    e, seen = error, set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.strerror:
+            return f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
+        e = e.__cause__ or e.__context__
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first[:200]}" if first else type(error).__name__
+
+
+class ShardedCheckpointer:
+    """Checkpoints of a state spread over MPI ranks (sharded mode): no rank gathers the model.
+
+    Each rank saves its own shard with a `Checkpointer` of its own under ``<directory>/rank_<r>`` (digests
+    included). A step is *committed* only when every rank has written its part: the ranks agree (``agree_all``), then
+    rank 0 records the step in ``<directory>/committed.json`` (written to a temporary file and renamed, so it is
+    never half-written). Restoring considers committed steps only, newest first; every rank restores and verifies
+    its part and the ranks agree, so either all continue from the same step or all fall back to the previous one.
+    A job with another number of ranks than the checkpoint's is refused (`ShardCountMismatch`).
+
+    Args:
+      directory: the run's checkpoint directory.
+      rank, size: this process and the process count.
+      agree_all: ``ok -> bool``, True when every rank passed True (collective).
+      max_to_keep: committed steps kept.
+    """
+
+    def __init__(self, directory: str | pathlib.Path, *, rank: int, size: int, agree_all, max_to_keep: int = 3):
+        self.directory = pathlib.Path(directory).absolute()
+        self.rank, self.size, self.agree_all, self.max_to_keep = rank, size, agree_all, max_to_keep
+        self.part = Checkpointer(self.directory / f"rank_{rank}", max_to_keep=max_to_keep + 2)
+        self.enabled = True
+
+    @property
+    def _ledger(self) -> pathlib.Path:
+        return self.directory / "committed.json"
+
+    def committed(self) -> dict[str, Any]:
+        """``{"ranks": N, "steps": [...]}`` (empty when nothing is committed)."""
+        if not self._ledger.exists():
+            return {"ranks": self.size, "steps": []}
+        return json.loads(self._ledger.read_text())
+
+    def steps(self) -> list[int]:
+        return sorted(self.committed()["steps"])
+
+    def save(self, state: TrainState, meta: Optional[dict[str, Any]] = None) -> Optional[int]:
+        """Every rank saves its shard at ``state.round``; the step is committed once all have (collective)."""
+        step = int(jax.device_get(state.round))
+        if step in self.steps():
+            return None
+        error: Optional[BaseException] = None
+        try:
+            self.part.save(state, dict(meta or {}, rank=self.rank, ranks=self.size))
+        except CheckpointWriteError as e:
+            error = e
+        if not self.agree_all(error is None):
+            raise CheckpointWriteError(str(error) if error is not None else
+                                       f"another rank could not write its part of checkpoint {step}; "
+                                       f"the last committed checkpoint is intact")
+        if self.rank == 0:
+            kept = (self.steps() + [step])[-self.max_to_keep:]
+            tmp = self._ledger.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"ranks": self.size, "steps": kept}))
+            tmp.replace(self._ledger)
+        self.agree_all(True)  # every rank sees the ledger before pruning its old parts
+        keep = set(self.steps())
+        for old in self.part.steps():
+            if old not in keep and old < step:
+                self.part._manager.delete(old)
+        return step
+
+    def restore_latest(self, like: TrainState, *, log=None):
+        """This rank's shard of the newest committed step that every rank restores and verifies, as
+        ``(state, meta, step)``; None when nothing is committed (collective)."""
+        log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        ledger = self.committed()
+        if ledger["steps"] and int(ledger["ranks"]) != self.size:
+            raise ShardCountMismatch(
+                f"the checkpoints in {self.directory} were written by {ledger['ranks']} MPI ranks (each holds a "
+                f"shard), but this job has {self.size}. Launch with mpiexec -n {ledger['ranks']} to resume them, or "
+                f"start a new run in another --workdir.")
+        for step in reversed(sorted(ledger["steps"])):
+            try:
+                state, meta = self.part.restore(step, like)
+                ok, why = True, ""
+            except Exception as e:  # noqa: BLE001 - reported in one line, then every rank falls back together
+                ok, why = False, _root_cause(e)
+            if self.agree_all(ok):
+                return state, meta, step
+            if not ok:
+                log(f"rank {self.rank}: its part of checkpoint {self.directory / f'rank_{self.rank}' / str(step)} "
+                    f"is damaged ({why}); every rank falls back to the previous committed checkpoint.")
+        return None
+
+    def close(self) -> None:
+        self.part.close()
+
+
+class ShardCountMismatch(ValueError):
+    """Sharded checkpoints written by another number of MPI ranks than this job has."""

@@ -3,6 +3,7 @@
 ::
 
     istjax [train] [--config=FILE[:ARG]] [--workdir=DIR] [--config.FIELD=VALUE ...] [--resume | --overwrite]
+    istjax eval --workdir=DIR [--checkpoint=N]
     istjax plot RUN_DIR ...          (istjax.experiment.plot.main)
     istjax compare ...               (istjax.experiment.compare.main)
 
@@ -12,9 +13,15 @@
 overridden: ``--config.num_workers=2 --config.model.hidden='(256,256)'``. Without ``--workdir`` results go to
 ``./runs/<name>-<timestamp>``.
 
+``--resume`` continues the run in ``--workdir`` with that run's own config (its ``config.json``); overrides given
+with it may change run-control fields only (``num_rounds``, ``eval_every``, ...), anything else is refused with the
+list of differences. ``eval`` evaluates a saved run's newest verified checkpoint (or ``--checkpoint=N``) without
+training.
+
 Exit codes: 0 success; 2 a config, flag or workdir error (reported before anything compiles); 1 a training failure
-(e.g. a non-finite loss); 130 / 143 interrupted by SIGINT / SIGTERM (after checkpointing; rerun the same command,
-or add ``--resume``, to continue).
+(e.g. a non-finite loss); 3 an environment failure (a workdir that cannot be written, a full disk: the last good
+checkpoint is intact); 130 / 143 interrupted by SIGINT / SIGTERM (after checkpointing; rerun the same command,
+or add ``--resume``, to continue). Under ``mpiexec`` an error every rank meets is printed once, by rank 0.
 """
 
 from __future__ import annotations
@@ -27,9 +34,9 @@ import re
 import sys
 from typing import Optional, Sequence
 
-__all__ = ["main", "parse_train_args", "EXIT_OK", "EXIT_FAILURE", "EXIT_CONFIG"]
+__all__ = ["main", "parse_train_args", "EXIT_OK", "EXIT_FAILURE", "EXIT_CONFIG", "EXIT_ENVIRONMENT"]
 
-EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 2, 3
 _SUBCOMMANDS = {"plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare"}
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 
@@ -64,7 +71,7 @@ def parse_train_args(argv: Sequence[str]):
     import istjax.experiment.config as config_lib
 
     argv = list(argv)
-    default_file = os.path.abspath(config_lib.__file__)
+    default_file = _resume_config_file(argv) or os.path.abspath(config_lib.__file__)
     overrides = [m.group(1) for m in map(_OVERRIDE.match, argv[1:]) if m]
 
     # First the config without overrides, to name unknown override fields ourselves (ml_collections would raise a
@@ -124,6 +131,36 @@ def parse_train_args(argv: Sequence[str]):
     return config, fv.workdir, fv.resume, fv.overwrite
 
 
+def _flag_value(argv: Sequence[str], name: str) -> Optional[str]:
+    for i, a in enumerate(argv):
+        if a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+        if a == f"--{name}" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _resume_config_file(argv: Sequence[str]) -> Optional[str]:
+    """With ``--resume`` and no ``--config=FILE``: a config file that loads the run's own ``config.json``, so the
+    run continues with the config it was started with (overrides then apply on top of it)."""
+    import tempfile
+
+    import istjax.experiment.config as config_lib
+
+    if "--resume" not in argv or any(a == "--config" or a.startswith("--config=") for a in argv):
+        return None
+    workdir = _flag_value(argv, "workdir")
+    if workdir is None:
+        raise config_lib.ConfigError(["--resume needs --workdir=DIR, the run to continue."])
+    config_lib.load_run_config(workdir)  # a clear error when there is no run there
+    path = os.path.join(tempfile.mkdtemp(prefix="istjax-resume-"), "run_config.py")
+    with open(path, "w") as f:
+        f.write("import json\nfrom istjax.experiment.config import from_dict\n\n\ndef get_config():\n"
+                f"    with open({os.path.join(os.path.abspath(workdir), 'config.json')!r}) as f:\n"
+                "        return from_dict(json.load(f))\n")
+    return path
+
+
 def _literal(text: str):
     """A Python literal (``500``, ``(1, 2)``, ``True``), or the text itself (a path, a name)."""
     try:
@@ -163,7 +200,7 @@ def train_main(argv: Sequence[str]) -> int:
     try:
         config, workdir, resume, overwrite = parse_train_args(argv)
     except config_lib.ConfigError as e:
-        print(f"istjax train: {e}", file=sys.stderr)
+        _error(f"istjax train: {e}")
         return EXIT_CONFIG
 
     from absl import logging as absl_logging
@@ -180,17 +217,72 @@ def train_main(argv: Sequence[str]) -> int:
     try:
         train.train_and_evaluate(config, workdir, resume=resume, overwrite=overwrite)
     except config_lib.ConfigError as e:
-        print(f"istjax train: {e}", file=sys.stderr)
+        _error(f"istjax train: {e}")
         return EXIT_CONFIG
     except train.TrainingError as e:
-        print(f"istjax train: training failed: {e}", file=sys.stderr)
+        _error(f"istjax train: training failed: {e}")
         return EXIT_FAILURE
+    except train.EnvironmentFailure as e:
+        _error(f"istjax train: environment failure: {e}", every_rank=True)
+        return EXIT_ENVIRONMENT
+    except OSError as e:  # anything else the machine refused (a metrics file on a full disk, ...)
+        _error(f"istjax train: environment failure: {e.strerror or e}"
+               + (f" ({e.filename})" if e.filename else "") + "; the last good checkpoint is intact.",
+               every_rank=True)
+        return EXIT_ENVIRONMENT
     except train.Interrupted as e:
-        print(f"istjax train: interrupted: {e}", file=sys.stderr)
+        _error(f"istjax train: interrupted: {e}")
         return e.exit_code
     except KeyboardInterrupt:
         print("istjax train: aborted.", file=sys.stderr)
         return 130
+    return EXIT_OK
+
+
+def _error(message: str, every_rank: bool = False) -> None:
+    """Prints an error once: under ``mpiexec`` every rank meets the same config or training error, so rank 0 alone
+    prints it (saying how many ranks stopped); ``every_rank`` errors (one process's disk) name the rank."""
+    from istjax.experiment.metrics import is_primary, process_count, process_index
+
+    n = process_count()
+    if n > 1:
+        if every_rank:
+            message = f"{message} (rank {process_index()} of {n})"
+        elif not is_primary():
+            return
+        else:
+            message = f"{message} (every one of the {n} ranks stopped)"
+    print(message, file=sys.stderr)
+
+
+def eval_main(argv: Sequence[str]) -> int:
+    """``istjax eval --workdir=DIR [--checkpoint=N]``: evaluates a saved run; returns the exit code."""
+    import argparse
+    import json
+
+    import istjax.experiment.config as config_lib
+
+    parser = argparse.ArgumentParser(prog="istjax eval", description="Evaluate a saved run without training: its "
+                                     "own config, its newest checkpoint that verifies (or --checkpoint).")
+    parser.add_argument("--workdir", required=True, help="the run directory of an `istjax train` run")
+    parser.add_argument("--checkpoint", type=int, default=None, help="the step to evaluate (default: newest good)")
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as e:
+        return EXIT_OK if e.code == 0 else EXIT_CONFIG
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    import istjax.experiment.driver as driver
+
+    try:
+        result = driver.evaluate_run(args.workdir, checkpoint=args.checkpoint)
+    except config_lib.ConfigError as e:
+        _error(f"istjax eval: {e}")
+        return EXIT_CONFIG
+    print(f"{result['checkpoint']} (round {result['round']}): test accuracy {result['test_accuracy']:.4f}, "
+          f"test loss {result['test_loss']:.4f}, train loss {result['train_loss']:.4f}")
+    print(json.dumps(result))
     return EXIT_OK
 
 
@@ -209,10 +301,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{prog} {rest[0]}: not available in this install ({module_name} is missing).", file=sys.stderr)
             return EXIT_CONFIG
         return int(module.main(rest[1:]) or 0)
+    if rest and rest[0] == "eval":
+        return eval_main(rest[1:])
     if rest and rest[0] == "train":
         rest = rest[1:]
     elif rest and not rest[0].startswith("-"):
-        print(f"{prog}: unknown command {rest[0]!r}; commands: train (default), "
+        print(f"{prog}: unknown command {rest[0]!r}; commands: train (default), eval, "
               f"{', '.join(_SUBCOMMANDS)}.\n\nusage:\n{_usage()}", file=sys.stderr)
         return EXIT_CONFIG
     return train_main([f"{prog} train", *rest])

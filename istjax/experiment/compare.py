@@ -1,52 +1,68 @@
-"""``istjax compare``: IST, data parallel and local SGD under one budget, as a table and a figure.
+"""``istjax compare``: IST, data parallel and local SGD under one budget, over seeds, as a table and a figure.
 
 ::
 
     istjax compare [--config=FILE] [--config.FIELD=VALUE ...] [--algorithms ist,data_parallel,local_sgd]
-                   [--workers 2,4] [--target 0.9] --workdir DIR [--overwrite]
+                   [--workers 2,4] [--seeds 0,1,2] [--target 0.9] --workdir DIR [--overwrite] [--no-bands]
     istjax compare --runs RUN_DIR ... [--target 0.9] [--workdir DIR]     (tabulate finished runs, no training)
 
 Every (algorithm, W) pair trains the same config with only ``algorithm`` and ``num_workers`` changed, so all runs
 see the same budget: the same rounds, local steps K and batch size B, hence the same ``rounds * W * K * B``
 samples at equal W. Runs go to ``DIR/<algorithm>_W<W>`` (`istjax.experiment.driver.train_and_evaluate`; a finished run there
-with the same config is reused, not retrained). Then, from each run's ``metrics.jsonl``:
+with the same config is reused, not retrained). With ``--seeds 0,1,2`` every (algorithm, W) cell trains once per
+seed (``config.seed`` changed, nothing else) into ``DIR/<algorithm>_W<W>_s<seed>``. Then, from each run's
+``metrics.jsonl``:
 
 ==================  ============================================================================================
 column              meaning
 ==================  ============================================================================================
 final acc           test accuracy at the last evaluation
 rounds to target    first evaluated round with test accuracy >= target
+samples to target   training examples seen by all workers up to that round (``samples_seen``)
 time to target (s)  training wall time (compilation and evaluation excluded) at that round
 bytes to target     bytes moved by all workers, both directions, up to that round (``bytes_total``)
 time/round (ms)     training wall time / rounds
 bytes/round         bytes moved by all workers per round
 ==================  ============================================================================================
 
+With several seeds per cell (`cells`) the table reads ``mean ± std (n)`` in every column: the mean over the cell's
+seeds, their sample standard deviation (``-`` for one seed) and how many seeds the numbers come from; the "to target"
+columns average the seeds that reached the target and a ``reached`` column says how many did (``2/3``). Runs are
+grouped into cells by their config without ``seed`` and run-control fields (`istjax.experiment.plot.group_runs`),
+so ``--runs`` tabulates seeds of finished studies the same way.
+
 The target defaults to ``config.target_accuracy``, else to the lowest final accuracy among the runs rounded down
 to a hundredth (so every run reaches it and the columns compare how fast). The table is printed and written as
-``DIR/comparison.md`` and ``DIR/comparison.json``, and the curves (`istjax.experiment.plot.plot_runs`) as
+``DIR/comparison.md``, ``DIR/comparison.csv`` and ``DIR/comparison.json`` (per cell the mean, ``_std`` and ``_n``
+of each number; JSON also lists every seed's own row under ``runs``), and the curves
+(`istjax.experiment.plot.plot_runs`: one mean curve per cell with a min..max band across seeds) as
 ``DIR/comparison.png``. Evaluations happen every ``eval_every`` rounds, so "to target" is resolved to that grid.
 
 A run that fails (`istjax.experiment.driver.TrainingError`, e.g. a non-finite loss) does not stop the comparison: the error is
-reported, the other runs still train, the failed run's evaluations before the failure stay in the table with the
-reason in its ``note`` column, and ``istjax compare`` exits 1 after writing the outputs.
+reported, the other runs still train, and ``istjax compare`` exits 1 after writing the outputs. The failure is named in
+the cell's ``note`` column. A failed seed is left out of its cell's numbers when another seed of the cell finished (n
+says how many were used); when none did (or with one seed), the failed runs' evaluations before the failure make the
+row, as the note says.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
 import json
 import math
 import os
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
 from istjax.experiment.metrics import format_bytes
-from istjax.experiment.plot import PlotError, Run, load_run, plot_runs
+from istjax.experiment.plot import BANDS, PlotError, Run, group_runs, load_run, plot_runs, varying_fields
 
-__all__ = ["Row", "Comparison", "default_target", "format_table", "main", "rows", "run_comparison"]
+__all__ = ["Cell", "Comparison", "Row", "Stat", "cells", "default_target", "format_table", "main", "rows",
+           "run_comparison", "stat", "write_outputs"]
 
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
 
@@ -70,6 +86,101 @@ class Row(NamedTuple):
     bytes_total: Optional[float]
     run_dir: str
     note: Optional[str] = None
+    seed: Optional[int] = None
+    samples_to_target: Optional[int] = None
+
+
+# The numbers a cell averages over its seeds; the "to target" ones only over the seeds that reached the target.
+STATS = ("final_accuracy", "best_accuracy", "rounds_to_target", "samples_to_target", "time_to_target_s",
+         "bytes_to_target", "time_per_round_s", "bytes_per_round", "bytes_total")
+TO_TARGET = ("rounds_to_target", "samples_to_target", "time_to_target_s", "bytes_to_target")
+
+
+class Stat(NamedTuple):
+    """Mean, sample standard deviation (None below two values) and count of the known values of one column."""
+
+    mean: Optional[float]
+    std: Optional[float]
+    n: int
+
+
+def stat(values: Sequence[Optional[float]]) -> Stat:
+    """`Stat` of ``values``, skipping None (a seed that did not reach the target, an unknown time)."""
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return Stat(None, None, 0)
+    mean = math.fsum(xs) / len(xs)
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else None
+    return Stat(mean, std, len(xs))
+
+
+@dataclasses.dataclass
+class Cell:
+    """One (algorithm, W, ...) cell of the table: the runs of one config that differ only in ``seed``.
+
+    Fields:
+      rows: the runs its numbers come from (`Row` per seed).
+      excluded: failed seeds left out of the numbers (a cell keeps its failed runs only when none finished).
+      variant: ``field=value`` of the config fields besides algorithm, W, K and seed in which the table's cells
+        differ (`istjax.experiment.plot.varying_fields`; empty when they differ in none).
+      note: failures, as in the table's ``note`` column.
+    """
+
+    algorithm: str
+    num_workers: Optional[int]
+    local_steps: Optional[int]
+    target: Optional[float]
+    rows: list[Row]
+    excluded: list[Row] = dataclasses.field(default_factory=list)
+    variant: str = ""
+    note: Optional[str] = None
+
+    @property
+    def n(self) -> int:
+        """How many runs the numbers come from."""
+        return len(self.rows)
+
+    @property
+    def seeds(self) -> list[Optional[int]]:
+        return [r.seed for r in self.rows]
+
+    @property
+    def rounds(self) -> int:
+        return max(r.rounds for r in self.rows)
+
+    @property
+    def samples_seen(self) -> Optional[int]:
+        known = [r.samples_seen for r in self.rows if r.samples_seen is not None]
+        return max(known) if known else None
+
+    @property
+    def reached(self) -> int:
+        """How many of ``rows`` reached the target."""
+        return sum(r.rounds_to_target is not None for r in self.rows)
+
+    def stat(self, column: str) -> Stat:
+        """`Stat` of a `Row` column over the cell's runs (e.g. ``"final_accuracy"``, ``"bytes_to_target"``)."""
+        return stat([getattr(r, column) for r in self.rows])
+
+    def as_dict(self, *, runs: bool = False) -> dict[str, Any]:
+        """A flat record: the cell's fields, and per number in `STATS` its mean (the column's name), ``_std`` and
+        ``_n``; with ``runs``, every seed's own row under ``runs`` (and the left-out ones under ``excluded``)."""
+        out: dict[str, Any] = {"algorithm": self.algorithm, "num_workers": self.num_workers,
+                               "local_steps": self.local_steps, "config": self.variant, "rounds": self.rounds,
+                               "samples_seen": self.samples_seen, "target": self.target, "n": self.n,
+                               "seeds": self.seeds, "reached": self.reached}
+        for column in STATS:
+            st = self.stat(column)
+            mean = st.mean
+            if st.n == 1:  # one value: as it was recorded (an int stays an int)
+                mean = next(getattr(r, column) for r in self.rows if getattr(r, column) is not None)
+            out.update({column: mean, f"{column}_std": st.std, f"{column}_n": st.n})
+        out["run_dirs"] = [r.run_dir for r in self.rows]
+        out["note"] = self.note
+        if runs:
+            out["runs"] = [r._asdict() for r in self.rows]
+            out["excluded"] = [r._asdict() for r in self.excluded]
+        return out
 
 
 class Comparison(NamedTuple):
@@ -117,68 +228,209 @@ def row(run: Run, target: Optional[float], note: Optional[str] = None) -> Row:
         bytes_to_target=None if hit is None else _num(hit, "bytes_total"),
         time_per_round_s=wall / rounds if wall is not None and rounds else None,
         bytes_per_round=total / rounds if total is not None and rounds else None,
-        bytes_total=total, run_dir=str(run.path), note=note)
+        bytes_total=total, run_dir=str(run.path), note=note, seed=run.seed,
+        samples_to_target=None if hit is None else hit.get("samples_seen"))
+
+
+_ORDER = {a: i for i, a in enumerate(ALGORITHMS)}
+
+
+def _sort_key(r: Row | Cell):
+    return (r.num_workers or 0, _ORDER.get(r.algorithm, len(_ORDER)), r.algorithm)
+
+
+def _norm(path: str | os.PathLike) -> str:
+    return str(pathlib.Path(path))
 
 
 def rows(runs: Sequence[Run], target: Optional[float] = None, notes: Optional[dict[str, str]] = None) -> list[Row]:
-    """Rows of ``runs`` against ``target`` (default: `default_target`), sorted by W, then algorithm order.
+    """Rows of ``runs`` (one per run) against ``target`` (default: `default_target`), sorted by W, then algorithm
+    order (then seed).
 
-    ``notes`` maps a run directory to a remark for its row (`run_comparison` notes failed runs).
+    ``notes`` maps a run directory to a remark for its row. `cells` groups the seeds of a config into one line.
     """
     if target is None:
         target = default_target(runs)
-    notes = {str(pathlib.Path(k)): v for k, v in (notes or {}).items()}
-    order = {a: i for i, a in enumerate(ALGORITHMS)}
-    out = [row(r, target, notes.get(str(pathlib.Path(r.path)))) for r in runs]
-    return sorted(out, key=lambda r: (r.num_workers or 0, order.get(r.algorithm, len(order)), r.algorithm))
+    notes = {_norm(k): v for k, v in (notes or {}).items()}
+    out = [row(r, target, notes.get(_norm(r.path))) for r in runs]
+    return sorted(out, key=lambda r: (*_sort_key(r), r.seed if r.seed is not None else -1))
 
 
-def format_table(table: Sequence[Row], failed: Optional[dict[str, str]] = None) -> str:
-    """A markdown table of ``table`` (not-reached cells read ``not reached``; a ``note`` column when a row has one).
+def _first_clause(message: str) -> str:
+    return message.split(";")[0]
 
-    ``failed`` (run directory -> message) lists, under the table, failed runs that have no row (no evaluation).
+
+def cells(runs: Sequence[Run], target: Optional[float] = None,
+          failed: Optional[dict[str, str]] = None) -> list[Cell]:
+    """The table: ``runs`` grouped into cells of seeds (`istjax.experiment.plot.group_runs`: equal configs up to
+    ``seed`` and run-control fields), against ``target`` (default: `default_target` of the runs used), sorted by
+    W, then algorithm order.
+
+    ``failed`` maps a run directory to its error (`run_comparison`): such a run is left out of its cell's numbers
+    when another seed of the cell is not failed (the note names it); a cell whose runs all failed keeps them (their
+    evaluations before the failure), noted ``failed: ...``.
     """
-    target = table[0].target if table else None
-    notes = any(r.note for r in table)
-    head = ["algorithm", "W", "K", "rounds", "final acc", "best acc",
-            f"rounds to {target:.2%}" if target is not None else "rounds to target",
-            "time to target (s)", "bytes to target", "time/round (ms)", "bytes/round"] + (["note"] if notes else [])
+    failed = {_norm(k): v for k, v in (failed or {}).items()}
+    groups = group_runs(runs)
+    variants = varying_fields(groups)
+    split = []
+    for group in groups:
+        ok = [r for r in group if _norm(r.path) not in failed]
+        bad = [r for r in group if _norm(r.path) in failed]
+        split.append((ok, bad) if ok else (bad, []))
+    if target is None:
+        target = default_target([r for used, _ in split for r in used])
+    out = []
+    for group, variant, (used, excluded) in zip(groups, variants, split):
+        notes = []
+        used_failed = [r for r in used if _norm(r.path) in failed]
+        noted = {_norm(r.path) for r in used_failed}
+        if used_failed:
+            msg = _first_clause(failed[_norm(used_failed[0].path)])
+            notes.append(f"failed: {msg}" if len(group) == 1 else
+                         f"failed: {msg} (every seed failed: "
+                         f"{', '.join(str(r.seed) for r in used_failed)})")
+        for r in excluded:
+            notes.append(f"seed {r.seed} failed and is left out: {_first_clause(failed[_norm(r.path)])}")
+        note = "; ".join(notes) or None
+        cell_rows = sorted((row(r, target, note if _norm(r.path) in noted else None) for r in used),
+                           key=lambda x: -1 if x.seed is None else x.seed)
+        first = cell_rows[0]
+        out.append(Cell(algorithm=first.algorithm, num_workers=first.num_workers, local_steps=first.local_steps,
+                        target=target, rows=cell_rows,
+                        excluded=[row(r, target, "failed: " + _first_clause(failed[_norm(r.path)]))
+                                  for r in excluded],
+                        variant=variant, note=note))
+    return sorted(out, key=lambda c: (*_sort_key(c), c.variant))
+
+
+def _as_cell(r: Row | Cell) -> Cell:
+    if isinstance(r, Cell):
+        return r
+    return Cell(algorithm=r.algorithm, num_workers=r.num_workers, local_steps=r.local_steps, target=r.target,
+                rows=[r], note=r.note)
+
+
+def _g(v: float) -> str:
+    return f"{v:.4g}"
+
+
+_FORMATS: dict[str, Callable[[float], str]] = {
+    "final_accuracy": lambda v: f"{v:.4f}", "best_accuracy": lambda v: f"{v:.4f}", "rounds_to_target": _g,
+    "samples_to_target": lambda v: f"{v:,.0f}", "time_to_target_s": lambda v: f"{v:.2f}",
+    "bytes_to_target": format_bytes, "time_per_round_s": lambda v: f"{1000 * v:.1f}",
+    "bytes_per_round": format_bytes}
+
+
+def _mean_std(cell: Cell, column: str) -> str:
+    """``mean ± std (n)``; ``mean (1)`` for one value; ``not reached`` / ``-`` for none."""
+    st = cell.stat(column)
+    if st.n == 0:
+        return "not reached" if column in TO_TARGET else "-"
+    fmt = _FORMATS[column]
+    return fmt(st.mean) + (f" ± {fmt(st.std)}" if st.std is not None else "") + f" ({st.n})"
+
+
+def _single(cell: Cell, column: str) -> str:
+    """One run's value, as the table always showed it."""
+    r = cell.rows[0]
+    value = getattr(r, column)
+    reached = r.rounds_to_target is not None
+    if column in TO_TARGET:
+        if not reached:
+            return "not reached"
+        if value is None:
+            return "-"
+        return str(value) if column == "rounds_to_target" else _FORMATS[column](value)
+    if column in ("bytes_per_round", "bytes_to_target"):
+        return format_bytes(value)
+    return "-" if value is None else _FORMATS[column](value)
+
+
+def format_table(table: Sequence[Row | Cell], failed: Optional[dict[str, str]] = None) -> str:
+    """A markdown table of ``table`` (`cells` or `rows`): not-reached cells read ``not reached``, a ``note`` column
+    when a line has one, a ``config`` column when cells differ in fields besides algorithm, W, K and seed.
+
+    When some cell holds several seeds every number reads ``mean ± std (n)`` (n: the seeds it comes from), with
+    ``seeds`` and ``reached`` (seeds that reached the target, of those used) columns; otherwise one value per run.
+    ``failed`` (run directory -> message) lists, under the table, failed runs that have no line (no evaluation).
+    """
+    cs = [_as_cell(r) for r in table]
+    target = cs[0].target if cs else None
+    multi = any(len(c.rows) + len(c.excluded) > 1 for c in cs)
+    variants = any(c.variant for c in cs)
+    notes = any(c.note for c in cs)
+    columns = ["final_accuracy", "best_accuracy", "rounds_to_target", "samples_to_target", "time_to_target_s",
+               "bytes_to_target", "time_per_round_s", "bytes_per_round"]
+    titles = {"final_accuracy": "final acc", "best_accuracy": "best acc",
+              "rounds_to_target": f"rounds to {target:.2%}" if target is not None else "rounds to target",
+              "samples_to_target": "samples to target", "time_to_target_s": "time to target (s)",
+              "bytes_to_target": "bytes to target", "time_per_round_s": "time/round (ms)",
+              "bytes_per_round": "bytes/round"}
+    head = ["algorithm", "W", "K"] + (["config"] if variants else []) + ["rounds"] + (["seeds"] if multi else [])
+    head += [titles[c] for c in columns[:2]] + (["reached"] if multi else []) + [titles[c] for c in columns[2:]]
+    head += ["note"] if notes else []
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    for r in table:
-        reached = r.rounds_to_target is not None
-        cells = [r.algorithm, str(r.num_workers or "-"), str(r.local_steps or "-"), str(r.rounds),
-                 f"{r.final_accuracy:.4f}", f"{r.best_accuracy:.4f}",
-                 str(r.rounds_to_target) if reached else "not reached",
-                 f"{r.time_to_target_s:.2f}" if reached and r.time_to_target_s is not None else
-                 ("not reached" if not reached else "-"),
-                 format_bytes(r.bytes_to_target) if reached else "not reached",
-                 f"{1000 * r.time_per_round_s:.1f}" if r.time_per_round_s is not None else "-",
-                 format_bytes(r.bytes_per_round)] + ([r.note or ""] if notes else [])
-        lines.append("| " + " | ".join(cells) + " |")
-    shown = {str(pathlib.Path(r.run_dir)) for r in table}
+    for c in cs:
+        value = _mean_std if multi else _single
+        cells_ = [c.algorithm, str(c.num_workers or "-"), str(c.local_steps or "-")]
+        cells_ += ([c.variant or "-"] if variants else []) + [str(c.rounds)]
+        cells_ += [",".join("?" if s is None else str(s) for s in c.seeds)] if multi else []
+        cells_ += [value(c, col) for col in columns[:2]]
+        cells_ += [f"{c.reached}/{c.n}"] if multi else []
+        cells_ += [value(c, col) for col in columns[2:]]
+        cells_ += [(c.note or "").replace("|", "/")] if notes else []
+        lines.append("| " + " | ".join(cells_) + " |")
+    shown = {_norm(r.run_dir) for c in cs for r in c.rows + c.excluded}
     for run_dir, message in (failed or {}).items():
-        if str(pathlib.Path(run_dir)) not in shown:
+        if _norm(run_dir) not in shown:
             lines.append(f"\nfailed before its first evaluation: {run_dir}: {message}")
     return "\n".join(lines)
 
 
-def write_outputs(runs: Sequence[Run], table: Sequence[Row], workdir: str | os.PathLike,
-                  title: Optional[str] = None, failed: Optional[dict[str, str]] = None) -> dict[str, pathlib.Path]:
-    """Writes ``comparison.md``, ``comparison.json`` and ``comparison.png`` into ``workdir``; returns the paths."""
+def _csv_value(v: Any) -> Any:
+    if isinstance(v, list):
+        return " ".join("" if x is None else str(x) for x in v)
+    return "" if v is None else v
+
+
+def write_outputs(runs: Sequence[Run], table: Sequence[Row | Cell], workdir: str | os.PathLike,
+                  title: Optional[str] = None, failed: Optional[dict[str, str]] = None,
+                  band: Optional[str] = "minmax") -> dict[str, pathlib.Path]:
+    """Writes ``comparison.md``, ``comparison.csv``, ``comparison.json`` and ``comparison.png`` into ``workdir``;
+    returns the paths.
+
+    The CSV has one line per cell (`Cell.as_dict`: mean, ``_std`` and ``_n`` columns), the JSON the same records
+    with every seed's row under ``runs``. The figure plots the runs the table's numbers come from (failed seeds that
+    were left out are not drawn), seeds as one mean curve with a ``band`` (`istjax.experiment.plot.plot_runs`).
+    """
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    cs = [_as_cell(r) for r in table]
     md = workdir / "comparison.md"
-    md.write_text((f"{title}\n\n" if title else "") + format_table(table, failed) + "\n")
+    md.write_text((f"{title}\n\n" if title else "") + format_table(cs, failed) + "\n")
     js = workdir / "comparison.json"
-    js.write_text(json.dumps([r._asdict() for r in table], indent=2) + "\n")
-    png = plot_runs([r.path for r in runs], workdir / "comparison.png", title=title,
-                    target=table[0].target if table else None)
-    return {"markdown": md, "json": js, "png": png}
+    js.write_text(json.dumps([c.as_dict(runs=True) for c in cs], indent=2) + "\n")
+    records = [c.as_dict() for c in cs]
+    csv_path = workdir / "comparison.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(records[0]) if records else ["algorithm"])
+        writer.writeheader()
+        for rec in records:
+            writer.writerow({k: _csv_value(v) for k, v in rec.items()})
+    left_out = {_norm(r.run_dir) for c in cs for r in c.excluded}
+    png = plot_runs([r.path for r in runs if _norm(r.path) not in left_out], workdir / "comparison.png",
+                    title=title, target=cs[0].target if cs else None, band=band)
+    return {"markdown": md, "csv": csv_path, "json": js, "png": png}
 
 
 def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[str] = ALGORITHMS,
-                   workers: Sequence[int] = (2, 4), overwrite: bool = False) -> Comparison:
+                   workers: Sequence[int] = (2, 4), seeds: Optional[Sequence[int]] = None,
+                   overwrite: bool = False) -> Comparison:
     """Trains ``config`` once per (algorithm, W) into ``workdir/<algorithm>_W<W>``; returns the runs.
+
+    With ``seeds``, once per (algorithm, W, seed) into ``workdir/<algorithm>_W<W>_s<seed>``, ``config.seed`` set
+    to the seed (seed by seed: after the first one, a whole single-seed comparison is on disk).
 
     Every config is validated (`istjax.experiment.config.validate`) before the first run starts, so a width that does not
     split over some W fails at once, not after an hour of the other runs. A run that raises
@@ -189,31 +441,37 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
 
     workdir = pathlib.Path(workdir)
     configs = []
-    problems = []
-    for w in workers:
-        for algo in algorithms:
-            c = config.copy_and_resolve_references()
-            c.algorithm, c.num_workers = algo, int(w)
-            c.name = f"{config.name}-{algo}-W{w}"
-            c.progress = False
-            try:
-                config_lib.validate(c, load_data=False)
-            except config_lib.ConfigError as e:
-                problems += [f"[algorithm={algo}, num_workers={w}] {p}" for p in e.problems]
-            configs.append((workdir / f"{algo}_W{w}", c))
+    problems: dict[str, None] = {}
+    for seed in ([None] if seeds is None else list(seeds)):
+        for w in workers:
+            for algo in algorithms:
+                c = config.copy_and_resolve_references()
+                c.algorithm, c.num_workers = algo, int(w)
+                c.name = f"{config.name}-{algo}-W{w}"
+                suffix = ""
+                if seed is not None:
+                    c.seed = int(seed)
+                    c.name += f"-s{seed}"
+                    suffix = f"_s{seed}"
+                c.progress = False
+                try:
+                    config_lib.validate(c, load_data=False)
+                except config_lib.ConfigError as e:
+                    problems.update(dict.fromkeys(f"[algorithm={algo}, num_workers={w}] {p}" for p in e.problems))
+                configs.append((workdir / f"{algo}_W{w}{suffix}", c, seed))
     if problems:
-        raise config_lib.ConfigError(problems)
+        raise config_lib.ConfigError(list(problems))
     failed: dict[str, str] = {}
-    for run_dir, c in configs:
-        print(f"== {c.algorithm} W={c.num_workers}: {run_dir}", file=sys.stderr, flush=True)
+    for run_dir, c, seed in configs:
+        what = f"{c.algorithm} W={c.num_workers}" + ("" if seed is None else f" seed={seed}")
+        print(f"== {what}: {run_dir}", file=sys.stderr, flush=True)
         try:
             train.train_and_evaluate(c, run_dir, overwrite=overwrite)
         except train.TrainingError as e:
             failed[str(run_dir)] = str(e)
-            print(f"== {c.algorithm} W={c.num_workers} failed: {e}\n   (continuing with the other runs)",
-                  file=sys.stderr, flush=True)
+            print(f"== {what} failed: {e}\n   (continuing with the other runs)", file=sys.stderr, flush=True)
     runs = []
-    for d, _ in configs:
+    for d, _, _ in configs:
         try:
             runs.append(load_run(d))
         except PlotError:
@@ -222,7 +480,7 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
     return Comparison(runs, failed)
 
 
-def _csv(kind, values: str, allowed=None):
+def _csv(kind, values: str, allowed=None, minimum: int = 1):
     out = [v.strip() for v in values.split(",") if v.strip()]
     if not out:
         raise argparse.ArgumentTypeError(f"--{kind}: give a comma-separated list.")
@@ -234,9 +492,13 @@ def _csv(kind, values: str, allowed=None):
     try:
         ints = [int(v) for v in out]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--{kind}={values!r}: give positive integers, e.g. 2,4.") from None
-    if any(i < 1 for i in ints):
-        raise argparse.ArgumentTypeError(f"--{kind}={values!r}: worker counts must be >= 1.")
+        raise argparse.ArgumentTypeError(f"--{kind}={values!r}: give integers >= {minimum}, e.g. "
+                                         f"{minimum},{minimum + 1}.") from None
+    if any(i < minimum for i in ints):
+        what = "worker counts" if kind == "workers" else kind
+        raise argparse.ArgumentTypeError(f"--{kind}={values!r}: {what} must be >= {minimum}.")
+    if len(set(ints)) < len(ints):
+        raise argparse.ArgumentTypeError(f"--{kind}={values!r}: a value is given twice.")
     return ints
 
 
@@ -248,13 +510,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated algorithms (default: ist,data_parallel,local_sgd)")
     p.add_argument("--workers", type=lambda s: _csv("workers", s), default=[2, 4],
                    help="comma-separated worker counts W (default: 2,4)")
+    p.add_argument("--seeds", type=lambda s: _csv("seeds", s, minimum=0), default=None,
+                   help="comma-separated seeds, e.g. 0,1,2: every (algorithm, W) trains once per seed into "
+                        "<algorithm>_W<W>_s<seed>, and the table reports mean ± std (n) (default: the config's "
+                        "seed, one run per cell in <algorithm>_W<W>)")
     p.add_argument("--target", type=float, default=None,
                    help="target test accuracy (default: config.target_accuracy, else the lowest final accuracy)")
     p.add_argument("--workdir", default=None, help="where the runs and the table go (required unless --runs)")
     p.add_argument("--runs", nargs="+", default=None, metavar="RUN_DIR",
-                   help="tabulate these finished run directories instead of training")
+                   help="tabulate these finished run directories instead of training (seeds of one config are "
+                        "one cell)")
     p.add_argument("--overwrite", action="store_true", help="retrain runs already in the workdir")
     p.add_argument("--title", default=None, help="title of the table and figure")
+    p.add_argument("--band", choices=sorted(BANDS), default="minmax",
+                   help="band around each cell's mean curve in the figure: minmax (default) or std")
+    p.add_argument("--no-bands", action="store_true", help="draw every seed as its own line in the figure")
     return p
 
 
@@ -273,6 +543,10 @@ def main(argv: Sequence[str]) -> int:
             if rest:
                 print(f"istjax compare: {rest}: config flags are not used with --runs.", file=sys.stderr)
                 return 2
+            if args.seeds is not None:
+                print("istjax compare: --seeds trains; with --runs the seeds of the given runs are grouped "
+                      "from their config.json.", file=sys.stderr)
+                return 2
             runs = [load_run(d) for d in args.runs]
             failed: dict[str, str] = {}
             target = args.target
@@ -288,7 +562,7 @@ def main(argv: Sequence[str]) -> int:
             try:
                 config, _, _, _ = cli.parse_train_args(["istjax compare", *rest])
                 runs, failed = run_comparison(config, args.workdir, algorithms=args.algorithms,
-                                              workers=args.workers, overwrite=args.overwrite)
+                                              workers=args.workers, seeds=args.seeds, overwrite=args.overwrite)
             except config_lib.ConfigError as e:
                 print(f"istjax compare: {e}", file=sys.stderr)
                 return 2
@@ -298,8 +572,7 @@ def main(argv: Sequence[str]) -> int:
             print("istjax compare: every run failed before its first evaluation:\n"
                   + "\n".join(f"  {d}: {m}" for d, m in failed.items()), file=sys.stderr)
             return 1
-        notes = {d: "failed: " + m.split(";")[0] for d, m in failed.items()}
-        table = rows(runs, target, notes)
+        table = cells(runs, target, failed)
     except PlotError as e:
         print(f"istjax compare: {e}", file=sys.stderr)
         return 2
@@ -308,8 +581,9 @@ def main(argv: Sequence[str]) -> int:
         text = f"{args.title}\n\n{text}"
     print(text)
     if workdir is not None:
-        paths = write_outputs(runs, table, workdir, title=args.title, failed=failed)
-        print(f"wrote {paths['markdown']}, {paths['json']}, {paths['png']}")
+        paths = write_outputs(runs, table, workdir, title=args.title, failed=failed,
+                              band=None if args.no_bands else args.band)
+        print(f"wrote {paths['markdown']}, {paths['csv']}, {paths['json']}, {paths['png']}")
     if failed:
         print(f"istjax compare: {len(failed)} of the runs failed (see the note column); exit 1.", file=sys.stderr)
         return 1

@@ -53,12 +53,12 @@ from istjax.algorithms.ist import ist
 from istjax.algorithms.replicated import data_parallel, local_sgd
 from istjax.core.state import TrainState
 from istjax.core.task import Task
-from istjax.experiment.checkpoint import Checkpointer
+from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
 from istjax.experiment.config import ConfigError
 from istjax.experiment.metrics import MetricWriter, format_bytes, is_primary, read_metrics, truncate_metrics
 
-__all__ = ["train_and_evaluate", "build", "make_train_step", "make_evaluator", "TrainingError", "Interrupted",
-           "ConfigError", "RUN_FILES", "ALGORITHMS"]
+__all__ = ["train_and_evaluate", "evaluate_run", "build", "make_train_step", "make_evaluator", "TrainingError",
+           "EnvironmentFailure", "Interrupted", "ConfigError", "RUN_FILES", "ALGORITHMS"]
 
 # What a run directory holds (removed by ``overwrite``).
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "tensorboard", "checkpoints", "checkpoints_corrupt")
@@ -69,6 +69,11 @@ ALGORITHMS: dict[str, Callable[..., Algorithm]] = {"ist": ist, "data_parallel": 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss). The last good state is checkpointed."""
+
+
+class EnvironmentFailure(RuntimeError):
+    """The machine, not the config, stopped the run: a workdir that cannot be written, a full disk. The message
+    names the path and the fix; the last good checkpoint is intact. Exit code 3 from the CLI."""
 
 
 class Interrupted(Exception):
@@ -89,13 +94,15 @@ class Interrupted(Exception):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _factory_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
-    """The keyword arguments of the config's algorithm factory beyond the common ones."""
-    options: dict[str, Any] = {"model_state": config.model_state}
-    if config.algorithm == "ist":
-        options.update(sampler=config_lib.make_sampler(config), optimizer_state=config.optimizer_state)
-    elif config.algorithm == "local_sgd":
-        options.update(optimizer_state=config.optimizer_state)
+def _factory_options(config: ml_collections.ConfigDict, factory: Callable[..., Algorithm]) -> dict[str, Any]:
+    """The config values of the keyword arguments ``factory`` takes beyond the common ones (read from its
+    signature, so a new factory needs no entry here), and the runtime's options."""
+    import inspect
+
+    available = {"sampler": lambda: config_lib.make_sampler(config), "optimizer_state": lambda: config.optimizer_state,
+                 "model_state": lambda: config.model_state}
+    takes = inspect.signature(factory).parameters
+    options = {name: make() for name, make in available.items() if name in takes}
     if config.backend == "mpi":
         options.update(mode=config.mpi_mode)
     return options
@@ -108,9 +115,10 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
     """
     try:
         task = config_lib.make_task(config, dataset)
-        algorithm = ALGORITHMS[config.algorithm](
-            task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
-            local_steps=int(config.local_steps), backend=config.backend, **_factory_options(config))
+        factory = ALGORITHMS[config.algorithm]
+        algorithm = factory(task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
+                            local_steps=int(config.local_steps), backend=config.backend,
+                            **_factory_options(config, factory))
         batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
                                           local_steps=int(config.local_steps), batch_size=int(config.batch_size),
                                           seed=int(config.seed), sharding=config.sharding)
@@ -151,8 +159,9 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int,
     The model runs in test mode (`istjax.Task.evaluate`: running statistics where the model keeps them, and any
     test-time transform it declares). The test set is evaluated whole; the training set's first ``train_examples``
     examples (0: all). Chunks of ``batch_size`` (`istjax.data.eval_batches`) are put on device once; results are
-    example-weighted means. With batch-statistics BatchNorm a chunk's statistics are its own, so keep ``batch_size``
-    large.
+    example-weighted means. Chunks are equal (``len // batch_size`` of them), never shorter than ``batch_size`` nor
+    than the task's ``min_eval_batch`` (a model with batch-statistics BatchNorm normalises each chunk with its own
+    statistics).
     """
     shared = dataset.shared
 
@@ -161,8 +170,13 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int,
         loss, aux = task.evaluate(params, model_state, {"x": x, "y": y}, shared)
         return loss, aux["accuracy"]
 
+    size = max(int(batch_size), task.min_eval_batch)
+
     def put(x, y):
-        return [(jnp.asarray(cx), jnp.asarray(cy), len(cy)) for cx, cy in data_lib.eval_batches(x, y, batch_size)]
+        # Equal chunks of at least `size` examples (no short last chunk: with batch-statistics BatchNorm a chunk's
+        # statistics are its own); a split smaller than `size` is one chunk.
+        chunks = np.array_split(np.arange(len(y)), max(1, len(y) // size))
+        return [(jnp.asarray(x[i]), jnp.asarray(y[i]), len(i)) for i in chunks if len(i)]
 
     n_train = len(dataset.train_y) if train_examples in (0, None) else min(train_examples, len(dataset.train_y))
     splits = {"test": put(dataset.test_x, dataset.test_y),
@@ -211,9 +225,12 @@ def _prepare_workdir(workdir: pathlib.Path, config_dict: dict, *, resume: bool, 
     old = json.loads(config_path.read_text())
     computing = config_lib.differences(old, config_dict, ignore=config_lib.RUN_CONTROL_FIELDS)
     if computing:
+        fix = ("--resume continues that run with its own config (config.json in the workdir): drop the overrides "
+               "that change what it computes, or start the new config in another --workdir." if resume else
+               "Its checkpoints cannot continue this config. Choose another --workdir, or pass --overwrite to "
+               "replace that run.")
         raise ConfigError([f"workdir={str(workdir)!r} holds a run with a different config; differing fields "
-                           f"(workdir -> now): {'; '.join(computing)}. Its checkpoints cannot continue this config. "
-                           f"Pass --overwrite to replace that run, or choose another --workdir."])
+                           f"(workdir -> now): {'; '.join(computing)}. {fix}"])
     control = config_lib.differences(old, config_dict)
     if control and not resume:
         raise ConfigError([f"workdir={str(workdir)!r} holds this run with other run-control values "
@@ -279,19 +296,25 @@ class Run:
     wall: float = 0.0
     bytes_total: float = 0.0
     compile_time: Optional[float] = None
+    restored_from: Optional[pathlib.Path] = None  # the checkpoint the run resumed from
 
     @property
     def primary(self) -> bool:
         return self.algorithm.runtime.primary
 
     def save(self, state: TrainState) -> None:
-        """Checkpoints the whole state (gathered where the runtime spreads it; every process must call this)."""
-        if not self.algorithm.runtime.whole_state:
-            return  # sharded state: not checkpointed yet
-        whole = self.algorithm.runtime.gather(state)
-        if whole is not None:
-            self.checkpointer.save(whole, {"wall_time_s": self.wall, "bytes_total": self.bytes_total,
-                                           "config": self.config_dict})
+        """Checkpoints the state: the whole state on the primary process, or every rank's shard where the runtime
+        keeps the state sharded (no rank gathers the model). Every process must call this."""
+        meta = {"wall_time_s": self.wall, "bytes_total": self.bytes_total, "config": self.config_dict}
+        try:
+            if not self.algorithm.runtime.whole_state:
+                self.checkpointer.save(state, meta)
+                return
+            whole = self.algorithm.runtime.gather(state)
+            if whole is not None:
+                self.checkpointer.save(whole, meta)
+        except CheckpointWriteError as e:
+            raise EnvironmentFailure(str(e)) from e
 
 
 def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, resume: bool,
@@ -301,6 +324,8 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, 
         raise ConfigError(["resume=True and overwrite=True contradict each other; pass one of them."])
     dataset = config_lib.validate(config)
     workdir = pathlib.Path(workdir).absolute()
+    if is_primary():
+        check_workdir(workdir)
     config_dict = config_lib.to_dict(config)
     _prepare_workdir(workdir, config_dict, resume=resume, overwrite=overwrite, primary=is_primary())
     task, algorithm, batch_fn = build(config, dataset)
@@ -313,9 +338,37 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, 
     if primary:
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
-    checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=int(config.max_to_keep),
-                                enabled=primary and algorithm.runtime.whole_state)
+    algorithm.runtime.agree(0)  # every process waits until the primary has checked and claimed the workdir
+    checkpointer = _checkpointer(workdir / "checkpoints", algorithm.runtime, int(config.max_to_keep))
     return Run(config, config_dict, workdir, dataset, task, algorithm, batch_fn, checkpointer, log)
+
+
+def _checkpointer(directory: pathlib.Path, runtime, max_to_keep: int):
+    """The whole state, written by the primary process; or, for a runtime that keeps the state sharded, every
+    rank's shard, committed when all have written (`istjax.experiment.checkpoint.ShardedCheckpointer`)."""
+    if runtime.whole_state:
+        return Checkpointer(directory, max_to_keep=max_to_keep, enabled=runtime.primary)
+    return ShardedCheckpointer(directory, rank=runtime.rank, size=runtime.size, max_to_keep=max_to_keep,
+                               agree_all=lambda ok: runtime.agree(0 if ok else 1) == 0)
+
+
+def check_workdir(workdir: pathlib.Path) -> None:
+    """Raises `ConfigError` for a workdir that cannot be one (under a file, a file itself) and `EnvironmentFailure`
+    for one that cannot be written (permissions, a read-only or full file system), naming the path and the fix."""
+    for parent in [workdir, *workdir.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError([f"workdir={str(workdir)!r}: {str(parent)!r} is a file, not a directory; choose a "
+                                   f"--workdir whose parents are directories."])
+            break
+    probe = workdir / ".istjax-write-probe"
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"0" * 4096)
+        probe.unlink()
+    except OSError as e:
+        raise EnvironmentFailure(f"workdir={str(workdir)!r} cannot be written ({e.strerror or e}); choose a --workdir "
+                                 f"you can write to, or fix its permissions / free space on its disk.") from e
 
 
 def _keep_local(state: TrainState, restored: TrainState) -> TrainState:
@@ -331,16 +384,21 @@ def initial_state(run: Run, *, resume: bool) -> TrainState:
     alg = run.algorithm
     key = jax.random.key(int(run.config.seed))
     state = alg.init(key)
-    restored = None
     if alg.runtime.whole_state:
         like = jax.jit(init_state(alg.task, alg.optimizer, alg.carries_optimizer_state))(key)  # the layout
         restored = run.checkpointer.restore_latest(like, log=run.log)
         del like
+    else:  # this rank's shard is the layout of its part of a sharded checkpoint
+        try:
+            restored = run.checkpointer.restore_latest(state, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        except ShardCountMismatch as e:
+            raise ConfigError([str(e)]) from e
     if restored is not None:
-        whole, meta, step = restored
-        state = _keep_local(state, whole)
+        saved, meta, step = restored
+        state = _keep_local(state, saved) if alg.runtime.whole_state else saved
         run.wall, run.bytes_total = float(meta.get("wall_time_s", 0.0)), float(meta.get("bytes_total", 0.0))
-        run.log(f"Resuming from {run.checkpointer.directory / str(step)} (round {step}).")
+        run.restored_from = run.checkpointer.directory / str(step)
+        run.log(f"Resuming from {run.restored_from} (round {step}, verified).")
     elif resume:
         raise ConfigError([f"resume=True but workdir={str(run.workdir)!r} holds no usable checkpoint. Drop --resume, "
                            f"or pass --overwrite to start over."])
@@ -364,10 +422,15 @@ def _check_finite(run: Run, state: TrainState, metrics: dict, r: int) -> None:
     if np.all(np.isfinite(worker_loss)) and np.isfinite(metrics["train_loss"]):
         return
     bad = [int(w) for w in np.flatnonzero(~np.isfinite(worker_loss))]
-    run.save(state)  # the last good state (a no-op if already checkpointed)
-    kept = (f"The last good state (after round {r}) is checkpointed in {run.checkpointer.directory}. "
-            if run.algorithm.runtime.whole_state else "")
     n, w = int(run.config.num_rounds), int(run.config.num_workers)
+    if run.restored_from is not None and r == int(run.restored_from.name):
+        raise TrainingError(f"non-finite loss in round {r + 1} of {n}, the first round after restoring checkpoint "
+                            f"{run.restored_from} (worker losses: {worker_loss.tolist()}). That checkpoint verified "
+                            f"against its digests, so it holds what was saved: the state was already unstable when "
+                            f"it was written. Evaluate it with `istjax eval --workdir={run.workdir}` or restart from "
+                            f"an earlier one (move the newer checkpoints aside).")
+    run.save(state)  # the last good state (a no-op if already checkpointed)
+    kept = f"The last good state (after round {r}) is checkpointed in {run.checkpointer.directory}. "
     raise TrainingError(f"non-finite loss in round {r + 1} of {n} at worker(s) {bad} of {w} (worker losses: "
                         f"{worker_loss.tolist()}); stopping. {kept}Lower learning_rate={run.config.learning_rate}, "
                         f"or check the data.")
@@ -425,7 +488,7 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
                 if signum is not None:
                     run.save(state)
                     where = (f"checkpoint in {run.checkpointer.directory / str(done)}. Continue with the same command "
-                             f"(or --resume)." if alg.runtime.whole_state else "this mode keeps no checkpoint.")
+                             f"(or --resume).")
                     raise Interrupted(signum, f"{signal.Signals(signum).name}: stopped after round {done} of {n}; "
                                               f"{where}")
     finally:
@@ -447,6 +510,44 @@ def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: in
     (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(_summary_text(summary), flush=True)
     return summary
+
+
+def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = None) -> dict[str, Any]:
+    """Evaluates a saved run without training: its own config, its newest checkpoint that verifies (or step
+    ``checkpoint``), on one process. Returns ``{"round", "checkpoint", test/train loss and accuracy}``.
+
+    Raises:
+      ConfigError: no run in ``workdir``, or no usable checkpoint (naming what was found).
+    """
+    workdir = pathlib.Path(workdir).absolute()
+    config = config_lib.load_run_config(workdir)
+    config.backend = "simulate"  # the state is whole in a checkpoint; evaluation needs no workers
+    dataset = config_lib.validate(config)
+    task, algorithm, _ = build(config, dataset)
+    like = jax.jit(init_state(task, algorithm.optimizer, algorithm.carries_optimizer_state))(
+        jax.random.key(int(config.seed)))
+    with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
+        steps = ckpt.steps()
+        if not steps:
+            raise ConfigError([f"workdir={str(workdir)!r} holds no checkpoint to evaluate."])
+        if checkpoint is None:
+            restored = ckpt.restore_latest(like)
+            if restored is None:
+                raise ConfigError([f"no checkpoint in {ckpt.directory} verifies (steps {steps})."])
+            state, _, step = restored
+        elif checkpoint not in steps:
+            raise ConfigError([f"checkpoint={checkpoint}: {ckpt.directory} holds steps {steps}; pick one of them."])
+        else:
+            try:
+                state, _ = ckpt.restore(checkpoint, like)
+            except Exception as e:  # noqa: BLE001 - damaged or unverified: say which and why, in one line
+                raise ConfigError([f"checkpoint {ckpt.directory / str(checkpoint)} does not restore or verify "
+                                   f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})."]) from e
+            step = checkpoint
+    evaluate = make_evaluator(task, dataset, batch_size=int(config.eval_batch_size),
+                              train_examples=int(config.eval_train_examples))
+    return {"round": int(jax.device_get(state.round)), "checkpoint": str(workdir / "checkpoints" / str(step)),
+            **evaluate(state)}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, resume: bool = False,

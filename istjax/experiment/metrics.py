@@ -60,6 +60,21 @@ def process_index() -> int:
     return 0
 
 
+_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
+
+
+def process_count() -> int:
+    """The number of MPI processes when launched under ``mpiexec`` (read from the launcher's environment), else 1."""
+    for var in _SIZE_VARS:
+        value = os.environ.get(var)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                continue
+    return 1
+
+
 def is_primary() -> bool:
     """True in the process that writes files: MPI rank 0, or the only process."""
     return process_index() == 0

@@ -4,11 +4,25 @@ Reads each run directory's ``metrics.jsonl`` (one JSON object per evaluation, sc
 ``config.json`` and draws three panels side by side into one PNG:
 
 1. test accuracy vs rounds (the optimisation view: same rounds = same samples seen at equal W, K, B),
-2. test accuracy vs training wall time in seconds (compilation and evaluation excluded),
+2. test accuracy vs training wall time in seconds (compilation and evaluation excluded; ``--log-time``: log scale),
 3. test accuracy vs bytes communicated by all workers so far (``bytes_total``, log scale).
 
-Lines are coloured by algorithm (IST, data parallel, local SGD keep their colours across figures) and styled by
-worker count, and labelled ``algorithm W=.. K=..``, so IST, data parallel and local SGD compare at a glance.
+Log axes are labelled in units (``1 kB``, ``10 MB``; ``10 ms``, ``1 min``), one label per decade; an axis that shows
+fewer than two decade ticks also labels its 2x and 5x ticks.
+
+**Seeds.** Runs whose configs differ only in ``seed`` (`group_runs`) are one curve: the mean test accuracy over the
+seeds with a shaded band, the min..max across seeds (``--band=std``: mean +- one sample standard deviation), on the
+rounds the seeds evaluated. When the seeds evaluated at different rounds, the curve is drawn at the union of their
+rounds inside the range every seed covers, each seed's accuracy (and wall time, bytes) linearly interpolated
+between its own evaluations. In the time and bytes panels a point sits at the seeds' mean wall time / bytes at that
+round. The legend says what the band is. ``--no-bands`` draws every seed as its own line.
+
+**Legends** (`legend_labels`) read ``algorithm W=.. K=..`` followed by every config field in which the plotted runs
+(or seed groups) differ, ``learning_rate=0.1`` / ``learning_rate=0.05``; fields equal across all of them and
+run-control fields (`istjax.experiment.config.RUN_CONTROL_FIELDS`: name, num_rounds, eval_every, ...) are left out,
+``seed`` is named only when seeds are drawn as separate lines. Colours follow the algorithm (IST blue, data parallel
+red, local SGD green), line styles the worker count, markers K; when the runs also differ in other fields, colours
+follow those fields and line styles the algorithm and W. Every curve gets its own combination.
 
 Example::
 
@@ -25,16 +39,29 @@ import math
 import os
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
-__all__ = ["PlotError", "Run", "label", "load_run", "main", "plot_runs"]
+from istjax.experiment.config import RUN_CONTROL_FIELDS, flat_dict
+from istjax.experiment.metrics import format_bytes
+
+__all__ = ["PlotError", "Run", "BANDS", "format_seconds", "group_runs", "label", "legend_labels", "load_run",
+           "log_unit_formatters", "main", "plot_runs", "run_fields",
+           "varying_fields"]
 
 # Fixed colours per algorithm (matplotlib's tab10), so every figure of a study reads the same way.
 ALGORITHM_COLORS = {"ist": "tab:blue", "data_parallel": "tab:red", "local_sgd": "tab:green"}
 _OTHER_COLORS = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
+_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+            "tab:olive", "tab:cyan")
 _LINESTYLES = ("-", "--", ":", "-.")
-_MARKERS = ("o", "s", "^", "D", "v", "x")
+_MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
+
+# Config fields that never name a curve: how a run is driven, not what it computes.
+NOISY_FIELDS = frozenset(RUN_CONTROL_FIELDS) | {"workdir"}
+_BASE_FIELDS = ("algorithm", "num_workers", "local_steps")  # already in the base label ``algorithm W=.. K=..``
+# The band drawn around a seed group's mean: the min..max across seeds, or mean +- one sample standard deviation.
+BANDS = {"minmax": "min–max across seeds", "std": "±1 std across seeds"}
 
 
 class PlotError(ValueError):
@@ -72,6 +99,12 @@ class Run(NamedTuple):
         if last.get("round") and last.get("step") is not None:
             return int(last["step"]) // int(last["round"])
         return None
+
+    @property
+    def seed(self) -> Optional[int]:
+        """``seed`` from ``config.json`` (None when the file or the field is absent)."""
+        s = self.config.get("seed")
+        return None if s is None else int(s)
 
 
 def load_run(run_dir: str | os.PathLike) -> Run:
@@ -116,6 +149,8 @@ def load_run(run_dir: str | os.PathLike) -> Run:
             config = json.loads(config_path.read_text())
         except json.JSONDecodeError as e:
             raise PlotError(f"{config_path}: not valid JSON ({e.msg}).") from e
+        if not isinstance(config, dict):
+            raise PlotError(f"{config_path}: expected a JSON object, got {type(config).__name__}.")
     return Run(path, records, config)
 
 
@@ -129,39 +164,269 @@ def label(run: Run) -> str:
     return " ".join(parts)
 
 
-def _series(run: Run, x_field: str) -> tuple[list[float], list[float]]:
-    """Points `(x, test_accuracy)` of records that carry a finite value for both fields."""
-    xs, ys = [], []
-    for rec in run.records:
-        x, y = rec.get(x_field), rec.get("test_accuracy")
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and math.isfinite(x) and math.isfinite(y):
-            if x_field == "bytes_total" and x <= 0:
-                continue  # nothing communicated yet: no place on a log axis
-            xs.append(float(x))
-            ys.append(float(y))
-    return xs, ys
+# ----------------------------------------------------------------------------------------------- groups and labels
 
-
-def _styles(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """Colour per algorithm, line style per worker count, marker per local-step count."""
-    others = iter(_OTHER_COLORS * 4)
-    colors = dict(ALGORITHM_COLORS)
-    workers = sorted({r.num_workers or 0 for r in runs})
-    steps = sorted({r.local_steps or 0 for r in runs})
-    out = []
-    for r in runs:
-        if r.algorithm not in colors:
-            colors[r.algorithm] = next(others)
-        style = {"color": colors[r.algorithm],
-                 "linestyle": _LINESTYLES[workers.index(r.num_workers or 0) % len(_LINESTYLES)]}
-        if len(steps) > 1:
-            style.update(marker=_MARKERS[steps.index(r.local_steps or 0) % len(_MARKERS)], markersize=4)
-        out.append(style)
+def run_fields(run: Run) -> dict[str, Any]:
+    """What a run computes: its config as dotted fields (`istjax.experiment.config.flat_dict`) without the
+    run-control fields (`NOISY_FIELDS`), with ``algorithm``, ``num_workers`` and ``local_steps`` as `Run` reads them
+    (so runs without ``config.json`` still tell apart)."""
+    out = {k: v for k, v in flat_dict(run.config).items() if k.split(".")[0] not in NOISY_FIELDS}
+    out.update(algorithm=run.algorithm, num_workers=run.num_workers, local_steps=run.local_steps)
     return out
 
 
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def group_runs(runs: Sequence[Run]) -> list[list[Run]]:
+    """Runs grouped into seed groups: runs whose `run_fields` are equal except ``seed``, in first-seen order.
+
+    A run without a ``seed`` in its config is a group of its own, and so is a run whose seed is already in the
+    group it would join (the same run twice, or runs that differ only in run-control fields).
+    """
+    groups: list[list[Run]] = []
+    keys: list[Optional[str]] = []
+    for run in runs:
+        fields = run_fields(run)
+        if fields.get("seed") is None:
+            groups.append([run])
+            keys.append(None)
+            continue
+        seed = fields.pop("seed")
+        key = _key(fields)
+        for group, k in zip(groups, keys):
+            if k == key and all(r.seed != seed for r in group):
+                group.append(run)
+                break
+        else:
+            groups.append([run])
+            keys.append(key)
+    return groups
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_show(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_show(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+_UNSET = object()
+
+
+def _group_fields(group: Sequence[Run], show_seed: bool) -> dict[str, Any]:
+    fields = run_fields(group[0])
+    if len(group) > 1 or not show_seed:
+        fields.pop("seed", None)
+    return fields
+
+
+def _varying(groups: Sequence[Sequence[Run]], show_seed: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each group's fields, and the fields (outside the base label) whose value is not the same in all groups."""
+    fields = [_group_fields(g, show_seed) for g in groups]
+    order: dict[str, None] = {}
+    for f in fields:
+        order.update(dict.fromkeys(k for k in f if k not in _BASE_FIELDS))
+    varying = [k for k in order if len({_key(f.get(k, "<unset>")) for f in fields}) > 1]
+    return fields, varying
+
+
+def varying_fields(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -> list[str]:
+    """Per group, ``"field=value ..."`` for every field (`run_fields`, besides algorithm, W and K) in which the
+    groups differ, in config order; ``""`` when they differ in none. ``seed`` only with ``show_seed``; a field a
+    group lacks reads ``field=unset``."""
+    fields, varying = _varying(groups, show_seed)
+    return [" ".join(f"{k}={_show(f[k]) if k in f else 'unset'}" for k in varying) for f in fields]
+
+
+def legend_labels(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -> list[str]:
+    """One legend label per group: `label` of its first run, then ``field=value`` for every field (`run_fields`) in
+    which the groups differ; a group of several seeds ends with ``(mean of N seeds)``.
+
+    ``seed`` is named only with ``show_seed`` (seeds drawn as separate lines). Groups whose labels would still be
+    equal (runs that differ only in run-control fields) get their run directory's name appended.
+
+    Example: two runs that differ only in ``learning_rate`` give ``["ist W=2 K=2 learning_rate=0.1",
+    "ist W=2 K=2 learning_rate=0.05"]``.
+    """
+    out = []
+    for group, extra in zip(groups, varying_fields(groups, show_seed=show_seed)):
+        parts = [label(group[0])] + ([extra] if extra else [])
+        if len(group) > 1:
+            parts.append(f"(mean of {len(group)} seeds)")
+        out.append(" ".join(parts))
+    seen: dict[str, int] = {}
+    for text in out:
+        seen[text] = seen.get(text, 0) + 1
+    return [f"{text} [{group[0].path.name}]" if seen[text] > 1 else text for text, group in zip(out, groups)]
+
+
+def _styles(groups: Sequence[Sequence[Run]], show_seed: bool = False) -> list[dict[str, Any]]:
+    """Colour, line style and marker per group; distinct for every group.
+
+    Colour per algorithm, line style per worker count, marker per local-step count (and per seed when seeds are
+    separate lines); when the groups differ in other fields too, colour per value of those fields and line style
+    per (algorithm, W).
+    """
+    fields, varying = _varying(groups, show_seed)
+    extra_fields = [k for k in varying if k != "seed"]
+    extras = [_key([f.get(k, "<unset>") for k in extra_fields]) for f in fields]
+    reps = [g[0] for g in groups]
+
+    def index_of(values: list) -> list[int]:
+        order = list(dict.fromkeys(values))
+        return [order.index(v) for v in values]
+
+    if extra_fields:
+        colors = [_PALETTE[i % len(_PALETTE)] for i in index_of(extras)]
+        lines = index_of([(r.algorithm, r.num_workers or 0) for r in reps])
+    else:
+        others = iter(_OTHER_COLORS * 4)
+        by_algo = dict(ALGORITHM_COLORS)
+        for r in reps:
+            if r.algorithm not in by_algo:
+                by_algo[r.algorithm] = next(others)
+        colors = [by_algo[r.algorithm] for r in reps]
+        workers = sorted({r.num_workers or 0 for r in reps})
+        lines = [workers.index(r.num_workers or 0) for r in reps]
+    marks = [(r.local_steps or 0, f.get("seed", -1) if show_seed else -1) for r, f in zip(reps, fields)]
+    marker_index = index_of(marks) if len(set(marks)) > 1 else None
+    out = []
+    for i, (color, line) in enumerate(zip(colors, lines)):
+        style = {"color": color, "linestyle": _LINESTYLES[line % len(_LINESTYLES)]}
+        if marker_index is not None:
+            style.update(marker=_MARKERS[marker_index[i] % len(_MARKERS)], markersize=4)
+        out.append(style)
+    if len({(s["color"], s["linestyle"], s.get("marker")) for s in out}) < len(out):
+        # Still a clash (more variants than the scheme has room for, or the same run twice): one colour and line
+        # style per curve.
+        out = [{"color": _PALETTE[i % len(_PALETTE)],
+                "linestyle": _LINESTYLES[(i // len(_PALETTE)) % len(_LINESTYLES)],
+                **({"marker": _MARKERS[(i // 40) % len(_MARKERS)], "markersize": 4} if len(out) > 40 else {})}
+               for i in range(len(out))]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- curves and bands
+
+def _points(run: Run, x_field: str) -> tuple[list[float], list[float], list[float]]:
+    """``(rounds, x, test_accuracy)`` of the records with finite values (x = round for ``"round"``), by round."""
+    by_round: dict[float, tuple[float, float]] = {}
+    for rec in run.records:
+        r, y = rec.get("round"), rec.get("test_accuracy")
+        x = r if x_field == "round" else rec.get(x_field)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (r, x, y)):
+            continue
+        if x_field == "bytes_total" and x <= 0:
+            continue  # nothing communicated yet: no place on a log axis
+        if x_field != "round" and "wall_time_s" not in rec and float(r) in by_round:
+            continue  # a re-evaluation of a finished run: keep the training record of that round
+        by_round[float(r)] = (float(x), float(y))
+    rounds = sorted(by_round)
+    return rounds, [by_round[r][0] for r in rounds], [by_round[r][1] for r in rounds]
+
+
+class Curve(NamedTuple):
+    """A group's curve in one panel: x, mean accuracy, and the band (None for a single run)."""
+
+    x: list[float]
+    y: list[float]
+    lo: Optional[list[float]]
+    hi: Optional[list[float]]
+
+
+def group_curve(group: Sequence[Run], x_field: str, band: str = "minmax") -> Optional[Curve]:
+    """The mean curve of a seed group in the panel of ``x_field`` (``"round"``, ``"wall_time_s"``,
+    ``"bytes_total"``) with its band (``band``: a key of `BANDS`), on the group's grid of rounds: the union of the
+    seeds' evaluated rounds inside the range all of them cover, each seed interpolated linearly between its own
+    evaluations (exact at rounds every seed evaluated). x is the seeds' mean at each round. None: no common range.
+    """
+    import numpy as np
+
+    pts = [_points(r, x_field) for r in group]
+    if any(not p[0] for p in pts):
+        return None
+    if len(group) == 1:
+        _, x, y = pts[0]
+        return Curve(x, y, None, None)
+    start, stop = max(p[0][0] for p in pts), min(p[0][-1] for p in pts)
+    grid = sorted({r for p in pts for r in p[0] if start <= r <= stop})
+    if not grid:
+        return None
+    xs = np.array([np.interp(grid, p[0], p[1]) for p in pts])
+    ys = np.array([np.interp(grid, p[0], p[2]) for p in pts])
+    mean = ys.mean(0)
+    if band == "std":
+        std = ys.std(0, ddof=1)
+        lo, hi = mean - std, mean + std
+    else:
+        lo, hi = ys.min(0), ys.max(0)
+    return Curve(xs.mean(0).tolist(), mean.tolist(), lo.tolist(), hi.tolist())
+
+
+# ----------------------------------------------------------------------------------------------- log axes in units
+
+def format_seconds(s: Optional[float]) -> str:
+    """``0.012 -> "12 ms"``, ``90 -> "1.5 min"``, ``7200 -> "2 h"`` (three significant digits); None -> ``"-"``."""
+    if s is None:
+        return "-"
+    for unit, size in (("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= size or unit == "µs":
+            return f"{s / size:.3g} {unit}"
+    return str(s)
+
+
+def log_unit_formatters(fmt: Callable[[float], str]):
+    """``(major, minor)`` matplotlib formatters for a log axis whose values ``fmt`` writes in units
+    (`istjax.experiment.metrics.format_bytes`, `format_seconds`): every major (decade) tick reads ``fmt(value)``,
+    e.g. ``1 kB``, ``10 MB``; minor ticks are unlabelled unless fewer than two decade ticks are in view (then the 2x
+    and 5x ticks are labelled too, or every one when the axis spans less than half a decade), so an axis always has
+    at least two labels and they do not overlap."""
+    from matplotlib.ticker import Formatter
+
+    class Major(Formatter):
+        def __call__(self, x, pos=None):
+            return fmt(x) if x > 0 else ""
+
+    class Minor(Formatter):
+        def __call__(self, x, pos=None):
+            if x <= 0 or self.axis is None:
+                return ""
+            lo, hi = sorted(self.axis.get_view_interval())
+            if lo <= 0:
+                return ""
+            decades = math.floor(math.log10(hi) + 1e-9) - math.ceil(math.log10(lo) - 1e-9) + 1
+            if decades >= 2:
+                return ""  # two or more labelled decades in view: enough
+            mantissa = round(x / 10 ** math.floor(math.log10(x) + 1e-9))
+            if math.log10(hi / lo) > 0.5 and mantissa not in (2, 5):
+                return ""
+            return fmt(x)
+
+    return Major(), Minor()
+
+
+def _log_units(axis, fmt: Callable[[float], str]) -> None:
+    from matplotlib.ticker import LogLocator
+
+    major, minor = log_unit_formatters(fmt)
+    axis.set_major_locator(LogLocator(base=10, numticks=7))  # at most 7 labels: every decade up to 6, then every 2nd, ...
+    axis.set_minor_locator(LogLocator(base=10, subs=tuple(range(2, 10)), numticks=12))
+    axis.set_major_formatter(major)
+    axis.set_minor_formatter(minor)
+
+
+# ----------------------------------------------------------------------------------------------- the figure
+
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
-              title: Optional[str] = None, target: Optional[float] = None) -> pathlib.Path:
+              title: Optional[str] = None, target: Optional[float] = None, band: Optional[str] = "minmax",
+              log_time: bool = False) -> pathlib.Path:
     """Draws the three-panel comparison of ``run_dirs`` into the PNG ``out``; returns its path.
 
     Args:
@@ -169,6 +434,9 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
       out: the PNG to write (parent folders are created).
       title: figure title (default: the dataset(s) the runs trained on).
       target: draw a dotted horizontal line at this test accuracy.
+      band: runs that differ only in ``seed`` are one mean curve with this band (a key of `BANDS`: ``"minmax"``,
+        ``"std"``); None draws every run as its own line, labelled with its seed.
+      log_time: the wall-time axis on a log scale (labelled ``10 ms``, ``1 s``, ...).
     """
     import matplotlib
 
@@ -176,24 +444,43 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     import matplotlib.pyplot as plt
     from matplotlib.ticker import PercentFormatter
 
+    if band is not None and band not in BANDS:
+        raise PlotError(f"band={band!r}: choose one of {sorted(BANDS)}, or None for one line per seed.")
     if not run_dirs:
         raise PlotError("no run directories given; pass at least one RUN_DIR.")
     runs = [load_run(d) for d in run_dirs]
     out = pathlib.Path(out)
     if out.suffix.lower() != ".png":
         raise PlotError(f"--out {str(out)!r}: the figure is written as PNG; give a file name ending in .png.")
-    panels = (("round", "rounds", "linear"), ("wall_time_s", "training wall time (s)", "linear"),
+    show_seed = band is None
+    groups = group_runs(runs) if band is not None else [[r] for r in runs]
+    # A seed group without a common range of rounds cannot be averaged: its runs are drawn separately.
+    if any(len(g) > 1 and group_curve(g, "round") is None for g in groups):
+        groups = [sub for g in groups for sub in ([g] if len(g) == 1 or group_curve(g, "round") else
+                                                   [[r] for r in g])]
+        show_seed = True
+    labels = legend_labels(groups, show_seed=show_seed)
+    styles = _styles(groups, show_seed=show_seed)
+    panels = (("round", "rounds", "linear"),
+              ("wall_time_s", "training wall time" + (" (log scale)" if log_time else " (s)"),
+               "log" if log_time else "linear"),
               ("bytes_total", "bytes communicated, all workers (log scale)", "log"))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharey=True, layout="constrained")
-    for run, style in zip(runs, _styles(runs)):
+    drawn = {field: False for field, _, _ in panels}
+    for group, text, style in zip(groups, labels, styles):
         for ax, (field, _, _) in zip(axes, panels):
-            xs, ys = _series(run, field)
-            if xs:
-                ax.plot(xs, ys, label=label(run), linewidth=1.8, **style)
+            curve = group_curve(group, field, band or "minmax")
+            if curve is None or not curve.x:
+                continue
+            drawn[field] = True
+            ax.plot(curve.x, curve.y, label=text, linewidth=1.8, **style)
+            if curve.lo is not None:
+                ax.fill_between(curve.x, curve.lo, curve.hi, color=style["color"], alpha=0.18, linewidth=0)
     for ax, (field, xlabel, scale) in zip(axes, panels):
         ax.set_xlabel(xlabel)
-        if scale == "log" and any(_series(r, field)[0] for r in runs):
+        if scale == "log" and drawn[field]:
             ax.set_xscale("log")
+            _log_units(ax.xaxis, format_bytes if field == "bytes_total" else format_seconds)
         ax.grid(True, which="major", alpha=0.35)
         if target is not None:
             ax.axhline(target, color="black", linestyle=":", linewidth=1, alpha=0.7)
@@ -203,8 +490,11 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         datasets = sorted({str(r.config.get("dataset", "")) for r in runs} - {""})
         title = f"test accuracy on {', '.join(datasets)}" if datasets else "test accuracy"
     fig.suptitle(title)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right center", frameon=False)
+    handles, texts = axes[0].get_legend_handles_labels()
+    legend_title = (f"line: mean over seeds\nshaded: {BANDS[band or 'minmax']}"
+                    if any(len(g) > 1 for g in groups) else None)
+    fig.legend(handles, texts, loc="outside right center", frameon=False, title=legend_title,
+               alignment="left" if legend_title else "center")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -214,12 +504,18 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="istjax plot", description="Plot test accuracy against rounds, wall time and bytes communicated for "
-        "one or more run directories (one line per run) into a PNG.")
+        "one or more run directories into a PNG: one line per run, runs that differ only in seed as one mean curve "
+        "with a band; the legend names every config field in which the runs differ.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (their metrics.jsonl)")
     p.add_argument("--out", default=None, help="PNG to write (default: RUN_DIR/accuracy.png for one run, "
                    "./comparison.png for several)")
     p.add_argument("--title", default=None, help="figure title")
     p.add_argument("--target", type=float, default=None, help="draw a line at this test accuracy")
+    p.add_argument("--band", choices=sorted(BANDS), default="minmax",
+                   help="band around the mean of runs that differ only in seed: minmax (default: min..max across "
+                        "seeds) or std (mean +- one sample standard deviation)")
+    p.add_argument("--no-bands", action="store_true", help="draw every seed as its own line (labelled seed=..)")
+    p.add_argument("--log-time", action="store_true", help="wall-time axis on a log scale")
     return p
 
 
@@ -232,7 +528,8 @@ def main(argv: Sequence[str]) -> int:
     out = args.out or (os.path.join(args.run_dirs[0], "accuracy.png") if len(args.run_dirs) == 1
                        else "comparison.png")
     try:
-        path = plot_runs(args.run_dirs, out, title=args.title, target=args.target)
+        path = plot_runs(args.run_dirs, out, title=args.title, target=args.target,
+                         band=None if args.no_bands else args.band, log_time=args.log_time)
     except PlotError as e:
         print(f"istjax plot: {e}", file=sys.stderr)
         return 2

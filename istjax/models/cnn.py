@@ -156,6 +156,10 @@ class CNN(nn.Module):
         object.__setattr__(self, "inner", inner)
         super().__post_init__()
 
+    def test_batch_statistics(self) -> bool:
+        """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
+        return self.batch_norm == "batch"
+
     def inner_widths(self) -> tuple[tuple[int, ...], ...]:
         """``inner`` with None filled in: ``inner_widths()[i][j]`` is block j of stage i's inner channel count."""
         if self.inner is not None:

@@ -57,6 +57,11 @@ class MLP(nn.Module):
         """This module's rules: `MLP.rules` for its number of hidden layers (how the model registry reads groups)."""
         return MLP.rules(len(self.hidden))
 
+    def test_batch_statistics(self) -> bool:
+        """True: at test time BatchNorm normalises with the statistics of the batch it is given (the paper's
+        model keeps no running averages), so an evaluation batch must be large (`istjax.Task.min_eval_batch`)."""
+        return bool(self.batch_norm or self.output_batch_norm)
+
     def subnet(self, units: Mapping[str, int]) -> "MLP":
         """This module at the widths of one worker's sub-network (``units["hidden_i"]`` units in layer i)."""
         return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))

@@ -38,7 +38,8 @@ class RuntimeHandle(NamedTuple):
         call it (collective under MPI).
       agree: ``int -> int``: the largest value any process passes (so every process stops after the same round).
       whole_state: the state each process holds is the whole `TrainState` (False for sharded MPI, whose pieces
-        are gathered for evaluation).
+        are gathered for evaluation and checkpointed shard by shard).
+      rank, size: this process and the process count.
     """
 
     name: str
@@ -47,6 +48,8 @@ class RuntimeHandle(NamedTuple):
     gather: Callable[[Any], Any]
     agree: Callable[[int], int]
     whole_state: bool = True
+    rank: int = 0
+    size: int = 1
 
 
 def local_handle(name: str) -> RuntimeHandle:

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from istjax.core.spec import GroupAxis, LeafSpec, path_str
-from istjax.core.state import TrainState, WorkerState, summarize
+from istjax.core.state import TrainState, WorkerState, broadcast_workers, summarize
 from istjax.core.subnet import extract_leaf, merge_leaf
 from istjax.runtimes.base import Runtime, RuntimeHandle, map_workers
 
@@ -202,7 +202,7 @@ class MPIRuntime:
     def handle(self) -> RuntimeHandle:
         sharded = self.mode == "sharded" and self.algorithm.exchange == "subnetworks"
         return RuntimeHandle(name="mpi", fusable=False, primary=self.is_primary, gather=self.gather,
-                             agree=self.agree, whole_state=not sharded)
+                             agree=self.agree, whole_state=not sharded, rank=self.rank, size=self.size)
 
     def as_algorithm(self):
         """The algorithm with this runtime's ``init``, ``round`` and handle: a drop-in for code that takes one."""
@@ -239,6 +239,11 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None) -> MPIR
                          f"runtime does not know; exchanges: subnetworks, replicas, gradients.")
     comm = _world() if comm is None else comm
     n, r = comm.Get_size(), comm.Get_rank()
+    if n < 2:
+        raise ValueError("backend='mpi' runs the workers on several processes, but this is one process (not launched "
+                         "by mpiexec, or mpiexec -n 1): it would run every worker here, slower than simulate. Launch "
+                         "the script as `mpiexec -n 2 python ...` (mpiexec is in .venv/bin), or use "
+                         "backend='simulate'.")
     lanes = check_fit(algorithm.num_workers, n)
     abort_on_error()
     rt = MPIRuntime(algorithm=algorithm, mode=mode, rank=r, size=n, workers_per_rank=lanes, comm=comm)
@@ -547,7 +552,7 @@ def _sharded(rt: MPIRuntime):
 
         def one(leaf, v, got):
             if leaf.shared:
-                return jnp.broadcast_to(v, (lanes,) + v.shape)
+                return broadcast_workers(v, lanes)
             a = 1 + _owner_axis(leaf)
             moved = jnp.moveaxis(got, 0, a)  # [L, ..., N, per, ...]
             return moved.reshape(moved.shape[:a] + (moved.shape[a] * moved.shape[a + 1],) + moved.shape[a + 2:])
