@@ -72,7 +72,7 @@ def test_compare_trains_under_one_budget(tmp_path, capsys):
     """End to end on digits: two algorithms at W=2 with the same rounds, K and B, then the table."""
     argv = ["--algorithms", "ist,local_sgd", "--workers", "2", "--workdir", str(tmp_path),
             "--config.model.hidden=(8,)", "--config.num_rounds=2", "--config.eval_every=1",
-            "--config.local_steps=2", "--config.batch_size=16", "--config.eval_train_examples=100"]
+            "--config.local_steps=2", "--config.batch_size=16", "--config.eval_train_examples=256"]
     assert compare.main(argv) == 0
     rows = json.loads((tmp_path / "comparison.json").read_text())
     assert [(r["algorithm"], r["num_workers"], r["samples_seen"]) for r in rows] == [
@@ -100,7 +100,7 @@ def test_compare_keeps_going_when_a_run_fails(tmp_path, capsys):
     """A diverging run is reported and kept in the table with a note; the others still train; exit 1."""
     argv = ["--algorithms", "ist,local_sgd", "--workers", "2", "--workdir", str(tmp_path),
             "--config.model.hidden=(8,)", "--config.num_rounds=3", "--config.eval_every=1",
-            "--config.local_steps=1", "--config.batch_size=16", "--config.eval_train_examples=100",
+            "--config.local_steps=1", "--config.batch_size=16", "--config.eval_train_examples=256",
             "--config.learning_rate=1e38"]  # the first update overflows to inf: round 2's loss is not finite
     assert compare.main(argv) == 1
     captured = capsys.readouterr()
@@ -110,3 +110,94 @@ def test_compare_keeps_going_when_a_run_fails(tmp_path, capsys):
     assert [(r["algorithm"], r["rounds"]) for r in rows] == [("ist", 1), ("local_sgd", 1)]
     assert all(r["note"].startswith("failed: non-finite loss in round 2") for r in rows)
     assert "| note |" in (tmp_path / "comparison.md").read_text()
+
+
+def _seed_run(path, algorithm, seed, accs, wall_per_round=0.1, bytes_per_round=100.0, w=2, k=5, every=2, **config):
+    """A hand-written run whose config.json carries a seed (and ``config``'s other fields)."""
+    _write_run(path, algorithm, w, accs, wall_per_round, bytes_per_round, k=k, every=every)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(seed=seed, learning_rate=0.1, name=f"{algorithm}-s{seed}", **config)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return plot.load_run(path)
+
+
+def test_cells_mean_std_n_over_seeds(tmp_path):
+    """Three seeds of IST and one local SGD run: one cell per config, sample std, "to target" over the seeds that
+    reached it."""
+    ist = [_seed_run(tmp_path / f"ist_s{s}", "ist", s, accs, wall_per_round=0.1 * (s + 1))
+           for s, accs in enumerate([[0.5, 0.8, 0.9], [0.6, 0.7, 0.84], [0.7, 0.82, 0.86]])]
+    lsgd = _seed_run(tmp_path / "lsgd_s0", "local_sgd", 0, [0.4, 0.7, 0.81])
+    table = compare.cells([*ist, lsgd], target=0.8)
+    assert [(c.algorithm, c.n, c.seeds) for c in table] == [("ist", 3, [0, 1, 2]), ("local_sgd", 1, [0])]
+    cell = table[0]
+    assert cell.stat("final_accuracy").mean == pytest.approx((0.9 + 0.84 + 0.86) / 3)
+    assert cell.stat("final_accuracy").std == pytest.approx(0.030550504633038926)  # sample std (n - 1)
+    # Seeds 0 and 2 reach 0.8 at round 4 (times 0.4 s and 1.2 s); seed 1 only at round 6 (0.84).
+    assert cell.reached == 3 and cell.stat("rounds_to_target") == (pytest.approx(14 / 3), pytest.approx(1.1547005),
+                                                                   3)
+    never = compare.cells([*ist, lsgd], target=0.88)
+    assert never[0].reached == 1 and never[0].stat("time_to_target_s").n == 1 and never[1].reached == 0
+    text = compare.format_table(never)
+    assert "0.8667 ± 0.0306 (3)" in text and "| 1/3 |" in text and "| 0/1 |" in text and "not reached" in text
+    assert "| seeds |" in text and "| 0,1,2 |" in text
+    record = never[0].as_dict()
+    assert (record["final_accuracy_n"], record["rounds_to_target_n"], record["rounds_to_target"]) == (3, 1, 6)
+    assert record["final_accuracy_std"] == pytest.approx(0.030550504633038926) and record["seeds"] == [0, 1, 2]
+
+
+def test_cells_leave_out_a_failed_seed(tmp_path):
+    runs = [_seed_run(tmp_path / f"ist_s{s}", "ist", s, accs)
+            for s, accs in enumerate([[0.5, 0.8, 0.9], [0.1], [0.7, 0.82, 0.86]])]
+    failed = {str(tmp_path / "ist_s1"): "non-finite loss in round 3; the learning rate ..."}
+    (cell,) = compare.cells(runs, failed=failed)
+    assert cell.n == 2 and cell.seeds == [0, 2] and [r.seed for r in cell.excluded] == [1]
+    assert cell.stat("final_accuracy").mean == pytest.approx(0.88) and cell.target == 0.86  # failed seed ignored
+    assert cell.note == "seed 1 failed and is left out: non-finite loss in round 3"
+    assert "0.8800 ± 0.0283 (2)" in compare.format_table([cell])
+    # Every seed failed: the failed runs make the row, as for a single run.
+    (only,) = compare.cells(runs[1:2], failed=failed)
+    assert only.n == 1 and only.note == "failed: non-finite loss in round 3"
+
+
+def test_compare_runs_groups_seeds_and_writes_csv(tmp_path, capsys):
+    dirs = []
+    for s, accs in enumerate([[0.5, 0.8, 0.9], [0.6, 0.7, 0.84]]):
+        dirs.append(str(_seed_run(tmp_path / f"ist_s{s}", "ist", s, accs).path))
+        dirs.append(str(_seed_run(tmp_path / f"dp_s{s}", "data_parallel", s, [a - 0.1 for a in accs]).path))
+    out = tmp_path / "cmp"
+    assert compare.main(["--runs", *dirs, "--target", "0.7", "--workdir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| ist | 2 | 5 | 6 | 0,1 | 0.8700 ± 0.0424 (2) |" in printed
+    import csv
+
+    with open(out / "comparison.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["algorithm"], r["n"], r["seeds"]) for r in table] == [("ist", "2", "0 1"), ("data_parallel", "2", "0 1")]
+    assert float(table[0]["final_accuracy"]) == pytest.approx(0.87) and table[0]["final_accuracy_std"]
+    assert {"rounds_to_target_n", "time_to_target_s_std", "bytes_to_target_n", "reached"} <= set(table[0])
+    rows = json.loads((out / "comparison.json").read_text())
+    assert [r["seed"] for r in rows[0]["runs"]] == [0, 1]
+    assert compare.main(["--runs", *dirs, "--seeds", "0,1"]) == 2
+    assert "--seeds trains" in capsys.readouterr().err
+
+
+def test_compare_trains_seeds(tmp_path, capsys):
+    """End to end on digits: IST at W=2 with two seeds: two runs, one cell with mean, std and n, one band."""
+    argv = ["--algorithms", "ist", "--workers", "2", "--seeds", "0,1", "--workdir", str(tmp_path),
+            "--config.model.hidden=(8,)", "--config.num_rounds=2", "--config.eval_every=1",
+            "--config.local_steps=2", "--config.batch_size=16", "--config.eval_train_examples=256"]
+    assert compare.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "== ist W=2 seed=0" in err and "== ist W=2 seed=1" in err
+    (cell,) = json.loads((tmp_path / "comparison.json").read_text())
+    finals = [r["final_accuracy"] for r in cell["runs"]]
+    assert cell["n"] == 2 and cell["seeds"] == [0, 1] and cell["final_accuracy_n"] == 2
+    assert cell["final_accuracy"] == pytest.approx(sum(finals) / 2) and cell["final_accuracy_std"] is not None
+    for s in (0, 1):
+        assert json.loads((tmp_path / f"ist_W2_s{s}" / "config.json").read_text())["seed"] == s
+    runs = [plot.load_run(tmp_path / f"ist_W2_s{s}") for s in (0, 1)]
+    assert len(plot.group_runs(runs)) == 1  # one mean curve with a band in comparison.png
+    assert (tmp_path / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+    assert "(2)" in (tmp_path / "comparison.md").read_text() and (tmp_path / "comparison.csv").exists()
+    assert compare.main(["--workdir", str(tmp_path), "--seeds", "0,0"]) == 2
+    assert "given twice" in capsys.readouterr().err

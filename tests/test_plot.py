@@ -7,7 +7,7 @@ import pytest
 
 from istjax.experiment import config as config_lib
 from istjax.experiment import plot
-from istjax.experiment.metrics import RECORD_FIELDS
+from istjax.experiment.metrics import RECORD_FIELDS, format_bytes
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def run_dirs(tmp_path_factory):
         c = config_lib.default_config()
         c.algorithm, c.num_workers, c.local_steps, c.batch_size = algo, 2, 2, 16
         c.model.hidden, c.num_rounds, c.eval_every, c.progress = (8,), 4, 2, False
-        c.eval_train_examples = 200
+        c.eval_train_examples = 256  # the smallest evaluation batch of a batch-statistics model
         train.train_and_evaluate(c, root / algo)
         dirs.append(root / algo)
     return dirs
@@ -81,3 +81,112 @@ def test_half_written_last_line_is_skipped(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(json.dumps(rec) + '\n{"round": 2, "test_acc')
     run = plot.load_run(tmp_path)
     assert len(run.records) == 1 and run.local_steps == 2  # K = step / round without config.json
+
+
+def _hand_run(path, accs, *, every=2, bytes_per_round=1e4, wall_per_round=0.01, **config):
+    """A hand-written run directory (IST, W=2, K=2 unless ``config`` says otherwise)."""
+    path.mkdir(parents=True)
+    cfg = {"name": path.name, "algorithm": "ist", "num_workers": 2, "local_steps": 2, "learning_rate": 0.1,
+           "seed": 0, "dataset": "digits", "model": {"name": "mlp", "hidden": [8]}, "eval_every": every, **config}
+    (path / "config.json").write_text(json.dumps(cfg))
+    lines = [json.dumps({"round": (i + 1) * every, "test_accuracy": a, "wall_time_s": (i + 1) * every * wall_per_round,
+                         "bytes_total": (i + 1) * every * bytes_per_round, "algorithm": cfg["algorithm"],
+                         "num_workers": cfg["num_workers"]}) for i, a in enumerate(accs)]
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _capture_figure(monkeypatch):
+    """Keeps the figure `plot_runs` draws (instead of closing it), to read its axes."""
+    import matplotlib.pyplot as plt
+
+    kept = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
+    return kept
+
+
+def _tick_labels(axis):
+    """The non-empty tick labels inside the axis's view (major and minor)."""
+    axis.axes.figure.canvas.draw()
+    lo, hi = sorted(axis.get_view_interval())
+    major = [axis.get_major_formatter()(v) for v in axis.get_majorticklocs() if lo <= v <= hi]
+    minor = [axis.get_minor_formatter()(v) for v in axis.get_minorticklocs() if lo <= v <= hi]
+    return [t for t in major + minor if t]
+
+
+def test_legend_names_the_differing_field(tmp_path, monkeypatch):
+    a = _hand_run(tmp_path / "lr01", [0.5, 0.7], learning_rate=0.1, name="first", eval_every=2)
+    b = _hand_run(tmp_path / "lr005", [0.4, 0.6], learning_rate=0.05, name="second", num_rounds=9)
+    runs = [plot.load_run(a), plot.load_run(b)]
+    groups = plot.group_runs(runs)
+    assert len(groups) == 2  # different learning rates: two curves
+    # Only learning_rate differs (name, num_rounds are run-control fields: left out).
+    assert plot.legend_labels(groups) == ["ist W=2 K=2 learning_rate=0.1", "ist W=2 K=2 learning_rate=0.05"]
+    styles = plot._styles(groups)
+    assert styles[0] != styles[1]
+    kept = _capture_figure(monkeypatch)
+    plot.plot_runs([a, b], tmp_path / "lr.png")
+    (legend,) = kept[0].legends
+    assert [t.get_text() for t in legend.get_texts()] == ["ist W=2 K=2 learning_rate=0.1",
+                                                           "ist W=2 K=2 learning_rate=0.05"]
+    # Two algorithms at two learning rates: algorithm, W, K stay the base label; every curve has its own style.
+    c = _hand_run(tmp_path / "lsgd", [0.4, 0.6], algorithm="local_sgd", learning_rate=0.05)
+    groups = plot.group_runs([plot.load_run(p) for p in (a, b, c)])
+    assert plot.legend_labels(groups)[2] == "local_sgd W=2 K=2 learning_rate=0.05"
+    assert len({tuple(sorted(s.items())) for s in plot._styles(groups)}) == 3
+
+
+def test_seeds_are_one_curve_with_a_band(tmp_path, monkeypatch):
+    dirs = [_hand_run(tmp_path / f"s{s}", accs, seed=s, name=f"run-{s}")
+            for s, accs in enumerate([[0.2, 0.5, 0.6], [0.4, 0.7, 0.8], [0.3, 0.6, 0.9]])]
+    runs = [plot.load_run(d) for d in dirs]
+    (group,) = plot.group_runs(runs)
+    assert len(group) == 3
+    assert plot.legend_labels([group]) == ["ist W=2 K=2 (mean of 3 seeds)"]
+    curve = plot.group_curve(group, "round")
+    assert curve.x == [2, 4, 6] and curve.y == pytest.approx([0.3, 0.6, 2.3 / 3])
+    assert curve.lo == pytest.approx([0.2, 0.5, 0.6]) and curve.hi == pytest.approx([0.4, 0.7, 0.9])
+    std = plot.group_curve(group, "round", band="std")
+    assert std.hi[0] == pytest.approx(0.3 + 0.1)  # mean + sample std (0.1)
+    # Seeds that evaluated at other rounds: the union of rounds inside the common range, interpolated.
+    odd = plot.load_run(_hand_run(tmp_path / "s3", [0.3, 0.5], every=3, seed=3))
+    mixed = plot.group_curve([runs[0], odd], "round")
+    assert mixed.x == [3, 4, 6] and mixed.y[-1] == pytest.approx((0.6 + 0.5) / 2)
+    kept = _capture_figure(monkeypatch)
+    out = plot.plot_runs(dirs, tmp_path / "band.png")
+    fig = kept.pop()
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["ist W=2 K=2 (mean of 3 seeds)"]
+    assert "min–max across seeds" in legend.get_title().get_text()
+    assert len(fig.axes[0].collections) == 1 and len(fig.axes[0].lines) == 1  # one band, one mean line
+    import matplotlib.image as mpimg
+
+    rgb = (mpimg.imread(out)[..., :3] * 255).round().astype(int).reshape(-1, 3)
+    band = np.array([255 - 0.18 * (255 - c) for c in (0x1F, 0x77, 0xB4)])  # tab:blue at alpha 0.18 on white
+    assert (np.abs(rgb - band).sum(1) < 12).sum() > 1000
+    # --no-bands: one line per seed, labelled with its seed, each with its own marker.
+    assert plot.main([str(d) for d in dirs] + ["--no-bands", "--out", str(tmp_path / "lines.png")]) == 0
+    fig = kept.pop()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"ist W=2 K=2 seed={s}" for s in range(3)]
+    assert len({line.get_marker() for line in fig.axes[0].lines}) == 3 and not fig.axes[0].collections
+
+
+def test_log_axes_read_in_units(tmp_path, monkeypatch):
+    major, _ = plot.log_unit_formatters(format_bytes)
+    assert [major(v) for v in (1e3, 1e4, 1e7, 1e9)] == ["1 kB", "10 kB", "10 MB", "1 GB"]
+    assert [plot.format_seconds(s) for s in (0.01, 1, 90, 7200)] == ["10 ms", "1 s", "1.5 min", "2 h"]
+    # Many decades: every label a unit, at most 7, none repeated.
+    a = _hand_run(tmp_path / "a", [0.2, 0.5], bytes_per_round=100.0, wall_per_round=0.001)
+    b = _hand_run(tmp_path / "b", [0.3, 0.6], bytes_per_round=1e10, wall_per_round=0.3, algorithm="data_parallel")
+    kept = _capture_figure(monkeypatch)
+    plot.plot_runs([a, b], tmp_path / "wide.png", log_time=True)
+    fig = kept.pop()
+    labels = _tick_labels(fig.axes[2].xaxis)
+    assert 3 <= len(labels) <= 7 and len(set(labels)) == len(labels), labels
+    assert all(t.split()[-1] in ("B", "kB", "MB", "GB", "TB") for t in labels), labels
+    assert all(t.split()[-1] in ("µs", "ms", "s", "min", "h") for t in _tick_labels(fig.axes[1].xaxis))
+    # Less than two decades: the 2x and 5x ticks are labelled too, so the axis has more than one label.
+    c = _hand_run(tmp_path / "c", [0.2, 0.5, 0.6, 0.7, 0.8], every=3, bytes_per_round=1e6)
+    plot.plot_runs([c], tmp_path / "narrow.png")
+    labels = _tick_labels(kept.pop().axes[2].xaxis)
+    assert {"5 MB", "10 MB"} <= set(labels) and all(t.endswith("MB") for t in labels), labels

@@ -33,7 +33,7 @@ __all__ = ["CONFIG_DIRS", "CatalogError", "ConfigEntry", "describe", "format_cat
            "shipped_configs"]
 
 CONFIG_DIRS = ("experiments/configs", "experiments/speech/configs", "experiments/theory/configs")
-_RESULT_MAX = 110  # characters of a stated result kept on its line
+_RESULT_MAX = 150  # characters of a stated result kept on its line
 _RESULT_LINE = re.compile(r"\b(Measured|Expected)\b")
 _LEAD_IN = re.compile(r"^.*?\b(?:Measured|Expected)\b[^:.]*?(?:\([^)]*\))?\s*[:.]\s*")
 
@@ -104,7 +104,7 @@ def describe(docstring: Optional[str]) -> tuple[str, Optional[str]]:
         hit = next((line for line in lines[1:] if "test accuracy" in line.lower()), None)
         if hit is not None:
             result = _trim(_first_clause(hit))
-    return re.sub(r"\s+", " ", description), result
+    return re.sub(r"\s+", " ", description).strip().replace("``", "`"), result
 
 
 def _read(path: pathlib.Path) -> tuple[str, Optional[str]]:

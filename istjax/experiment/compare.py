@@ -38,11 +38,11 @@ of each number; JSON also lists every seed's own row under ``runs``), and the cu
 (`istjax.experiment.plot.plot_runs`: one mean curve per cell with a min..max band across seeds) as
 ``DIR/comparison.png``. Evaluations happen every ``eval_every`` rounds, so "to target" is resolved to that grid.
 
-A run that fails (`istjax.experiment.driver.TrainingError`, e.g. a non-finite loss) does not stop the comparison: the error is
-reported, the other runs still train, and ``istjax compare`` exits 1 after writing the outputs. The failure is named in
-the cell's ``note`` column. A failed seed is left out of its cell's numbers when another seed of the cell finished (n
-says how many were used); when none did (or with one seed), the failed runs' evaluations before the failure make the
-row, as the note says.
+A run that fails (`istjax.experiment.driver.TrainingError`, e.g. a non-finite loss) does not stop the comparison:
+the error is reported, the other runs still train, and ``istjax compare`` exits 1 after writing the outputs. The
+failure is named in the cell's ``note`` column. A failed seed is left out of its cell's numbers when another seed of
+the cell finished (n says how many were used); when none did (or with one seed), the failed runs' evaluations before
+the failure make the row, as the note says.
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ def _mean_std(cell: Cell, column: str) -> str:
     """``mean ± std (n)``; ``mean (1)`` for one value; ``not reached`` / ``-`` for none."""
     st = cell.stat(column)
     if st.n == 0:
-        return "not reached" if column in TO_TARGET else "-"
+        return "not reached" if column in TO_TARGET and not cell.reached else "-"
     fmt = _FORMATS[column]
     return fmt(st.mean) + (f" ± {fmt(st.std)}" if st.std is not None else "") + f" ({st.n})"
 
@@ -492,8 +492,9 @@ def _csv(kind, values: str, allowed=None, minimum: int = 1):
     try:
         ints = [int(v) for v in out]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--{kind}={values!r}: give integers >= {minimum}, e.g. "
-                                         f"{minimum},{minimum + 1}.") from None
+        example = "2,4" if kind == "workers" else "0,1,2"
+        raise argparse.ArgumentTypeError(f"--{kind}={values!r}: give {'positive' if minimum else 'non-negative'} "
+                                         f"integers, e.g. {example}.") from None
     if any(i < minimum for i in ints):
         what = "worker counts" if kind == "workers" else kind
         raise argparse.ArgumentTypeError(f"--{kind}={values!r}: {what} must be >= {minimum}.")

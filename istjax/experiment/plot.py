@@ -416,7 +416,8 @@ def _log_units(axis, fmt: Callable[[float], str]) -> None:
     from matplotlib.ticker import LogLocator
 
     major, minor = log_unit_formatters(fmt)
-    axis.set_major_locator(LogLocator(base=10, numticks=7))  # at most 7 labels: every decade up to 6, then every 2nd, ...
+    # At most 7 labels: every decade while they fit, then every 2nd (3rd, ...) one.
+    axis.set_major_locator(LogLocator(base=10, numticks=7))
     axis.set_minor_locator(LogLocator(base=10, subs=tuple(range(2, 10)), numticks=12))
     axis.set_major_formatter(major)
     axis.set_minor_formatter(minor)
