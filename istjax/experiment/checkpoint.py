@@ -26,9 +26,12 @@ Layout::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import pathlib
+import re
 import shutil
 import sys
 from typing import Any, Optional
@@ -42,6 +45,20 @@ from istjax.core.state import TrainState
 
 __all__ = ["Checkpointer", "ShardedCheckpointer", "ShardCountMismatch", "CheckpointWriteError", "CheckpointCorrupt", "state_to_tree", "tree_to_state",
            "tree_digests"]
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """orbax logs a failed write or read at length from its worker threads (hundreds of lines for a full disk); the
+    exception carries the cause, which `Checkpointer` reports in one line."""
+    from absl import logging as absl_logging
+
+    level = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.FATAL)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(level)
 
 
 class CheckpointWriteError(OSError):
@@ -146,9 +163,10 @@ class Checkpointer:
         meta = dict(meta or {}, round=step, key_impl=str(jax.random.key_impl(state.key)), digests=tree_digests(tree))
         meta["meta_digest"] = _meta_digest(meta)
         try:
-            self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
-                                                             meta=ocp.args.JsonSave(meta)), force=True)
-            self._manager.wait_until_finished()
+            with _quiet_orbax():
+                self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
+                                                                 meta=ocp.args.JsonSave(meta)), force=True)
+                self._manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001 - orbax wraps OS errors in its own; report the cause in one line
             raise CheckpointWriteError(self._write_failure(step, e)) from e
         return step
@@ -170,8 +188,9 @@ class Checkpointer:
         """The state and meta saved at ``step``; ``like`` (e.g. ``algorithm.init(key)``) gives structure, dtypes
         and shardings. Raises whatever orbax raises for a damaged checkpoint."""
         target = _abstract(state_to_tree(like))
-        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                                  meta=ocp.args.JsonRestore()))
+        with _quiet_orbax():
+            out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
+                                                                      meta=ocp.args.JsonRestore()))
         meta = dict(out.meta or {})
         _verify(out.state, meta, step)
         state = tree_to_state(out.state, meta.get("key_impl"))
@@ -222,13 +241,22 @@ def _check_like(state: TrainState, like: TrainState, step: int) -> None:
                          f"(got {got}, expected {want}).")
 
 
+_TS_ERRNO = re.compile(r"os_error_code='?(\d+)")
+_TS_FILE = re.compile(r'Failed (?:writing|reading|to open)[^"]*"([^"]+)"')
+
+
 def _root_cause(error: BaseException) -> str:
-    """One line for an exception chain: the innermost OS error when there is one, else the first line."""
+    """One line for an exception chain: the innermost OS error when there is one (TensorStore reports them inside
+    a ValueError text, ``... [os_error_code='28']``), else the first line."""
     e, seen = error, set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, OSError) and e.strerror:
             return f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
+        code = _TS_ERRNO.search(str(e))
+        if code:
+            where = _TS_FILE.search(str(e))
+            return os.strerror(int(code.group(1))) + (f" ({where.group(1)})" if where else "")
         e = e.__cause__ or e.__context__
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""

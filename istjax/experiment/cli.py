@@ -6,6 +6,7 @@
     istjax eval --workdir=DIR [--checkpoint=N]
     istjax plot RUN_DIR ...          (istjax.experiment.plot.main)
     istjax compare ...               (istjax.experiment.compare.main)
+    istjax configs [--format=text|markdown]   (istjax.experiment.catalog.main)
 
 ``train`` (the default subcommand) runs `istjax.experiment.driver.train_and_evaluate`. ``--config`` names a Python file with
 ``get_config()`` (Flax-examples style, ml_collections ``config_flags``); without it the default study runs
@@ -37,7 +38,8 @@ from typing import Optional, Sequence
 __all__ = ["main", "parse_train_args", "EXIT_OK", "EXIT_FAILURE", "EXIT_CONFIG", "EXIT_ENVIRONMENT"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 2, 3
-_SUBCOMMANDS = {"plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare"}
+_SUBCOMMANDS = {"plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare",
+                "configs": "istjax.experiment.catalog"}
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 
 

@@ -402,6 +402,11 @@ def _check_groups(config, dataset, problems: list[str], sampler_ok: bool) -> Non
                         f"statistics of the evaluation batch at test time, so a small batch evaluates another, worse "
                         f"model (measured on digits: batch 7 -> accuracy 0.77, 256 and up -> 0.97). Use at least "
                         f"{task.min_eval_batch} (istjax.core.task.MIN_BATCH_STATISTICS_EVAL).")
+    train_eval = int(config.eval_train_examples)
+    if 0 < train_eval < task.min_eval_batch:
+        problems.append(f"eval_train_examples={train_eval}: model {config.model.name!r} normalises with batch "
+                        f"statistics at test time; the training-set evaluation needs at least {task.min_eval_batch} "
+                        f"examples (or 0: the whole training set).")
     smallest = min(len(dataset.test_y), len(dataset.train_y))
     if smallest < task.min_eval_batch:
         problems.append(f"dataset={config.dataset!r}: a split of {smallest} examples is smaller than the "

@@ -45,7 +45,8 @@ from typing import Any, NamedTuple, Optional
 from istjax.experiment.config import RUN_CONTROL_FIELDS, flat_dict
 from istjax.experiment.metrics import format_bytes
 
-__all__ = ["PlotError", "Run", "BANDS", "format_seconds", "group_runs", "label", "legend_labels", "load_run",
+__all__ = ["PlotError", "Run", "BANDS", "Curve", "format_seconds", "group_curve", "group_runs", "label", "legend_labels",
+           "load_run",
            "log_unit_formatters", "main", "plot_runs", "run_fields",
            "varying_fields"]
 
@@ -443,7 +444,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import PercentFormatter
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
 
     if band is not None and band not in BANDS:
         raise PlotError(f"band={band!r}: choose one of {sorted(BANDS)}, or None for one line per seed.")
@@ -482,6 +483,8 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         if scale == "log" and drawn[field]:
             ax.set_xscale("log")
             _log_units(ax.xaxis, format_bytes if field == "bytes_total" else format_seconds)
+        if field == "round":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, which="major", alpha=0.35)
         if target is not None:
             ax.axhline(target, color="black", linestyle=":", linewidth=1, alpha=0.7)
