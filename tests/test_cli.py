@@ -21,7 +21,7 @@ from istjax.experiment.checkpoint import Checkpointer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local_steps=2",
-        "--config.batch_size=16", "--config.eval_train_examples=200", "--config.progress=False"]
+        "--config.batch_size=16", "--config.eval_train_examples=256", "--config.progress=False"]
 
 
 def istjax_command() -> list[str]:
@@ -103,6 +103,9 @@ def test_default_workdir_and_exit_codes(tmp_path, monkeypatch, capsys):
     name, workdir, resume, overwrite = seen[-1]
     assert name == config_lib.default_config().name and not resume and not overwrite
     assert pathlib.Path(workdir).parent == pathlib.Path("runs") and pathlib.Path(workdir).name.startswith(name + "-")
+    # --resume reads the run's own config.json (here a run of the default config).
+    pathlib.Path("w").mkdir()
+    pathlib.Path("w/config.json").write_text(json.dumps(config_lib.to_dict(config_lib.default_config())))
     assert cli.main(["istjax", "train", "--workdir=w", "--resume"]) == 0 and seen[-1][1:] == ("w", True, False)
     for exc, code in [(train.TrainingError("non-finite loss in round 3"), 1),
                       (train.Interrupted(signal.SIGTERM, "stopped"), 143),

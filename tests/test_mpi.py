@@ -71,3 +71,16 @@ def test_sharded_mode_checkpoints_and_resumes_bit_identically(tmp_path):
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     for check in ("committed sharded checkpoint", "bit for bit", "refused, naming the launch"):
         assert check in out.stdout, check
+
+
+def test_an_error_every_rank_meets_is_printed_once_by_rank_0(tmp_path):
+    """Under mpiexec a config error (here W = 3 on 2 processes) stops every rank; it is printed once, not N times."""
+    istjax = pathlib.Path(sys.executable).parent / "istjax"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    out = subprocess.run([str(MPIEXEC), "-n", "2", str(istjax), "train", "--config.backend=mpi",
+                          "--config.num_workers=3", "--config.model.hidden=(6,)", "--config.progress=False",
+                          f"--workdir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=300, env=env)
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text
+    assert text.count("does not fit 2 MPI processes") == 1, text
+    assert "every one of the 2 ranks stopped" in text, text

@@ -33,7 +33,7 @@ def tiny_config(**overrides):
     c.model.hidden = (32,)
     c.num_workers, c.local_steps, c.batch_size = 2, 2, 16
     c.num_rounds, c.eval_every, c.checkpoint_every = 4, 2, 2
-    c.eval_train_examples = 200
+    c.eval_train_examples = 256  # the smallest evaluation batch of a batch-statistics model
     c.progress = False
     for k, v in overrides.items():
         node = c

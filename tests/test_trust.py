@@ -115,7 +115,7 @@ def test_flipped_bytes_are_caught_and_training_resumes_from_the_previous_checkpo
     err = capsys.readouterr().err
     lines = [l for l in err.splitlines() if "checkpoint" in l and "/3" in l]
     assert len(lines) == 1 and "does not match the digest" in lines[0] and "moved to" in lines[0], err
-    assert "Resuming from" in err and "(round 2, verified)" in err
+    assert "Resuming from" in err and "(round 2); it verified" in err
     assert (tmp_path / "run" / "checkpoints_corrupt" / "3").is_dir()
     a, _ = final_params(tmp_path / "ref", config)
     b, step = final_params(tmp_path / "run", config)

@@ -398,7 +398,7 @@ def initial_state(run: Run, *, resume: bool) -> TrainState:
         state = _keep_local(state, saved) if alg.runtime.whole_state else saved
         run.wall, run.bytes_total = float(meta.get("wall_time_s", 0.0)), float(meta.get("bytes_total", 0.0))
         run.restored_from = run.checkpointer.directory / str(step)
-        run.log(f"Resuming from {run.restored_from} (round {step}, verified).")
+        run.log(f"Resuming from {run.restored_from} (round {step}); it verified against its digests.")
     elif resume:
         raise ConfigError([f"resume=True but workdir={str(run.workdir)!r} holds no usable checkpoint. Drop --resume, "
                            f"or pass --overwrite to start over."])
