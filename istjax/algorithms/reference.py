@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from istjax.algorithms.base import Algorithm, apply_update
+from istjax.core.schedule import at_round
 from istjax.core.spec import tile_positions
 from istjax.core.state import TrainState, WorkerState
 
@@ -117,7 +118,7 @@ def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainSta
     for w in range(W):
         # The worker's sub-network and model state: slices of partitioned leaves (zero padding past its units).
         sub = params.extract(w)
-        worker = WorkerState(sub, stats.extract(w), alg.optimizer.init(sub))
+        worker = WorkerState(sub, stats.extract(w), at_round(alg.optimizer.init(sub), state.round))
         worker = _train_one(loss, alg.optimizer, worker, jax.tree.map(lambda b: b[w], batches), K, shared)
         params.add(w, worker.params)
         stats.add(w, worker.model_state)
@@ -130,7 +131,7 @@ def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState
     W, K = alg.num_workers, alg.local_steps
     key, _ = jax.random.split(state.key)
     loss = alg.task.train_loss(None)
-    replica = WorkerState(state.params, state.model_state, state.opt_state)
+    replica = WorkerState(state.params, state.model_state, at_round(state.opt_state, state.round))
     worker_states = [state.model_state] * W
     for k in range(K):
         grads = []
@@ -150,7 +151,7 @@ def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     loss = alg.task.train_loss(None)
     results = []
     for w in range(W):
-        start = WorkerState(state.params, state.model_state, alg.optimizer.init(state.params))
+        start = WorkerState(state.params, state.model_state, at_round(alg.optimizer.init(state.params), state.round))
         results.append(_train_one(loss, alg.optimizer, start, jax.tree.map(lambda b: b[w], batches), K, shared))
     params = _mean([r.params for r in results])
     model_state = _policy(alg, params, _mean([r.model_state for r in results]), batches, shared)

@@ -13,6 +13,7 @@ import optax
 
 from istjax.algorithms.base import Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train
 from istjax.core.comm import replicated_bytes
+from istjax.core.schedule import at_round
 from istjax.core.state import WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, worker_mean
 from istjax.core.task import Task
 
@@ -37,7 +38,7 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
     loss = task.train_loss(None)
 
     def distribute(state):
-        replica = WorkerState(state.params, state.model_state, state.opt_state)
+        replica = WorkerState(state.params, state.model_state, at_round(state.opt_state, state.round))
         return broadcast_workers(replica, num_workers), RoundPlan(_next_key(state), None)
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):
@@ -92,7 +93,7 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
     def distribute(state):
         params = broadcast_workers(state.params, num_workers)
         opt = broadcast_workers(state.opt_state, num_workers) if carry else jax.vmap(optimizer.init)(params)
-        return (WorkerState(params, broadcast_workers(state.model_state, num_workers), opt),
+        return (WorkerState(params, broadcast_workers(state.model_state, num_workers), at_round(opt, state.round)),
                 RoundPlan(_next_key(state), None))
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally

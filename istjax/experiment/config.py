@@ -38,6 +38,8 @@ __all__ = [
     "get_config",
     "validate",
     "make_optimizer",
+    "schedule_rounds",
+    "run_control_fields",
     "make_sampler",
     "to_dict",
     "flat_dict",
@@ -99,6 +101,14 @@ def default_config() -> ml_collections.ConfigDict:
     c.optimizer = "sgd"  # "sgd" | "momentum" | "adam"
     c.learning_rate = 0.1
     c.momentum = 0.9  # used by optimizer="momentum"
+    c.weight_decay = 0.0  # L2 weight decay added to the gradients (as torch's SGD weight_decay), every optimizer
+    # Learning-rate schedule, counted in rounds (so IST and its baselines share one schedule; istjax.core.schedule):
+    # "constant" | "step" (times lr_decay_factor at each fraction lr_decay_at of the run) | "cosine" (to 0).
+    c.lr_schedule = "constant"
+    c.lr_decay_at = (0.5, 0.75)
+    c.lr_decay_factor = 0.1
+    c.warmup_rounds = 0  # linear warm-up over the first rounds (0: none)
+    c.lr_schedule_rounds = 0  # the schedule's length; 0: num_rounds (a resume may then not change num_rounds)
     c.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with the params
     # IST partition: "uniform" | "uniform_pad" | "overlapping" | "stratified" | "uneven" | "nested".
     c.sampler = "uniform"
@@ -204,17 +214,42 @@ def close_matches(name: str, known: list[str]) -> str:
 
 
 def make_optimizer(config: ml_collections.ConfigDict):
-    """The optax transformation the config names (validated values assumed)."""
+    """The optax transformation the config names (validated values assumed): the optimizer, L2 weight decay on the
+    gradients when ``weight_decay`` is set, and the round-counted learning-rate schedule
+    (`istjax.core.schedule.round_scheduled`) unless it is constant."""
     import optax
+
+    from istjax.core.schedule import make_schedule, round_scheduled
 
     lr = float(config.learning_rate)
     if config.optimizer == "sgd":
-        return optax.sgd(lr)
-    if config.optimizer == "momentum":
-        return optax.sgd(lr, momentum=float(config.momentum))
-    if config.optimizer == "adam":
-        return optax.adam(lr)
-    raise ValueError(f"optimizer={config.optimizer!r}: choose one of {OPTIMIZERS}.")
+        opt = optax.sgd(lr)
+    elif config.optimizer == "momentum":
+        opt = optax.sgd(lr, momentum=float(config.momentum))
+    elif config.optimizer == "adam":
+        opt = optax.adam(lr)
+    else:
+        raise ValueError(f"optimizer={config.optimizer!r}: choose one of {OPTIMIZERS}.")
+    if float(config.weight_decay):
+        opt = optax.chain(optax.add_decayed_weights(float(config.weight_decay)), opt)
+    schedule = make_schedule(config.lr_schedule, num_rounds=schedule_rounds(config),
+                             decay_at=tuple(config.lr_decay_at), factor=float(config.lr_decay_factor),
+                             warmup_rounds=int(config.warmup_rounds))
+    return opt if schedule is None else round_scheduled(opt, schedule)
+
+
+def schedule_rounds(config) -> int:
+    """The learning-rate schedule's length in rounds: ``lr_schedule_rounds``, or ``num_rounds`` when it is 0."""
+    return int(config.lr_schedule_rounds) or int(config.num_rounds)
+
+
+def run_control_fields(config_dict: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields a resume may change: `RUN_CONTROL_FIELDS`, less ``num_rounds`` when the learning-rate schedule is
+    measured in it (then more rounds would change every round's learning rate)."""
+    scheduled = config_dict.get("lr_schedule", "constant") != "constant" or int(config_dict.get("warmup_rounds", 0))
+    if scheduled and not int(config_dict.get("lr_schedule_rounds", 0)):
+        return tuple(f for f in RUN_CONTROL_FIELDS if f != "num_rounds")
+    return RUN_CONTROL_FIELDS
 
 
 def _one_sampler(name: str, args):
@@ -351,6 +386,7 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
         bad("learning_rate", "must be a positive finite number, e.g. 0.1.")
     if not isinstance(config.momentum, (int, float)) or not 0 <= config.momentum < 1:
         bad("momentum", "must be in [0, 1), e.g. 0.9.")
+    _check_schedule(config, bad, choice)
     t = config.target_accuracy
     if t is not None and (not isinstance(t, (int, float)) or not 0 < t <= 1):
         bad("target_accuracy", "must be a fraction in (0, 1], e.g. 0.95, or unset.")
@@ -381,6 +417,24 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     if problems:
         raise ConfigError(problems)
     return dataset
+
+
+def _check_schedule(config, bad, choice) -> None:
+    from istjax.core.schedule import SCHEDULES
+
+    choice("lr_schedule", SCHEDULES)
+    wd = config.weight_decay
+    if not isinstance(wd, (int, float)) or isinstance(wd, bool) or not 0 <= wd < 1:
+        bad("weight_decay", "must be a number in [0, 1), e.g. 5e-4.")
+    at = config.lr_decay_at
+    if not isinstance(at, (tuple, list)) or not all(isinstance(f, (int, float)) and 0 < f < 1 for f in at):
+        bad("lr_decay_at", "must be fractions of the run in (0, 1), e.g. (0.5, 0.75).")
+    factor = config.lr_decay_factor
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not 0 < factor <= 1:
+        bad("lr_decay_factor", "must be in (0, 1], e.g. 0.1.")
+    for field in ("warmup_rounds", "lr_schedule_rounds"):
+        if not _is_int(config[field]) or config[field] < 0:
+            bad(field, "must be an integer >= 0.")
 
 
 def _sizes_text(config) -> str:

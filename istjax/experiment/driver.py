@@ -223,7 +223,7 @@ def _prepare_workdir(workdir: pathlib.Path, config_dict: dict, *, resume: bool, 
                                f"Drop --resume to start a new run there."])
         return
     old = json.loads(config_path.read_text())
-    computing = config_lib.differences(old, config_dict, ignore=config_lib.RUN_CONTROL_FIELDS)
+    computing = config_lib.differences(old, config_dict, ignore=config_lib.run_control_fields(old))
     if computing:
         fix = ("--resume continues that run with its own config (config.json in the workdir): drop the overrides "
                "that change what it computes, or start the new config in another --workdir." if resume else

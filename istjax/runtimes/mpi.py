@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.schedule import at_round
 from istjax.core.spec import GroupAxis, LeafSpec, path_str
 from istjax.core.state import TrainState, WorkerState, broadcast_workers, summarize
 from istjax.core.subnet import extract_leaf, merge_leaf
@@ -331,9 +332,9 @@ def _lane_step(alg, lanes: int, reset_optimizer: bool, reduce=None):
     run = map_workers(alg.local, lanes, reduce=reduce)
     opt = alg.optimizer
 
-    def step(workers: WorkerState, batches_L, shared):
-        if reset_optimizer:
-            workers = workers._replace(opt_state=jax.vmap(opt.init)(workers.params))
+    def step(workers: WorkerState, batches_L, shared, round_index):
+        if reset_optimizer:  # rebuilt here rather than sent; stamped with the round for round-counted schedules
+            workers = workers._replace(opt_state=at_round(jax.vmap(opt.init)(workers.params), round_index))
         return run(workers, batches_L, shared)
 
     return jax.jit(step)
@@ -384,7 +385,7 @@ def _server(rt: MPIRuntime):
         got = x.scatter(send)  # [L, ...]: this rank's workers' states
         traffic.add(received=got.params, leaf_paths=True)
         traffic.add(received=(got.model_state, got.opt_state))
-        trained, metrics = train(got, batches, shared)
+        trained, metrics = train(got, batches, shared, state.round)
         back = _moved(trained, carry)
         traffic.add(sent=back.params, leaf_paths=True)
         traffic.add(sent=(back.model_state, back.opt_state))
@@ -443,7 +444,7 @@ def _replicas(rt: MPIRuntime):
         traffic = Traffic()
         workers, plan = start(state)
         counted.clear()
-        trained, metrics = train(workers, batches, shared)
+        trained, metrics = train(workers, batches, shared, state.round)
         if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K allreduces
             in_step["bytes"] = alg.local_steps * sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(counted))
         out = trained.model_state if gradients else _moved(trained, carry)
@@ -592,7 +593,7 @@ def _sharded(rt: MPIRuntime):
         received = x.alltoall(pieces)
         traffic.add(received=received, leaf_paths=True)
         sub = assemble({"params": state.params, "model_state": state.model_state}, received)
-        trained, metrics = train(WorkerState(sub["params"], sub["model_state"], ()), batches, shared)
+        trained, metrics = train(WorkerState(sub["params"], sub["model_state"], ()), batches, shared, state.round)
         trained_tree = {"params": trained.params, "model_state": trained.model_state}
         back = outgoing(trained_tree)
         traffic.add(sent=back, leaf_paths=True)

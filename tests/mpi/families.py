@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 import istjax
+from istjax.core.schedule import make_schedule, round_scheduled
 from istjax.models import CNN
 from istjax.runtimes import mpi as M
 
@@ -71,6 +72,13 @@ cases = {
     "ist sharded": (lambda b, **o: istjax.ist(cnn, optax.sgd(0.1), num_workers=W, local_steps=K,
                                               sampler=istjax.stratified(num_owners=N), backend=b, **o),
                     {"mode": "sharded"}),
+    # A schedule counted in rounds: round 1 at a tenth of the learning rate; ranks rebuild a reset optimizer state.
+    "ist parameter_server (step lr schedule)": (lambda b, **o: istjax.ist(
+        cnn, round_scheduled(optax.sgd(0.1), make_schedule("step", num_rounds=2, decay_at=(0.5,))), num_workers=W,
+        local_steps=K, backend=b, **o), {"mode": "parameter_server"}),
+    "ist sharded (step lr schedule)": (lambda b, **o: istjax.ist(
+        cnn, round_scheduled(optax.sgd(0.1), make_schedule("step", num_rounds=2, decay_at=(0.5,))), num_workers=W,
+        local_steps=K, sampler=istjax.stratified(num_owners=N), backend=b, **o), {"mode": "sharded"}),
     "data_parallel": (lambda b, **o: istjax.data_parallel(cnn, optax.sgd(0.1), num_workers=W, local_steps=K,
                                                           backend=b, **o), {"mode": "parameter_server"}),
     "local_sgd": (lambda b, **o: istjax.local_sgd(cnn, optax.sgd(0.1), num_workers=W, local_steps=K, backend=b,
