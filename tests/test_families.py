@@ -278,3 +278,26 @@ def test_a_module_without_subnet_or_rules_is_refused_up_front():
     task = istjax.classifier(Plain(), jnp.zeros((2, 4)), rules={})
     with pytest.raises(ValueError, match="no neuron group"):
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
+
+
+def test_rules_that_would_add_mismatched_channels_are_refused():
+    class Residual(nn.Module):
+        def partition_rules(self):
+            return {"input": None, "a": "a", "b": "b", "classes": None}
+
+        def tied_axes(self):
+            return [("a", "b")]  # h_a + h_b below
+
+        def subnet(self, units):
+            return self
+
+        @nn.compact
+        def __call__(self, x, train: bool = True):
+            init = nn.initializers.lecun_normal()
+            ha = nn.Dense(4, kernel_init=nn.with_logical_partitioning(init, ("input", "a")))(x)
+            hb = nn.Dense(4, kernel_init=nn.with_logical_partitioning(init, ("input", "b")))(x)
+            return nn.Dense(C)(ha + hb)
+
+    with pytest.raises(ValueError, match=r"adds the channels of logical axes \('a', 'b'\).*different neuron groups"):
+        istjax.classifier(Residual(), jnp.zeros((2, 5)))
+    istjax.classifier(Residual(), jnp.zeros((2, 5)), rules={"input": None, "a": "h", "b": "h", "classes": None})

@@ -136,7 +136,23 @@ def _check_module(model: nn.Module, rules) -> Mapping[str, Any]:
                             f"were given. Pass rules={{logical axis name: neuron group or None}}, or give the module "
                             f"a partition_rules(self) method (see istjax.models.MLP).")
         rules = model.partition_rules()
+    _check_tied(model, rules)
     return rules
+
+
+def _check_tied(model: nn.Module, rules: Mapping[str, Any]) -> None:
+    """A residual addition joins tensors whose channels must be one neuron group: a module lists the logical axis
+    names it adds together in ``tied_axes()``; rules that map them to different groups would add mismatched
+    channels in every sub-network."""
+    tied = getattr(model, "tied_axes", None)
+    if not callable(tied):
+        return
+    for names in tied():
+        groups = {n: rules.get(n) for n in names}
+        if len({None if g is None else str(g) for g in groups.values()}) > 1:
+            raise ValueError(f"{type(model).__name__}: a residual connection adds the channels of logical axes "
+                             f"{tuple(names)}, but the rules map them to different neuron groups {groups}; every "
+                             f"worker would add mismatched channels. Map them to one group (or all to None).")
 
 
 def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[str, Any]] = None, *,
