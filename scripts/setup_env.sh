@@ -24,4 +24,26 @@ if ! "$VENV/bin/python" -c "import mpi4jax" 2>/dev/null; then
     $PIP install --quiet --no-build-isolation --no-cache-dir "mpi4jax>=0.9"
 fi
 "$VENV/bin/python" -c "import jax, flax, optax, orbax.checkpoint, mpi4py, mpi4jax; print('istjax env ok: jax', jax.__version__)"
+# Fashion-MNIST (istjax.data.load_fashion_mnist) reads the IDX files of Debian's dataset-fashion-mnist. Installed
+# where this runs as root with apt-get; anywhere else one line says how to get it, and the set-up goes on.
+fmnist=/usr/share/datasets/fashion-mnist
+fmnist_files="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz"
+fmnist_ok() { for f in $fmnist_files; do [ -f "$fmnist/$f" ] || return 1; done; }
+if ! fmnist_ok; then
+  fmnist_fix="as root run 'apt-get install dataset-fashion-mnist', or set ISTJAX_DATA_DIR so that \$ISTJAX_DATA_DIR/fashion-mnist holds its IDX files"
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    fmnist_log="$(mktemp)"
+    if (DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) >"$fmnist_log" 2>&1 && fmnist_ok; then
+      echo "istjax: installed dataset-fashion-mnist ($fmnist)"
+    else
+      fmnist_why="$(tail -n 1 "$fmnist_log")"
+      echo "istjax: Fashion-MNIST will be unavailable: apt-get install dataset-fashion-mnist" \
+           "(${fmnist_why:-ran, but $fmnist lacks its files}); $fmnist_fix."
+    fi
+    rm -f "$fmnist_log"
+  else
+    echo "istjax: Fashion-MNIST will be unavailable (not root or no apt-get, $fmnist missing); $fmnist_fix."
+  fi
+fi
 touch "$stamp"

@@ -46,7 +46,7 @@ def _check_standardised(ds: D.Dataset) -> None:
 
 
 def test_datasets_registry():
-    assert D.DATASETS == ("digits", "mnist1d", "synthetic_speech")
+    assert D.DATASETS == ("digits", "mnist1d", "synthetic_speech", "fashion_mnist")
 
 
 def test_digits_shapes_split_and_standardisation():

@@ -3,12 +3,17 @@
 Modules:
   dataset   -- `Dataset`, the container every loader returns, and `standardize` (train statistics).
   builtin   -- the loaders that ship with the install: `load_digits`, `load_mnist1d`, `load_synthetic_speech`.
+  images    -- image datasets from their published files: `load_fashion_mnist` (Debian's IDX files).
   registry  -- `DATASETS` and `load_dataset(name, **kwargs)`, which also routes `tfds:<name>` to `tfds`.
   batching  -- the on-device per-worker sampling plan: `make_index_fn`, `make_batch_fn`, `eval_batches`.
+  augment   -- on-device image augmentation (random crop with zero padding, random flip): `augment.augment`,
+               `augment_batches` (a round's `[W, K, B, H, W, C]` batch, keys from (seed, round, worker, step)).
+               `istjax.data.augment` stays the module; the function is `istjax.data.augment.augment`.
   tfds      -- real datasets prepared with tensorflow-datasets, loaded into memory (`load_tfds`).
   audio     -- log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
 """
 
+from istjax.data.augment import augment_batches as augment_batches
 from istjax.data.batching import SHARDINGS as SHARDINGS
 from istjax.data.batching import Batch as Batch
 from istjax.data.batching import BatchFn as BatchFn
@@ -20,6 +25,8 @@ from istjax.data.builtin import load_mnist1d as load_mnist1d
 from istjax.data.builtin import load_synthetic_speech as load_synthetic_speech
 from istjax.data.dataset import Dataset as Dataset
 from istjax.data.dataset import standardize as standardize
+from istjax.data.images import DataNotFoundError as DataNotFoundError
+from istjax.data.images import load_fashion_mnist as load_fashion_mnist
 from istjax.data.registry import DATASETS as DATASETS
 from istjax.data.registry import load_dataset as load_dataset
 
@@ -34,10 +41,13 @@ __all__ = [
     "SHARDINGS",
     "Batch",
     "BatchFn",
+    "DataNotFoundError",
     "Dataset",
+    "augment_batches",
     "eval_batches",
     "load_dataset",
     "load_digits",
+    "load_fashion_mnist",
     "load_mnist1d",
     "load_synthetic_speech",
     "make_batch_fn",

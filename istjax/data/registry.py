@@ -1,6 +1,7 @@
 """The dataset registry: :data:`DATASETS` and :func:`load_dataset`, which loads one by name.
 
-Names are the shipped loaders of :mod:`istjax.data.builtin`; ``tfds:<name>``
+Names are the shipped loaders of :mod:`istjax.data.builtin` and ``fashion_mnist``
+(:mod:`istjax.data.images`, read from Debian's ``dataset-fashion-mnist`` files); ``tfds:<name>``
 dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
 for, since it pulls in tensorflow-datasets).
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 from istjax.data.builtin import _mnist1d_default_args, load_digits, load_mnist1d, load_synthetic_speech
 from istjax.data.dataset import Dataset
+from istjax.data.images import load_fashion_mnist
 
 __all__ = [
     "DATASETS",
@@ -23,6 +25,7 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "digits": load_digits,
     "mnist1d": load_mnist1d,
     "synthetic_speech": load_synthetic_speech,
+    "fashion_mnist": load_fashion_mnist,
 }
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
 

@@ -77,7 +77,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.name = "digits_ist"  # run name; `istjax train` without --workdir writes to ./runs/<name>-<timestamp>
     # What is trained.
     c.algorithm = "ist"  # "ist" | "data_parallel" | "local_sgd"
-    c.dataset = "digits"  # "digits" | "mnist1d" | "synthetic_speech" (istjax.data.DATASETS) | "tfds:<name>"
+    c.dataset = "digits"  # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" (istjax.data.DATASETS) | "tfds:<name>"
     # Passed to istjax.data.load_dataset(dataset, **dataset_kwargs); new keys may be given on the command line
     # (--config.dataset_kwargs.num_train=5000).
     c.dataset_kwargs = ml_collections.ConfigDict()
