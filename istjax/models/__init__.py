@@ -12,6 +12,9 @@ before anything is built, and `register_model` adds a user's module (see ``docs/
 * ``"mlp"``: `MLP`, the IST paper's MLP with batch-statistics BatchNorm (`istjax.models.mlp`).
 * ``"cnn"``: `CNN`, a residual CNN with BatchNorm (running or batch statistics), channels partitioned
   (`istjax.models.cnn`).
+* ``"resnet"`` / ``"preact_resnet"``: CIFAR-style ResNets with basic blocks and 1x1 projection shortcuts,
+  post- and pre-activation, presets ResNet-18/34/20/56/110, a width multiplier (`istjax.models.resnet`).
+* ``"vgg"``: a small VGG with BatchNorm and a width multiplier (`istjax.models.vgg`).
 """
 
 from __future__ import annotations
@@ -26,10 +29,15 @@ import flax.linen as nn
 from istjax.models.cnn import CNN as CNN
 from istjax.models.mlp import MLP as MLP
 from istjax.models.mlp import batch_norm as batch_norm
+from istjax.models.resnet import PreActResNet as PreActResNet
+from istjax.models.resnet import ResNet as ResNet
+from istjax.models.vgg import VGG as VGG
 
-__all__ = ["CNN", "MLP", "MODELS", "batch_norm", "build_model", "model_fields", "register_model"]
+__all__ = ["CNN", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG", "batch_norm", "build_model", "model_fields",
+           "register_model"]
 
-MODELS: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": CNN}
+MODELS: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet,
+                                      "vgg": VGG}
 
 # Fields the library fills in from the data, never from the config.
 _FROM_DATA = ("num_classes",)

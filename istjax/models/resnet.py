@@ -1,0 +1,384 @@
+"""CIFAR-style ResNets with BatchNorm, partitioned over channels (channel IST on ResNets).
+
+Two families with basic blocks (two 3x3 convs per block; bottleneck blocks are not implemented):
+
+* `ResNet`: the original post-activation network (He et al., "Deep Residual Learning for Image Recognition",
+  CVPR 2016), CIFAR layout::
+
+      stem:    conv3x3(C -> w0) -> BN -> ReLU                           (no max-pool)
+      block:   y = ReLU(shortcut(x) + BN(conv3x3(ReLU(BN(conv3x3/s(x))))))
+      shortcut: identity, or BN(conv1x1/s(x)) (a projection) where the stride or the width changes
+      head:    global average pool -> Dense(num_classes)
+
+* `PreActResNet`: the pre-activation network (He et al., "Identity Mappings in Deep Residual Networks", ECCV 2016)::
+
+      stem:    conv3x3(C -> w0)                                         (no BN, no ReLU: the first block has them)
+      block:   a = ReLU(BN(x));  y = shortcut + conv3x3(ReLU(BN(conv3x3/s(a))))
+      shortcut: x, or conv1x1/s(a) (a projection of the activated input) where the stride or the width changes
+      head:    ReLU(BN(x)) -> global average pool -> Dense(num_classes)
+
+Stage i has ``stage_sizes[i]`` blocks and ``widths[i]`` channels; stage i > 0 starts with a stride-2 block whose
+shortcut is a projection, stage 0 runs at stride 1 at the stem's width (identity shortcuts). Convolutions have no
+bias (the BatchNorm next to each one has one). Presets (classmethods, also on `PreActResNet`):
+``resnet18`` (stages (2, 2, 2, 2), widths (64, 128, 256, 512), about 11.2M parameters), ``resnet34`` ((3, 4, 6, 3)),
+and the CIFAR ResNets of He et al. section 4.2 ``resnet20`` / ``resnet56`` / ``resnet110`` (three stages of
+n = 3 / 9 / 18 blocks, widths (16, 32, 64); ``resnet20`` about 0.27M parameters; ``cifar(depth)`` for any
+depth = 6n + 2). He et al. used zero-padding shortcuts for the CIFAR nets; here every width change is a 1x1
+projection (with BatchNorm in `ResNet`: ResNet-20 has 272,474 parameters instead of 269,722). ``width_multiplier``
+scales every width (rounded half up, at least 1), so tests and CPU runs use narrow copies of the same code:
+``ResNet.resnet18(width_multiplier=1/16)``.
+
+Neuron groups (what Independent Subnetwork Training splits among workers):
+
+* ``"stage_i"``: the channels of stage i's residual stream. Every conv writing into the stream (the stem, each
+  block's last conv, the projection shortcut), every conv reading it, and every BatchNorm on it use the logical
+  name ``stage_i``, so each residual addition adds tensors carrying one logical name: a worker holding stream
+  channels ``S`` adds its branch output on exactly ``S`` to its shortcut on ``S``.
+* ``"block_i_j"``: the inner channels of block j of stage i (between its two convs).
+
+Conv kernels ``[kh, kw, in, out]`` carry logical names ``(None, None, in_group, out_group)``; each BatchNorm's
+``scale``/``bias`` its channel group; the head Dense ``(stage_{L-1}, "classes")`` and its bias ``("classes",)``;
+``"image_channels"`` and ``"classes"`` map to None (kept whole). `partition_rules` is that table, `tied_axes` lists
+the names joined by residual additions, and `subnet` is the same module at one worker's widths, so one apply
+function runs the full network and every sub-network.
+
+BatchNorm (``batch_norm=``), as in `istjax.models.CNN`:
+
+* ``"running"``: `flax.linen.BatchNorm`, running mean/variance in ``batch_stats``; ``train=True`` normalises with
+  the batch's statistics and updates the running averages (``mutable=["batch_stats"]``), ``train=False`` uses the
+  running averages. ``batch_stats/<bn>/mean`` and ``var`` carry no logical names: the library partitions them like
+  the sibling ``params/<bn>/scale``, so every BatchNorm has an explicit name and keeps its scale and bias.
+* ``"batch"``: the current batch's statistics always, no state; same parameter tree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from istjax.models.cnn import BATCH_NORM_KINDS, BatchStatNorm
+
+__all__ = ["ResNet", "PreActResNet", "RESNET_PRESETS"]
+
+# name -> (stage_sizes, widths)
+RESNET_PRESETS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "resnet18": ((2, 2, 2, 2), (64, 128, 256, 512)),
+    "resnet34": ((3, 4, 6, 3), (64, 128, 256, 512)),
+    "resnet20": ((3, 3, 3), (16, 32, 64)),
+    "resnet56": ((9, 9, 9), (16, 32, 64)),
+    "resnet110": ((18, 18, 18), (16, 32, 64)),
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Shared helpers (also used by istjax.models.vgg)
+
+
+def _is_pos_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0
+
+
+def _pos_ints(owner: str, field: str, value: Any, fix: str, *, allow_empty: bool = False) -> tuple[int, ...]:
+    """``value`` as a tuple of positive ints, or a ValueError naming ``owner.field``, the value and ``fix``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or (not value and not allow_empty) \
+            or not all(_is_pos_int(v) for v in value):
+        what = "a sequence" if allow_empty else "a non-empty sequence"
+        raise ValueError(f"{owner}.{field}={value!r}: must be {what} of positive ints; {fix}")
+    return tuple(int(v) for v in value)
+
+
+def _nested_pos_ints(owner: str, field: str, value: Any, lengths: Sequence[int] | None, fix: str
+                     ) -> tuple[tuple[int, ...], ...]:
+    """A tuple of non-empty tuples of positive ints (``lengths[i]`` entries in row i when given)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value \
+            or (lengths is not None and len(value) != len(lengths)):
+        need = f"{len(lengths)} entries (one per stage)" if lengths is not None else "a non-empty sequence of stages"
+        raise ValueError(f"{owner}.{field}={value!r}: needs {need}; {fix}")
+    rows = tuple(_pos_ints(owner, f"{field}[{i}]", row, fix) for i, row in enumerate(value))
+    if lengths is not None:
+        for i, (row, n) in enumerate(zip(rows, lengths)):
+            if len(row) != n:
+                raise ValueError(f"{owner}.{field}[{i}]={row!r} has {len(row)} entries but stage {i} has {n} "
+                                 f"block(s); {fix}")
+    return rows
+
+
+def _check_common(module: nn.Module) -> None:
+    """Validates (and normalises) width_multiplier, num_classes, batch_norm, bn_momentum and image_shape."""
+    owner = type(module).__name__
+    m = module.width_multiplier
+    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(float(m)) or not m > 0:
+        raise ValueError(f"{owner}.width_multiplier={m!r}: must be a finite number > 0 (every width is scaled by it "
+                         f"and rounded to an int >= 1), e.g. 1.0 for the paper's widths or 0.0625 for a tiny copy.")
+    object.__setattr__(module, "width_multiplier", float(m))
+    if not _is_pos_int(module.num_classes):
+        raise ValueError(f"{owner}.num_classes={module.num_classes!r}: must be a positive int, e.g. num_classes=10.")
+    if module.batch_norm not in BATCH_NORM_KINDS:
+        raise ValueError(f"{owner}.batch_norm={module.batch_norm!r}: must be one of {BATCH_NORM_KINDS} ('running' "
+                         f"keeps running averages in batch_stats; 'batch' always uses batch statistics).")
+    bm = module.bn_momentum
+    if isinstance(bm, (bool, np.bool_)) or not isinstance(bm, (int, float, np.integer, np.floating)) \
+            or not 0 <= bm < 1:
+        raise ValueError(f"{owner}.bn_momentum={bm!r}: must be a number with 0 <= bn_momentum < 1, e.g. 0.9.")
+    if module.image_shape is not None:
+        shape = _pos_ints(owner, "image_shape", module.image_shape, "e.g. image_shape=(32, 32, 3), or None.")
+        if len(shape) != 3:
+            raise ValueError(f"{owner}.image_shape={module.image_shape!r}: give (height, width, channels), e.g. "
+                             f"(32, 32, 3), or None for inputs that are already images [B, H, W, C].")
+        object.__setattr__(module, "image_shape", shape)
+
+
+def _scaled(width: int, multiplier: float) -> int:
+    """``width * multiplier`` rounded half up, at least 1."""
+    return max(1, int(math.floor(width * multiplier + 0.5)))
+
+
+def _as_image(module: nn.Module, x: jax.Array) -> jax.Array:
+    if module.image_shape is not None:
+        x = x.reshape((x.shape[0],) + tuple(module.image_shape))
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.float32)
+    return x
+
+
+def _batch_norm(module: nn.Module, name: str, group: str, x: jax.Array, train: bool) -> jax.Array:
+    """A BatchNorm named ``name`` whose scale and bias carry logical name ``group`` (running stats follow them)."""
+    if module.batch_norm == "batch":
+        return BatchStatNorm(group=group, name=name)(x)
+    return nn.BatchNorm(
+        use_running_average=not train, momentum=module.bn_momentum, use_scale=True, use_bias=True, name=name,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
+
+
+def _conv(features: int, size: int, names_in: str, names_out: str, name: str, strides: int = 1) -> nn.Conv:
+    """A bias-free ``size x size`` conv with kernel names ``(None, None, names_in, names_out)``."""
+    return nn.Conv(features, (size, size), strides=(strides, strides), padding="SAME", use_bias=False, name=name,
+                   kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(),
+                                                            (None, None, names_in, names_out)))
+
+
+def _head(num_classes: int, names_in: str, name: str = "head") -> nn.Dense:
+    return nn.Dense(num_classes, use_bias=True, name=name,
+                    kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), (names_in, "classes")),
+                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class _ResNetBase(nn.Module):
+    """Fields, validation, groups and presets shared by `ResNet` and `PreActResNet` (see the module docstring).
+
+    Attributes:
+      stage_sizes: basic blocks per stage, e.g. ``(2, 2, 2, 2)`` (ResNet-18) or ``(3, 4, 6, 3)`` (ResNet-34).
+      widths: channels of each stage's residual stream (before ``width_multiplier``), one per stage.
+      inner: ``inner[i][j]`` the inner channels of block j of stage i (before ``width_multiplier``); None: the
+        stage's width. `subnet` sets it (one worker's inner widths).
+      width_multiplier: every width (``widths`` and ``inner``) is multiplied by it and rounded half up to an int
+        >= 1, e.g. ``1/16`` for a narrow copy of the same network.
+      num_classes: output width.
+      batch_norm: ``"running"`` (running averages in ``batch_stats``) or ``"batch"`` (batch statistics always).
+      bn_momentum: running-average momentum for ``"running"`` (new = m * old + (1 - m) * batch).
+      image_shape: ``(H, W, C)`` to reshape flat inputs ``[B, H * W * C]``; None: inputs are ``[B, H, W, C]``.
+    """
+
+    stage_sizes: tuple[int, ...] = (2, 2, 2, 2)
+    widths: tuple[int, ...] = (64, 128, 256, 512)
+    inner: tuple[tuple[int, ...], ...] | None = None
+    width_multiplier: float = 1.0
+    num_classes: int = 10
+    batch_norm: str = "running"
+    bn_momentum: float = 0.9
+    image_shape: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        owner = type(self).__name__
+        sizes = _pos_ints(owner, "stage_sizes", self.stage_sizes,
+                          "give the number of blocks per stage, e.g. stage_sizes=(2, 2, 2, 2) for ResNet-18.")
+        widths = _pos_ints(owner, "widths", self.widths,
+                           f"give one channel count per stage, e.g. widths={(64, 128, 256, 512)[:len(sizes)]}.")
+        if len(widths) != len(sizes):
+            raise ValueError(f"{owner}.widths={self.widths!r} has {len(widths)} entries but stage_sizes="
+                             f"{self.stage_sizes!r} has {len(sizes)}; give one width per stage, e.g. "
+                             f"widths={tuple(16 * 2 ** i for i in range(len(sizes)))}.")
+        inner = self.inner
+        if inner is not None:
+            example = tuple((w,) * n for w, n in zip(widths, sizes))
+            inner = _nested_pos_ints(owner, "inner", inner, sizes,
+                                     f"give one tuple per stage with one width per block, e.g. inner={example} "
+                                     f"(or inner=None for the stage widths).")
+        _check_common(self)
+        # Normalise lists to tuples (fields are frozen; flax compares and hashes them).
+        object.__setattr__(self, "stage_sizes", sizes)
+        object.__setattr__(self, "widths", widths)
+        object.__setattr__(self, "inner", inner)
+        super().__post_init__()
+
+    # Presets ------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def preset(cls, name: str, **fields: Any):
+        """``cls`` with the stage sizes and widths of preset ``name`` (a key of `RESNET_PRESETS`)."""
+        if name not in RESNET_PRESETS:
+            raise ValueError(f"{cls.__name__}.preset(name={name!r}): unknown preset; choose one of "
+                             f"{sorted(RESNET_PRESETS)} or give stage_sizes= and widths= yourself.")
+        sizes, widths = RESNET_PRESETS[name]
+        return cls(stage_sizes=sizes, widths=widths, **fields)
+
+    @classmethod
+    def resnet18(cls, **fields: Any):
+        """Stages (2, 2, 2, 2), widths (64, 128, 256, 512): about 11.2M parameters at width_multiplier 1."""
+        return cls.preset("resnet18", **fields)
+
+    @classmethod
+    def resnet34(cls, **fields: Any):
+        """Stages (3, 4, 6, 3), widths (64, 128, 256, 512): about 21.3M parameters at width_multiplier 1."""
+        return cls.preset("resnet34", **fields)
+
+    @classmethod
+    def cifar(cls, depth: int, **fields: Any):
+        """He et al.'s CIFAR ResNet of ``depth = 6 n + 2`` layers: stages (n, n, n), widths (16, 32, 64)."""
+        if not _is_pos_int(depth) or depth < 8 or (depth - 2) % 6:
+            raise ValueError(f"{cls.__name__}.cifar(depth={depth!r}): a CIFAR ResNet has depth 6n + 2 for n >= 1 "
+                             f"(8, 14, 20, 32, 44, 56, 110, ...).")
+        n = (depth - 2) // 6
+        return cls(stage_sizes=(n, n, n), widths=(16, 32, 64), **fields)
+
+    @classmethod
+    def resnet20(cls, **fields: Any):
+        """CIFAR ResNet-20: stages (3, 3, 3), widths (16, 32, 64), about 0.27M parameters."""
+        return cls.cifar(20, **fields)
+
+    @classmethod
+    def resnet56(cls, **fields: Any):
+        """CIFAR ResNet-56: stages (9, 9, 9), widths (16, 32, 64)."""
+        return cls.cifar(56, **fields)
+
+    @classmethod
+    def resnet110(cls, **fields: Any):
+        """CIFAR ResNet-110: stages (18, 18, 18), widths (16, 32, 64)."""
+        return cls.cifar(110, **fields)
+
+    # What the library reads ---------------------------------------------------------------------------------
+
+    def stage_widths(self) -> tuple[int, ...]:
+        """The residual stream width of every stage after ``width_multiplier``."""
+        return tuple(_scaled(w, self.width_multiplier) for w in self.widths)
+
+    def inner_widths(self) -> tuple[tuple[int, ...], ...]:
+        """``inner_widths()[i][j]``: block j of stage i's inner channels after ``width_multiplier``."""
+        if self.inner is not None:
+            return tuple(tuple(_scaled(c, self.width_multiplier) for c in row) for row in self.inner)
+        return tuple((w,) * n for w, n in zip(self.stage_widths(), self.stage_sizes))
+
+    def partition_rules(self) -> dict[str, str | None]:
+        """Logical axis name -> neuron group: ``stage_i`` and ``block_i_j`` are groups; image channels and
+        classes stay whole."""
+        rules: dict[str, str | None] = {"image_channels": None, "classes": None}
+        for i, n in enumerate(self.stage_sizes):
+            rules[f"stage_{i}"] = f"stage_{i}"
+            for j in range(n):
+                rules[f"block_{i}_{j}"] = f"block_{i}_{j}"
+        return rules
+
+    def tied_axes(self) -> list[tuple[str, ...]]:
+        """Logical names whose channels are added together by a residual connection, one tuple per addition set.
+
+        Every addition in this network joins two tensors carrying the same logical name (stage i's shortcut, be it
+        the identity or a projection, and every branch of stage i write channels named ``stage_i``), so each tuple
+        is a single name ``("stage_i",)``. The rules must map all names of a tuple to one neuron group (otherwise a
+        worker would add channels it holds to channels of another unit set); a model whose shortcut and branch
+        used distinct names would list both in one tuple.
+        """
+        return [(f"stage_{i}",) for i in range(len(self.stage_sizes))]
+
+    def subnet(self, units: Mapping[str, int]):
+        """This module at one worker's widths: ``units["stage_i"]`` stream channels in stage i and
+        ``units["block_i_j"]`` inner channels in block j of stage i (absolute counts, ``width_multiplier`` 1);
+        groups missing from ``units`` keep their width, other keys are ignored."""
+        widths = tuple(int(units.get(f"stage_{i}", w)) for i, w in enumerate(self.stage_widths()))
+        inner = tuple(tuple(int(units.get(f"block_{i}_{j}", c)) for j, c in enumerate(row))
+                      for i, row in enumerate(self.inner_widths()))
+        return self.clone(widths=widths, inner=inner, width_multiplier=1.0)
+
+    def test_batch_statistics(self) -> bool:
+        """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
+        return self.batch_norm == "batch"
+
+    def _blocks(self):
+        """``(i, j, stride, in_group, out_group, inner_group, width, inner, projection)`` for every block."""
+        widths, inner, out = self.stage_widths(), self.inner_widths(), []
+        for i, n in enumerate(self.stage_sizes):
+            for j in range(n):
+                first = i > 0 and j == 0  # stride 2 and a width change: projection shortcut
+                out.append((i, j, 2 if first else 1, f"stage_{i - 1}" if first else f"stage_{i}", f"stage_{i}",
+                            f"block_{i}_{j}", widths[i], inner[i][j], first))
+        return out
+
+
+class ResNet(_ResNetBase):
+    """Post-activation CIFAR ResNet with basic blocks (He et al. 2016), partitioned over channels.
+
+    See the module docstring for the layout and groups and `_ResNetBase` for the fields; presets:
+    ``ResNet.resnet18()``, ``resnet34()``, ``resnet20()``, ``resnet56()``, ``resnet110()``, ``cifar(depth)``.
+    Parameters: ``conv_stem``, ``bn_stem``, ``stage{i}_block{j}_{conv1,bn1,conv2,bn2}``, and on the first block of
+    every stage i > 0 ``stage{i}_block0_proj_conv`` / ``stage{i}_block0_proj_bn``; ``head``.
+    """
+
+    @nn.compact
+    def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
+        x = _as_image(self, x_BxHxWxC)
+        x = _conv(self.stage_widths()[0], 3, "image_channels", "stage_0", "conv_stem")(x)
+        x = nn.relu(_batch_norm(self, "bn_stem", "stage_0", x, train))
+        for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
+            pre = f"stage{i}_block{j}"
+            h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride)(x)
+            h = nn.relu(_batch_norm(self, f"{pre}_bn1", g_inner, h, train))
+            h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2")(h)
+            h = _batch_norm(self, f"{pre}_bn2", g_out, h, train)
+            if projection:
+                shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride)(x)
+                shortcut = _batch_norm(self, f"{pre}_proj_bn", g_out, shortcut, train)
+            else:
+                shortcut = x
+            x = nn.relu(shortcut + h)  # both carry logical name g_out (see tied_axes)
+        x_BxF = jnp.mean(x, axis=(1, 2))
+        return _head(self.num_classes, f"stage_{len(self.stage_sizes) - 1}")(x_BxF)
+
+
+class PreActResNet(_ResNetBase):
+    """Pre-activation CIFAR ResNet with basic blocks (He et al., "Identity Mappings", 2016), partitioned over
+    channels; bottleneck blocks (PreActResNet-50/101) are not implemented.
+
+    See the module docstring for the layout and groups and `_ResNetBase` for the fields; presets:
+    ``PreActResNet.resnet18()`` (PreActResNet-18), ``resnet34()``, ``resnet20()``, ``resnet56()``,
+    ``resnet110()``, ``cifar(depth)``. Parameters: ``conv_stem``, ``stage{i}_block{j}_{bn1,conv1,bn2,conv2}``
+    (``bn1`` normalises the block's input stream, so block 0 of stage i > 0 has ``bn1`` on ``stage_{i-1}``), on the
+    first block of every stage i > 0 ``stage{i}_block0_proj_conv`` (no BN: it reads the activated input),
+    ``bn_final`` and ``head``.
+    """
+
+    @nn.compact
+    def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
+        x = _as_image(self, x_BxHxWxC)
+        x = _conv(self.stage_widths()[0], 3, "image_channels", "stage_0", "conv_stem")(x)
+        for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
+            pre = f"stage{i}_block{j}"
+            a = nn.relu(_batch_norm(self, f"{pre}_bn1", g_in, x, train))
+            shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride)(a) if projection else x
+            h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride)(a)
+            h = nn.relu(_batch_norm(self, f"{pre}_bn2", g_inner, h, train))
+            h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2")(h)
+            x = shortcut + h  # both carry logical name g_out (see tied_axes)
+        last = f"stage_{len(self.stage_sizes) - 1}"
+        x = nn.relu(_batch_norm(self, "bn_final", last, x, train))
+        x_BxF = jnp.mean(x, axis=(1, 2))
+        return _head(self.num_classes, last)(x_BxF)

@@ -1,0 +1,236 @@
+"""Tests for istjax.models.resnet and istjax.models.vgg: ResNet, PreActResNet and VGG partitioned over channels."""
+
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import istjax
+from istjax.algorithms.reference import reference_round
+from istjax.core.spec import path_str
+from istjax.models.resnet import RESNET_PRESETS, PreActResNet, ResNet
+from istjax.models.vgg import VGG
+
+C = 3  # classes
+X = jax.random.normal(jax.random.key(1), (8, 8, 8, 3))
+TINY = {
+    "resnet": lambda **kw: ResNet(stage_sizes=(1, 1), widths=(64, 128), width_multiplier=1 / 16, num_classes=C, **kw),
+    "preact": lambda **kw: PreActResNet(stage_sizes=(1, 2), widths=(64, 128), width_multiplier=1 / 16,
+                                        num_classes=C, **kw),
+    "vgg": lambda **kw: VGG(features=((64,), (128, 64)), hidden=(96,), width_multiplier=1 / 16, num_classes=C, **kw),
+}
+GROUPS = {
+    "resnet": {"stage_0": 4, "stage_1": 8, "block_0_0": 4, "block_1_0": 8},
+    "preact": {"stage_0": 4, "stage_1": 8, "block_0_0": 4, "block_1_0": 8, "block_1_1": 8},
+    "vgg": {"conv_0_0": 4, "conv_1_0": 8, "conv_1_1": 4, "fc_0": 6},
+}
+
+
+def _boxed(tree):
+    return jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+
+
+def _names(tree):
+    return jax.tree.leaves(nn.get_partition_spec(tree), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+
+def _abstract(model, x=X):
+    return jax.eval_shape(lambda: model.init(jax.random.key(0), x, train=False))
+
+
+def _num_params(model, shape=(1, 32, 32, 3)):
+    v = _abstract(model, jnp.zeros(shape))
+    return sum(int(np.prod(a.shape)) for a in jax.tree.leaves(nn.unbox(v["params"])))
+
+
+@pytest.mark.parametrize("kind", list(TINY))
+def test_every_param_named_by_a_rule_and_groups_sized(kind):
+    model = TINY[kind]()
+    v = _abstract(model)
+    rules = model.partition_rules()
+    assert {g for g in rules.values() if g is not None} == set(GROUPS[kind])
+    assert rules["image_channels"] is None and rules["classes"] is None
+    leaves, names = _boxed(v["params"]), _names(v["params"])
+    assert leaves and len(leaves) == len(names) == len(jax.tree.leaves(nn.unbox(v["params"])))
+    for spec, leaf in zip(names, leaves):
+        assert isinstance(leaf, nn.LogicallyPartitioned)
+        assert len(spec) == len(leaf.value.shape) and all(n is None or n in rules for n in spec), spec
+    spec = istjax.spec_from_logical(v["params"], rules)
+    assert spec.group_sizes == GROUPS[kind]
+    assert jax.eval_shape(lambda w: model.apply(w, X, train=False), nn.unbox(v)).shape == (8, C)
+
+
+def test_resnet_layout_names():
+    p = nn.get_partition_spec(_abstract(TINY["resnet"]())["params"])
+    assert tuple(p["conv_stem"]["kernel"]) == (None, None, "image_channels", "stage_0")
+    assert tuple(p["stage1_block0_conv1"]["kernel"]) == (None, None, "stage_0", "block_1_0")
+    assert tuple(p["stage1_block0_conv2"]["kernel"]) == (None, None, "block_1_0", "stage_1")
+    assert tuple(p["stage1_block0_proj_conv"]["kernel"]) == (None, None, "stage_0", "stage_1")
+    assert tuple(p["stage1_block0_proj_bn"]["scale"]) == ("stage_1",)
+    assert tuple(p["head"]["kernel"]) == ("stage_1", "classes") and tuple(p["head"]["bias"]) == ("classes",)
+    assert "stage0_block0_proj_conv" not in p  # stage 0: stride 1 at the stem's width, identity shortcut
+    pre = nn.get_partition_spec(_abstract(TINY["preact"]())["params"])
+    assert tuple(pre["stage1_block0_bn1"]["scale"]) == ("stage_0",)  # BN on the block's input stream
+    assert tuple(pre["stage1_block1_bn1"]["scale"]) == ("stage_1",)
+    assert tuple(pre["stage1_block0_proj_conv"]["kernel"]) == (None, None, "stage_0", "stage_1")
+    assert "stage1_block0_proj_bn" not in pre and "bn_stem" not in pre
+    assert tuple(pre["bn_final"]["scale"]) == ("stage_1",)
+    vgg = nn.get_partition_spec(_abstract(TINY["vgg"]())["params"])
+    assert tuple(vgg["conv0_0"]["kernel"]) == (None, None, "image_channels", "conv_0_0")
+    assert tuple(vgg["conv1_1"]["kernel"]) == (None, None, "conv_1_0", "conv_1_1")
+    assert tuple(vgg["fc0"]["kernel"]) == ("conv_1_1", "fc_0")  # global average pool: no spatial tiles
+    assert tuple(vgg["head"]["kernel"]) == ("fc_0", "classes")
+
+
+@pytest.mark.parametrize("kind", ["resnet", "preact"])
+def test_tied_axes_name_both_sides_of_every_addition(kind):
+    model = TINY[kind]()
+    tied = model.tied_axes()
+    rules = model.partition_rules()
+    assert tied == [("stage_0",), ("stage_1",)]
+    assert all(len({rules[n] for n in t}) == 1 for t in tied)
+    p = nn.get_partition_spec(_abstract(model)["params"])
+    tied_names = {n for t in tied for n in t}
+    for mod in p:
+        if mod.endswith("_conv2") or mod.endswith("_proj_conv"):
+            out = tuple(p[mod]["kernel"])[-1]
+            stage = re.match(r"stage(\d+)_", mod).group(1)
+            assert out == f"stage_{stage}" and out in tied_names  # branch and shortcut write the stream's name
+    assert TINY["vgg"]().tied_axes() == []
+
+
+@pytest.mark.parametrize("batch_norm", ["running", "batch"])
+@pytest.mark.parametrize("kind", list(TINY))
+def test_subnet_shapes_are_narrowed_full_shapes(kind, batch_norm):
+    model = TINY[kind](batch_norm=batch_norm)
+    rules = model.partition_rules()
+    half = {g: n // 2 for g, n in GROUPS[kind].items()}
+    sub = model.subnet(half)
+    assert sub.width_multiplier == 1.0 and sub.batch_norm == batch_norm
+    assert model.subnet({}).partition_rules() == rules
+    full, small = _abstract(model), _abstract(sub)
+    fl, sl, names = _boxed(full["params"]), _boxed(small["params"]), _names(full["params"])
+    assert len(fl) == len(sl) == len(names)
+    for spec, f, s in zip(names, fl, sl):
+        want = tuple(half[rules[n]] if n is not None and rules[n] is not None else d
+                     for n, d in zip(spec, f.value.shape))
+        assert s.value.shape == want, (spec, f.value.shape, s.value.shape)
+    assert istjax.spec_from_logical(small["params"], rules).group_sizes == half
+    if batch_norm == "batch":
+        assert set(full) == set(small) == {"params"}
+        return
+    # Every partitioned BatchNorm scale has running mean/var siblings of its shape, in the full net and the subnet.
+    for tree in (full, small):
+        params, stats = nn.unbox(tree["params"]), tree["batch_stats"]
+        scales = {m for m, leaves in params.items() if "scale" in leaves}
+        assert scales and set(stats) == scales
+        for mod in scales:
+            assert stats[mod]["mean"].shape == stats[mod]["var"].shape == params[mod]["scale"].shape
+
+
+@pytest.mark.parametrize("kind", list(TINY))
+def test_classifier_task_spec_and_state_spec(kind):
+    task = istjax.classifier(TINY[kind](), X)
+    assert task.spec.group_sizes == GROUPS[kind]
+    assert task.state_spec.group_sizes == GROUPS[kind]
+    assert task.min_eval_batch == 1 and task.recompute_state is not None
+    flat_params = {path_str(p): s for p, s in jax.tree_util.tree_flatten_with_path(task.spec.leaves)[0]}
+    flat_state = {path_str(p): s for p, s in jax.tree_util.tree_flatten_with_path(task.state_spec.leaves)[0]}
+    assert flat_state and all(k.startswith("batch_stats/") for k in flat_state)
+    for path, leaf in flat_state.items():
+        module = path.split("/")[1]
+        assert leaf == flat_params[f"{module}/scale"], path
+        assert not leaf.shared  # every BatchNorm here is on a partitioned channel group
+    batch_task = istjax.classifier(TINY[kind](batch_norm="batch"), X)
+    assert not batch_task.has_state and batch_task.min_eval_batch == istjax.core.task.MIN_BATCH_STATISTICS_EVAL
+
+
+def _close(a, b, what):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb) and la, what
+    for x, y in zip(la, lb):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6, err_msg=what)
+
+
+@pytest.mark.parametrize("kind", list(TINY))
+def test_ist_round_equals_reference_loop(kind):
+    W, K, B = 2, 2, 8  # batches of 8: BatchNorm on fewer examples is ill-conditioned in float32
+    task = istjax.classifier(TINY[kind](), X)
+    alg = istjax.ist(task, optax.sgd(0.05), num_workers=W, local_steps=K)
+    state = alg.init(jax.random.key(0))
+    rng = np.random.default_rng(0)
+    batches = {"x": jnp.asarray(rng.normal(size=(W, K, B, 8, 8, 3)), jnp.float32),
+               "y": jnp.asarray(rng.integers(0, C, size=(W, K, B)), jnp.int32)}
+    fast, metrics = alg.round(state, batches)
+    slow = reference_round(alg, state, batches)
+    _close(fast.params, slow.params, f"{kind} params")
+    _close(fast.model_state, slow.model_state, f"{kind} model state")
+    assert np.isfinite(float(metrics["train_loss"]))
+    moved = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(fast.params), jax.tree.leaves(state.params))]
+    assert all(moved)  # every parameter (partitioned or shared) was trained and merged back
+
+
+def test_preset_parameter_counts():
+    # kuangliu/pytorch-cifar's ResNet18 / ResNet34 counts (10 classes); running statistics are not parameters.
+    assert _num_params(ResNet.resnet18()) == 11_173_962
+    assert _num_params(ResNet.resnet34()) == 21_282_122
+    # He et al.'s ResNet-20 (0.27M) with 1x1 projection shortcuts (+BN) instead of zero padding.
+    assert _num_params(ResNet.resnet20()) == 272_474
+    assert _num_params(PreActResNet.resnet20()) == 272_282  # projections without BN, one final BN
+    assert PreActResNet.resnet110().stage_sizes == (18, 18, 18) and PreActResNet.resnet56().widths == (16, 32, 64)
+    assert PreActResNet.resnet18().stage_sizes == (2, 2, 2, 2)
+    assert isinstance(PreActResNet.resnet18(), PreActResNet) and isinstance(ResNet.resnet18(), ResNet)
+    assert ResNet.cifar(32).stage_sizes == (5, 5, 5)
+    assert set(RESNET_PRESETS) == {"resnet18", "resnet34", "resnet20", "resnet56", "resnet110"}
+
+
+def test_width_multiplier_and_flat_inputs():
+    tiny18 = ResNet.resnet18(width_multiplier=1 / 16, num_classes=C)
+    assert tiny18.stage_widths() == (4, 8, 16, 32)
+    assert ResNet(stage_sizes=(1,), widths=(3,), width_multiplier=0.1).stage_widths() == (1,)  # at least 1
+    assert ResNet(stage_sizes=(1,), widths=(10,), width_multiplier=0.25).stage_widths() == (3,)  # 2.5 rounds up
+    model = ResNet(stage_sizes=[1, 1], widths=[64, 128], inner=[[32], [64]], width_multiplier=1 / 16,
+                   image_shape=[8, 8, 3], num_classes=C)
+    assert model.stage_sizes == (1, 1) and model.inner == ((32,), (64,)) and model.image_shape == (8, 8, 3)
+    assert model.inner_widths() == ((2,), (4,))
+    one_stage = ResNet(stage_sizes=(1,), widths=(4,), image_shape=(8, 8, 3), num_classes=C)
+    flat = X.reshape(8, -1)
+    variables = jax.jit(lambda x: one_stage.init(jax.random.key(0), x, train=False))(flat)
+    out, upd = jax.jit(lambda v, x: one_stage.apply(v, x, train=True, mutable=["batch_stats"]))(variables, flat)
+    assert out.shape == (8, C) and bool(jnp.all(jnp.isfinite(out)))
+    assert not np.allclose(upd["batch_stats"]["bn_stem"]["mean"], variables["batch_stats"]["bn_stem"]["mean"])
+    assert not ResNet().test_batch_statistics() and VGG(batch_norm="batch").test_batch_statistics()
+
+
+@pytest.mark.parametrize("cls, kwargs, field", [
+    (ResNet, dict(stage_sizes=(1, 1), widths=(8,)), "widths"),
+    (ResNet, dict(stage_sizes=(1, 0), widths=(8, 16)), "stage_sizes"),
+    (ResNet, dict(stage_sizes=(), widths=()), "stage_sizes"),
+    (PreActResNet, dict(stage_sizes=(1, 2), widths=(8, 16), inner=((8,), (16,))), "inner[1]"),
+    (PreActResNet, dict(stage_sizes=(1, 2), widths=(8, 16), inner=((8,),)), "inner"),
+    (ResNet, dict(width_multiplier=0.0), "width_multiplier"),
+    (ResNet, dict(width_multiplier=float("nan")), "width_multiplier"),
+    (PreActResNet, dict(batch_norm="layer"), "batch_norm"),
+    (ResNet, dict(bn_momentum=1.0), "bn_momentum"),
+    (ResNet, dict(num_classes=0), "num_classes"),
+    (ResNet, dict(image_shape=(8, 8)), "image_shape"),
+    (VGG, dict(features=((64,), ())), "features[1]"),
+    (VGG, dict(features=()), "features"),
+    (VGG, dict(hidden=(512, -1)), "hidden"),
+    (VGG, dict(width_multiplier=-1), "width_multiplier"),
+    (VGG, dict(batch_norm=True), "batch_norm"),
+])
+def test_validation_errors_name_the_field(cls, kwargs, field):
+    with pytest.raises(ValueError, match=re.escape(f"{cls.__name__}.{field}=")):
+        cls(**kwargs)
+
+
+def test_bad_preset_depth():
+    with pytest.raises(ValueError, match=r"ResNet\.cifar\(depth=21\).*6n \+ 2"):
+        ResNet.cifar(21)
+    with pytest.raises(ValueError, match=r"PreActResNet\.preset\(name='resnet50'\).*resnet18"):
+        PreActResNet.preset("resnet50")
