@@ -20,6 +20,7 @@ from istjax.algorithms.base import local_train as local_train
 from istjax.algorithms.ist import ist as ist
 from istjax.algorithms.replicated import data_parallel as data_parallel
 from istjax.algorithms.replicated import local_sgd as local_sgd
+from istjax.algorithms.resist import resist as resist
 from istjax.core.comm import CommBytes as CommBytes
 from istjax.core.partition import Partition as Partition
 from istjax.core.partition import Sampler as Sampler
@@ -102,6 +103,7 @@ __all__ = [
     "nested",
     "overlapping",
     "per_group",
+    "resist",
     "spec_for_state",
     "spec_from_logical",
     "spec_from_table",

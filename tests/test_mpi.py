@@ -58,6 +58,7 @@ def test_model_state_and_shared_inputs_on_mpi():
     out = _mpiexec(2, "families.py")
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     for check in ("cnn ist parameter_server: mpi == simulate", "cnn ist sharded: mpi == simulate",
+                  "cnn resist parameter_server: mpi == simulate", "(step lr schedule): mpi == simulate",
                   "cnn data_parallel: mpi == simulate", "cnn local_sgd: mpi == simulate",
                   "shared input (parameter_server)", "shared input (sharded)"):
         assert check in out.stdout, check

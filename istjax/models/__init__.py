@@ -15,6 +15,8 @@ before anything is built, and `register_model` adds a user's module (see ``docs/
 * ``"resnet"`` / ``"preact_resnet"``: CIFAR-style ResNets with basic blocks and 1x1 projection shortcuts,
   post- and pre-activation, presets ResNet-18/34/20/56/110, a width multiplier (`istjax.models.resnet`).
 * ``"vgg"``: a small VGG with BatchNorm and a width multiplier (`istjax.models.vgg`).
+* ``"depth_resnet"``: a pre-activation ResNet whose deep blocks are neuron groups, for ResIST
+  (`istjax.models.resist`).
 """
 
 from __future__ import annotations
@@ -29,15 +31,16 @@ import flax.linen as nn
 from istjax.models.cnn import CNN as CNN
 from istjax.models.mlp import MLP as MLP
 from istjax.models.mlp import batch_norm as batch_norm
+from istjax.models.resist import DepthResNet as DepthResNet
 from istjax.models.resnet import PreActResNet as PreActResNet
 from istjax.models.resnet import ResNet as ResNet
 from istjax.models.vgg import VGG as VGG
 
-__all__ = ["CNN", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG", "batch_norm", "build_model", "model_fields",
+__all__ = ["CNN", "DepthResNet", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG", "batch_norm", "build_model", "model_fields",
            "register_model"]
 
 MODELS: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet,
-                                      "vgg": VGG}
+                                      "vgg": VGG, "depth_resnet": DepthResNet}
 
 # Fields the library fills in from the data, never from the config.
 _FROM_DATA = ("num_classes",)

@@ -1,0 +1,76 @@
+"""ResIST: residual networks trained by independent subnetworks of their depth (arXiv 2107.00961).
+
+Dun, Wolfe, Jermaine, Kyrillidis, "ResIST: Layer-Wise Decomposition of ResNets for Distributed Training". Each round
+the residual blocks of the partitioned stages are dealt among the workers; every worker trains the shallow sub-ResNet
+of its blocks plus all shared layers for K local steps; the blocks are written back (averaged by count where a
+minimum depth makes them overlap) and the shared layers are averaged. At test time the residual branch of every
+partitioned block is scaled by 1/S, S the number of sub-ResNets.
+
+This is `istjax.ist` composed with a depth-split model (`istjax.models.resist.DepthResNet`, whose scanned blocks are
+neuron groups ``"blocks_i"``), a per-group sampler over those groups and the model's scaled test-time network: no
+new training code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Union
+
+import jax
+import optax
+
+from istjax.algorithms.base import Algorithm
+from istjax.algorithms.ist import ist
+from istjax.core import partition as partition_lib
+from istjax.core.task import classifier
+
+__all__ = ["resist", "resist_sampler"]
+
+
+def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: int = 0) -> partition_lib.Sampler:
+    """How ResIST deals each stage's blocks: disjoint and even when every worker can get one (``min_depth=0``;
+    uneven counts padded), or every worker at least ``min_depth`` blocks, overlapping blocks averaged by count.
+
+    Raises ValueError, naming the stage and the fix, for more workers than blocks without overlap and for a minimum
+    depth above a stage's blocks.
+    """
+    for g, n in block_groups.items():
+        if min_depth > n:
+            raise ValueError(f"min_depth={min_depth}: stage group {g!r} has only {n} partitioned block(s); use "
+                             f"min_depth <= {n}, or deepen the stage.")
+        if not min_depth and num_workers > n:
+            raise ValueError(f"num_workers={num_workers} is more than the {n} partitioned block(s) of {g!r}: without "
+                             f"overlap some worker would train no block of it. Pass min_depth >= 1 (blocks then "
+                             f"overlap and are averaged), use at most {n} workers, or deepen the stage.")
+    per = partition_lib.overlapping(min_depth) if min_depth else partition_lib.uniform(pad=True)
+    return partition_lib.per_group({g: per for g in block_groups})
+
+
+def resist(model, example_x: jax.Array, optimizer: optax.GradientTransformation, *, num_workers: int,
+           local_steps: int, min_depth: int = 0, test_scale: bool = True, optimizer_state: str = "reset",
+           model_state: str = "carry", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+    """ResIST on a depth-split ResNet.
+
+    Args:
+      model: a `istjax.models.resist.DepthResNet` (or any module with ``block_groups()``, ``partition_rules()``,
+        ``subnet()`` and a ``test_branch_scale`` field).
+      example_x: `[B, ...]` an input batch (shape and dtype only).
+      optimizer: any optax transformation (the paper: SGD with momentum, re-created every round, which is
+        ``optimizer_state="reset"``).
+      num_workers: S, the number of sub-ResNets per round.
+      local_steps: K.
+      min_depth: 0 deals each stage's blocks without overlap; otherwise every worker gets at least this many blocks
+        of every partitioned stage (overlaps averaged).
+      test_scale: scale every partitioned block's residual branch by 1/S at test time (the paper's rule; False
+        turns it off, for the ablation).
+      optimizer_state, model_state, backend, backend_options: as `istjax.ist`.
+    """
+    groups = model.block_groups()
+    if not groups:
+        raise ValueError("resist(): the model partitions no stage (partitioned_stages is empty); name at least one.")
+    sampler = resist_sampler(groups, num_workers, min_depth)
+    eval_model = model.clone(test_branch_scale=1.0 / num_workers) if test_scale else model
+    task = classifier(model, example_x, eval_model=eval_model)
+    algorithm = ist(task, optimizer, num_workers=num_workers, local_steps=local_steps, sampler=sampler,
+                    optimizer_state=optimizer_state, model_state=model_state, backend=backend, **backend_options)
+    return dataclasses.replace(algorithm, name="resist")

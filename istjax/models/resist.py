@@ -1,0 +1,162 @@
+"""A pre-activation ResNet split by depth, for ResIST (Dun, Wolfe, Jermaine, Kyrillidis, arXiv 2107.00961).
+
+ResIST deals the residual blocks of a ResNet's deep sections among workers: each worker trains a shallow sub-ResNet
+made of a random subset of the blocks, and every other layer (the stem, the first block of every stage, which
+changes stride or width, the final BatchNorm and the head) is held by every worker and averaged at each sync.
+
+`DepthResNet` lays a pre-activation ResNet (He et al., "Identity Mappings", ECCV 2016; basic blocks) out so that
+this is ordinary IST over one neuron group per stage:
+
+* block 0 of every stage is a plain pre-activation block (shared: its parameters carry no neuron group);
+* blocks 1 .. n-1 of stage i are identical in shape and run under `flax.linen.scan`, so every parameter and
+  BatchNorm statistic of them carries a leading `[n - 1]` axis with the logical name ``"blocks_i"``. In the stages
+  listed in ``partitioned_stages`` that axis is neuron group ``"blocks_i"`` (`partition_rules`): extract hands a
+  worker its blocks, merge writes them back (averaged by count where blocks are dealt with overlap), and
+  `subnet` is the same module with ``units["blocks_i"]`` scanned blocks. Channels are never partitioned here.
+
+At test time the residual branch of every partitioned block is multiplied by ``test_branch_scale`` (ResIST scales
+by 1/S for S sub-ResNets, see `istjax.resist`); training never scales. A worker's sub-ResNet equals the full network
+with the blocks it does not hold removed (their residual branch set to zero), which the tests check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from istjax.models.resnet import _as_image, _conv, _head, _scaled
+
+__all__ = ["DepthResNet"]
+
+
+def _bn(momentum: float, name: str, train: bool, scale_names=(None,)) -> nn.BatchNorm:
+    return nn.BatchNorm(use_running_average=not train, momentum=momentum, use_scale=True, use_bias=True, name=name,
+                        scale_init=nn.with_logical_partitioning(nn.initializers.ones, scale_names),
+                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, scale_names))
+
+
+class _Block(nn.Module):
+    """One non-strided pre-activation block: ``x + branch_scale * conv(relu(bn(conv(relu(bn(x))))))``.
+
+    Every parameter is boxed with unnamed axes so that `nn.scan` can add the block axis's logical name in front.
+    Returns ``(x, None)``: the carry of a scan over blocks.
+    """
+
+    width: int
+    train: bool
+    bn_momentum: float
+    branch_scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x, _):
+        conv = lambda name: nn.Conv(  # noqa: E731
+            self.width, (3, 3), padding="SAME", use_bias=False, name=name,
+            kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(), (None, None, None, None)))
+        a = nn.relu(_bn(self.bn_momentum, "bn1", self.train)(x))
+        h = conv("conv1")(a)
+        h = nn.relu(_bn(self.bn_momentum, "bn2", self.train)(h))
+        h = conv("conv2")(h)
+        return x + self.branch_scale * h, None
+
+
+class DepthResNet(nn.Module):
+    """Pre-activation ResNet whose deep blocks are neuron groups (see the module docstring).
+
+    Attributes:
+      stage_sizes: blocks per stage, e.g. ``(3, 3, 3)`` (ResNet-20) or ``(9, 9, 9)`` (ResNet-56); a partitioned
+        stage needs at least 2 (block 0 is always shared).
+      widths: channels per stage, e.g. ``(16, 32, 64)``.
+      partitioned_stages: the stages whose blocks 1.. are dealt to workers (None: every stage). ResIST's
+        "partition one section only" ablation is e.g. ``(2,)``.
+      width_multiplier: scales every width (rounded half up, at least 1).
+      num_classes: output width.
+      bn_momentum: BatchNorm running-average momentum (running statistics in ``batch_stats``).
+      test_branch_scale: the factor on the residual branch of every partitioned block at test time.
+      image_shape: ``(H, W, C)`` to reshape flat inputs, or None.
+    """
+
+    stage_sizes: tuple[int, ...] = (3, 3, 3)
+    widths: tuple[int, ...] = (16, 32, 64)
+    partitioned_stages: tuple[int, ...] | None = None
+    width_multiplier: float = 1.0
+    num_classes: int = 10
+    bn_momentum: float = 0.9
+    test_branch_scale: float = 1.0
+    image_shape: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        sizes, widths = tuple(self.stage_sizes), tuple(self.widths)
+        if not sizes or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
+            raise ValueError(f"DepthResNet.stage_sizes={self.stage_sizes!r}: give positive block counts per stage, "
+                             f"e.g. (3, 3, 3).")
+        if len(widths) != len(sizes) or any(not isinstance(w, int) or w < 1 for w in widths):
+            raise ValueError(f"DepthResNet.widths={self.widths!r}: give one positive width per stage "
+                             f"({len(sizes)} stages), e.g. {(16, 32, 64)[:len(sizes)]}.")
+        stages = tuple(range(len(sizes))) if self.partitioned_stages is None else tuple(self.partitioned_stages)
+        for i in stages:
+            if not isinstance(i, int) or not 0 <= i < len(sizes):
+                raise ValueError(f"DepthResNet.partitioned_stages={self.partitioned_stages!r}: stage {i!r} does not "
+                                 f"exist; the stages are 0 .. {len(sizes) - 1}.")
+            if sizes[i] < 2:
+                raise ValueError(f"DepthResNet.partitioned_stages={self.partitioned_stages!r}: stage {i} has "
+                                 f"{sizes[i]} block(s); its first block is shared, so a partitioned stage needs at "
+                                 f"least 2. Add blocks or leave the stage out.")
+        if not self.width_multiplier > 0:
+            raise ValueError(f"DepthResNet.width_multiplier={self.width_multiplier!r}: must be > 0.")
+        object.__setattr__(self, "stage_sizes", sizes)
+        object.__setattr__(self, "widths", widths)
+        object.__setattr__(self, "partitioned_stages", stages)
+        if self.image_shape is not None:
+            object.__setattr__(self, "image_shape", tuple(self.image_shape))
+        super().__post_init__()
+
+    def block_groups(self) -> dict[str, int]:
+        """``{"blocks_i": n_i - 1}`` for every partitioned stage: the neuron groups and their sizes."""
+        return {f"blocks_{i}": self.stage_sizes[i] - 1 for i in self.partitioned_stages}
+
+    def partition_rules(self) -> dict[str, str | None]:
+        rules: dict[str, str | None] = {"image_channels": None, "classes": None}
+        for i in range(len(self.stage_sizes)):
+            rules[f"stage_{i}"] = None  # channels stay whole
+            rules[f"blocks_{i}"] = f"blocks_{i}" if i in self.partitioned_stages else None
+        return rules
+
+    def subnet(self, units: Mapping[str, int]) -> "DepthResNet":
+        """This network with ``units["blocks_i"]`` scanned blocks in stage i (plus its shared first block)."""
+        sizes = tuple(1 + int(units.get(f"blocks_{i}", n - 1)) for i, n in enumerate(self.stage_sizes))
+        return self.clone(stage_sizes=sizes)
+
+    def eval_module(self) -> "DepthResNet":
+        """The test-time network: itself (`istjax.resist` builds the scaled one)."""
+        return self
+
+    def stage_widths(self) -> tuple[int, ...]:
+        return tuple(_scaled(w, self.width_multiplier) for w in self.widths)
+
+    @nn.compact
+    def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
+        x = _as_image(self, x_BxHxWxC)
+        widths = self.stage_widths()
+        x = _conv(widths[0], 3, "image_channels", "stage_0", "conv_stem")(x)
+        for i, (n, width) in enumerate(zip(self.stage_sizes, widths)):
+            stride = 1 if i == 0 else 2
+            pre = f"stage{i}_block0"  # the shared first block: changes stride and width where the stage does
+            a = nn.relu(_bn(self.bn_momentum, f"{pre}_bn1", train)(x))
+            shortcut = x if (stride == 1 and x.shape[-1] == width) else _conv(width, 1, None, None,
+                                                                             f"{pre}_proj_conv", stride)(a)
+            h = _conv(width, 3, None, None, f"{pre}_conv1", stride)(a)
+            h = nn.relu(_bn(self.bn_momentum, f"{pre}_bn2", train)(h))
+            x = shortcut + _conv(width, 3, None, None, f"{pre}_conv2")(h)
+            if n > 1:
+                partitioned = i in self.partitioned_stages
+                scale = 1.0 if (train or not partitioned) else self.test_branch_scale
+                blocks = nn.scan(_Block, variable_axes={"params": 0, "batch_stats": 0}, split_rngs={"params": True},
+                                 length=n - 1, metadata_params={nn.PARTITION_NAME: f"blocks_{i}"})
+                x, _ = blocks(width=width, train=train, bn_momentum=self.bn_momentum, branch_scale=scale,
+                              name=f"stage{i}_blocks")(x, None)
+        x = nn.relu(_bn(self.bn_momentum, "bn_final", train)(x))
+        return _head(self.num_classes, None)(jnp.mean(x, axis=(1, 2)))

@@ -1,0 +1,140 @@
+"""ResIST (arXiv 2107.00961): IST over the depth of a pre-activation ResNet, shared layers averaged, test-time
+branch scaling. Checked against the plain reference loop, by hand, and across runtimes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import istjax
+from istjax.algorithms.reference import reference_round
+from istjax.models import DepthResNet
+
+K, B, C = 2, 8, 3
+X = jnp.zeros((B, 8, 8, 3))
+
+
+def _model(**fields):
+    return DepthResNet(**{"stage_sizes": (3, 4), "widths": (4, 8), "num_classes": C, **fields})
+
+
+def _batches(w, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": jnp.asarray(rng.normal(size=(w, K, B, 8, 8, 3)), jnp.float32),
+            "y": jnp.asarray(rng.integers(0, C, size=(w, K, B)), jnp.int32)}
+
+
+def _close(a, b, what=""):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb) and la
+    for x, y in zip(la, lb):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6, err_msg=what)
+
+
+def test_blocks_are_the_only_neuron_groups():
+    alg = istjax.resist(_model(), X, optax.sgd(0.1), num_workers=2, local_steps=K)
+    assert alg.name == "resist" and alg.exchange == "subnetworks"
+    assert alg.task.spec.group_sizes == {"blocks_0": 2, "blocks_1": 3}
+    shared = [leaf for leaf in jax.tree.leaves(alg.task.spec.leaves) if leaf.shared]
+    assert shared  # stem, first blocks, final BatchNorm and head: held by every worker, averaged
+    # Each worker moves its blocks and every shared layer: less than local SGD's whole model.
+    ls = istjax.local_sgd(alg.task, optax.sgd(0.1), num_workers=2, local_steps=K)
+    assert alg.comm.received < ls.comm.received
+
+
+@pytest.mark.parametrize("w,min_depth", [(2, 0), (3, 2), (4, 1)])
+def test_resist_round_equals_reference_loop(w, min_depth):
+    """Disjoint (3 blocks on 2 workers: padded), a minimum depth (overlapping blocks averaged by count), and more
+    workers than a stage's blocks with overlap; parameters and BatchNorm statistics."""
+    alg = istjax.resist(_model(), X, optax.sgd(0.1, momentum=0.9), num_workers=w, local_steps=K,
+                        min_depth=min_depth)
+    state = alg.init(jax.random.key(0))
+    for r in range(2):
+        b = _batches(w, seed=r)
+        fast, _ = alg.round(state, b)
+        slow = reference_round(alg, state, b)
+        _close(fast.params, slow.params, f"params round {r}")
+        _close(fast.model_state, slow.model_state, f"model state round {r}")
+        state = fast
+
+
+def test_sub_resnet_equals_full_network_without_the_other_blocks():
+    """Worker w's shallow sub-ResNet computes what the full network computes when the blocks w does not hold are
+    removed (their residual branch zeroed: the last conv of each such block set to 0)."""
+    model = _model()
+    task = istjax.classifier(model, X)
+    params, stats = task.init(jax.random.key(1)), task.init_state(jax.random.key(1))
+    sampler = istjax.per_group({"blocks_0": istjax.uniform(pad=True), "blocks_1": istjax.uniform(pad=True)})
+    p = sampler.sample(jax.random.key(2), task.spec.group_sizes, 2)
+    slots = sampler.slots(task.spec.group_sizes, 2)
+    sub = istjax.extract(params, p, task.spec)
+    sub_stats = istjax.extract(stats, p, task.state_spec)
+    x = _batches(1)["x"][0, 0]
+    for w in range(2):
+        sub_model = model.subnet(slots)
+        got = sub_model.apply({"params": jax.tree.map(lambda a: a[w], sub),
+                               "batch_stats": jax.tree.map(lambda a: a[w], sub_stats)["batch_stats"]}, x, train=True,
+                              mutable=["batch_stats"])[0]
+        removed = jax.tree.map(lambda a: a, params)
+        for i, n in ((0, 2), (1, 3)):
+            held = set(np.asarray(p.indices[f"blocks_{i}"][w]).tolist()) - {n}
+            kernel = removed[f"stage{i}_blocks"]["conv2"]["kernel"]
+            mask = jnp.asarray([1.0 if b in held else 0.0 for b in range(n)]).reshape((n, 1, 1, 1, 1))
+            removed[f"stage{i}_blocks"]["conv2"]["kernel"] = kernel * mask
+        want = model.apply({"params": removed, **stats}, x, train=True, mutable=["batch_stats"])[0]
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_test_time_branch_scaling():
+    """At test time every partitioned block's residual branch is scaled by 1/S (S = num_workers); training never
+    scales; with the switch off the test-time network is the trained one."""
+    model = _model()
+    task = istjax.classifier(model, X)
+    params, stats = task.init(jax.random.key(3)), task.init_state(jax.random.key(3))
+    x = _batches(1)["x"][0, 0]
+    alg = istjax.resist(model, X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
+    off = istjax.resist(model, X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1, test_scale=False)
+    batch = {"x": x, "y": jnp.zeros((B,), jnp.int32)}
+    scaled = model.clone(test_branch_scale=0.25).apply({"params": params, **stats}, x, train=False)
+    plain = model.apply({"params": params, **stats}, x, train=False)
+    _close(alg.task.evaluate(params, stats, batch)[0],
+           istjax.classifier(model.clone(test_branch_scale=0.25), X).evaluate(params, stats, batch)[0])
+    _close(off.task.evaluate(params, stats, batch)[0], istjax.classifier(model, X).evaluate(params, stats, batch)[0])
+    assert not np.allclose(np.asarray(scaled), np.asarray(plain))
+    # Scale 0 removes every partitioned block at test time: the shallow network of the shared layers only.
+    zero = model.clone(test_branch_scale=0.0).apply({"params": params, **stats}, x, train=False)
+    removed = jax.tree.map(lambda a: a, params)
+    for i in (0, 1):
+        removed[f"stage{i}_blocks"]["conv2"]["kernel"] = jnp.zeros_like(removed[f"stage{i}_blocks"]["conv2"]["kernel"])
+    _close(zero, model.apply({"params": removed, **stats}, x, train=False))
+    # Training mode ignores the test-time scale.
+    _close(model.clone(test_branch_scale=0.25).apply({"params": params, **stats}, x, train=True,
+                                                     mutable=["batch_stats"])[0],
+           model.apply({"params": params, **stats}, x, train=True, mutable=["batch_stats"])[0])
+
+
+def test_resist_simulate_equals_devices():
+    sim = istjax.resist(_model(), X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
+    dev = istjax.resist(_model(), X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1, backend="devices")
+    s1 = s2 = sim.init(jax.random.key(0))
+    for r in range(2):
+        b = _batches(4, seed=r)
+        s1, _ = sim.round(s1, b)
+        s2, _ = dev.round(s2, b)
+    _close(s1.params, s2.params)
+    _close(s1.model_state, s2.model_state)
+
+
+def test_bad_resist_input_is_refused_before_compiling():
+    with pytest.raises(ValueError, match=r"num_workers=4 is more than the 2 partitioned block\(s\) of 'blocks_0'"):
+        istjax.resist(_model(), X, optax.sgd(0.1), num_workers=4, local_steps=1)
+    with pytest.raises(ValueError, match=r"min_depth=3: stage group 'blocks_0' has only 2"):
+        istjax.resist(_model(), X, optax.sgd(0.1), num_workers=2, local_steps=1, min_depth=3)
+    with pytest.raises(ValueError, match=r"stage 5 does not exist; the stages are 0 .. 1"):
+        _model(partitioned_stages=(5,))
+    with pytest.raises(ValueError, match=r"stage 0 has 1 block\(s\)"):
+        _model(stage_sizes=(1, 4), partitioned_stages=(0,))
+    # Partitioning one section only (the ablation): the other stage's blocks are shared.
+    one = istjax.resist(_model(partitioned_stages=(1,)), X, optax.sgd(0.1), num_workers=2, local_steps=1)
+    assert one.task.spec.group_sizes == {"blocks_1": 3}
