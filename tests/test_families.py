@@ -241,7 +241,7 @@ def test_cnn_trains_from_a_config_by_name(tmp_path):
 
 @pytest.mark.parametrize("edit,message", [
     (lambda c: setattr(c.model, "name", "resnet9000"),
-     r"model.name='resnet9000' is not a known model.*choose one of \['cnn', 'mlp'.*register_model"),
+     r"model.name='resnet9000' is not a known model.*choose one of \[.*'cnn'.*'mlp'.*register_model"),
     (lambda c: setattr(c.model, "widht", (4, 8)), r"model.widht=\(4, 8\): model 'cnn' has no field 'widht'"),
     (lambda c: c.group_samplers.update({"blocks": "overlapping"}),
      r"group_samplers.blocks='overlapping': model 'cnn' has no neuron group 'blocks'.*; its groups are"),
