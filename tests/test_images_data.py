@@ -403,3 +403,40 @@ def test_augment_batches_on_make_batch_fn_output(tmp_path):
     assert out["x"].shape == (2, 3, 5, 28, 28, 1) and out["y"].shape == (2, 3, 5)
     np.testing.assert_array_equal(out["y"], batch["y"])
     np.testing.assert_array_equal(D.augment_batches(0, 0, batch, pad=0, flip=False)["x"], batch["x"])
+
+
+def test_augmented_batch_fn_through_the_driver_resumes_exactly(tmp_path):
+    """`--config.augment=True` on Fashion-MNIST with a CNN: batches differ from the plain ones, are a pure function
+    of (seed, round) (an interrupted and resumed run equals an uninterrupted one), and the fused round uses them."""
+    import ml_collections
+
+    import istjax.data as D
+    import istjax.experiment.config as config_lib
+    import istjax.experiment.driver as driver
+
+    if not all((pathlib.Path("/usr/share/datasets/fashion-mnist") / f).exists() for f in
+               ("train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz")):
+        pytest.skip("Debian's dataset-fashion-mnist is not installed (scripts/setup_env.sh installs it as root)")
+    data = D.load_dataset("fashion_mnist", num_train=512, num_test=256)
+    plain = D.make_batch_fn(data, num_workers=2, local_steps=2, batch_size=8, seed=3)
+    aug = D.augmented(plain, pad=2)
+    assert not np.array_equal(np.asarray(plain(1)["x"]), np.asarray(aug(1)["x"]))
+    np.testing.assert_array_equal(np.asarray(aug(1)["x"]), np.asarray(jax.jit(aug.apply)(aug.data, 1)["x"]))
+    np.testing.assert_array_equal(np.asarray(plain(1)["y"]), np.asarray(aug(1)["y"]))
+
+    def config(rounds):
+        c = config_lib.default_config()
+        c.dataset, c.augment, c.augment_pad = "fashion_mnist", True, 2
+        c.dataset_kwargs = ml_collections.ConfigDict({"num_train": 512, "num_test": 256})
+        c.model = ml_collections.ConfigDict({"name": "cnn", "widths": (4, 8), "batch_norm": "running"})
+        c.num_workers, c.local_steps, c.batch_size, c.num_rounds = 2, 2, 8, rounds
+        c.eval_every, c.checkpoint_every, c.eval_train_examples, c.progress = 2, 1, 256, False
+        c.target_accuracy = None
+        return c
+
+    driver.train_and_evaluate(config(4), tmp_path / "full")
+    driver.train_and_evaluate(config(2), tmp_path / "split")
+    driver.train_and_evaluate(config(4), tmp_path / "split", resume=True)
+    a = driver.evaluate_run(tmp_path / "full")
+    b = driver.evaluate_run(tmp_path / "split")
+    assert a["round"] == b["round"] == 4 and a["test_loss"] == b["test_loss"]

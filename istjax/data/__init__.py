@@ -14,6 +14,7 @@ Modules:
 """
 
 from istjax.data.augment import augment_batches as augment_batches
+from istjax.data.augment import augmented as augmented
 from istjax.data.batching import SHARDINGS as SHARDINGS
 from istjax.data.batching import Batch as Batch
 from istjax.data.batching import BatchFn as BatchFn
@@ -44,6 +45,7 @@ __all__ = [
     "DataNotFoundError",
     "Dataset",
     "augment_batches",
+    "augmented",
     "eval_batches",
     "load_dataset",
     "load_digits",

@@ -16,8 +16,9 @@ Pure functions of a PRNG key, jitted, shape- and dtype-preserving:
   traced argument: one compilation serves every round.
 
 The zero padding is applied to the features as they are: on standardised data (every istjax loader) a padded
-pixel is 0, the training mean of the pixel, not black.  Nothing here is wired into the batching plan; call
-:func:`augment_batches` on a round's batch (inside or outside your own ``jax.jit``).
+pixel is 0, the training mean of the pixel, not black.  :func:`augmented` wraps a batch function so that every
+round's batches come augmented (the driver does this for ``--config.augment=True``); or call
+:func:`augment_batches` on a round's batch yourself (inside or outside your own ``jax.jit``).
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from istjax.data.batching import _as_round
+from istjax.data.batching import BatchFn, _as_round
 from istjax.data.dataset import _check_positive
 
 __all__ = [
+    "AugmentedBatchFn",
     "augment",
     "augment_batches",
     "augment_params",
+    "augmented",
 ]
 
 # Folded into PRNGKey(seed) so augmentation keys are independent of the sampling streams of the same seed
@@ -182,3 +185,27 @@ def augment_batches(seed: Any, round_index: Any, batches: dict, *, pad: int = 4,
     else:
         x = _augment_round_jit(s, r, batches["x"], pad, flip)
     return {**batches, "x": x}
+
+
+class AugmentedBatchFn(BatchFn):
+    """A `istjax.data.BatchFn` whose batches are augmented (`augment_batches` with the batch function's seed): the
+    same pure function of ``(seed, round)``, so a resumed run sees the same crops and flips, and the same
+    ``apply(data, round)`` form a driver fuses into its jitted round."""
+
+    def __init__(self, inner: BatchFn, *, pad: int = 4, flip: bool = True):
+        super().__init__(inner._plan, inner.seed, inner.data)
+        self.pad, self.flip = _check_options(pad, flip)
+        _check_images(jax.ShapeDtypeStruct((1, 1) + tuple(inner.data["x"].shape), jnp.float32),
+                      "the training images [N, H, W, C]", 6)
+
+    def apply(self, data: dict, round_index: Any) -> dict:
+        return augment_batches(self.seed, round_index, super().apply(data, round_index), pad=self.pad,
+                               flip=self.flip)
+
+    def __call__(self, round_index: Any) -> dict:
+        return augment_batches(self.seed, round_index, super().__call__(round_index), pad=self.pad, flip=self.flip)
+
+
+def augmented(batch_fn: BatchFn, *, pad: int = 4, flip: bool = True) -> AugmentedBatchFn:
+    """``batch_fn`` with random crops (``pad`` pixels) and horizontal flips on every batch; images only."""
+    return AugmentedBatchFn(batch_fn, pad=pad, flip=flip)

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 import ml_collections
+import numpy as np
 from ml_collections import config_dict
 
 __all__ = [
@@ -82,6 +83,8 @@ def default_config() -> ml_collections.ConfigDict:
     # (--config.dataset_kwargs.num_train=5000).
     c.dataset_kwargs = ml_collections.ConfigDict()
     c.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
+    c.augment = False  # random crop (zero padding of augment_pad pixels) and horizontal flip of image batches
+    c.augment_pad = 4
     # The model: `name` from istjax.models.MODELS ("mlp", "cnn", or one added with register_model) and that module's
     # fields (istjax.models.model_fields(name) lists them; num_classes comes from the data). Its neuron groups come
     # from the module's partition_rules().
@@ -397,6 +400,14 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
             dataset = data_lib.load_dataset(config.dataset, **dict(config.dataset_kwargs))
         except (ValueError, TypeError) as e:
             problems.append(f"dataset_kwargs={to_dict(config.dataset_kwargs)!r} for dataset={config.dataset!r}: {e}")
+    if not isinstance(config.augment, bool):
+        bad("augment", "must be True or False.")
+    if not _is_int(config.augment_pad) or config.augment_pad < 0:
+        bad("augment_pad", "must be an integer >= 0 (pixels of zero padding before the random crop).")
+    if dataset is not None and config.augment is True and np.ndim(dataset.train_x) != 4:
+        bad("augment", f"crops and flips images [N, H, W, C], but dataset={config.dataset!r} holds "
+                       f"{np.shape(dataset.train_x)[1:]}-shaped examples. Use an image dataset (e.g. fashion_mnist) "
+                       f"or augment=False.")
     if dataset is not None and ok["num_workers"] and ok["batch_size"]:
         n, w, b = len(dataset.train_y), config.num_workers, config.batch_size
         shard = n // w if config.sharding == "disjoint" else n

@@ -122,6 +122,8 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
         batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
                                           local_steps=int(config.local_steps), batch_size=int(config.batch_size),
                                           seed=int(config.seed), sharding=config.sharding)
+        if config.augment:
+            batch_fn = data_lib.augmented(batch_fn, pad=int(config.augment_pad))
     except (TypeError, ValueError) as e:
         where = f"backend={config.backend!r}" + (f", mpi_mode={config.mpi_mode!r}" if config.backend == "mpi" else "")
         raise ConfigError([f"{config.algorithm} on {where}: {e}"]) from e
