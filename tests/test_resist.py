@@ -98,8 +98,16 @@ def test_test_time_branch_scaling():
     batch = {"x": x, "y": jnp.zeros((B,), jnp.int32)}
     scaled = model.clone(test_branch_scale=0.25).apply({"params": params, **stats}, x, train=False)
     plain = model.apply({"params": params, **stats}, x, train=False)
+    # Stage 0 has 2 partitioned blocks and stage 1 has 3; with a minimum depth of 1 on 4 workers each worker trains
+    # 1 of them: the test-time scales are 1/2 and 1/3 (the fraction of a stage a worker trains).
     _close(alg.task.evaluate(params, stats, batch)[0],
-           istjax.classifier(model.clone(test_branch_scale=0.25), X).evaluate(params, stats, batch)[0])
+           istjax.classifier(model.clone(test_branch_scale=(0.5, 1 / 3)), X).evaluate(params, stats, batch)[0])
+    # Blocks that divide evenly among the workers: the paper's 1/S.
+    deeper = _model(stage_sizes=(3, 5))
+    even = istjax.resist(deeper, X, optax.sgd(0.1), num_workers=2, local_steps=K)
+    p2, s2 = even.task.init(jax.random.key(4)), even.task.init_state(jax.random.key(4))
+    _close(even.task.evaluate(p2, s2, batch)[0],
+           istjax.classifier(deeper.clone(test_branch_scale=0.5), X).evaluate(p2, s2, batch)[0])
     _close(off.task.evaluate(params, stats, batch)[0], istjax.classifier(model, X).evaluate(params, stats, batch)[0])
     assert not np.allclose(np.asarray(scaled), np.asarray(plain))
     # Scale 0 removes every partitioned block at test time: the shallow network of the shared layers only.
@@ -138,3 +146,24 @@ def test_bad_resist_input_is_refused_before_compiling():
     # Partitioning one section only (the ablation): the other stage's blocks are shared.
     one = istjax.resist(_model(partitioned_stages=(1,)), X, optax.sgd(0.1), num_workers=2, local_steps=1)
     assert one.task.spec.group_sizes == {"blocks_1": 3}
+
+
+def test_resist_from_a_config(tmp_path):
+    import ml_collections
+
+    import istjax.experiment.config as config_lib
+
+    c = config_lib.default_config()
+    c.algorithm, c.resist_min_depth = "resist", 1
+    c.model = ml_collections.ConfigDict({"name": "depth_resnet", "stage_sizes": (3, 3), "widths": (4, 8),
+                                         "image_shape": (8, 8, 1)})
+    c.num_workers, c.local_steps, c.batch_size, c.num_rounds, c.eval_every, c.progress = 4, 2, 16, 2, 2, False
+    c.eval_train_examples, c.target_accuracy = 400, None
+    summary = istjax.train_and_evaluate(c, tmp_path / "run")
+    assert summary["algorithm"] == "resist" and summary["rounds"] == 2
+    c.resist_min_depth = 0
+    with pytest.raises(config_lib.ConfigError, match=r"resist_min_depth=0: num_workers=4 is more than the 2"):
+        config_lib.validate(c)
+    c.model = ml_collections.ConfigDict({"name": "mlp", "hidden": (8,)})
+    with pytest.raises(config_lib.ConfigError, match="needs model.name='depth_resnet'"):
+        config_lib.validate(c)

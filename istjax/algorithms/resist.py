@@ -4,7 +4,10 @@ Dun, Wolfe, Jermaine, Kyrillidis, "ResIST: Layer-Wise Decomposition of ResNets f
 the residual blocks of the partitioned stages are dealt among the workers; every worker trains the shallow sub-ResNet
 of its blocks plus all shared layers for K local steps; the blocks are written back (averaged by count where a
 minimum depth makes them overlap) and the shared layers are averaged. At test time the residual branch of every
-partitioned block is scaled by 1/S, S the number of sub-ResNets.
+partitioned block is scaled by the fraction of its stage's blocks a worker trains: the paper's 1/S for S
+sub-ResNets when the blocks divide evenly (slots / blocks in general: with 2 blocks on 4 workers and a minimum
+depth of 1, each worker trains half the stage, and scaling by 1/4 instead of 1/2 cost 0.543 against 0.770 test
+accuracy on Fashion-MNIST in a 60-round run; no scale gave 0.197).
 
 This is `istjax.ist` composed with a depth-split model (`istjax.models.resist.DepthResNet`, whose scanned blocks are
 neuron groups ``"blocks_i"``), a per-group sampler over those groups and the model's scaled test-time network: no
@@ -24,7 +27,7 @@ from istjax.algorithms.ist import ist
 from istjax.core import partition as partition_lib
 from istjax.core.task import classifier
 
-__all__ = ["resist", "resist_sampler"]
+__all__ = ["resist", "resist_from_task", "resist_sampler"]
 
 
 def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: int = 0) -> partition_lib.Sampler:
@@ -61,16 +64,32 @@ def resist(model, example_x: jax.Array, optimizer: optax.GradientTransformation,
       local_steps: K.
       min_depth: 0 deals each stage's blocks without overlap; otherwise every worker gets at least this many blocks
         of every partitioned stage (overlaps averaged).
-      test_scale: scale every partitioned block's residual branch by 1/S at test time (the paper's rule; False
-        turns it off, for the ablation).
+      test_scale: scale every partitioned block's residual branch at test time by the fraction of its stage a
+        worker trains (slots / blocks; the paper's 1/S when blocks divide evenly); False turns it off (the ablation).
       optimizer_state, model_state, backend, backend_options: as `istjax.ist`.
     """
     groups = model.block_groups()
     if not groups:
         raise ValueError("resist(): the model partitions no stage (partitioned_stages is empty); name at least one.")
     sampler = resist_sampler(groups, num_workers, min_depth)
-    eval_model = model.clone(test_branch_scale=1.0 / num_workers) if test_scale else model
+    slots = sampler.slots(groups, num_workers)
+    scales = tuple(slots[f"blocks_{i}"] / groups[f"blocks_{i}"] if f"blocks_{i}" in groups else 1.0
+                   for i in range(len(model.stage_sizes)))
+    eval_model = model.clone(test_branch_scale=scales) if test_scale else model
     task = classifier(model, example_x, eval_model=eval_model)
     algorithm = ist(task, optimizer, num_workers=num_workers, local_steps=local_steps, sampler=sampler,
                     optimizer_state=optimizer_state, model_state=model_state, backend=backend, **backend_options)
     return dataclasses.replace(algorithm, name="resist")
+
+
+def resist_from_task(task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
+                     min_depth: int = 0, test_scale: bool = True, optimizer_state: str = "reset",
+                     model_state: str = "carry", backend: Union[str, Any] = "simulate",
+                     **backend_options: Any) -> Algorithm:
+    """`resist` for a task `istjax.classifier` built from a depth-split model (how the config driver calls it)."""
+    if task.module is None or not callable(getattr(task.module, "block_groups", None)):
+        raise ValueError("algorithm='resist' needs a depth-split ResNet (model.name='depth_resnet'): its residual "
+                         "blocks are the neuron groups ResIST deals to workers.")
+    return resist(task.module, task.example_x, optimizer, num_workers=num_workers, local_steps=local_steps,
+                  min_depth=min_depth, test_scale=test_scale, optimizer_state=optimizer_state,
+                  model_state=model_state, backend=backend, **backend_options)

@@ -79,6 +79,7 @@ class Task:
       init_state: ``key -> model_state`` (default: no state, ``{}``).
       state_spec: the model state's `SubnetSpec` (same neuron groups as ``spec``).
       recompute_state: optional ``(params, model_state, batches [N, B, ...], shared) -> model_state``.
+      module, example_x: what `classifier` built the task from (families such as `istjax.resist` rebuild it).
       min_eval_batch: the smallest batch ``evaluate`` accepts: `MIN_BATCH_STATISTICS_EVAL` for a model that
         normalises with the statistics of the batch it is given at test time (a smaller batch, let alone one
         example, gives another and worse model), else 1.
@@ -92,6 +93,8 @@ class Task:
     state_spec: SubnetSpec = EMPTY_SPEC
     recompute_state: Optional[Callable[..., PyTree]] = None
     min_eval_batch: int = 1
+    module: Any = None  # the Flax module `classifier` built the task from (None for hand-written tasks)
+    example_x: Any = None  # its example input (shape and dtype), so a family can rebuild the task around the module
 
     @classmethod
     def from_loss(cls, init: Callable[[jax.Array], PyTree], loss_fn: Callable[[Units], LossFn],
@@ -249,7 +252,8 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
             return jax.tree.map(lambda s: jnp.mean(s, axis=0), jax.vmap(one)(batches_NxB["x"]))
 
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
-                state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch)
+                state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
+                example_x=example_x)
 
 
 def _batch_statistics_at_test(model: nn.Module) -> bool:

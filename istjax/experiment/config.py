@@ -50,7 +50,7 @@ __all__ = [
     "close_matches",
 ]
 
-ALGORITHMS = ("ist", "data_parallel", "local_sgd")
+ALGORITHMS = ("ist", "data_parallel", "local_sgd", "resist")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 SAMPLERS = ("uniform", "uniform_pad", "overlapping", "stratified", "uneven", "nested")
 
@@ -77,7 +77,7 @@ def default_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.name = "digits_ist"  # run name; `istjax train` without --workdir writes to ./runs/<name>-<timestamp>
     # What is trained.
-    c.algorithm = "ist"  # "ist" | "data_parallel" | "local_sgd"
+    c.algorithm = "ist"  # "ist" | "data_parallel" | "local_sgd" | "resist" (model.name="depth_resnet")
     c.dataset = "digits"  # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" (istjax.data.DATASETS) | "tfds:<name>"
     # Passed to istjax.data.load_dataset(dataset, **dataset_kwargs); new keys may be given on the command line
     # (--config.dataset_kwargs.num_train=5000).
@@ -123,6 +123,10 @@ def default_config() -> ml_collections.ConfigDict:
     # Per neuron group samplers, overriding `sampler` for the groups named (istjax.per_group), e.g.
     # --config.group_samplers.block_0_0=overlapping deals that group with overlap (it may then be smaller than W).
     c.group_samplers = ml_collections.ConfigDict()
+    # ResIST (algorithm="resist"): each worker's minimum number of blocks per partitioned stage (0: dealt without
+    # overlap) and the 1/S scaling of partitioned residual branches at test time.
+    c.resist_min_depth = 0
+    c.resist_test_scale = True
     c.backend = "simulate"  # where workers run; any name in istjax.runtimes.names() ("mpi": under mpiexec)
     c.mpi_mode = "parameter_server"  # backend="mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
     c.seed = 0  # seeds the initial parameters, the partitions and the data streams
@@ -448,6 +452,23 @@ def _check_schedule(config, bad, choice) -> None:
             bad(field, "must be an integer >= 0.")
 
 
+def _check_resist(config, task, problems: list[str]) -> None:
+    from istjax.algorithms.resist import resist_sampler
+
+    if not callable(getattr(task.module, "block_groups", None)):
+        problems.append(f"algorithm='resist' with model.name={config.model.name!r}: ResIST deals residual blocks, "
+                        f"so it needs model.name='depth_resnet'.")
+        return
+    if not _is_int(config.resist_min_depth) or config.resist_min_depth < 0:
+        problems.append(f"resist_min_depth={config.resist_min_depth!r}: must be an integer >= 0.")
+        return
+    try:
+        resist_sampler(task.module.block_groups(), int(config.num_workers), int(config.resist_min_depth))
+    except ValueError as e:
+        problems.append(f"model.stage_sizes={tuple(task.module.stage_sizes)!r} with num_workers={config.num_workers} "
+                        f"and resist_min_depth={config.resist_min_depth}: {e}")
+
+
 def _sizes_text(config) -> str:
     """The model fields that set sizes (tuples and integers), as ``model.hidden=(512,)``, for messages."""
     shown = [f"model.{k}={tuple(v) if isinstance(v, list) else v!r}" for k, v in model_fields(config).items()
@@ -487,6 +508,9 @@ def _check_groups(config, dataset, problems: list[str], sampler_ok: bool) -> Non
         problems.append(f"algorithm='ist' with model.name={config.model.name!r}: the model has no neuron group (its "
                         f"partition_rules() map no axis to a group), so IST would be local SGD. Use "
                         f"algorithm='local_sgd' or give the model partitioned axes.")
+    if config.algorithm == "resist":
+        _check_resist(config, task, problems)
+        return
     if config.algorithm != "ist" or not sampler_ok or unknown or not groups:
         return
     try:

@@ -51,6 +51,7 @@ import istjax.experiment.config as config_lib
 from istjax.algorithms.base import Algorithm, init_state
 from istjax.algorithms.ist import ist
 from istjax.algorithms.replicated import data_parallel, local_sgd
+from istjax.algorithms.resist import resist_from_task
 from istjax.core.state import TrainState
 from istjax.core.task import Task
 from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
@@ -64,7 +65,8 @@ __all__ = ["train_and_evaluate", "evaluate_run", "build", "make_train_step", "ma
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "tensorboard", "checkpoints", "checkpoints_corrupt")
 
 # config.algorithm -> factory; every factory takes (task, optimizer, num_workers=, local_steps=, backend=, ...).
-ALGORITHMS: dict[str, Callable[..., Algorithm]] = {"ist": ist, "data_parallel": data_parallel, "local_sgd": local_sgd}
+ALGORITHMS: dict[str, Callable[..., Algorithm]] = {"ist": ist, "data_parallel": data_parallel, "local_sgd": local_sgd,
+                                                   "resist": resist_from_task}
 
 
 class TrainingError(RuntimeError):
@@ -100,7 +102,8 @@ def _factory_options(config: ml_collections.ConfigDict, factory: Callable[..., A
     import inspect
 
     available = {"sampler": lambda: config_lib.make_sampler(config), "optimizer_state": lambda: config.optimizer_state,
-                 "model_state": lambda: config.model_state}
+                 "model_state": lambda: config.model_state, "min_depth": lambda: int(config.resist_min_depth),
+                 "test_scale": lambda: bool(config.resist_test_scale)}
     takes = inspect.signature(factory).parameters
     options = {name: make() for name, make in available.items() if name in takes}
     if config.backend == "mpi":

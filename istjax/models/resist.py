@@ -14,8 +14,9 @@ this is ordinary IST over one neuron group per stage:
   worker its blocks, merge writes them back (averaged by count where blocks are dealt with overlap), and
   `subnet` is the same module with ``units["blocks_i"]`` scanned blocks. Channels are never partitioned here.
 
-At test time the residual branch of every partitioned block is multiplied by ``test_branch_scale`` (ResIST scales
-by 1/S for S sub-ResNets, see `istjax.resist`); training never scales. A worker's sub-ResNet equals the full network
+At test time the residual branch of every partitioned block is multiplied by ``test_branch_scale`` (one factor, or
+one per stage; `istjax.resist` sets it to the fraction of a stage's blocks a worker trains: ResIST's 1/S for S
+sub-ResNets when the blocks divide evenly); training never scales. A worker's sub-ResNet equals the full network
 with the blocks it does not hold removed (their residual branch set to zero), which the tests check.
 """
 
@@ -75,7 +76,8 @@ class DepthResNet(nn.Module):
       width_multiplier: scales every width (rounded half up, at least 1).
       num_classes: output width.
       bn_momentum: BatchNorm running-average momentum (running statistics in ``batch_stats``).
-      test_branch_scale: the factor on the residual branch of every partitioned block at test time.
+      test_branch_scale: the factor on the residual branch of every partitioned block at test time: one number, or
+        one per stage.
       image_shape: ``(H, W, C)`` to reshape flat inputs, or None.
     """
 
@@ -85,7 +87,7 @@ class DepthResNet(nn.Module):
     width_multiplier: float = 1.0
     num_classes: int = 10
     bn_momentum: float = 0.9
-    test_branch_scale: float = 1.0
+    test_branch_scale: float | tuple[float, ...] = 1.0
     image_shape: tuple[int, ...] | None = None
 
     def __post_init__(self):
@@ -105,6 +107,11 @@ class DepthResNet(nn.Module):
                 raise ValueError(f"DepthResNet.partitioned_stages={self.partitioned_stages!r}: stage {i} has "
                                  f"{sizes[i]} block(s); its first block is shared, so a partitioned stage needs at "
                                  f"least 2. Add blocks or leave the stage out.")
+        if isinstance(self.test_branch_scale, (tuple, list)):
+            if len(self.test_branch_scale) != len(sizes):
+                raise ValueError(f"DepthResNet.test_branch_scale={self.test_branch_scale!r}: give one number, or one "
+                                 f"per stage ({len(sizes)}).")
+            object.__setattr__(self, "test_branch_scale", tuple(float(s) for s in self.test_branch_scale))
         if not self.width_multiplier > 0:
             raise ValueError(f"DepthResNet.width_multiplier={self.width_multiplier!r}: must be > 0.")
         object.__setattr__(self, "stage_sizes", sizes)
@@ -153,7 +160,9 @@ class DepthResNet(nn.Module):
             x = shortcut + _conv(width, 3, None, None, f"{pre}_conv2")(h)
             if n > 1:
                 partitioned = i in self.partitioned_stages
-                scale = 1.0 if (train or not partitioned) else self.test_branch_scale
+                test = self.test_branch_scale
+                test = test[i] if isinstance(test, tuple) else test
+                scale = 1.0 if (train or not partitioned) else test
                 blocks = nn.scan(_Block, variable_axes={"params": 0, "batch_stats": 0}, split_rngs={"params": True},
                                  length=n - 1, metadata_params={nn.PARTITION_NAME: f"blocks_{i}"})
                 x, _ = blocks(width=width, train=train, bn_momentum=self.bn_momentum, branch_scale=scale,
