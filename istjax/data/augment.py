@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from istjax.data.batching import BatchFn, _as_round
+from istjax.data.batching import BatchFn, _as_round, check_seed
 from istjax.data.dataset import _check_positive
 
 __all__ = [
@@ -152,13 +152,7 @@ _augment_round_jit = jax.jit(_augment_round, static_argnums=(3, 4))
 def _as_seed(seed: Any) -> jax.Array:
     if isinstance(seed, jax.core.Tracer) or (isinstance(seed, jax.Array) and seed.shape == ()):
         return jnp.asarray(seed).astype(jnp.uint32)
-    try:
-        s = operator.index(seed)
-    except TypeError:
-        raise ValueError(f"seed={seed!r} must be an integer; pass an int.") from None
-    if not 0 <= s < 2**32:  # PRNGKey would silently wrap larger seeds (x64 off)
-        raise ValueError(f"seed={s} must be in [0, 2**32); pass a smaller seed.")
-    return jnp.asarray(s, jnp.uint32)
+    return jnp.asarray(check_seed(seed), jnp.uint32)
 
 
 def augment_batches(seed: Any, round_index: Any, batches: dict, *, pad: int = 4, flip: bool = True) -> dict:

@@ -114,6 +114,17 @@ _jit_indices = jax.jit(_Plan.indices, static_argnums=0)
 _jit_gather = jax.jit(_gather)
 
 
+def check_seed(seed: Any) -> int:
+    """``seed`` as an int in ``[0, 2**32)``; a ValueError naming it otherwise (PRNGKey would wrap larger seeds)."""
+    try:
+        s = operator.index(seed)
+    except TypeError:
+        raise ValueError(f"seed={seed!r} must be an integer; pass an int.") from None
+    if not 0 <= s < 2**32:  # PRNGKey would silently wrap larger seeds (x64 off)
+        raise ValueError(f"seed={s} must be in [0, 2**32); pass a smaller seed.")
+    return s
+
+
 def _make_plan(
     num_examples: Any,
     num_workers: Any,
@@ -126,12 +137,7 @@ def _make_plan(
     w = _check_positive("num_workers", num_workers)
     k = _check_positive("local_steps", local_steps)
     b = _check_positive("batch_size", batch_size)
-    try:
-        s = operator.index(seed)
-    except TypeError:
-        raise ValueError(f"seed={seed!r} must be an integer; pass an int.") from None
-    if not 0 <= s < 2**32:  # PRNGKey would silently wrap larger seeds (x64 off)
-        raise ValueError(f"seed={s} must be in [0, 2**32); pass a smaller seed.")
+    s = check_seed(seed)
     if sharding not in SHARDINGS:
         raise ValueError(
             f"sharding={sharding!r} is not supported; pass one of {list(SHARDINGS)}."

@@ -48,16 +48,21 @@ def format_bytes(n: Optional[float]) -> str:
     return str(n)
 
 
-def process_index() -> int:
-    """This process's MPI rank when launched under ``mpiexec`` (Open MPI, MPICH/Hydra, PMIx), else 0."""
-    for var in _RANK_VARS:
+def _launcher_int(names: tuple[str, ...], default: int) -> int:
+    """The first of the launcher's environment variables ``names`` that holds an integer, else ``default``."""
+    for var in names:
         value = os.environ.get(var)
         if value not in (None, ""):
             try:
                 return int(value)
             except ValueError:
                 continue
-    return 0
+    return default
+
+
+def process_index() -> int:
+    """This process's MPI rank when launched under ``mpiexec`` (Open MPI, MPICH/Hydra, PMIx), else 0."""
+    return _launcher_int(_RANK_VARS, 0)
 
 
 _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
@@ -65,14 +70,7 @@ _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 
 def process_count() -> int:
     """The number of MPI processes when launched under ``mpiexec`` (read from the launcher's environment), else 1."""
-    for var in _SIZE_VARS:
-        value = os.environ.get(var)
-        if value not in (None, ""):
-            try:
-                return int(value)
-            except ValueError:
-                continue
-    return 1
+    return _launcher_int(_SIZE_VARS, 1)
 
 
 def is_primary() -> bool:
