@@ -58,22 +58,22 @@ class Sampler(NamedTuple):
         ValueError naming the group, its size and the fix when the strategy cannot split it; call it before tracing.
       disjoint: True when no unit of any group is held by two workers (merge may overwrite instead of averaging).
       name: for messages and metrics.
-      group_disjoint: per-group ``disjoint`` flags where they differ between groups (`per_group`); None when
-        ``disjoint`` holds for every group. Read it through `disjoint_groups`.
+      group_disjoint: ``group -> bool``, the ``disjoint`` flag of each group where they differ between groups
+        (`per_group`); None when ``disjoint`` holds for every group. Read it through `disjoint_groups`.
     """
 
     sample: Callable[[jax.Array, Mapping[str, int], int], Partition]
     slots: Callable[[Mapping[str, int], int], dict[str, int]]
     disjoint: bool
     name: str
-    group_disjoint: Optional[Mapping[str, bool]] = None
+    group_disjoint: Optional[Callable[[str], bool]] = None
 
 
 def disjoint_groups(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[str, bool]:
     """``{group: disjoint}`` for every group: what `istjax.merge` needs to overwrite or average each leaf."""
     if sampler.group_disjoint is None:
         return {g: sampler.disjoint for g in group_sizes}
-    return {g: bool(sampler.group_disjoint[g]) for g in group_sizes}
+    return {g: bool(sampler.group_disjoint(g)) for g in group_sizes}
 
 
 def _check_workers(group_sizes: Mapping[str, int], num_workers: int, *, allow_more_workers: bool = False):
@@ -340,18 +340,14 @@ def per_group(samplers: Mapping[str, Sampler], default: Optional[Sampler] = None
             mask.update(p.mask)
         return Partition(indices, mask)
 
-    flags = {g: s.disjoint for g, s in samplers.items()}
     name = ",".join([f"{g}={s.name}" for g, s in sorted(samplers.items())]
                     + ([f"*={default.name}"] if default is not None else []))
-    all_disjoint = all(flags.values()) and (default is None or default.disjoint)
+    all_disjoint = all(s.disjoint for s in samplers.values()) and (default is None or default.disjoint)
 
-    class _Flags(dict):  # groups the default serves are looked up lazily (they are known only from the model)
-        def __missing__(self, g):
-            if default is None:
-                raise KeyError(g)
-            return default.disjoint
+    def group_disjoint(g: str) -> bool:  # groups the default serves are known only from the model
+        return samplers[g].disjoint if g in samplers else default.disjoint
 
-    return Sampler(sample, slots, disjoint=all_disjoint, name=f"per_group({name})", group_disjoint=_Flags(flags))
+    return Sampler(sample, slots, disjoint=all_disjoint, name=f"per_group({name})", group_disjoint=group_disjoint)
 
 
 def check_partition(partition: Partition, group_sizes: Mapping[str, int]) -> None:

@@ -94,6 +94,27 @@ def _tuple_of_pos_ints(field: str, value: Any, fix: str) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def check_image_model_fields(module: nn.Module) -> None:
+    """Validates (and normalises) the fields every image model here shares: ``num_classes``, ``batch_norm``,
+    ``bn_momentum`` and ``image_shape``; a ValueError names ``<Class>.<field>``, the value and the fix."""
+    owner = type(module).__name__
+    if not _is_pos_int(module.num_classes):
+        raise ValueError(f"{owner}.num_classes={module.num_classes!r}: must be a positive int, e.g. num_classes=10.")
+    if module.batch_norm not in BATCH_NORM_KINDS:
+        raise ValueError(f"{owner}.batch_norm={module.batch_norm!r}: must be one of {BATCH_NORM_KINDS} ('running' "
+                         f"keeps running averages in batch_stats; 'batch' always uses batch statistics).")
+    m = module.bn_momentum
+    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, float, np.integer, np.floating)) or not 0 <= m < 1:
+        raise ValueError(f"{owner}.bn_momentum={m!r}: must be a number with 0 <= bn_momentum < 1, e.g. 0.9.")
+    if module.image_shape is not None:
+        value = module.image_shape
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 3 \
+                or not all(_is_pos_int(v) for v in value):
+            raise ValueError(f"{owner}.image_shape={value!r}: give (height, width, channels) as positive ints, e.g. "
+                             f"(32, 32, 3), or None for inputs that are already images [B, H, W, C].")
+        object.__setattr__(module, "image_shape", tuple(int(v) for v in value))
+
+
 class CNN(nn.Module):
     """Residual CNN with BatchNorm, partitioned over channels (see the module docstring).
 
@@ -136,20 +157,7 @@ class CNN(nn.Module):
             for i, (row, b) in enumerate(zip(inner, blocks)):
                 if len(row) != b:
                     raise ValueError(f"CNN.inner[{i}]={row!r} has {len(row)} entries but blocks[{i}]={b}; {fix}")
-        if not _is_pos_int(self.num_classes):
-            raise ValueError(f"CNN.num_classes={self.num_classes!r}: must be a positive int, e.g. num_classes=10.")
-        if self.batch_norm not in BATCH_NORM_KINDS:
-            raise ValueError(f"CNN.batch_norm={self.batch_norm!r}: must be one of {BATCH_NORM_KINDS} "
-                             f"('running' keeps running averages in batch_stats; 'batch' always uses batch stats).")
-        m = self.bn_momentum
-        if isinstance(m, bool) or not isinstance(m, (int, float, np.floating, np.integer)) or not 0 <= m < 1:
-            raise ValueError(f"CNN.bn_momentum={m!r}: must be a number with 0 <= bn_momentum < 1, e.g. 0.9.")
-        if self.image_shape is not None:
-            shape = _tuple_of_pos_ints("image_shape", self.image_shape, "e.g. image_shape=(8, 8, 1), or None.")
-            if len(shape) != 3:
-                raise ValueError(f"CNN.image_shape={self.image_shape!r}: give (height, width, channels), e.g. "
-                                 f"(8, 8, 1), or None for inputs that are already images.")
-            object.__setattr__(self, "image_shape", shape)
+        check_image_model_fields(self)
         # Normalise lists to tuples (fields are frozen; flax compares and hashes them).
         object.__setattr__(self, "widths", widths)
         object.__setattr__(self, "blocks", blocks)

@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.models.cnn import BATCH_NORM_KINDS, BatchStatNorm
+from istjax.models.cnn import BatchStatNorm, _is_pos_int, check_image_model_fields
 
 __all__ = ["ResNet", "PreActResNet", "RESNET_PRESETS"]
 
@@ -78,10 +78,6 @@ RESNET_PRESETS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 
 # ----------------------------------------------------------------------------------------------------------------
 # Shared helpers (also used by istjax.models.vgg)
-
-
-def _is_pos_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0
 
 
 def _pos_ints(owner: str, field: str, value: Any, fix: str, *, allow_empty: bool = False) -> tuple[int, ...]:
@@ -110,7 +106,7 @@ def _nested_pos_ints(owner: str, field: str, value: Any, lengths: Sequence[int] 
 
 
 def _check_common(module: nn.Module) -> None:
-    """Validates (and normalises) width_multiplier, num_classes, batch_norm, bn_momentum and image_shape."""
+    """Validates (and normalises) width_multiplier, then the fields every image model shares."""
     owner = type(module).__name__
     m = module.width_multiplier
     if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, float, np.integer, np.floating)) \
@@ -118,21 +114,7 @@ def _check_common(module: nn.Module) -> None:
         raise ValueError(f"{owner}.width_multiplier={m!r}: must be a finite number > 0 (every width is scaled by it "
                          f"and rounded to an int >= 1), e.g. 1.0 for the paper's widths or 0.0625 for a tiny copy.")
     object.__setattr__(module, "width_multiplier", float(m))
-    if not _is_pos_int(module.num_classes):
-        raise ValueError(f"{owner}.num_classes={module.num_classes!r}: must be a positive int, e.g. num_classes=10.")
-    if module.batch_norm not in BATCH_NORM_KINDS:
-        raise ValueError(f"{owner}.batch_norm={module.batch_norm!r}: must be one of {BATCH_NORM_KINDS} ('running' "
-                         f"keeps running averages in batch_stats; 'batch' always uses batch statistics).")
-    bm = module.bn_momentum
-    if isinstance(bm, (bool, np.bool_)) or not isinstance(bm, (int, float, np.integer, np.floating)) \
-            or not 0 <= bm < 1:
-        raise ValueError(f"{owner}.bn_momentum={bm!r}: must be a number with 0 <= bn_momentum < 1, e.g. 0.9.")
-    if module.image_shape is not None:
-        shape = _pos_ints(owner, "image_shape", module.image_shape, "e.g. image_shape=(32, 32, 3), or None.")
-        if len(shape) != 3:
-            raise ValueError(f"{owner}.image_shape={module.image_shape!r}: give (height, width, channels), e.g. "
-                             f"(32, 32, 3), or None for inputs that are already images [B, H, W, C].")
-        object.__setattr__(module, "image_shape", shape)
+    check_image_model_fields(module)
 
 
 def _scaled(width: int, multiplier: float) -> int:
