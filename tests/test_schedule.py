@@ -13,6 +13,7 @@ import istjax.experiment.driver as driver
 from istjax.algorithms.reference import reference_round
 from istjax.core.schedule import at_round, make_schedule, round_scheduled
 from istjax.models import MLP
+from test_train import tiny_config  # the suite's small digits config
 
 D, C, K = 6, 3, 2
 
@@ -86,13 +87,7 @@ def test_carried_optimizer_state_gets_the_round_stamped():
 
 
 def _tiny(**fields):
-    c = config_lib.default_config()
-    c.model.hidden = (32,)
-    c.num_workers, c.local_steps, c.batch_size, c.num_rounds = 2, 2, 16, 4
-    c.eval_every, c.checkpoint_every, c.eval_train_examples, c.progress, c.target_accuracy = 2, 1, 256, False, None
-    for k, v in fields.items():
-        c[k] = v
-    return c
+    return tiny_config(**{"num_rounds": 4, "checkpoint_every": 1, "target_accuracy": None, **fields})
 
 
 def test_config_schedule_fields_and_resume(tmp_path):

@@ -25,6 +25,7 @@ from istjax.experiment import cli
 from istjax.experiment.checkpoint import Checkpointer
 from istjax.experiment.metrics import read_metrics
 from istjax.models import MLP
+from test_train import tiny_config  # the suite's small digits config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local_steps=2",
@@ -33,17 +34,7 @@ TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local
 
 
 def tiny(**fields):
-    c = config_lib.default_config()
-    c.model.hidden = (32,)
-    c.num_workers, c.local_steps, c.batch_size, c.num_rounds = 2, 2, 16, 3
-    c.eval_every, c.checkpoint_every, c.eval_train_examples, c.progress, c.target_accuracy = 1, 1, 256, False, None
-    for k, v in fields.items():
-        node = c
-        *parents, leaf = k.split(".")
-        for part in parents:
-            node = node[part]
-        node[leaf] = v
-    return c
+    return tiny_config(**{"num_rounds": 3, "eval_every": 1, "checkpoint_every": 1, "target_accuracy": None, **fields})
 
 
 def final_params(workdir, config):
