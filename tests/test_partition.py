@@ -192,3 +192,22 @@ def test_conv_channels_partitioned_on_both_sides():
     p = istjax.uniform().sample(jax.random.key(0), spec.group_sizes, 3)
     shapes = jax.tree.map(jnp.shape, istjax.extract(params, p, spec))
     assert shapes == {"conv1": (3, 3, 3, 2, 2), "conv2": (3, 3, 3, 2, 5), "bias1": (3, 2)}
+
+
+def test_uniform_idle_gives_each_unit_to_one_random_worker():
+    """A group smaller than W (ResIST's dealt first blocks): every unit held by exactly one worker, the others
+    padding; which worker holds it changes with the key. Without idle such a group is refused; idle needs pad."""
+    s = istjax.uniform(pad=True, idle=True)
+    assert s.slots({"g": 1, "h": 2}, 4) == {"g": 1, "h": 1}
+    holders = set()
+    for k in range(12):
+        p = s.sample(jax.random.key(k), {"g": 1, "h": 2}, 4)
+        for g, n in (("g", 1), ("h", 2)):
+            idx, mask = np.asarray(p.indices[g]), np.asarray(p.mask[g])
+            assert sorted(idx[mask].tolist()) == list(range(n)) and (idx[~mask] == n).all()
+        holders.add(int(np.argmax(np.asarray(p.mask["g"])[:, 0])))
+    assert len(holders) > 1
+    with pytest.raises(ValueError, match="larger than neuron group 'g'"):
+        istjax.uniform(pad=True).slots({"g": 1}, 4)
+    with pytest.raises(ValueError, match=r"idle=True\) needs pad=True"):
+        istjax.uniform(idle=True)

@@ -122,6 +122,46 @@ def test_test_time_branch_scaling():
            model.apply({"params": params, **stats}, x, train=True, mutable=["batch_stats"])[0])
 
 
+def test_naive_ablation_deals_first_blocks_and_matches_the_reference():
+    """ResIST's ablation models: post-activation blocks, and first (strided) blocks dealt as one-unit groups.
+    The round equals the plain loop, and the worker dealt a first block's padding slot computes the network whose
+    first-block branch is removed (its shortcut alone)."""
+    model = _model(preactivation=False, partition_strided=True)
+    alg = istjax.resist(model, X, optax.sgd(0.1, momentum=0.9), num_workers=2, local_steps=K)
+    assert alg.task.spec.group_sizes == {"blocks_0": 2, "blocks_1": 3, "first_0": 1, "first_1": 1}
+    state = alg.init(jax.random.key(5))
+    b = _batches(2, seed=3)
+    fast, _ = alg.round(state, b)
+    slow = reference_round(alg, state, b)
+    _close(fast.params, slow.params, "params")
+    _close(fast.model_state, slow.model_state, "model state")
+
+    task = alg.task
+    params, stats = task.init(jax.random.key(6)), task.init_state(jax.random.key(6))
+    p = alg.sampler.sample(jax.random.key(7), task.spec.group_sizes, 2)
+    slots = alg.sampler.slots(task.spec.group_sizes, 2)
+    sub = istjax.extract(params, p, task.spec)
+    sub_stats = istjax.extract(stats, p, task.state_spec)
+    x = _batches(1)["x"][0, 0]
+    for w in range(2):
+        got = model.subnet(slots).apply({"params": jax.tree.map(lambda a: a[w], sub),
+                                         "batch_stats": jax.tree.map(lambda a: a[w], sub_stats)["batch_stats"]},
+                                        x, train=True, mutable=["batch_stats"])[0]
+        removed = jax.tree.map(lambda a: a, params)
+        for i, n in ((0, 2), (1, 3)):
+            held = set(np.asarray(p.indices[f"blocks_{i}"][w]).tolist()) - {n}
+            mask = jnp.asarray([1.0 if j in held else 0.0 for j in range(n)]).reshape((n, 1))
+            bn = removed[f"stage{i}_blocks"]["bn2"]  # post-activation: the branch ends in BatchNorm
+            bn["scale"], bn["bias"] = bn["scale"] * mask, bn["bias"] * mask
+            first = removed[f"stage{i}_block0_branch"]["bn2"]
+            keep = float(int(p.indices[f"first_{i}"][w, 0]) == 0)
+            first["scale"], first["bias"] = first["scale"] * keep, first["bias"] * keep
+        want = model.apply({"params": removed, **stats}, x, train=True, mutable=["batch_stats"])[0]
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+    holders = [int(p.indices["first_1"][w, 0]) == 0 for w in range(2)]
+    assert sum(holders) == 1  # one worker holds the strided block's branch, the other its padding
+
+
 def test_resist_simulate_equals_devices():
     sim = istjax.resist(_model(), X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
     dev = istjax.resist(_model(), X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1, backend="devices")

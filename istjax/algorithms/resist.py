@@ -30,9 +30,12 @@ from istjax.core.task import classifier
 __all__ = ["resist", "resist_from_task", "resist_sampler"]
 
 
-def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: int = 0) -> partition_lib.Sampler:
+def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: int = 0,
+                   first_blocks: tuple[str, ...] = ()) -> partition_lib.Sampler:
     """How ResIST deals each stage's blocks: disjoint and even when every worker can get one (``min_depth=0``;
     uneven counts padded), or every worker at least ``min_depth`` blocks, overlapping blocks averaged by count.
+    The one-unit groups ``first_blocks`` (a stage's dealt first block, `DepthResNet.first_block_groups`) go to one
+    worker each round; the others hold padding, which skips the block's branch.
 
     Raises ValueError, naming the stage and the fix, for more workers than blocks without overlap and for a minimum
     depth above a stage's blocks.
@@ -46,7 +49,8 @@ def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: in
                              f"overlap some worker would train no block of it. Pass min_depth >= 1 (blocks then "
                              f"overlap and are averaged), use at most {n} workers, or deepen the stage.")
     per = partition_lib.overlapping(min_depth) if min_depth else partition_lib.uniform(pad=True)
-    return partition_lib.per_group({g: per for g in block_groups})
+    return partition_lib.per_group({**{g: per for g in block_groups},
+                                    **{g: partition_lib.uniform(pad=True, idle=True) for g in first_blocks}})
 
 
 def resist(model, example_x: jax.Array, optimizer: optax.GradientTransformation, *, num_workers: int,
@@ -71,8 +75,9 @@ def resist(model, example_x: jax.Array, optimizer: optax.GradientTransformation,
     groups = model.block_groups()
     if not groups:
         raise ValueError("resist(): the model partitions no stage (partitioned_stages is empty); name at least one.")
-    sampler = resist_sampler(groups, num_workers, min_depth)
-    slots = sampler.slots(groups, num_workers)
+    first = _first_blocks(model)
+    sampler = resist_sampler(groups, num_workers, min_depth, tuple(first))
+    slots = sampler.slots({**groups, **first}, num_workers)
     scales = tuple(slots[f"blocks_{i}"] / groups[f"blocks_{i}"] if f"blocks_{i}" in groups else 1.0
                    for i in range(len(model.stage_sizes)))
     eval_model = model.clone(test_branch_scale=scales) if test_scale else model
@@ -80,6 +85,11 @@ def resist(model, example_x: jax.Array, optimizer: optax.GradientTransformation,
     algorithm = ist(task, optimizer, num_workers=num_workers, local_steps=local_steps, sampler=sampler,
                     optimizer_state=optimizer_state, model_state=model_state, backend=backend, **backend_options)
     return dataclasses.replace(algorithm, name="resist")
+
+
+def _first_blocks(model) -> dict[str, int]:
+    first = getattr(model, "first_block_groups", None)
+    return first() if callable(first) else {}
 
 
 def resist_from_task(task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,

@@ -106,16 +106,20 @@ def _deal(perm: jax.Array, size: int, num_workers: int) -> jax.Array:
     return padded.reshape(n, num_workers).T
 
 
-def uniform(pad: bool = False) -> Sampler:
+def uniform(pad: bool = False, idle: bool = False) -> Sampler:
     """IST's partition: each group shuffled and cut into W blocks of equal size.
 
     Args:
       pad: allow group sizes not divisible by W: workers then get ``ceil(size / W)`` slots, the last of which may be
         padding (masked). Without it such sizes are rejected.
+      idle: (with ``pad``) allow groups smaller than W: each unit goes to one worker drawn at random, and the other
+        workers hold only padding for that group, i.e. they train without it (ResIST's dealt first blocks).
     """
+    if idle and not pad:
+        raise ValueError("uniform(idle=True) needs pad=True: the idle workers hold padding slots.")
 
     def slots(group_sizes, num_workers):
-        _check_workers(group_sizes, num_workers)
+        _check_workers(group_sizes, num_workers, allow_more_workers=idle)
         for g, n in group_sizes.items():
             if n % num_workers and not pad:
                 raise ValueError(
@@ -128,10 +132,16 @@ def uniform(pad: bool = False) -> Sampler:
         keys = _group_keys(key, group_sizes)
         indices, mask = {}, {}
         for g, n in group_sizes.items():
-            indices[g], mask[g] = _finish(_deal(jax.random.permutation(keys[g], n), n, num_workers), n)
+            if n < num_workers:  # only with idle: a random worker for each unit, padding for the rest
+                units = jnp.concatenate([jnp.arange(n), jnp.full((num_workers - n,), n)])
+                idx = jax.random.permutation(keys[g], units).reshape(num_workers, 1)
+            else:
+                idx = _deal(jax.random.permutation(keys[g], n), n, num_workers)
+            indices[g], mask[g] = _finish(idx, n)
         return Partition(indices, mask)
 
-    return Sampler(sample, slots, disjoint=True, name="uniform_pad" if pad else "uniform")
+    name = "uniform_idle" if idle else "uniform_pad" if pad else "uniform"
+    return Sampler(sample, slots, disjoint=True, name=name)
 
 
 def stratified(num_owners: int) -> Sampler:

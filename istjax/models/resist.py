@@ -41,27 +41,56 @@ def _bn(momentum: float, name: str, train: bool, scale_names=(None,)) -> nn.Batc
 
 
 class _Block(nn.Module):
-    """One non-strided pre-activation block: ``x + branch_scale * conv(relu(bn(conv(relu(bn(x))))))``.
+    """One non-strided residual block; returns ``(x, None)``, the carry of a scan over blocks.
 
+    Pre-activation (``preactivation=True``): ``x + s * conv(relu(bn(conv(relu(bn(x))))))``; post-activation (the
+    original ResNet): ``relu(x + s * bn(conv(relu(bn(conv(x))))))``, where ``s`` is ``branch_scale``.
     Every parameter is boxed with unnamed axes so that `nn.scan` can add the block axis's logical name in front.
-    Returns ``(x, None)``: the carry of a scan over blocks.
     """
 
     width: int
     train: bool
     bn_momentum: float
     branch_scale: float = 1.0
+    preactivation: bool = True
 
     @nn.compact
     def __call__(self, x, _):
-        conv = lambda name: nn.Conv(  # noqa: E731
-            self.width, (3, 3), padding="SAME", use_bias=False, name=name,
-            kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(), (None, None, None, None)))
-        a = nn.relu(_bn(self.bn_momentum, "bn1", self.train)(x))
-        h = conv("conv1")(a)
-        h = nn.relu(_bn(self.bn_momentum, "bn2", self.train)(h))
-        h = conv("conv2")(h)
-        return x + self.branch_scale * h, None
+        if self.preactivation:
+            a = nn.relu(_bn(self.bn_momentum, "bn1", self.train)(x))
+            return x + self.branch_scale * _branch(self.width, 1, self.train, self.bn_momentum, True, a), None
+        h = _branch(self.width, 1, self.train, self.bn_momentum, False, x)
+        return nn.relu(x + self.branch_scale * h), None
+
+
+def _branch(width: int, stride: int, train: bool, momentum: float, preactivation: bool, x: jax.Array,
+            prefix: str = "") -> jax.Array:
+    """A basic block's residual branch, built inside the calling module. Pre-activation: ``conv2(relu(bn2(conv1(
+    x))))`` of the already activated input ``x = relu(bn1(block input))``; post-activation: ``bn2(conv2(relu(bn1(
+    conv1(x)))))``."""
+    conv = lambda name, s: nn.Conv(  # noqa: E731
+        width, (3, 3), strides=(s, s), padding="SAME", use_bias=False, name=prefix + name,
+        kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(), (None, None, None, None)))
+    if preactivation:
+        return conv("conv2", 1)(nn.relu(_bn(momentum, prefix + "bn2", train)(conv("conv1", stride)(x))))
+    h = nn.relu(_bn(momentum, prefix + "bn1", train)(conv("conv1", stride)(x)))
+    return _bn(momentum, prefix + "bn2", train)(conv("conv2", 1)(h))
+
+
+class _DealtBranch(nn.Module):
+    """The first block's residual branch as a neuron group of size 1 (``partition_strided``): scanned once so that
+    its parameters carry a leading ``[1]`` axis. A worker that is dealt the padding slot holds zeros there, and a
+    branch of zeros adds nothing: that worker trains the block as its shortcut alone."""
+
+    width: int
+    stride: int
+    train: bool
+    bn_momentum: float
+    preactivation: bool
+
+    @nn.compact
+    def __call__(self, carry, x):
+        return carry, _branch(self.width, self.stride, self.train, self.bn_momentum, self.preactivation, x)
 
 
 class DepthResNet(nn.Module):
@@ -79,6 +108,11 @@ class DepthResNet(nn.Module):
       test_branch_scale: the factor on the residual branch of every partitioned block at test time: one number, or
         one per stage.
       image_shape: ``(H, W, C)`` to reshape flat inputs, or None.
+      preactivation: pre-activation blocks (He et al. 2016b, ResIST's choice) or, False, the original
+        post-activation ones (conv, BatchNorm, ReLU after the addition; the stem then ends in BatchNorm and ReLU).
+      partition_strided: also deal the first block of every partitioned stage (ResIST's "naive" ablation): its
+        residual branch is neuron group ``"first_i"`` of size 1, held by one worker per round; the others train
+        that block as its shortcut alone. Its input BatchNorm (pre-activation) and projection stay shared.
     """
 
     stage_sizes: tuple[int, ...] = (3, 3, 3)
@@ -89,6 +123,8 @@ class DepthResNet(nn.Module):
     bn_momentum: float = 0.9
     test_branch_scale: float | tuple[float, ...] = 1.0
     image_shape: tuple[int, ...] | None = None
+    preactivation: bool = True
+    partition_strided: bool = False
 
     def __post_init__(self):
         sizes, widths = tuple(self.stage_sizes), tuple(self.widths)
@@ -112,6 +148,9 @@ class DepthResNet(nn.Module):
                 raise ValueError(f"DepthResNet.test_branch_scale={self.test_branch_scale!r}: give one number, or one "
                                  f"per stage ({len(sizes)}).")
             object.__setattr__(self, "test_branch_scale", tuple(float(s) for s in self.test_branch_scale))
+        for flag in ("preactivation", "partition_strided"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"DepthResNet.{flag}={getattr(self, flag)!r}: must be True or False.")
         if not self.width_multiplier > 0:
             raise ValueError(f"DepthResNet.width_multiplier={self.width_multiplier!r}: must be > 0.")
         object.__setattr__(self, "stage_sizes", sizes)
@@ -125,11 +164,17 @@ class DepthResNet(nn.Module):
         """``{"blocks_i": n_i - 1}`` for every partitioned stage: the neuron groups and their sizes."""
         return {f"blocks_{i}": self.stage_sizes[i] - 1 for i in self.partitioned_stages}
 
+    def first_block_groups(self) -> dict[str, int]:
+        """``{"first_i": 1}`` for every partitioned stage when ``partition_strided`` (else empty): the first blocks'
+        residual branches, each a group of one unit."""
+        return {f"first_{i}": 1 for i in self.partitioned_stages} if self.partition_strided else {}
+
     def partition_rules(self) -> dict[str, str | None]:
         rules: dict[str, str | None] = {"image_channels": None, "classes": None}
         for i in range(len(self.stage_sizes)):
             rules[f"stage_{i}"] = None  # channels stay whole
             rules[f"blocks_{i}"] = f"blocks_{i}" if i in self.partitioned_stages else None
+            rules[f"first_{i}"] = f"first_{i}" if i in self.partitioned_stages else None
         return rules
 
     def subnet(self, units: Mapping[str, int]) -> "DepthResNet":
@@ -149,15 +194,10 @@ class DepthResNet(nn.Module):
         x = _as_image(self, x_BxHxWxC)
         widths = self.stage_widths()
         x = _conv(widths[0], 3, "image_channels", "stage_0", "conv_stem")(x)
+        if not self.preactivation:
+            x = nn.relu(_bn(self.bn_momentum, "bn_stem", train)(x))
         for i, (n, width) in enumerate(zip(self.stage_sizes, widths)):
-            stride = 1 if i == 0 else 2
-            pre = f"stage{i}_block0"  # the shared first block: changes stride and width where the stage does
-            a = nn.relu(_bn(self.bn_momentum, f"{pre}_bn1", train)(x))
-            shortcut = x if (stride == 1 and x.shape[-1] == width) else _conv(width, 1, None, None,
-                                                                             f"{pre}_proj_conv", stride)(a)
-            h = _conv(width, 3, None, None, f"{pre}_conv1", stride)(a)
-            h = nn.relu(_bn(self.bn_momentum, f"{pre}_bn2", train)(h))
-            x = shortcut + _conv(width, 3, None, None, f"{pre}_conv2")(h)
+            x = self._first_block(i, width, x, train)
             if n > 1:
                 partitioned = i in self.partitioned_stages
                 test = self.test_branch_scale
@@ -166,6 +206,30 @@ class DepthResNet(nn.Module):
                 blocks = nn.scan(_Block, variable_axes={"params": 0, "batch_stats": 0}, split_rngs={"params": True},
                                  length=n - 1, metadata_params={nn.PARTITION_NAME: f"blocks_{i}"})
                 x, _ = blocks(width=width, train=train, bn_momentum=self.bn_momentum, branch_scale=scale,
-                              name=f"stage{i}_blocks")(x, None)
-        x = nn.relu(_bn(self.bn_momentum, "bn_final", train)(x))
+                              preactivation=self.preactivation, name=f"stage{i}_blocks")(x, None)
+        if self.preactivation:
+            x = nn.relu(_bn(self.bn_momentum, "bn_final", train)(x))
         return _head(self.num_classes, None)(jnp.mean(x, axis=(1, 2)))
+
+    def _first_block(self, i: int, width: int, x: jax.Array, train: bool) -> jax.Array:
+        """Block 0 of stage i: changes stride (stages after the first) and width where the stage does; shared, or
+        with its branch dealt as group ``first_i`` (``partition_strided``)."""
+        stride = 1 if i == 0 else 2
+        pre = f"stage{i}_block0"
+        a = nn.relu(_bn(self.bn_momentum, f"{pre}_bn1", train)(x)) if self.preactivation else x
+        if stride == 1 and x.shape[-1] == width:
+            shortcut = x
+        else:
+            shortcut = _conv(width, 1, None, None, f"{pre}_proj_conv", stride)(a)
+            if not self.preactivation:
+                shortcut = _bn(self.bn_momentum, f"{pre}_proj_bn", train)(shortcut)
+        if self.partition_strided and i in self.partitioned_stages:
+            dealt = nn.scan(_DealtBranch, variable_axes={"params": 0, "batch_stats": 0}, split_rngs={"params": True},
+                            in_axes=nn.broadcast, length=1, metadata_params={nn.PARTITION_NAME: f"first_{i}"})
+            _, h = dealt(width=width, stride=stride, train=train, bn_momentum=self.bn_momentum,
+                         preactivation=self.preactivation, name=f"{pre}_branch")(None, a)
+            h = jnp.sum(h, axis=0)
+        else:
+            h = _branch(width, stride, train, self.bn_momentum, self.preactivation, a, prefix=f"{pre}_")
+        out = shortcut + h
+        return out if self.preactivation else nn.relu(out)
