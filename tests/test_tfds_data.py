@@ -42,11 +42,32 @@ def test_mock_mnist_is_a_standardised_dataset(tmp_path):
     np.testing.assert_allclose(ds.test_x, want_test, atol=1e-5)
 
 
-@pytest.mark.parametrize("name,shape", [("fashion_mnist", (28, 28, 1)), ("cifar10", (32, 32, 3))])
-def test_mock_other_images_and_max_examples(tmp_path, name, shape):
+@pytest.mark.parametrize("name,shape,classes", [("fashion_mnist", (28, 28, 1), 10), ("cifar10", (32, 32, 3), 10),
+                                                 ("cifar100", (32, 32, 3), 100)])
+def test_mock_other_images_and_max_examples(tmp_path, name, shape, classes):
     with tfds.testing.mock_data(num_examples=30):
         ds = tfds_data.load_tfds(name, data_dir=str(tmp_path), max_examples=12, chunk_size=5)
-    assert ds.train_x.shape == (12, *shape) and ds.test_x.shape == (12, *shape) and ds.num_classes == 10
+    assert ds.train_x.shape == (12, *shape) and ds.test_x.shape == (12, *shape) and ds.num_classes == classes
+    assert ds.train_y.min() >= 0 and ds.train_y.max() < classes
+
+
+def test_mock_cifar10_trains_a_resnet_with_channel_ist_from_a_config(tmp_path):
+    """The CIFAR path a user with prepared data takes: ``dataset='tfds:cifar10'``, a ResNet with channels
+    partitioned, augmentation on; runs through the driver and evaluates with running BatchNorm statistics."""
+    import ml_collections
+
+    from istjax.experiment import config as config_lib
+    from istjax.experiment.driver import train_and_evaluate
+
+    c = config_lib.default_config()
+    c.dataset, c.dataset_kwargs = "tfds:cifar10", ml_collections.ConfigDict({"data_dir": str(tmp_path / "data")})
+    c.model = ml_collections.ConfigDict({"name": "resnet", "stage_sizes": (1, 1), "widths": (8, 16)})
+    c.num_workers, c.local_steps, c.batch_size, c.num_rounds, c.eval_every = 2, 2, 8, 3, 3
+    c.optimizer, c.learning_rate, c.augment, c.checkpoint_every = "momentum", 0.05, True, 3
+    with tfds.testing.mock_data(num_examples=300):
+        summary = train_and_evaluate(c, tmp_path / "run")
+    assert summary["rounds"] == 3 and summary["algorithm"] == "ist"
+    assert 0.0 <= summary["test_accuracy"] <= 1.0 and np.isfinite(summary["test_loss"])
 
 
 def test_mock_mnist_trains_with_ist(tmp_path):

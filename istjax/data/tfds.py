@@ -14,6 +14,7 @@ name                      features                                     classes
 ``mnist``                 `[28, 28, 1] float32` pixels                 10
 ``fashion_mnist``         `[28, 28, 1] float32` pixels                 10
 ``cifar10``               `[32, 32, 3] float32` pixels                 10
+``cifar100``              `[32, 32, 3] float32` pixels                 100 (the fine labels)
 ``speech_commands``       `[4096] float32`, the IST paper's log-mel    12 (TFDS's v0.02: 10 words, silence,
                           features (`istjax.data.audio.speech_features`:    unknown); the paper's 35-word set is
                           128 mels x 32 frames of a 1 s, 16 kHz clip)  not in TFDS
@@ -89,6 +90,7 @@ TFDS_DATASETS: dict[str, TfdsSpec] = {
     "mnist": TfdsSpec("image", "label", "train", "test", "image"),
     "fashion_mnist": TfdsSpec("image", "label", "train", "test", "image"),
     "cifar10": TfdsSpec("image", "label", "train", "test", "image"),
+    "cifar100": TfdsSpec("image", "label", "train", "test", "image"),
     "speech_commands": TfdsSpec("audio", "label", "train", "test", "speech"),
 }
 
@@ -314,7 +316,8 @@ def load_tfds(name: str, *, data_dir: Optional[str] = None, max_examples: Option
     """Loads a prepared TFDS dataset into memory as a standardised `istjax.data.Dataset`.
 
     Args:
-      name: one of `TFDS_DATASETS` (``"mnist"``, ``"fashion_mnist"``, ``"cifar10"``, ``"speech_commands"``).
+      name: one of `TFDS_DATASETS` (``"mnist"``, ``"fashion_mnist"``, ``"cifar10"``, ``"cifar100"``,
+        ``"speech_commands"``).
       data_dir: where the dataset was prepared (default `default_data_dir()`: ``$TFDS_DATA_DIR`` or
         ``~/tensorflow_datasets``).
       max_examples: keep only the first this-many examples of each split (quick runs); None keeps all.
