@@ -137,3 +137,19 @@ def test_matmul_shapes_script_runs(capsys):
     rates = matmul_shapes.main(["--workers", "64", "--reps", "1"])  # thin shapes: fast
     assert set(rates) == {"forward", "weight_gradient", "weight_gradient+sgd", "square_2048"}
     assert all(r > 0 for r in rates.values()) and "GFLOP/s" in capsys.readouterr().out
+
+
+def test_conv_yardstick_records_every_conv_of_a_resnet():
+    """The conv benchmark's yardstick runs exactly the sub-network's convolutions: stem + 2 per block + one 1x1
+    projection per stage that changes width or stride, with the shapes the model runs them at."""
+    from experiments.benchmarks.conv import ConvWorkload
+
+    wl = ConvWorkload("tiny", 1 / 16, stage_sizes=(1, 1), batch=2, local_steps=1)
+    convs = measure.record_convs(wl.model(), wl.example(), train=False)
+    assert len(convs) == 1 + 2 * 2 + 1
+    assert convs[0] == ((2, 32, 32, 3), (3, 3, 3, 4), (1, 1))
+    assert ((2, 32, 32, 4), (1, 1, 4, 8), (2, 2)) in convs  # stage 1's strided projection
+    fn, args = measure.phase_convs(convs, num_workers=2)
+    out = jax.block_until_ready(fn(*args))
+    assert len(out) == len(convs) and out[0][0].shape == (2, 2, 32, 32, 4)
+    assert out[1][2].shape == args[2].shape  # an input gradient, shaped like the conv's input

@@ -163,6 +163,60 @@ def phase_matmuls(kernel_shapes: Sequence[tuple[int, int]], num_workers: int, ba
     return jax.jit(fn), tuple(args)
 
 
+def phase_convs(convs: Sequence[tuple[tuple[int, ...], tuple[int, ...], tuple[int, int]]], num_workers: int, *,
+                seed: int = 0):
+    """The convolutions of one training step of a conv net, alone: ``(fn, args)`` with ``fn(*args)`` jitted.
+
+    ``convs`` lists every conv the step's forward pass runs as ``(input shape [B, H, W, C_in], kernel shape
+    [kh, kw, C_in, C_out], strides)`` (`record_convs`). For each, batched over W workers as the vmapped local
+    phase runs them: the forward conv, the kernel gradient and, except for the first conv (its input is the
+    image), the input gradient, all from `jax.vjp` of the same ``lax.conv_general_dilated``. No BatchNorm, no
+    activation, no optimizer: timing them bounds what the local phase could reach with free elementwise work.
+    """
+    rng = np.random.default_rng(seed)
+    args = []
+    for x_shape, k_shape, _ in convs:
+        args.append(jax.device_put(rng.standard_normal((num_workers, *x_shape), np.float32)))
+        args.append(jax.device_put(rng.standard_normal((num_workers, *k_shape), np.float32)))
+
+    def one(x, k, strides):
+        return jax.lax.conv_general_dilated(x, k, strides, "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def fn(*xs):
+        out = []
+        for j, (_, _, strides) in enumerate(convs):
+            x, k = xs[2 * j], xs[2 * j + 1]
+
+            def step(x, k, strides=strides, first=j == 0):
+                y, vjp = jax.vjp(lambda x, k: one(x, k, strides), x, k)
+                dx, dk = vjp(y)  # the output as cotangent: same shape, no extra buffer to time
+                return (y, dk) if first else (y, dk, dx)
+
+            out.append(jax.vmap(step)(x, k))
+        return out
+
+    return jax.jit(fn), tuple(args)
+
+
+def record_convs(module, x: jax.Array, **apply_kwargs) -> list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, int]]]:
+    """Every `flax.linen.Conv` call of ``module`` on ``x`` (``module.init`` under `flax.linen.intercept_methods`):
+    ``(input shape, kernel shape, strides)`` in call order."""
+    import flax.linen as nn
+
+    calls = []
+
+    def spy(next_fun, args, kwargs, context):
+        if isinstance(context.module, nn.Conv) and context.method_name == "__call__":
+            conv, inp = context.module, args[0]
+            strides = conv.strides if isinstance(conv.strides, tuple) else (conv.strides or 1,) * 2
+            calls.append((tuple(inp.shape), (*conv.kernel_size, inp.shape[-1], conv.features), tuple(strides)))
+        return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(spy):
+        module.init(jax.random.key(0), x, **apply_kwargs)
+    return calls
+
+
 @dataclasses.dataclass
 class CompileLog:
     """What `count_compiles` saw: one entry per XLA backend compilation, in order."""

@@ -2,7 +2,7 @@
 
 ::
 
-    istjax compare [--config=FILE] [--config.FIELD=VALUE ...] [--algorithms ist,data_parallel,local_sgd]
+    istjax compare [--config=FILE] [--config.FIELD=VALUE ...] [--algorithms ist,data_parallel,local_sgd[,resist]]
                    [--workers 2,4] [--seeds 0,1,2] [--target 0.9] --workdir DIR [--overwrite] [--no-bands]
     istjax compare --runs RUN_DIR ... [--target 0.9] [--workdir DIR]     (tabulate finished runs, no training)
 
@@ -64,7 +64,8 @@ from istjax.experiment.plot import BANDS, PlotError, Run, group_runs, load_run, 
 __all__ = ["Cell", "Comparison", "Row", "Stat", "cells", "default_target", "format_table", "main", "rows",
            "run_comparison", "stat", "write_outputs"]
 
-ALGORITHMS = ("ist", "data_parallel", "local_sgd")
+ALGORITHMS = ("ist", "data_parallel", "local_sgd", "resist")
+DEFAULT_ALGORITHMS = ("ist", "data_parallel", "local_sgd")  # what a comparison trains unless --algorithms says
 
 
 class Row(NamedTuple):
@@ -424,7 +425,7 @@ def write_outputs(runs: Sequence[Run], table: Sequence[Row | Cell], workdir: str
     return {"markdown": md, "csv": csv_path, "json": js, "png": png}
 
 
-def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[str] = ALGORITHMS,
+def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
                    workers: Sequence[int] = (2, 4), seeds: Optional[Sequence[int]] = None,
                    overwrite: bool = False) -> Comparison:
     """Trains ``config`` once per (algorithm, W) into ``workdir/<algorithm>_W<W>``; returns the runs.
@@ -507,8 +508,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="istjax compare", description=__doc__.split("::")[0].strip(),
         epilog="Any other --config.FIELD=VALUE flag overrides that field of the config (as for `istjax train`).")
-    p.add_argument("--algorithms", type=lambda s: _csv("algorithms", s, ALGORITHMS), default=list(ALGORITHMS),
-                   help="comma-separated algorithms (default: ist,data_parallel,local_sgd)")
+    p.add_argument("--algorithms", type=lambda s: _csv("algorithms", s, ALGORITHMS), default=list(DEFAULT_ALGORITHMS),
+                   help="comma-separated algorithms from ist,data_parallel,local_sgd,resist (default: ist,data_parallel,local_sgd)")
     p.add_argument("--workers", type=lambda s: _csv("workers", s), default=[2, 4],
                    help="comma-separated worker counts W (default: 2,4)")
     p.add_argument("--seeds", type=lambda s: _csv("seeds", s, minimum=0), default=None,

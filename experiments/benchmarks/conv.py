@@ -1,0 +1,186 @@
+"""Conv-model benchmarks: channel IST on a ResNet-18-shaped network and ResIST on a depth-split ResNet.
+
+Run from the repository root::
+
+    .venv/bin/python -m experiments.benchmarks.conv            # full, a few minutes on 2 CPU cores
+    .venv/bin/python -m experiments.benchmarks.conv --quick    # CI-size smoke run, < 1 minute
+
+Workload: ``ResNet(stage_sizes=(2, 2, 2, 2))`` (ResNet-18's layout: basic blocks, BatchNorm, 1x1 strided
+projections) at ``width_multiplier`` of the widths 64-128-256-512, on random 32 x 32 x 3 inputs, W = 2, K = 20,
+SGD; ResIST on ``DepthResNet(stage_sizes=(3, 4, 6, 3))`` (ResNet-34's layout, pre-activation, every stage's
+blocks dealt), with local SGD on the same network beside it. Studies (the issue's speed goals; ``docs/benchmarks.md``):
+
+1. the local phase (W workers x K steps, vmapped) against its own convolutions timed alone (forward, kernel and
+   input gradients of every conv a worker's sub-network runs, batched over W; `measure.phase_convs`): goal >= 0.6;
+2. extract + merge against a copy of the bytes they write (`experiments.benchmarks.run.gather_scatter`): >= 0.5;
+3. partition + extract + merge as a share of an IST round (`experiments.benchmarks.run.round_overhead`): <= 10 %;
+4. throughput (samples/s, W * K * B per round) of IST, data parallel and local SGD on the ResNet, and of ResIST and
+   local SGD on the depth-split ResNet.
+
+Every speed figure is a ratio of medians measured interleaved in one process (`measure.interleaved`); results go
+to ``--out`` (default ``experiments/benchmarks/results_conv.json`` and ``.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import istjax
+from experiments.benchmarks import measure
+from experiments.benchmarks import run as suite
+from istjax.models import DepthResNet, ResNet
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvWorkload:
+    """A conv model + training configuration with the interface `experiments.benchmarks.run` studies read
+    (``task``, ``algorithm``, ``batches``, ``num_workers``, ``local_steps``, ``name``)."""
+
+    name: str
+    width_multiplier: float
+    stage_sizes: tuple[int, ...] = (2, 2, 2, 2)
+    depth_split: bool = False  # DepthResNet (ResIST) instead of the channel-partitioned ResNet
+    image: tuple[int, int, int] = (32, 32, 3)
+    num_classes: int = 10
+    batch: int = 16
+    lr: float = 0.05
+    local_steps: int = 20
+    num_workers: int = 2
+
+    def model(self):
+        if self.depth_split:
+            return DepthResNet(stage_sizes=self.stage_sizes, widths=(64, 128, 256, 512)[:len(self.stage_sizes)],
+                               width_multiplier=self.width_multiplier, num_classes=self.num_classes)
+        return ResNet(stage_sizes=self.stage_sizes, widths=(64, 128, 256, 512)[:len(self.stage_sizes)],
+                      width_multiplier=self.width_multiplier, num_classes=self.num_classes)
+
+    def example(self) -> jax.Array:
+        return jnp.zeros((self.batch, *self.image), jnp.float32)
+
+    def task(self) -> istjax.Task:
+        return istjax.classifier(self.model(), self.example())
+
+    def algorithm(self, name: str, *, num_workers: int | None = None, local_steps: int | None = None,
+                  task: istjax.Task | None = None, backend: str = "simulate") -> istjax.Algorithm:
+        W, K = num_workers or self.num_workers, local_steps or self.local_steps
+        opt = optax.sgd(self.lr, momentum=0.9)
+        if name == "resist":
+            return istjax.resist(self.model(), self.example(), opt, num_workers=W, local_steps=K, backend=backend)
+        return suite.ALGORITHMS[name](task or self.task(), opt, num_workers=W, local_steps=K, backend=backend)
+
+    def batches(self, num_workers: int, local_steps: int, seed: int = 0) -> dict[str, jax.Array]:
+        rng = np.random.default_rng(seed)
+        shape = (num_workers, local_steps, self.batch)
+        return {"x": jax.device_put(rng.standard_normal(shape + self.image, np.float32)),
+                "y": jax.device_put(rng.integers(0, self.num_classes, shape, np.int32))}
+
+
+FULL = (ConvWorkload("ResNet-18 shape, 1/4 width (16-128)", 0.25),
+        ConvWorkload("depth-split ResNet-34 shape, 1/4 width", 0.25, stage_sizes=(3, 4, 6, 3), depth_split=True))
+QUICK = (ConvWorkload("ResNet-18 shape, 1/16 width (quick)", 1 / 16, batch=8, local_steps=4),
+         ConvWorkload("depth-split ResNet-34 shape, 1/16 width (quick)", 1 / 16, stage_sizes=(3, 4, 6, 3),
+                      depth_split=True, batch=8, local_steps=4))
+
+
+def local_vs_convs(wl: ConvWorkload, reps: int) -> dict[str, Any]:
+    """The vmapped local phase of channel IST against its sub-network's convolutions alone (study 1)."""
+    pr = suite.prepare(wl, "ist")
+    slots = pr.alg.sampler.slots(pr.alg.task.spec.group_sizes, wl.num_workers)
+    convs = measure.record_convs(wl.model().subnet(slots), wl.example(), train=False)
+    own, args = measure.phase_convs(convs, wl.num_workers)
+    t = measure.interleaved({"local": lambda: pr.local(pr.workers, pr.batches), "convs_one_step": lambda: own(*args)},
+                            reps)
+    conv_time = t["convs_one_step"].median * wl.local_steps
+    return {"model": wl.name, "W": wl.num_workers, "K": wl.local_steps, "B": wl.batch, "convs": len(convs),
+            "local_s": t["local"].median, "convs_alone_s": conv_time, "local_vs_convs": conv_time / t["local"].median,
+            "timings": {k: v.as_dict() for k, v in t.items()}}
+
+
+def run(quick: bool) -> dict[str, Any]:
+    resnet, depth = QUICK if quick else FULL
+    reps = 2 if quick else 5
+    t0 = time.time()
+    out: dict[str, Any] = {"machine": suite.machine(), "quick": quick}
+    print(f"1. local phase vs its own convolutions ({resnet.name})", flush=True)
+    out["local_vs_convs"] = local_vs_convs(resnet, reps)
+    print("2. extract + merge vs copy", flush=True)
+    out["gather_scatter"] = suite.gather_scatter(resnet, [resnet.num_workers], reps)
+    print("3. round overhead", flush=True)
+    out["round_overhead"] = suite.round_overhead(resnet, reps)
+    print("4. throughput", flush=True)
+    out["throughput"] = (suite.throughput(resnet, ["ist", "data_parallel", "local_sgd"], reps)
+                         + suite.throughput(depth, ["resist", "local_sgd"], reps))
+    out["targets"] = targets(out)
+    out["wall_s"] = time.time() - t0
+    return out
+
+
+def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's speed goals against what was measured."""
+    gs = out["gather_scatter"][0]
+    rows = [("local phase / its convolutions alone", out["local_vs_convs"]["local_vs_convs"], ">=", 0.6),
+            ("extract + merge / copy of the bytes written", gs["extract_merge_vs_copy"], ">=", 0.5),
+            ("partition + extract + merge share of a round", out["round_overhead"]["overhead_share_parts"], "<=", 0.10)]
+    return [{"goal": g, "measured": v, "target": f"{op} {x}", "met": bool(v >= x if op == ">=" else v <= x)}
+            for g, v, op, x in rows]
+
+
+def markdown(out: dict[str, Any]) -> str:
+    m = out["machine"]
+    lines = [f"Conv benchmarks ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, "
+             f"jax {m.get('jax', '')}, {out['wall_s']:.0f} s", "",
+             "| goal | measured | target | met |", "|---|---|---|---|"]
+    lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
+              for r in out["targets"]]
+    lv = out["local_vs_convs"]
+    ro = out["round_overhead"]
+    lines += ["", f"Local phase {lv['local_s'] * 1e3:.1f} ms for W={lv['W']} x K={lv['K']} steps of B={lv['B']}; its "
+                  f"{lv['convs']} convolutions alone {lv['convs_alone_s'] * 1e3:.1f} ms. IST round "
+                  f"{ro['round_s'] * 1e3:.1f} ms: partition {ro['partition_s'] * 1e3:.2f} ms, extract "
+                  f"{ro['extract_s'] * 1e3:.2f} ms, merge {ro['merge_s'] * 1e3:.2f} ms.", "",
+              "| model | algorithm | W | K | B | round (ms) | samples/s |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['algorithm']} | {r['W']} | {r['K']} | {r['B']} | {r['round_s'] * 1e3:.1f} | "
+              f"{r['samples_per_s']:.0f} |" for r in out["throughput"]]
+    return "\n".join(lines) + "\n"
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    return x
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks.conv", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
+    p.add_argument("--out", default=None, help="JSON path (default experiments/benchmarks/results_conv[_quick].json)")
+    args = p.parse_args(argv)
+    here = pathlib.Path(__file__).resolve().parent
+    path = pathlib.Path(args.out or here / ("results_conv_quick.json" if args.quick else "results_conv.json"))
+    out = run(args.quick)
+    path.write_text(json.dumps(_jsonable(out), indent=2) + "\n")
+    md = markdown(out)
+    path.with_suffix(".md").write_text(md)
+    print(md)
+    print(f"wrote {path} and {path.with_suffix('.md')}")
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

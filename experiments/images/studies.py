@@ -1,0 +1,80 @@
+"""The image studies of docs/images.md: channel IST on a ResNet, ResIST against local SGD, and ResIST's ablation.
+
+A thin script over `istjax.experiment.compare`: each study trains its configs (a finished run in the workdir with
+the same config is reused, not retrained), then writes the table (``comparison.md``, ``.csv``, ``.json``) and the
+curves (``comparison.png``) into ``--workdir``::
+
+    python experiments/images/studies.py resnet   --workdir=runs/images/resnet    # IST vs DP vs local SGD, W=2,4
+    python experiments/images/studies.py resist   --workdir=runs/images/resist    # ResIST vs local SGD, W=2,4,8
+    python experiments/images/studies.py ablation --workdir=runs/images/ablation  # the five ablation steps
+
+Extra ``--config.FIELD=VALUE`` flags override every run's config (e.g. ``--config.num_rounds=10`` for a quick
+look). The first two studies are ``istjax compare`` commands with the right flags; the ablation trains the five
+steps of ``experiments/configs/fmnist_resist_ablation.py`` and tabulates them together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections.abc import Sequence
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "experiments" / "configs"
+
+STUDIES = {
+    "resnet": ["--config", str(CONFIGS / "fmnist_resnet_ist.py"), "--workers", "2,4",
+               "--title", "Channel IST vs data parallel vs local SGD, ResNet-18 shape at 1/16 width, Fashion-MNIST"],
+    "resist": ["--config", str(CONFIGS / "fmnist_resist.py"), "--algorithms", "resist,local_sgd",
+               "--workers", "2,4,8", "--title", "ResIST vs local SGD, pre-activation ResNet (2-2-9 blocks), "
+                                                 "Fashion-MNIST"],
+}
+
+
+def ablation(workdir: pathlib.Path, overrides: Sequence[str], overwrite: bool) -> int:
+    """Trains the five steps of fmnist_resist_ablation.py into ``workdir/<i>_<step>``; tabulates them."""
+    import istjax.experiment.cli as cli
+    from istjax.experiment import compare, driver
+    from istjax.experiment.plot import load_run
+
+    sys.path.insert(0, str(CONFIGS))
+    from fmnist_resist_ablation import STEPS  # noqa: E402  (the config file names its steps)
+
+    runs, failed = [], {}
+    for i, step in enumerate(STEPS, 1):
+        config, _, _, _ = cli.parse_train_args(
+            ["studies.py", f"--config={CONFIGS / 'fmnist_resist_ablation.py'}:{step}", *overrides])
+        config.progress = False
+        run_dir = workdir / f"{i}_{step}"
+        print(f"== ablation step {i}: {step} -> {run_dir}", file=sys.stderr, flush=True)
+        try:
+            driver.train_and_evaluate(config, run_dir, overwrite=overwrite)
+        except driver.TrainingError as e:
+            failed[str(run_dir)] = str(e)
+            print(f"== {step} failed: {e}", file=sys.stderr, flush=True)
+        runs.append(load_run(run_dir))
+    table = compare.rows(runs, target=None, notes=failed)
+    title = "ResIST ablation in miniature (Fashion-MNIST; paper, CIFAR-10: 66.3, 68.3, 84.3, 91.5, 92.0)"
+    print(compare.format_table(table, failed))
+    paths = compare.write_outputs(runs, table, workdir, title=title, failed=failed)
+    print(f"wrote {paths['markdown']}, {paths['png']}")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("::")[0].strip())
+    parser.add_argument("study", choices=[*STUDIES, "ablation"])
+    parser.add_argument("--workdir", required=True, type=pathlib.Path)
+    parser.add_argument("--overwrite", action="store_true", help="retrain runs already in the workdir")
+    args, overrides = parser.parse_known_args(argv)
+    if args.study == "ablation":
+        return ablation(args.workdir, overrides, args.overwrite)
+    from istjax.experiment import compare
+
+    extra = ["--overwrite"] if args.overwrite else []
+    return compare.main([*STUDIES[args.study], "--workdir", str(args.workdir), *extra, *overrides])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
