@@ -207,3 +207,25 @@ def test_resist_from_a_config(tmp_path):
     c.model = ml_collections.ConfigDict({"name": "mlp", "hidden": (8,)})
     with pytest.raises(config_lib.ConfigError, match="needs model.name='depth_resnet'"):
         config_lib.validate(c)
+
+
+def test_ablation_configs_are_the_papers_cumulative_steps():
+    """fmnist_resist_ablation.py:<step> changes one thing per step, in the paper's order, and every step validates
+    (model, sampler and W) before anything trains."""
+    import pathlib
+
+    from istjax.experiment import cli
+    from istjax.experiment import config as config_lib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "configs" / "fmnist_resist_ablation.py"
+    steps = ("naive", "share_strided", "one_section", "test_scale", "preactivation")
+    seen = []
+    for step in steps:
+        c, _, _, _ = cli.parse_train_args(["istjax", f"--config={path}:{step}"])
+        config_lib.validate(c, load_data=False)
+        seen.append((c.model.partition_strided, tuple(c.model.partitioned_stages), c.resist_test_scale,
+                     c.model.preactivation))
+    assert seen == [(True, (0, 1, 2), False, False), (False, (0, 1, 2), False, False), (False, (2,), False, False),
+                    (False, (2,), True, False), (False, (2,), True, True)]
+    with pytest.raises(config_lib.ConfigError, match="unknown step"):
+        cli.parse_train_args(["istjax", f"--config={path}:bogus"])

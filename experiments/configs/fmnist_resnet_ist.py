@@ -24,7 +24,7 @@ from istjax.experiment.config import default_config
 def get_config(arg=None):
     del arg
     c = default_config()
-    c.name = "fmnist_resnet"
+    c.name = "fmnist_resnet_ist"
     c.algorithm = "ist"
     c.dataset = "fashion_mnist"
     c.model = ml_collections.ConfigDict({"name": "resnet", "stage_sizes": (2, 2, 2, 2),
