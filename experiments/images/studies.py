@@ -7,6 +7,7 @@ curves (``comparison.png``) into ``--workdir``::
     python experiments/images/studies.py resnet   --workdir=runs/images/resnet    # IST vs DP vs local SGD, W=2,4
     python experiments/images/studies.py resist   --workdir=runs/images/resist    # ResIST vs local SGD, W=2,4,8
     python experiments/images/studies.py ablation --workdir=runs/images/ablation  # the five ablation steps
+    python experiments/images/studies.py bytes                                    # ResIST / local SGD bytes
 
 Extra ``--config.FIELD=VALUE`` flags override every run's config (e.g. ``--config.num_rounds=10`` for a quick
 look). The first two studies are ``istjax compare`` commands with the right flags; the ablation trains the five
@@ -62,12 +63,53 @@ def ablation(workdir: pathlib.Path, overrides: Sequence[str], overwrite: bool) -
     return 1 if failed else 0
 
 
+BYTES_MODELS = {
+    # The study's network (fmnist_resist.py), and the paper's PreActResNet-101 layout (3-4-23-3 blocks) with basic
+    # blocks at full width, its third section dealt as in the paper's final configuration.
+    "fmnist_resist.py (2-2-9 blocks, 4-8-16 ch, stage 2 dealt)":
+        dict(stage_sizes=(2, 2, 9), widths=(16, 32, 64), width_multiplier=0.25, partitioned_stages=(2,)),
+    "3-4-23-3 basic blocks, 64-512 ch, stage 2 dealt":
+        dict(stage_sizes=(3, 4, 23, 3), widths=(64, 128, 256, 512), partitioned_stages=(2,)),
+    "3-4-23-3 basic blocks, 64-512 ch, every stage dealt":
+        dict(stage_sizes=(3, 4, 23, 3), widths=(64, 128, 256, 512)),
+}
+
+
+def bytes_table(workers: Sequence[int] = (2, 4, 8)) -> str:
+    """Analytic bytes one worker receives per round, ResIST over local SGD (the whole model), per model and W."""
+    import jax.numpy as jnp
+    import optax
+
+    import istjax
+    from istjax.models import DepthResNet
+
+    x = jnp.zeros((2, 32, 32, 3))
+    lines = ["| model | local SGD moves (M floats) | " + " | ".join(f"W={w}" for w in workers) + " |",
+             "|---|---|" + "---|" * len(workers)]
+    for name, fields in BYTES_MODELS.items():
+        model = DepthResNet(num_classes=10, **fields)
+        ratios = []
+        for w in workers:
+            min_depth = 0 if all(n - 1 >= w for n in (fields["stage_sizes"][i] for i in model.partitioned_stages)) else 1
+            rs = istjax.resist(model, x, optax.sgd(0.1), num_workers=w, local_steps=1, min_depth=min_depth)
+            ls = istjax.local_sgd(rs.task, optax.sgd(0.1), num_workers=w, local_steps=1)
+            ratios.append(rs.comm.received / ls.comm.received)
+        lines.append(f"| {name} | {ls.comm.received / 4 / 1e6:.2f} M | " + " | ".join(f"{r:.2f}" for r in ratios)
+                     + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("::")[0].strip())
-    parser.add_argument("study", choices=[*STUDIES, "ablation"])
-    parser.add_argument("--workdir", required=True, type=pathlib.Path)
+    parser.add_argument("study", choices=[*STUDIES, "ablation", "bytes"])
+    parser.add_argument("--workdir", type=pathlib.Path, help="where the runs and the table go (not for bytes)")
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in the workdir")
     args, overrides = parser.parse_known_args(argv)
+    if args.study == "bytes":
+        print(bytes_table())
+        return 0
+    if args.workdir is None:
+        parser.error(f"{args.study}: --workdir is required (the runs and the table are written there)")
     if args.study == "ablation":
         return ablation(args.workdir, overrides, args.overwrite)
     from istjax.experiment import compare
