@@ -1,0 +1,121 @@
+"""Graph neural networks for GIST (Wolfe et al., arXiv 2102.10424): GCN and GraphSAGE with partitioned features.
+
+Both read the graph as the round's *shared input* (``shared["graph"]``, an `istjax.graph.Graph` every worker reads
+and none copies) and take a batch of node indices as ``x``: the forward pass runs over the whole graph (or the
+cluster subgraph a mini-batch brings, ``shared["graph"]`` replaced by the batch's own) and returns the logits of the
+batch's nodes. GIST partitions the hidden feature dimension of every layer but the output:
+
+* `GCN` (Kipf and Welling, ICLR 2017): ``h_{l+1} = act(norm(A_hat h_l W_l + b_l))`` with ``A_hat = D^-1/2 (A + I)
+  D^-1/2``. Kernel ``W_l: [H_l, H_{l+1}]`` is ``("hidden_{l-1}", "hidden_l")``; the bias is ``("hidden_l",)``.
+* `GraphSAGE` (Hamilton et al., NeurIPS 2017) with the mean aggregator: ``h_{l+1} = act(norm([h_l, mean_N(h_l)]
+  W_l + b_l))``. The concatenation puts hidden unit ``i`` of layer ``l`` at input positions ``i`` and ``i + H_l`` of
+  ``W_{l+1}``: that axis is the tiled group ``"hidden_l*2"`` (`istjax.core.spec.tile_positions`).
+
+The output layer's bias is shared (averaged at each sync); the input features and classes are never partitioned.
+``layer_norm=True`` normalises each hidden layer without affine parameters, as GIST does (a worker normalises over
+its own features). ``subnet(units)`` is the same model with ``hidden_l`` = the worker's slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from istjax.graph import ops
+from istjax.graph.graph import Graph
+
+__all__ = ["GCN", "GraphSAGE"]
+
+
+def _dense(features: int, names: tuple, name: str, use_bias: bool = True) -> nn.Dense:
+    return nn.Dense(features, use_bias=use_bias, name=name,
+                    kernel_init=nn.with_logical_partitioning(nn.initializers.glorot_uniform(), names),
+                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, names[1:]))
+
+
+def _graph_of(shared: Any) -> Graph:
+    graph = shared["graph"] if isinstance(shared, Mapping) else shared
+    if not isinstance(graph, Graph):
+        raise TypeError(f"GNN models read an istjax.graph.Graph as shared['graph']; got {type(graph).__name__}.")
+    return graph
+
+
+class _GNN(nn.Module):
+    """Fields and groups shared by `GCN` and `GraphSAGE`."""
+
+    hidden: tuple[int, ...] = (64,)
+    num_classes: int = 7
+    layer_norm: bool = False
+
+    def __post_init__(self):
+        hidden = tuple(self.hidden) if isinstance(self.hidden, (tuple, list)) else self.hidden
+        if not isinstance(hidden, tuple) or not hidden or any(
+                not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in hidden):
+            raise ValueError(f"{type(self).__name__}.hidden={self.hidden!r}: give the hidden widths as positive ints, "
+                             f"e.g. (64,) or (256, 256).")
+        if not isinstance(self.num_classes, int) or self.num_classes < 1:
+            raise ValueError(f"{type(self).__name__}.num_classes={self.num_classes!r}: must be a positive int.")
+        if not isinstance(self.layer_norm, bool):
+            raise ValueError(f"{type(self).__name__}.layer_norm={self.layer_norm!r}: must be True or False.")
+        object.__setattr__(self, "hidden", hidden)
+        super().__post_init__()
+
+    def subnet(self, units: Mapping[str, int]):
+        return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))
+
+    def _act(self, h: jax.Array) -> jax.Array:
+        if self.layer_norm:
+            h = nn.LayerNorm(use_bias=False, use_scale=False)(h)
+        return nn.relu(h)
+
+    def __call__(self, x_B: jax.Array, shared: Any, train: bool = True) -> jax.Array:
+        graph = _graph_of(shared)
+        logits = self.propagate(graph)
+        return logits[x_B.astype(jnp.int32)]
+
+
+class GCN(_GNN):
+    """Kipf and Welling's GCN; hidden features partitioned (see the module docstring)."""
+
+    def partition_rules(self) -> dict[str, Any]:
+        rules: dict[str, Any] = {"features": None, "classes": None}
+        rules.update({f"hidden_{i}": f"hidden_{i}" for i in range(len(self.hidden))})
+        return rules
+
+    @nn.compact
+    def propagate(self, graph: Graph) -> jax.Array:
+        weights = ops.gcn_weights(graph)
+        h = graph.nodes
+        names_in = "features"
+        for i, width in enumerate(self.hidden):
+            h = ops.gcn_propagate(graph, _dense(width, (names_in, f"hidden_{i}"), f"layer_{i}")(h), weights)
+            h = self._act(h)
+            names_in = f"hidden_{i}"
+        return ops.gcn_propagate(graph, _dense(self.num_classes, (names_in, "classes"), "output")(h), weights)
+
+
+class GraphSAGE(_GNN):
+    """GraphSAGE with the mean aggregator; a layer reads ``[self, mean of neighbours]`` (tiled groups)."""
+
+    def partition_rules(self) -> dict[str, Any]:
+        rules: dict[str, Any] = {"features_pair": None, "classes": None}
+        for i in range(len(self.hidden)):
+            rules[f"hidden_{i}"] = f"hidden_{i}"
+            rules[f"hidden_{i}_pair"] = f"hidden_{i}*2"
+        return rules
+
+    @nn.compact
+    def propagate(self, graph: Graph) -> jax.Array:
+        weights = ops.mean_weights(graph)
+        h = graph.nodes
+        names_in = "features_pair"
+        for i, width in enumerate(self.hidden):
+            pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
+            h = self._act(_dense(width, (names_in, f"hidden_{i}"), f"layer_{i}")(pair))
+            names_in = f"hidden_{i}_pair"
+        pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
+        return _dense(self.num_classes, (names_in, "classes"), "output")(pair)
