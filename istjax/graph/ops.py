@@ -37,10 +37,11 @@ def gcn_weights(graph: Graph) -> tuple[jax.Array, jax.Array]:
 
     A real node has degree ``1 + neighbours``; a padded node gets weight 0 everywhere.
     """
-    deg = degree(graph) + graph.node_mask.astype(jnp.float32)
-    inv_sqrt = jnp.where(deg > 0, jax.lax.rsqrt(jnp.maximum(deg, 1e-12)), 0.0)
-    edge = inv_sqrt[graph.senders] * inv_sqrt[graph.receivers] * graph.edge_mask
-    return edge, inv_sqrt * inv_sqrt * graph.node_mask
+    node = graph.node_mask.astype(jnp.float32)
+    deg = degree(graph) + node
+    inv_sqrt = jnp.where(deg > 0, jax.lax.rsqrt(jnp.maximum(deg, 1e-12)), jnp.float32(0))
+    edge = inv_sqrt[graph.senders] * inv_sqrt[graph.receivers] * graph.edge_mask.astype(jnp.float32)
+    return edge, inv_sqrt * inv_sqrt * node
 
 
 def gcn_propagate(graph: Graph, x_NxH: jax.Array, weights=None) -> jax.Array:
@@ -52,7 +53,7 @@ def gcn_propagate(graph: Graph, x_NxH: jax.Array, weights=None) -> jax.Array:
 def mean_weights(graph: Graph) -> jax.Array:
     """`[E]`: ``1 / deg(receiver)`` on real edges, 0 on padding."""
     deg = degree(graph)
-    return jnp.where(graph.edge_mask, 1.0 / jnp.maximum(deg[graph.receivers], 1.0), 0.0)
+    return jnp.where(graph.edge_mask, 1.0 / jnp.maximum(deg[graph.receivers], jnp.float32(1)), jnp.float32(0))
 
 
 def mean_aggregate(graph: Graph, x_NxH: jax.Array, weights=None) -> jax.Array:

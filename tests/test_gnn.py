@@ -1,0 +1,147 @@
+"""GIST's models: sparse aggregation against dense references, GCN normalisation by hand, GraphSAGE's tiled
+sub-networks, and the vectorised round against the plain loop and across runtimes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import istjax
+from istjax.algorithms.reference import reference_round
+from istjax.graph import Graph, from_edges, ops
+from istjax.models.gnn import GCN, GraphSAGE
+
+N, F, C, K, B = 12, 5, 3, 2, 6
+
+
+def _graph(n=N, m=24, seed=0):
+    rng = np.random.default_rng(seed)
+    return from_edges(rng.normal(size=(n, F)).astype(np.float32), rng.integers(0, n, size=(m, 2)))
+
+
+def _dense_adjacency(g: Graph) -> np.ndarray:
+    a = np.zeros((g.num_nodes, g.num_nodes), np.float32)
+    for s, r, ok in zip(np.asarray(g.senders), np.asarray(g.receivers), np.asarray(g.edge_mask)):
+        a[r, s] += float(ok)
+    return a
+
+
+def test_sparse_aggregation_equals_dense_reference():
+    g = _graph()
+    x = np.random.default_rng(1).normal(size=(N, 4)).astype(np.float32)
+    a = _dense_adjacency(g)
+    a_hat = a + np.eye(N, dtype=np.float32)
+    d = a_hat.sum(1)
+    want_gcn = (a_hat / np.sqrt(d)[:, None] / np.sqrt(d)[None, :]) @ x
+    np.testing.assert_allclose(np.asarray(ops.gcn_propagate(g, jnp.asarray(x))), want_gcn, rtol=1e-5, atol=1e-6)
+    deg = a.sum(1)
+    want_mean = np.where(deg[:, None] > 0, (a @ x) / np.maximum(deg, 1)[:, None], 0.0)
+    np.testing.assert_allclose(np.asarray(ops.mean_aggregate(g, jnp.asarray(x))), want_mean, rtol=1e-5, atol=1e-6)
+
+
+def test_gcn_normalisation_by_hand_on_a_path():
+    """The path 0 - 1 - 2 - 3: degrees with self-loops 2, 3, 3, 2, so A_hat[0, 1] = 1 / sqrt(2 * 3), A_hat[1, 2] =
+    1/3, A_hat[0, 0] = 1/2, A_hat[1, 1] = 1/3."""
+    g = from_edges(np.zeros((4, 1), np.float32), np.array([[0, 1], [1, 2], [2, 3]]))
+    edge, self_w = (np.asarray(v) for v in ops.gcn_weights(g))
+    w = {(int(s), int(r)): float(e) for s, r, e in zip(np.asarray(g.senders), np.asarray(g.receivers), edge)}
+    assert w[(0, 1)] == pytest.approx(1 / np.sqrt(6)) and w[(1, 0)] == pytest.approx(1 / np.sqrt(6))
+    assert w[(1, 2)] == pytest.approx(1 / 3) and w[(3, 2)] == pytest.approx(1 / np.sqrt(6))
+    np.testing.assert_allclose(self_w, [1 / 2, 1 / 3, 1 / 3, 1 / 2], rtol=1e-6)
+    # x = e_0: node 0 keeps 1/2 of itself, node 1 receives 1/sqrt(6), nodes 2 and 3 nothing.
+    out = np.asarray(ops.gcn_propagate(g, jnp.asarray([[1.0], [0.0], [0.0], [0.0]])))[:, 0]
+    np.testing.assert_allclose(out, [0.5, 1 / np.sqrt(6), 0.0, 0.0], rtol=1e-6)
+
+
+def test_padding_contributes_nothing():
+    g = _graph()
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(N, 3)), jnp.float32)
+    pad = Graph(jnp.concatenate([g.nodes, jnp.zeros((2, F))]),
+                jnp.concatenate([g.senders, jnp.zeros((5,), jnp.int32)]),
+                jnp.concatenate([g.receivers, jnp.zeros((5,), jnp.int32)]),
+                jnp.concatenate([g.edge_mask, jnp.zeros((5,), bool)]),
+                jnp.concatenate([g.node_mask, jnp.zeros((2,), bool)]))
+    xp = jnp.concatenate([x, jnp.ones((2, 3))])
+    np.testing.assert_allclose(np.asarray(ops.gcn_propagate(pad, xp))[:N], np.asarray(ops.gcn_propagate(g, x)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ops.mean_aggregate(pad, xp))[:N], np.asarray(ops.mean_aggregate(g, x)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_from_edges_refuses_out_of_range_indices():
+    with pytest.raises(ValueError, match=r"ind.cora.graph: edge 1 = \[2, 7\] refers to a node outside \[0, 5\)"):
+        from_edges(np.zeros((5, 2)), np.array([[0, 1], [2, 7]]), where="ind.cora.graph")
+
+
+def _task(model, g):
+    return istjax.classifier(model, jnp.zeros((B,)), example_shared={"graph": g})
+
+
+def _batches(w, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": jnp.asarray(rng.integers(0, N, size=(w, K, B)), jnp.float32),
+            "y": jnp.asarray(rng.integers(0, C, size=(w, K, B)), jnp.int32)}
+
+
+def _close(a, b, rtol=2e-5, atol=2e-6):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb) and la
+    for x, y in zip(la, lb):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def test_graphsage_subnetwork_equals_full_model_without_the_other_features():
+    """Worker w's narrow GraphSAGE (its hidden units, tiled [self, neighbour] rows extracted) computes the full
+    model's logits when every hidden unit w does not hold is removed (its kernel column and bias zeroed)."""
+    g = _graph()
+    model = GraphSAGE(hidden=(8, 6), num_classes=C)
+    task = _task(model, g)
+    assert task.spec.group_sizes == {"hidden_0": 8, "hidden_1": 6}
+    params = task.init(jax.random.key(0))
+    p = istjax.uniform().sample(jax.random.key(1), task.spec.group_sizes, 2)
+    sub = istjax.extract(params, p, task.spec)
+    ids = jnp.arange(N, dtype=jnp.float32)
+    for w in range(2):
+        slots = {g_: int(p.indices[g_].shape[1]) for g_ in p.indices}
+        got = model.subnet(slots).apply({"params": jax.tree.map(lambda a: a[w], sub)}, ids, {"graph": g})
+        removed = jax.tree.map(lambda a: a, params)
+        for i in range(2):
+            keep = np.zeros(model.hidden[i], np.float32)
+            keep[np.asarray(p.indices[f"hidden_{i}"][w])] = 1.0
+            layer = removed[f"layer_{i}"]
+            layer["kernel"], layer["bias"] = layer["kernel"] * keep[None, :], layer["bias"] * keep
+        want = model.apply({"params": removed}, ids, {"graph": g})
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    # The tiled axis: layer 1's kernel rows i and i + 8 both belong to hidden unit i of layer 0.
+    rows = np.asarray(sub["layer_1"]["kernel"]).shape
+    assert rows == (2, 2 * 4, 3)
+
+
+@pytest.mark.parametrize("model", [GCN(hidden=(8, 6), num_classes=C, layer_norm=True),
+                                   GraphSAGE(hidden=(8, 6), num_classes=C, layer_norm=True)],
+                         ids=["gcn", "sage"])
+def test_gist_round_equals_reference_loop_and_devices(model):
+    g = _graph()
+    task = _task(model, g)
+    alg = istjax.ist(task, optax.sgd(0.1, momentum=0.9), num_workers=2, local_steps=K)
+    state = alg.init(jax.random.key(3))
+    b = _batches(2)
+    fast, metrics = alg.round(state, b, {"graph": g})
+    _close(fast.params, reference_round(alg, state, b, {"graph": g}).params)
+    assert np.isfinite(float(metrics["train_loss"]))
+    dev = istjax.ist(task, optax.sgd(0.1, momentum=0.9), num_workers=2, local_steps=K, backend="devices")
+    _close(dev.round(state, b, {"graph": g})[0].params, fast.params, rtol=1e-4, atol=1e-5)
+    # The output bias is the only shared leaf; every other weight is partitioned.
+    shared = {"/".join(str(k.key) for k in path) for path, leaf in
+              jax.tree_util.tree_flatten_with_path(task.spec.leaves)[0] if leaf.shared}
+    assert shared == {"output/bias"}
+
+
+def test_bad_hidden_widths_are_refused():
+    with pytest.raises(ValueError, match=r"GCN.hidden=\(\): give the hidden widths"):
+        GCN(hidden=())
+    g = _graph()
+    task = _task(GCN(hidden=(7,), num_classes=C), g)
+    with pytest.raises(ValueError, match="not divisible by num_workers=2"):
+        istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
