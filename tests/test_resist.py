@@ -1,6 +1,8 @@
 """ResIST (arXiv 2107.00961): IST over the depth of a pre-activation ResNet, shared layers averaged, test-time
 branch scaling. Checked against the plain reference loop, by hand, and across runtimes."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -201,6 +203,16 @@ def test_resist_from_a_config(tmp_path):
     c.eval_train_examples, c.target_accuracy = 400, None
     summary = istjax.train_and_evaluate(c, tmp_path / "run")
     assert summary["algorithm"] == "resist" and summary["rounds"] == 2
+    # The driver evaluates ResIST's test-time network (branches scaled), and `istjax eval` agrees; the same
+    # checkpoint evaluated without the scale is another network.
+    from istjax.experiment.driver import evaluate_run
+
+    scaled = evaluate_run(tmp_path / "run")
+    assert scaled["test_loss"] == pytest.approx(summary["test_loss"], rel=1e-5)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    saved["resist_test_scale"] = False
+    (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
+    assert evaluate_run(tmp_path / "run")["test_loss"] != pytest.approx(scaled["test_loss"], rel=1e-4)
     c.resist_min_depth = 0
     with pytest.raises(config_lib.ConfigError, match=r"resist_min_depth=0: num_workers=4 is more than the 2"):
         config_lib.validate(c)

@@ -122,6 +122,9 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
         algorithm = factory(task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
                             local_steps=int(config.local_steps), backend=config.backend,
                             **_factory_options(config, factory))
+        # The algorithm's own task: the one it trains, and the one to evaluate (ResIST's carries the test-time
+        # network whose partitioned branches are scaled).
+        task = algorithm.task
         batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
                                           local_steps=int(config.local_steps), batch_size=int(config.batch_size),
                                           seed=int(config.seed), sharding=config.sharding)
