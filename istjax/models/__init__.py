@@ -17,6 +17,8 @@ before anything is built, and `register_model` adds a user's module (see ``docs/
 * ``"vgg"``: a small VGG with BatchNorm and a width multiplier (`istjax.models.vgg`).
 * ``"depth_resnet"``: a pre-activation ResNet whose deep blocks are neuron groups, for ResIST
   (`istjax.models.resist`).
+* ``"gcn"`` / ``"graphsage"``: graph networks for GIST, hidden features partitioned, reading the dataset's graph as
+  the shared input (`istjax.models.gnn`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 import flax.linen as nn
 
 from istjax.models.cnn import CNN as CNN
+from istjax.models.gnn import GCN as GCN
+from istjax.models.gnn import GraphSAGE as GraphSAGE
 from istjax.models.mlp import MLP as MLP
 from istjax.models.mlp import batch_norm as batch_norm
 from istjax.models.resist import DepthResNet as DepthResNet
@@ -36,11 +40,11 @@ from istjax.models.resnet import PreActResNet as PreActResNet
 from istjax.models.resnet import ResNet as ResNet
 from istjax.models.vgg import VGG as VGG
 
-__all__ = ["CNN", "DepthResNet", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG", "batch_norm", "build_model", "model_fields",
+__all__ = ["CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG", "batch_norm", "build_model", "model_fields",
            "register_model"]
 
 MODELS: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet,
-                                      "vgg": VGG, "depth_resnet": DepthResNet}
+                                      "vgg": VGG, "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE}
 
 # Fields the library fills in from the data, never from the config.
 _FROM_DATA = ("num_classes",)
