@@ -1,0 +1,106 @@
+"""Node classification as an `istjax.Task`, for full-graph and Cluster-GCN mini-batch training.
+
+Full graph (graphs that fit): the batch is ``{"x": node ids [B], "y": labels [B]}`` and the graph is the shared
+input ``shared["graph"]``; the model runs over the whole graph and is scored at the batch's nodes. That is
+`istjax.classifier` as it is: `node_classifier(model, shared)`.
+
+Cluster mini-batches (graphs that do not): the graph's nodes are partitioned into C clusters
+(`istjax.graph.clusters.partition_nodes`, METIS), and the shared input also holds the padded cluster table, the
+labels and the training mask (`with_clusters`). A batch is ``{"x": cluster ids [q]}``: the step gathers those
+clusters' induced subgraph on device (`istjax.graph.clusters.subgraph`), runs the model over it and averages the
+loss over its training nodes. Evaluation still runs over the full graph (sparse, so it fits where training steps
+would not). Every worker draws its own clusters as a pure function of (seed, round, worker)
+(`cluster_batch_fn`), covering every training node once per epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from istjax.core.task import Task, classifier
+from istjax.graph import clusters as clusters_lib
+from istjax.graph.graph import Graph
+
+__all__ = ["ClusterBatchFn", "cluster_batch_fn", "cluster_classifier", "node_classifier", "with_clusters"]
+
+
+def node_classifier(model, shared: dict, batch_size: int = 2) -> Task:
+    """Full-graph node classification: ``model(node ids, shared)`` scored at the batch's nodes."""
+    return classifier(model, jnp.zeros((batch_size,), jnp.float32), example_shared=shared)
+
+
+def with_clusters(shared: dict, labels: np.ndarray, train_idx: np.ndarray, num_clusters: int, *,
+                  method: str = "metis", seed: int = 0) -> dict:
+    """``shared`` plus what cluster mini-batches read: ``labels [N]``, ``train_mask [N]`` and ``clusters`` (the
+    padded `istjax.graph.clusters.ClusterTable` of a ``method`` partition into ``num_clusters``)."""
+    graph: Graph = shared["graph"]
+    n = graph.num_nodes
+    train_mask = np.zeros((n,), bool)
+    train_mask[np.asarray(train_idx)] = True
+    assignment = clusters_lib.partition_nodes(graph, n, num_clusters, method=method, seed=seed)
+    table = clusters_lib.cluster_table(graph, assignment, train_mask, num_clusters=num_clusters)
+    return {**shared, "labels": jnp.asarray(labels, jnp.int32), "train_mask": jnp.asarray(train_mask),
+            "clusters": table}
+
+
+def cluster_classifier(model, shared: dict) -> Task:
+    """A task whose training step reads a batch of cluster ids (see the module docstring); ``shared`` must come
+    from `with_clusters`. Evaluation, parameters and spec are `node_classifier`'s."""
+    if "clusters" not in shared:
+        raise ValueError("cluster_classifier: shared has no 'clusters'; build it with "
+                         "istjax.graph.task.with_clusters(shared, labels, train_idx, num_clusters).")
+    base = node_classifier(model, shared)
+
+    def train_loss(units):
+        module = model if units is None else model.subnet(units)
+
+        def loss(params, model_state, batch, shared=None):
+            g, labels, mask = clusters_lib.subgraph(shared["clusters"], shared["graph"].nodes, shared["labels"],
+                                                    shared["train_mask"], batch["x"].astype(jnp.int32))
+            logits = module.apply({"params": params, **model_state}, g, method=type(module).propagate)
+            weight = mask.astype(jnp.float32)
+            count = jnp.maximum(jnp.sum(weight), jnp.float32(1))
+            ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+            correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+            return jnp.sum(ce * weight) / count, ({"accuracy": jnp.sum(correct * weight) / count}, model_state)
+
+        return loss
+
+    return dataclasses.replace(base, train_loss=train_loss, example_x=jnp.zeros((2,), jnp.int32))
+
+
+class ClusterBatchFn:
+    """The `istjax.data.BatchFn` interface over `istjax.graph.clusters.cluster_batches`: ``batches(round) ->
+    {"x": cluster ids [W, K, q] int32, "y": zeros [W, K, q]}`` (``y`` is unused; labels come from the shared
+    input), and ``apply(data, round)`` with ``data = {"key": stream key}`` for fused, traced use."""
+
+    def __init__(self, inner: clusters_lib.ClusterBatches):
+        self.inner = inner
+        self.data = {"key": inner.key}
+
+    def apply(self, data: dict, round_index: Any) -> dict:
+        ids = self.inner.apply(data["key"], round_index)
+        return {"x": ids, "y": jnp.zeros_like(ids)}
+
+    def __call__(self, round_index: Any) -> dict:
+        return self.apply(self.data, round_index)
+
+
+def cluster_batch_fn(shared: dict, *, num_workers: int, local_steps: int, clusters_per_step: int,
+                     seed: int) -> ClusterBatchFn:
+    """Per-worker cluster batches over ``shared["clusters"]`` (every cluster once per epoch per worker)."""
+    table = shared["clusters"]
+    return ClusterBatchFn(clusters_lib.cluster_batches(int(table.num_clusters), num_workers, local_steps,
+                                                       clusters_per_step, seed))
+
+
+def evaluate_full_graph(task: Task, params, model_state, node_ids, labels, shared) -> tuple[jax.Array, dict]:
+    """The full-graph test loss and accuracy at ``node_ids`` (for scripts; the driver chunks the test set)."""
+    return task.evaluate(params, model_state, {"x": jnp.asarray(node_ids, jnp.float32),
+                                               "y": jnp.asarray(labels, jnp.int32)}, shared)
