@@ -5,6 +5,11 @@ import os
 # Must happen before jax is imported anywhere: multi-worker code is tested on fake CPU devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Real data sets for tests (Cora, Citeseer, spoken digits) sit in ../shared/data beside the repository; loaders read
+# $ISTJAX_DATA_DIR. Tests that need a file skip with its path named when it is absent.
+_SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data")
+if os.path.isdir(_SHARED_DATA):
+    os.environ.setdefault("ISTJAX_DATA_DIR", os.path.normpath(_SHARED_DATA))
 
 import jax  # noqa: E402
 

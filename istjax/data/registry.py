@@ -1,7 +1,9 @@
 """The dataset registry: :data:`DATASETS` and :func:`load_dataset`, which loads one by name.
 
-Names are the shipped loaders of :mod:`istjax.data.builtin` and ``fashion_mnist``
-(:mod:`istjax.data.images`, read from Debian's ``dataset-fashion-mnist`` files); ``tfds:<name>``
+Names are the shipped loaders of :mod:`istjax.data.builtin`, ``fashion_mnist``
+(:mod:`istjax.data.images`, read from Debian's ``dataset-fashion-mnist`` files) and the graphs of
+:mod:`istjax.data.graphs` (``cora``, ``citeseer``, ``pubmed`` from Planetoid files, ``csbm`` generated,
+``graph_npz`` from an ``.npz``: node indices as examples, the graph as the shared input); ``tfds:<name>``
 dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
 for, since it pulls in tensorflow-datasets).
 """
@@ -14,6 +16,7 @@ from typing import Any
 
 from istjax.data.builtin import _mnist1d_default_args, load_digits, load_mnist1d, load_synthetic_speech
 from istjax.data.dataset import Dataset
+from istjax.data.graphs import as_dataset, csbm, load_graph
 from istjax.data.images import load_fashion_mnist
 
 __all__ = [
@@ -26,6 +29,12 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "mnist1d": load_mnist1d,
     "synthetic_speech": load_synthetic_speech,
     "fashion_mnist": load_fashion_mnist,
+    "cora": lambda data_dir=None, num_val=500: as_dataset(load_graph("cora", data_dir, num_val=num_val)),
+    "citeseer": lambda data_dir=None, num_val=500: as_dataset(load_graph("citeseer", data_dir, num_val=num_val)),
+    "pubmed": lambda data_dir=None, num_val=500: as_dataset(load_graph("pubmed", data_dir, num_val=num_val)),
+    "csbm": lambda **kwargs: as_dataset(csbm(**kwargs)),
+    "graph_npz": lambda path, normalize_features=False: as_dataset(
+        load_graph("npz", path=path, normalize_features=normalize_features)),
 }
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
 
@@ -33,6 +42,8 @@ DATASETS: tuple[str, ...] = tuple(_LOADERS)
 def _accepted_kwargs(name: str) -> list[str]:
     if name == "mnist1d":
         return sorted([*_mnist1d_default_args(), "disk_cache"])
+    if name == "csbm":
+        return sorted(inspect.signature(csbm).parameters)
     fn = inspect.unwrap(_LOADERS[name])
     return sorted(inspect.signature(fn).parameters)
 

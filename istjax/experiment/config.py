@@ -85,6 +85,13 @@ def default_config() -> ml_collections.ConfigDict:
     c.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
     c.augment = False  # random crop (zero padding of augment_pad pixels) and horizontal flip of image batches
     c.augment_pad = 4
+    # Graph datasets (GIST): "full" (every step runs the model over the whole graph; a batch is batch_size training
+    # nodes) | "clusters" (Cluster-GCN: the graph is cut into num_clusters clusters by cluster_method, "metis" |
+    # "random" | "auto"; a step trains on the subgraph of clusters_per_step clusters; batch_size is unused).
+    c.graph_batches = "full"
+    c.num_clusters = 16
+    c.clusters_per_step = 1
+    c.cluster_method = "metis"
     # The model: `name` from istjax.models.MODELS ("mlp", "cnn", or one added with register_model) and that module's
     # fields (istjax.models.model_fields(name) lists them; num_classes comes from the data). Its neuron groups come
     # from the module's partition_rules().
@@ -302,6 +309,10 @@ def make_task(config: ml_collections.ConfigDict, dataset):
     from istjax.models import build_model
 
     model = build_model(config.model.name, model_fields(config), num_classes=int(dataset.num_classes))
+    if dataset.shared and "clusters" in dataset.shared:
+        from istjax.graph.task import cluster_classifier
+
+        return cluster_classifier(model, dataset.shared)
     return classifier(model, jnp.asarray(dataset.train_x[:2]), example_shared=dataset.shared)
 
 
@@ -412,7 +423,10 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
         bad("augment", f"crops and flips images [N, H, W, C], but dataset={config.dataset!r} holds "
                        f"{np.shape(dataset.train_x)[1:]}-shaped examples. Use an image dataset (e.g. fashion_mnist) "
                        f"or augment=False.")
-    if dataset is not None and ok["num_workers"] and ok["batch_size"]:
+    clusters = _check_graph_batches(config, dataset, bad, choice)
+    if clusters is not None:
+        dataset = clusters
+    elif dataset is not None and ok["num_workers"] and ok["batch_size"]:
         n, w, b = len(dataset.train_y), config.num_workers, config.batch_size
         shard = n // w if config.sharding == "disjoint" else n
         if b > shard:
@@ -432,6 +446,45 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     if problems:
         raise ConfigError(problems)
     return dataset
+
+
+def _check_graph_batches(config, dataset, bad, choice):
+    """Checks the graph-batching fields; with ``graph_batches="clusters"`` on a graph dataset returns the dataset
+    with the cluster table in its shared input (`istjax.graph.task.with_clusters`), else None."""
+    from istjax.graph.clusters import METHODS
+
+    if not choice("graph_batches", ("full", "clusters")) or config.graph_batches == "full":
+        return None
+    choice("cluster_method", METHODS)
+    for field in ("num_clusters", "clusters_per_step"):
+        if not _is_int(config[field]) or config[field] < 1:
+            bad(field, "must be a positive integer.")
+            return None
+    if config.clusters_per_step > config.num_clusters:
+        bad("clusters_per_step", f"must be at most num_clusters={config.num_clusters}.")
+        return None
+    if dataset is None:
+        return None
+    if not dataset.shared or "graph" not in dataset.shared:
+        bad("graph_batches", f"cuts a graph into clusters, but dataset={config.dataset!r} has no graph. Use a "
+                             f"graph dataset (cora, citeseer, pubmed, csbm) or graph_batches='full'.")
+        return None
+    n = dataset.shared["graph"].num_nodes
+    if config.num_clusters > n:
+        bad("num_clusters", f"the graph has only {n} nodes; use at most {n} clusters.")
+        return None
+    from istjax.graph.task import with_clusters
+
+    train_idx = np.asarray(dataset.train_x).astype(np.int64)
+    labels = np.zeros((n,), np.int32)
+    labels[train_idx] = dataset.train_y
+    try:
+        shared = with_clusters(dataset.shared, labels, train_idx, int(config.num_clusters),
+                               method=config.cluster_method, seed=int(config.seed))
+    except (ImportError, ValueError) as e:
+        bad("cluster_method", str(e))
+        return None
+    return dataset._replace(shared=shared)
 
 
 def _check_schedule(config, bad, choice) -> None:

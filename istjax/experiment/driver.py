@@ -125,9 +125,17 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
         # The algorithm's own task: the one it trains, and the one to evaluate (ResIST's carries the test-time
         # network whose partitioned branches are scaled).
         task = algorithm.task
-        batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
-                                          local_steps=int(config.local_steps), batch_size=int(config.batch_size),
-                                          seed=int(config.seed), sharding=config.sharding)
+        if dataset.shared and "clusters" in dataset.shared:  # Cluster-GCN mini-batches (graph_batches="clusters")
+            from istjax.graph.task import cluster_batch_fn
+
+            batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
+                                        local_steps=int(config.local_steps),
+                                        clusters_per_step=int(config.clusters_per_step), seed=int(config.seed))
+        else:
+            batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
+                                              local_steps=int(config.local_steps),
+                                              batch_size=int(config.batch_size), seed=int(config.seed),
+                                              sharding=config.sharding)
         if config.augment:
             batch_fn = data_lib.augmented(batch_fn, pad=int(config.augment_pad))
     except (TypeError, ValueError) as e:
