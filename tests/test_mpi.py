@@ -60,7 +60,9 @@ def test_model_state_and_shared_inputs_on_mpi():
     for check in ("cnn ist parameter_server: mpi == simulate", "cnn ist sharded: mpi == simulate",
                   "cnn resist parameter_server: mpi == simulate", "(step lr schedule): mpi == simulate",
                   "cnn data_parallel: mpi == simulate", "cnn local_sgd: mpi == simulate",
-                  "shared input (parameter_server)", "shared input (sharded)"):
+                  "shared input (parameter_server)", "shared input (sharded)",
+                  "gist graphsage full graph (parameter_server)",
+                  "gist gcn cluster batches (parameter_server)", "gist gcn cluster batches (sharded)"):
         assert check in out.stdout, check
 
 
