@@ -29,7 +29,7 @@ CONFIGS = REPO / "experiments" / "configs"
 
 STUDIES = {
     "resnet": ["--config", str(CONFIGS / "fmnist_resnet_ist.py"), "--workers", "2,4",
-               "--title", "Channel IST vs data parallel vs local SGD, ResNet-18 shape at 1/16 width, Fashion-MNIST"],
+               "--title", "Channel IST vs data parallel vs local SGD, ResNet-18 shape at 1/8 width, Fashion-MNIST"],
     "resist": ["--config", str(CONFIGS / "fmnist_resist.py"), "--algorithms", "resist,local_sgd",
                "--workers", "2,4,8", "--title", "ResIST vs local SGD, pre-activation ResNet (2-2-9 blocks), "
                                                  "Fashion-MNIST"],
