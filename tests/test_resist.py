@@ -185,6 +185,10 @@ def test_bad_resist_input_is_refused_before_compiling():
         _model(partitioned_stages=(5,))
     with pytest.raises(ValueError, match=r"stage 0 has 1 block\(s\)"):
         _model(stage_sizes=(1, 4), partitioned_stages=(0,))
+    with pytest.raises(ValueError, match=r"model_state='recompute', test_scale=True\): recomputed statistics"):
+        istjax.resist(_model(), X, optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute")
+    istjax.resist(_model(), X, optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
+                  test_scale=False)  # consistent: the unscaled network is evaluated
     # Partitioning one section only (the ablation): the other stage's blocks are shared.
     one = istjax.resist(_model(partitioned_stages=(1,)), X, optax.sgd(0.1), num_workers=2, local_steps=1)
     assert one.task.spec.group_sizes == {"blocks_1": 3}
