@@ -153,3 +153,14 @@ def test_conv_yardstick_records_every_conv_of_a_resnet():
     out = jax.block_until_ready(fn(*args))
     assert len(out) == len(convs) and out[0][0].shape == (2, 2, 32, 32, 4)
     assert out[1][2].shape == args[2].shape  # an input gradient, shaped like the conv's input
+
+
+def test_graph_benchmark_runs_at_quick_size(tmp_path):
+    """The GIST benchmark end to end at its CI size: every study reports, the targets are computed from them."""
+    from experiments.benchmarks import graph
+
+    out = graph.main(["--quick", "--out", str(tmp_path / "g.json")])
+    assert {r["W"] for r in out["throughput"]} == {1, 2, 4}
+    assert out["throughput"][0]["algorithm"] == "full model" and out["round_overhead"]["W"] == 2
+    assert out["aggregation"]["aggregate_vs_copy"] > 0 and len(out["targets"]) == 2
+    assert (tmp_path / "g.md").read_text().startswith("GIST benchmarks (quick)")

@@ -1,0 +1,160 @@
+"""GIST benchmarks: sparse aggregation against memory bandwidth, round overhead, and throughput.
+
+Run from the repository root::
+
+    .venv/bin/python -m experiments.benchmarks.graph            # full, a few minutes on 2 CPU cores
+    .venv/bin/python -m experiments.benchmarks.graph --quick    # CI-size smoke run
+
+Workload: a generated contextual stochastic block model (`istjax.data.graphs.csbm`, average degree 10) and a
+GraphSAGE with two hidden layers (LayerNorm), full-graph training, Adam. Studies (the issue's speed goals):
+
+1. `istjax.graph.ops.mean_aggregate` of ``[N, H]`` features against a jitted copy of the ``[E, H]`` messages it
+   gathers (the bytes it must at least read and write): goal >= 0.5 of the copy's rate;
+2. partition + extract + merge as a share of a GIST round at K = 20: goal <= 10 %;
+3. throughput, nodes per second (``W * K * N`` node updates per round over the round's time) of GIST at W = 2 and 4
+   against full-model training (W = 1, the same code), side by side.
+
+Ratios of medians measured interleaved in one process (`measure.interleaved`); results go to ``--out`` (default
+``experiments/benchmarks/results_graph.json`` and ``.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import istjax
+from experiments.benchmarks import measure
+from experiments.benchmarks import run as suite
+from experiments.benchmarks.conv import _jsonable
+from istjax.data.graphs import as_dataset, csbm
+from istjax.graph import ops
+from istjax.graph import task as graph_task
+from istjax.models import GraphSAGE
+
+FULL = dict(num_nodes=50_000, hidden=256, features=64, batch=512, reps=5)
+QUICK = dict(num_nodes=4_000, hidden=64, features=16, batch=128, reps=2)
+
+
+def aggregation(shared: dict, hidden: int, reps: int) -> dict[str, Any]:
+    g = shared["graph"]
+    x = jax.device_put(np.random.default_rng(0).standard_normal((g.num_nodes, hidden), np.float32))
+    msgs = jax.device_put(np.zeros((g.num_edges, hidden), np.float32))
+    agg = jax.jit(lambda x: ops.mean_aggregate(g, x))
+    cp = measure.copy_fn()
+    t = measure.interleaved({"aggregate": lambda: agg(x), "copy_messages": lambda: cp(msgs)}, reps)
+    nbytes = g.num_edges * hidden * 4
+    return {"nodes": g.num_nodes, "edges": g.num_edges, "hidden": hidden,
+            "aggregate_s": t["aggregate"].median, "copy_s": t["copy_messages"].median,
+            "aggregate_GBps": nbytes / t["aggregate"].median / 1e9, "copy_GBps": nbytes / t["copy_messages"].median / 1e9,
+            "aggregate_vs_copy": t["copy_messages"].median / t["aggregate"].median,
+            "timings": {k: v.as_dict() for k, v in t.items()}}
+
+
+def _batches(n_train: int, w: int, k: int, b: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"x": jax.device_put(rng.integers(0, n_train, size=(w, k, b)).astype(np.float32)),
+            "y": jax.device_put(rng.integers(0, 10, size=(w, k, b)).astype(np.int32))}
+
+
+def overhead_and_throughput(task, shared: dict, batch: int, reps: int, workers: Sequence[int], k: int):
+    """Round overhead of GIST at W = workers[1] and throughput at every W (full-model training at W = 1)."""
+    n = shared["graph"].num_nodes
+    rounds, over = {}, None
+    for w in workers:
+        alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=k)
+        state = jax.jit(alg.init)(jax.random.key(0))
+        b = _batches(n, w, k, batch)
+        rounds[w] = (lambda alg=alg, state=state, b=b: alg.round(state, b, shared))
+        if over is None and w > 1:
+            spec = alg.task.spec
+            workers_, plan = jax.jit(alg.distribute)(state)
+            sample = jax.jit(lambda key: alg.sampler.sample(key, spec.group_sizes, w))
+            ex = jax.jit(lambda p, part: istjax.extract(p, part, spec))
+            mg = jax.jit(lambda p, sub, part: istjax.merge(p, sub, part, spec))
+            t = measure.interleaved({
+                "round": rounds[w], "partition": lambda: sample(state.key),
+                "extract": lambda: ex(state.params, plan.partition),
+                "merge": lambda: mg(state.params, workers_.params, plan.partition)}, reps)
+            parts = t["partition"].median + t["extract"].median + t["merge"].median
+            over = {"W": w, "K": k, "round_s": t["round"].median, "partition_s": t["partition"].median,
+                    "extract_s": t["extract"].median, "merge_s": t["merge"].median,
+                    "overhead_share_parts": parts / t["round"].median,
+                    "timings": {name: v.as_dict() for name, v in t.items()}}
+    t = measure.interleaved({str(w): fn for w, fn in rounds.items()}, reps)
+    rows = [{"algorithm": "full model" if w == 1 else "gist", "W": w, "K": k, "round_s": t[str(w)].median,
+             "nodes_per_s": w * k * n / t[str(w)].median} for w in workers]
+    return over, rows
+
+
+def run(quick: bool) -> dict[str, Any]:
+    s = QUICK if quick else FULL
+    t0 = time.time()
+    data = csbm(num_nodes=s["num_nodes"], num_classes=10, num_features=s["features"], avg_degree=10.0, seed=0,
+                num_val=100, num_test=500)
+    shared = as_dataset(data).shared
+    task = graph_task.node_classifier(GraphSAGE(hidden=(s["hidden"], s["hidden"]), num_classes=10,
+                                                layer_norm=True), shared)
+    out: dict[str, Any] = {"machine": suite.machine(), "quick": quick, "graph": repr(data), "hidden": s["hidden"]}
+    print("1. aggregation vs copy", flush=True)
+    out["aggregation"] = aggregation(shared, s["hidden"], s["reps"])
+    print("2-3. round overhead and throughput", flush=True)
+    out["round_overhead"], out["throughput"] = overhead_and_throughput(
+        task, shared, s["batch"], s["reps"], (1, 2, 4), 4 if quick else 20)
+    agg, ro = out["aggregation"], out["round_overhead"]
+    out["targets"] = [
+        {"goal": "aggregation / copy of the gathered messages", "measured": agg["aggregate_vs_copy"],
+         "target": ">= 0.5", "met": agg["aggregate_vs_copy"] >= 0.5},
+        {"goal": "partition + extract + merge share of a GIST round", "measured": ro["overhead_share_parts"],
+         "target": "<= 0.1", "met": ro["overhead_share_parts"] <= 0.1}]
+    out["wall_s"] = time.time() - t0
+    return out
+
+
+def markdown(out: dict[str, Any]) -> str:
+    m = out["machine"]
+    lines = [f"GIST benchmarks ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, jax {m.get('jax', '')}, "
+             f"{out['wall_s']:.0f} s; {out['graph']}, GraphSAGE {out['hidden']}-{out['hidden']}", "",
+             "| goal | measured | target | met |", "|---|---|---|---|"]
+    lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
+              for r in out["targets"]]
+    a, ro = out["aggregation"], out["round_overhead"]
+    lines += ["", f"Mean aggregation of [{a['nodes']}, {a['hidden']}] over {a['edges']} edges: "
+                  f"{a['aggregate_s'] * 1e3:.2f} ms ({a['aggregate_GBps']:.2f} GB/s of messages); copy of the messages "
+                  f"{a['copy_s'] * 1e3:.2f} ms ({a['copy_GBps']:.2f} GB/s). GIST round at W={ro['W']}, K={ro['K']}: "
+                  f"{ro['round_s'] * 1e3:.1f} ms; partition {ro['partition_s'] * 1e3:.2f} ms, extract "
+                  f"{ro['extract_s'] * 1e3:.2f} ms, merge {ro['merge_s'] * 1e3:.2f} ms.", "",
+              "| algorithm | W | K | round (ms) | nodes/s |", "|---|---|---|---|---|"]
+    lines += [f"| {r['algorithm']} | {r['W']} | {r['K']} | {r['round_s'] * 1e3:.1f} | {r['nodes_per_s']:,.0f} |"
+              for r in out["throughput"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks.graph", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
+    p.add_argument("--out", default=None, help="JSON path (default experiments/benchmarks/results_graph[_quick].json)")
+    args = p.parse_args(argv)
+    here = pathlib.Path(__file__).resolve().parent
+    path = pathlib.Path(args.out or here / ("results_graph_quick.json" if args.quick else "results_graph.json"))
+    out = run(args.quick)
+    path.write_text(json.dumps(_jsonable(out), indent=2) + "\n")
+    md = markdown(out)
+    path.with_suffix(".md").write_text(md)
+    print(md)
+    print(f"wrote {path} and {path.with_suffix('.md')}")
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
