@@ -200,3 +200,41 @@ def test_gist_from_configs_full_graph_and_clusters(tmp_path):
     c.dataset, c.dataset_kwargs, c.clusters_per_step = "digits", ml_collections.ConfigDict(), 1
     with pytest.raises(config_lib.ConfigError, match="graph_batches='clusters': cuts a graph into clusters"):
         config_lib.validate(c)
+
+
+def test_dropout_draws_from_the_step_key_the_batch_carries(tmp_path):
+    """Dropout in training only, from the per-(worker, step) key `with_step_keys` adds: the same keys give the same
+    round (and the plain loop agrees), other keys another round; the driver adds the keys when the rate is > 0."""
+    from istjax.data.augment import _DROPOUT_TAG, _round_keys
+
+    g = _graph()
+    task = _task(GCN(hidden=(8,), num_classes=C, dropout=0.5), g)
+    alg = istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=K)
+    state = alg.init(jax.random.key(0))
+    b = _batches(2)
+    keyed = {**b, "rng": _round_keys(jnp.uint32(0), jnp.int32(0), 2, K, _DROPOUT_TAG)}
+    other = {**b, "rng": _round_keys(jnp.uint32(1), jnp.int32(0), 2, K, _DROPOUT_TAG)}
+    one, _ = alg.round(state, keyed, {"graph": g})
+    _close(one.params, alg.round(state, keyed, {"graph": g})[0].params)
+    _close(one.params, reference_round(alg, state, keyed, {"graph": g}).params)
+    assert not np.allclose(np.asarray(one.params["layer_0"]["kernel"]),
+                           np.asarray(alg.round(state, other, {"graph": g})[0].params["layer_0"]["kernel"]))
+    batch = {"x": jnp.arange(N, dtype=jnp.float32), "y": jnp.zeros((N,), jnp.int32)}
+    e1 = task.evaluate(one.params, one.model_state, batch, {"graph": g})[0]
+    assert float(e1) == float(task.evaluate(one.params, one.model_state, batch, {"graph": g})[0])
+    with pytest.raises(ValueError, match=r"GCN.dropout=1.5: must be a rate in \[0, 1\)"):
+        GCN(dropout=1.5)
+
+    import ml_collections
+
+    from istjax.experiment import config as config_lib
+
+    c = config_lib.default_config()
+    c.dataset = "csbm"
+    c.dataset_kwargs = ml_collections.ConfigDict({"num_nodes": 400, "num_classes": 3, "num_features": 8,
+                                                  "num_val": 50, "num_test": 200, "seed": 1})
+    c.model = ml_collections.ConfigDict({"name": "gcn", "hidden": (16,), "dropout": 0.5})
+    c.num_workers, c.local_steps, c.batch_size, c.sharding = 2, 2, 30, "shared"
+    c.num_rounds, c.eval_every, c.progress, c.target_accuracy = 2, 2, False, None
+    summary = istjax.train_and_evaluate(c, tmp_path / "dropout")
+    assert summary["rounds"] == 2 and np.isfinite(summary["test_loss"])

@@ -179,10 +179,10 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
     if eval_model is None:
         eval_model = model.eval_module() if callable(getattr(model, "eval_module", None)) else model
 
-    def call(module, variables, batch_x, shared, train, mutable=False):
+    def call(module, variables, batch_x, shared, train, mutable=False, rngs=None):
         args = (batch_x,) if shared is None else (batch_x, shared)
         kwargs = {"train": train} if takes_train else {}
-        return module.apply(variables, *args, mutable=mutable, **kwargs)
+        return module.apply(variables, *args, mutable=mutable, rngs=rngs, **kwargs)
 
     def variables(key):
         return model.init(key, example_x, *(() if example_shared is None else (example_shared,)),
@@ -216,12 +216,13 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
             module = model.subnet(units)
 
         def loss(params, model_state, batch, shared=None):
+            rngs = {"dropout": batch["rng"]} if "rng" in batch else None  # a step key (istjax.data.with_step_keys)
             if collections:
                 logits, updated = call(module, {"params": params, **model_state}, batch["x"], shared, True,
-                                       mutable=list(collections))
+                                       mutable=list(collections), rngs=rngs)
                 model_state = {c: updated[c] for c in collections}
             else:
-                logits = call(module, {"params": params}, batch["x"], shared, True)
+                logits = call(module, {"params": params}, batch["x"], shared, True, rngs=rngs)
             value, aux = scores(logits, batch["y"])
             return value, (aux, model_state)
 

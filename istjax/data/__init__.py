@@ -15,6 +15,7 @@ Modules:
 
 from istjax.data.augment import augment_batches as augment_batches
 from istjax.data.augment import augmented as augmented
+from istjax.data.augment import with_step_keys as with_step_keys
 from istjax.data.batching import SHARDINGS as SHARDINGS
 from istjax.data.batching import Batch as Batch
 from istjax.data.batching import BatchFn as BatchFn
@@ -46,6 +47,7 @@ __all__ = [
     "Dataset",
     "augment_batches",
     "augmented",
+    "with_step_keys",
     "eval_batches",
     "load_dataset",
     "load_digits",

@@ -129,9 +129,10 @@ def augment_params(key: jax.Array, batch_size: int, *, pad: int = 4, flip: bool 
     return _draw_jit(key, _check_positive("batch_size", batch_size), pad, flip)
 
 
-def _round_keys(seed: jax.Array, round_index: jax.Array, num_workers: int, local_steps: int) -> jax.Array:
-    """`[W, K]` keys, `fold_in(fold_in(fold_in(fold_in(PRNGKey(seed), _AUGMENT_TAG), round), w), k)`."""
-    kr = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), _AUGMENT_TAG), round_index)
+def _round_keys(seed: jax.Array, round_index: jax.Array, num_workers: int, local_steps: int,
+                tag: int = _AUGMENT_TAG) -> jax.Array:
+    """`[W, K]` keys, `fold_in(fold_in(fold_in(fold_in(PRNGKey(seed), tag), round), w), k)`."""
+    kr = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), tag), round_index)
 
     def worker(w: jax.Array) -> jax.Array:
         kw = jax.random.fold_in(kr, w)
@@ -203,3 +204,35 @@ class AugmentedBatchFn(BatchFn):
 def augmented(batch_fn: BatchFn, *, pad: int = 4, flip: bool = True) -> AugmentedBatchFn:
     """``batch_fn`` with random crops (``pad`` pixels) and horizontal flips on every batch; images only."""
     return AugmentedBatchFn(batch_fn, pad=pad, flip=flip)
+
+
+_DROPOUT_TAG = 0x4452_4F50  # "DROP"
+
+
+class KeyedBatchFn:
+    """A batch function whose batches also carry ``"rng": [W, K, 2] uint32``, one raw PRNG key per worker and step,
+    ``fold_in(fold_in(fold_in(fold_in(PRNGKey(seed), _DROPOUT_TAG), round), w), k)``: what a model's dropout draws
+    from (`istjax.classifier` passes it as the ``"dropout"`` rng in training). A pure function of (seed, round,
+    worker, step), so a resumed run drops the same units; wraps any batch function with ``data``, ``apply`` and
+    ``__call__`` (`istjax.data.BatchFn`, augmented or graph-cluster ones)."""
+
+    def __init__(self, inner: Any, seed: int):
+        self.inner = inner
+        self.seed = check_seed(seed)
+        self.data = inner.data
+
+    def _keyed(self, batches: dict, round_index: Any) -> dict:
+        w, k = batches["y"].shape[:2]
+        keys = _round_keys(jnp.asarray(self.seed, jnp.uint32), _as_round(round_index), w, k, _DROPOUT_TAG)
+        return {**batches, "rng": keys}
+
+    def apply(self, data: dict, round_index: Any) -> dict:
+        return self._keyed(self.inner.apply(data, round_index), round_index)
+
+    def __call__(self, round_index: Any) -> dict:
+        return self._keyed(self.inner(round_index), round_index)
+
+
+def with_step_keys(batch_fn: Any, seed: int) -> KeyedBatchFn:
+    """``batch_fn`` whose batches carry a dropout key per worker and step (see `KeyedBatchFn`)."""
+    return KeyedBatchFn(batch_fn, seed)

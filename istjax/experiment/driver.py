@@ -138,6 +138,8 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
                                               sharding=config.sharding)
         if config.augment:
             batch_fn = data_lib.augmented(batch_fn, pad=int(config.augment_pad))
+        if float(getattr(task.module, "dropout", 0) or 0) > 0:  # a step key per worker and step for dropout
+            batch_fn = data_lib.with_step_keys(batch_fn, int(config.seed))
     except (TypeError, ValueError) as e:
         where = f"backend={config.backend!r}" + (f", mpi_mode={config.mpi_mode!r}" if config.backend == "mpi" else "")
         raise ConfigError([f"{config.algorithm} on {where}: {e}"]) from e

@@ -63,7 +63,9 @@ def cluster_classifier(model, shared: dict) -> Task:
         def loss(params, model_state, batch, shared=None):
             g, labels, mask = clusters_lib.subgraph(shared["clusters"], shared["graph"].nodes, shared["labels"],
                                                     shared["train_mask"], batch["x"].astype(jnp.int32))
-            logits = module.apply({"params": params, **model_state}, g, method=type(module).propagate)
+            rngs = {"dropout": batch["rng"]} if "rng" in batch else None  # a step key, istjax.data.with_step_keys
+            logits = module.apply({"params": params, **model_state}, g, True, method=type(module).propagate,
+                                  rngs=rngs)
             weight = mask.astype(jnp.float32)
             count = jnp.maximum(jnp.sum(weight), jnp.float32(1))
             ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)

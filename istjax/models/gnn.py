@@ -50,6 +50,7 @@ class _GNN(nn.Module):
     hidden: tuple[int, ...] = (64,)
     num_classes: int = 7
     layer_norm: bool = False
+    dropout: float = 0.0
 
     def __post_init__(self):
         hidden = tuple(self.hidden) if isinstance(self.hidden, (tuple, list)) else self.hidden
@@ -59,6 +60,8 @@ class _GNN(nn.Module):
                              f"e.g. (64,) or (256, 256).")
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
             raise ValueError(f"{type(self).__name__}.num_classes={self.num_classes!r}: must be a positive int.")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ValueError(f"{type(self).__name__}.dropout={self.dropout!r}: must be a rate in [0, 1), e.g. 0.5.")
         if not isinstance(self.layer_norm, bool):
             raise ValueError(f"{type(self).__name__}.layer_norm={self.layer_norm!r}: must be True or False.")
         object.__setattr__(self, "hidden", hidden)
@@ -72,9 +75,13 @@ class _GNN(nn.Module):
             h = nn.LayerNorm(use_bias=False, use_scale=False)(h)
         return nn.relu(h)
 
+    def _drop(self, h: jax.Array, train: bool) -> jax.Array:
+        """Dropout in training (the ``"dropout"`` rng: a step key the batch carries, `istjax.data.with_step_keys`)."""
+        return nn.Dropout(self.dropout, deterministic=not train or not self.dropout)(h)
+
     def __call__(self, x_B: jax.Array, shared: Any, train: bool = True) -> jax.Array:
         graph = _graph_of(shared)
-        logits = self.propagate(graph)
+        logits = self.propagate(graph, train)
         return logits[x_B.astype(jnp.int32)]
 
 
@@ -87,13 +94,13 @@ class GCN(_GNN):
         return rules
 
     @nn.compact
-    def propagate(self, graph: Graph) -> jax.Array:
+    def propagate(self, graph: Graph, train: bool = False) -> jax.Array:
         weights = ops.gcn_weights(graph)
-        h = graph.nodes
+        h = self._drop(graph.nodes, train)
         names_in = "features"
         for i, width in enumerate(self.hidden):
             h = ops.gcn_propagate(graph, _dense(width, (names_in, f"hidden_{i}"), f"layer_{i}")(h), weights)
-            h = self._act(h)
+            h = self._drop(self._act(h), train)
             names_in = f"hidden_{i}"
         return ops.gcn_propagate(graph, _dense(self.num_classes, (names_in, "classes"), "output")(h), weights)
 
@@ -109,13 +116,13 @@ class GraphSAGE(_GNN):
         return rules
 
     @nn.compact
-    def propagate(self, graph: Graph) -> jax.Array:
+    def propagate(self, graph: Graph, train: bool = False) -> jax.Array:
         weights = ops.mean_weights(graph)
-        h = graph.nodes
+        h = self._drop(graph.nodes, train)
         names_in = "features_pair"
         for i, width in enumerate(self.hidden):
             pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
-            h = self._act(_dense(width, (names_in, f"hidden_{i}"), f"layer_{i}")(pair))
+            h = self._drop(self._act(_dense(width, (names_in, f"hidden_{i}"), f"layer_{i}")(pair)), train)
             names_in = f"hidden_{i}_pair"
         pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
         return _dense(self.num_classes, (names_in, "classes"), "output")(pair)
