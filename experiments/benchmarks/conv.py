@@ -23,10 +23,7 @@ to ``--out`` (default ``experiments/benchmarks/results_conv.json`` and ``.md``).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import pathlib
 import sys
 import time
 from collections.abc import Sequence
@@ -156,30 +153,8 @@ def markdown(out: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    return x
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks.conv", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
-    p.add_argument("--out", default=None, help="JSON path (default experiments/benchmarks/results_conv[_quick].json)")
-    args = p.parse_args(argv)
-    here = pathlib.Path(__file__).resolve().parent
-    path = pathlib.Path(args.out or here / ("results_conv_quick.json" if args.quick else "results_conv.json"))
-    out = run(args.quick)
-    path.write_text(json.dumps(_jsonable(out), indent=2) + "\n")
-    md = markdown(out)
-    path.with_suffix(".md").write_text(md)
-    print(md)
-    print(f"wrote {path} and {path.with_suffix('.md')}")
-    return out
+    return measure.family_main(argv, name="conv", doc=__doc__, run=run, markdown=markdown)
 
 
 if __name__ == "__main__":

@@ -20,23 +20,18 @@ Ratios of medians measured interleaved in one process (`measure.interleaved`); r
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 import istjax
 from experiments.benchmarks import measure
 from experiments.benchmarks import run as suite
-from experiments.benchmarks.conv import _jsonable
 from istjax.data.graphs import as_dataset, csbm
 from istjax.graph import ops
 from istjax.graph import task as graph_task
@@ -141,19 +136,7 @@ def markdown(out: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m experiments.benchmarks.graph", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
-    p.add_argument("--out", default=None, help="JSON path (default experiments/benchmarks/results_graph[_quick].json)")
-    args = p.parse_args(argv)
-    here = pathlib.Path(__file__).resolve().parent
-    path = pathlib.Path(args.out or here / ("results_graph_quick.json" if args.quick else "results_graph.json"))
-    out = run(args.quick)
-    path.write_text(json.dumps(_jsonable(out), indent=2) + "\n")
-    md = markdown(out)
-    path.with_suffix(".md").write_text(md)
-    print(md)
-    print(f"wrote {path} and {path.with_suffix('.md')}")
-    return out
+    return measure.family_main(argv, name="graph", doc=__doc__, run=run, markdown=markdown)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -287,3 +287,39 @@ def rss_bytes() -> int:
 def peak_rss_bytes() -> int:
     """The process's peak resident set size so far (``getrusage``; Linux reports KiB)."""
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` with numpy scalars turned into Python numbers (for ``json.dumps``)."""
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    return x
+
+
+def family_main(argv: Optional[Sequence[str]], *, name: str, doc: str, run: Callable[[bool], dict],
+                markdown: Callable[[dict], str]) -> dict:
+    """The command line of a model family's benchmark (``python -m experiments.benchmarks.<name> [--quick]
+    [--out PATH]``): runs it, writes ``results_<name>[_quick].json`` and the ``.md`` table beside it, prints the
+    table; returns the results."""
+    import argparse
+    import json
+    import pathlib
+
+    p = argparse.ArgumentParser(prog=f"python -m experiments.benchmarks.{name}", description=doc.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
+    p.add_argument("--out", default=None,
+                   help=f"JSON path (default experiments/benchmarks/results_{name}[_quick].json)")
+    args = p.parse_args(argv)
+    here = pathlib.Path(__file__).resolve().parent
+    path = pathlib.Path(args.out or here / f"results_{name}{'_quick' if args.quick else ''}.json")
+    out = run(args.quick)
+    path.write_text(json.dumps(jsonable(out), indent=2) + "\n")
+    md = markdown(out)
+    path.with_suffix(".md").write_text(md)
+    print(md)
+    print(f"wrote {path} and {path.with_suffix('.md')}")
+    return out
