@@ -45,73 +45,100 @@ def accuracy(workdir: pathlib.Path, overrides: Sequence[str], overwrite: bool) -
     return code
 
 
-def width(workdir: pathlib.Path, hidden: int, budget_mib: float, workers: Sequence[int], rounds: int,
-          num_nodes: int) -> int:
+def _graph(num_nodes: int):
+    """The generated graph (10 blocks, 64 features, degree 10) and its shared input with 32 METIS clusters."""
+    import numpy as np
+
+    from istjax.data.graphs import as_dataset, csbm
+    from istjax.graph import task as graph_task
+
+    t0 = time.time()
+    data = csbm(num_nodes=num_nodes, num_classes=10, num_features=64, avg_degree=10.0, homophily=0.8, snr=1.0,
+                seed=0, train_per_class=num_nodes // 50, num_val=1000, num_test=5000)
+    full = as_dataset(data).shared
+    shared = graph_task.with_clusters(full, np.asarray(data.labels), np.asarray(data.train_idx), 32, method="metis")
+    print(f"graph: {data}; 32 METIS clusters, up to {shared['clusters'].max_nodes} nodes and "
+          f"{shared['clusters'].max_edges} edges each ({time.time() - t0:.1f} s)", flush=True)
+    return data, full, shared
+
+
+def _worker_memory(task, shared, w: int, k: int, budget_mib: float) -> dict:
+    """One worker's local step at W=w, compiled from shapes only: its parameters and XLA's peak bytes."""
     import jax
     import numpy as np
     import optax
 
     import istjax
     from experiments.benchmarks import measure
-    from istjax.data.graphs import as_dataset, csbm
-    from istjax.graph import task as graph_task
-    from istjax.models import GraphSAGE
 
-    t0 = time.time()
-    data = csbm(num_nodes=num_nodes, num_classes=10, num_features=64, avg_degree=10.0, homophily=0.8, snr=1.0,
-                seed=0, train_per_class=num_nodes // 50, num_val=1000, num_test=5000)
-    ds = as_dataset(data)
-    shared = graph_task.with_clusters(ds.shared, np.asarray(data.labels), np.asarray(data.train_idx), 32,
-                                      method="metis")
-    print(f"graph: {data}; 32 METIS clusters, up to {shared['clusters'].max_nodes} nodes and "
-          f"{shared['clusters'].max_edges} edges each ({time.time() - t0:.1f} s)", flush=True)
-    model = GraphSAGE(hidden=(hidden, hidden), num_classes=10, layer_norm=True)
-    task = graph_task.cluster_classifier(model, shared)
-    K = 5
-    rows = []
-    for w in workers:
-        alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=K)
-        state = jax.eval_shape(alg.init, jax.random.key(0))
-        workers_, _ = jax.eval_shape(alg.distribute, state)
-        one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), workers_)
-        batch = jax.ShapeDtypeStruct((K, 1), np.int32)
-        mem = measure.memory_stats(jax.jit(alg.local), one, {"x": batch, "y": batch}, shared)
-        params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(one.params))
-        rows.append({"W": w, "hidden_per_worker": hidden // w, "worker_params": params,
-                     "worker_peak_bytes": mem["peak_bytes"], "fits": mem["peak_bytes"] <= budget_mib * 2 ** 20,
-                     **mem})
-        print(f"W={w}: a worker holds {params:,} parameters; its local step needs "
-              f"{mem['peak_bytes'] / 2 ** 20:.1f} MiB (budget {budget_mib} MiB)", flush=True)
-    fitting = [r["W"] for r in rows if r["fits"]]
-    result = {"graph": repr(data), "hidden": hidden, "budget_mib": budget_mib, "local_steps": K, "rows": rows}
-    if fitting:
-        w = min(fitting)
-        alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=K)
-        batches = graph_task.cluster_batch_fn(shared, num_workers=w, local_steps=K, clusters_per_step=1, seed=0)
-        state = jax.jit(alg.init)(jax.random.key(0))
-        step = jax.jit(lambda s, r: alg.round(s, batches.apply(batches.data, r), shared))
-        t1 = time.time()
-        for r in range(rounds):
-            state, metrics = step(state, np.int32(r))
-            print(f"  round {r + 1}/{rounds}: loss {float(metrics['train_loss']):.4f}", flush=True)
-        train_s = time.time() - t1
-        loss, aux = graph_task.evaluate_full_graph(task, state.params, state.model_state, data.test_idx,
-                                                   data.labels[data.test_idx], ds.shared)
-        result["trained"] = {"W": w, "rounds": rounds, "train_s": train_s, "test_loss": float(loss),
-                             "test_accuracy": float(aux["accuracy"])}
-        print(f"GIST at W={w}: test accuracy {float(aux['accuracy']):.4f} after {rounds} rounds ({train_s:.0f} s)")
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "width.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"GraphSAGE {hidden}-{hidden} on {data!r}; budget {budget_mib} MiB per worker", "",
+    alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=k)
+    workers, _ = jax.eval_shape(alg.distribute, jax.eval_shape(alg.init, jax.random.key(0)))
+    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), workers)
+    ids = jax.ShapeDtypeStruct((k, 1), np.int32)
+    mem = measure.memory_stats(jax.jit(alg.local), one, {"x": ids, "y": ids}, shared)
+    params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(one.params))
+    print(f"W={w}: a worker holds {params:,} parameters; its local step needs {mem['peak_bytes'] / 2 ** 20:.1f} MiB "
+          f"(budget {budget_mib} MiB)", flush=True)
+    return {"W": w, "worker_params": params, "worker_peak_bytes": mem["peak_bytes"],
+            "fits": mem["peak_bytes"] <= budget_mib * 2 ** 20, **mem}
+
+
+def _train(task, data, full, shared, w: int, k: int, rounds: int) -> dict:
+    """GIST at W=w for ``rounds`` rounds of cluster batches, then the full-width model on the whole graph."""
+    import jax
+    import numpy as np
+    import optax
+
+    import istjax
+    from istjax.graph import task as graph_task
+
+    alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=k)
+    batches = graph_task.cluster_batch_fn(shared, num_workers=w, local_steps=k, clusters_per_step=1, seed=0)
+    state = jax.jit(alg.init)(jax.random.key(0))
+    step = jax.jit(lambda s, r: alg.round(s, batches.apply(batches.data, r), shared))
+    t1 = time.time()
+    for r in range(rounds):
+        state, metrics = step(state, np.int32(r))
+        print(f"  round {r + 1}/{rounds}: loss {float(metrics['train_loss']):.4f}", flush=True)
+    train_s = time.time() - t1
+    loss, aux = graph_task.evaluate_full_graph(task, state.params, state.model_state, data.test_idx,
+                                               data.labels[data.test_idx], full)
+    print(f"GIST at W={w}: test accuracy {float(aux['accuracy']):.4f} after {rounds} rounds ({train_s:.0f} s)")
+    return {"W": w, "rounds": rounds, "train_s": train_s, "test_loss": float(loss),
+            "test_accuracy": float(aux["accuracy"])}
+
+
+def _width_table(result: dict) -> str:
+    lines = [f"GraphSAGE {result['hidden']}-{result['hidden']} on {result['graph']}; budget {result['budget_mib']} "
+             f"MiB per worker, K={result['local_steps']} Cluster-GCN steps per round", "",
              "| W | hidden per worker | worker parameters | worker step peak (MiB) | fits |", "|---|---|---|---|---|"]
-    lines += [f"| {r['W']} | {r['hidden_per_worker']} | {r['worker_params']:,} | {r['worker_peak_bytes'] / 2 ** 20:.1f} "
-              f"| {'yes' if r['fits'] else 'no'} |" for r in rows]
+    lines += [f"| {r['W']} | {result['hidden'] // r['W']} | {r['worker_params']:,} | "
+              f"{r['worker_peak_bytes'] / 2 ** 20:.1f} | {'yes' if r['fits'] else 'no'} |" for r in result["rows"]]
     if "trained" in result:
         t = result["trained"]
         lines += ["", f"Trained with GIST at W={t['W']}: test accuracy {t['test_accuracy']:.4f} after {t['rounds']} "
                       f"rounds ({t['train_s']:.0f} s of training)."]
-    (workdir / "width.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return "\n".join(lines) + "\n"
+
+
+def width(workdir: pathlib.Path, hidden: int, budget_mib: float, workers: Sequence[int], rounds: int,
+          num_nodes: int) -> int:
+    """The width-scaling study (see the module docstring); writes ``width.json`` and ``width.md``."""
+    from istjax.graph import task as graph_task
+    from istjax.models import GraphSAGE
+
+    data, full, shared = _graph(num_nodes)
+    task = graph_task.cluster_classifier(GraphSAGE(hidden=(hidden, hidden), num_classes=10, layer_norm=True), shared)
+    k = 5
+    rows = [_worker_memory(task, shared, w, k, budget_mib) for w in workers]
+    result = {"graph": repr(data), "hidden": hidden, "budget_mib": budget_mib, "local_steps": k, "rows": rows}
+    fitting = [r["W"] for r in rows if r["fits"]]
+    if fitting:
+        result["trained"] = _train(task, data, full, shared, min(fitting), k, rounds)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "width.json").write_text(json.dumps(result, indent=2) + "\n")
+    (workdir / "width.md").write_text(_width_table(result))
+    print(_width_table(result))
     return 0
 
 
@@ -121,7 +148,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--workdir", required=True, type=pathlib.Path)
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--hidden", type=int, default=2048, help="width: hidden features per layer")
-    parser.add_argument("--budget-mib", type=float, default=256.0, help="width: per-worker memory budget")
+    parser.add_argument("--budget-mib", type=float, default=128.0, help="width: per-worker memory budget")
     parser.add_argument("--workers", default="1,2,4,8", help="width: worker counts to measure")
     parser.add_argument("--rounds", type=int, default=10, help="width: GIST rounds to train")
     parser.add_argument("--num-nodes", type=int, default=100_000, help="width: nodes of the generated graph")
