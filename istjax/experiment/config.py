@@ -78,7 +78,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.name = "digits_ist"  # run name; `istjax train` without --workdir writes to ./runs/<name>-<timestamp>
     # What is trained.
     c.algorithm = "ist"  # "ist" | "data_parallel" | "local_sgd" | "resist" (model.name="depth_resnet")
-    c.dataset = "digits"  # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" (istjax.data.DATASETS) | "tfds:<name>"
+    # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" | graphs: "cora" | "citeseer" | "pubmed" | "csbm" |
+    # "graph_npz" (istjax.data.DATASETS) | "tfds:<name>"
+    c.dataset = "digits"
     # Passed to istjax.data.load_dataset(dataset, **dataset_kwargs); new keys may be given on the command line
     # (--config.dataset_kwargs.num_train=5000).
     c.dataset_kwargs = ml_collections.ConfigDict()
@@ -92,7 +94,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.num_clusters = 16
     c.clusters_per_step = 1
     c.cluster_method = "metis"
-    # The model: `name` from istjax.models.MODELS ("mlp", "cnn", or one added with register_model) and that module's
+    # The model: `name` from istjax.models.MODELS ("mlp", "cnn", "resnet", "preact_resnet", "vgg", "depth_resnet",
+    # "gcn", "graphsage", or one added with register_model) and that module's
     # fields (istjax.models.model_fields(name) lists them; num_classes comes from the data). Its neuron groups come
     # from the module's partition_rules().
     c.model = ml_collections.ConfigDict()
