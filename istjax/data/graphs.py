@@ -408,6 +408,115 @@ def _one_hot_labels(onehot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels, has_label
 
 
+def _planetoid_paths(name: str, directory: pathlib.Path) -> dict[str, pathlib.Path]:
+    """The eight file paths of dataset `name` in `directory` by suffix; a DataNotFoundError if any is missing."""
+    paths = {s: directory / f"ind.{name}.{s}" for s in PLANETOID_FILES}
+    missing = [p.name for p in paths.values() if not p.is_file()]
+    if missing:
+        where = f"folder {directory} does not exist" if not directory.is_dir() else f"{directory} lacks {missing}"
+        raise DataNotFoundError(f"Planetoid dataset {name!r}: {where}. {_how_to_get(name)}")
+    return paths
+
+
+def _planetoid_arrays(paths: dict[str, pathlib.Path]) -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
+    """`(adjacency dict, {suffix: dense matrix} of the six matrices, test ids)` read from the eight files."""
+    raw = {s: read_planetoid_pickle(paths[s]) for s in PLANETOID_FILES if s != "test.index"}
+    mats = {s: _dense_matrix(raw[s], paths[s], "the feature matrix") for s in ("x", "tx", "allx")}
+    mats.update({s: _dense_matrix(raw[s], paths[s], "the one-hot label matrix") for s in ("y", "ty", "ally")})
+    return raw["graph"], mats, _read_test_index(paths["test.index"])
+
+
+def _check_planetoid_matrices(directory: pathlib.Path, paths: dict[str, pathlib.Path],
+                              mats: dict[str, np.ndarray], fix: str) -> None:
+    """Features and labels agree row by row, the three feature (and label) matrices on their width."""
+    p = {s: q.name for s, q in paths.items()}
+    for feats, labs in (("x", "y"), ("tx", "ty"), ("allx", "ally")):
+        if mats[feats].shape[0] != mats[labs].shape[0]:
+            raise ValueError(f"{directory}: {p[feats]} has {mats[feats].shape[0]} rows but {p[labs]} has "
+                             f"{mats[labs].shape[0]}; features and labels must describe the same nodes. {fix}")
+    for group in (("x", "tx", "allx"), ("y", "ty", "ally")):
+        widths = {p[s]: mats[s].shape[1] for s in group}
+        if len(set(widths.values())) != 1:
+            what = "features" if group[0] == "x" else "classes"
+            raise ValueError(f"{directory}: the files disagree on the number of {what}: {widths}. {fix}")
+    if mats["ally"].shape[1] < 1:
+        raise ValueError(f"{paths['ally']}: the label matrix has 0 columns (classes). {fix}")
+
+
+def _check_planetoid_layout(directory: pathlib.Path, paths: dict[str, pathlib.Path], mats: dict[str, np.ndarray],
+                            test_ids: np.ndarray, num_val: int, fix: str) -> None:
+    """The rows fit the Planetoid layout: x, y lead allx, ally, test ids follow them, the split fits."""
+    p = {s: q.name for s, q in paths.items()}
+    n_train, n_all, n_test = mats["y"].shape[0], mats["allx"].shape[0], mats["tx"].shape[0]
+    if test_ids.size != n_test:
+        raise ValueError(f"{paths['test.index']}: lists {test_ids.size} test nodes but {p['tx']} has {n_test} "
+                         f"rows; row j of tx is the node on line j. {fix}")
+    if n_train < 1:
+        raise ValueError(f"{paths['y']}: has 0 rows, so the split has no training nodes. {fix}")
+    if n_train + num_val > n_all:
+        raise ValueError(f"{directory}: the split needs {n_train} train + {num_val} val nodes among the {n_all} "
+                         f"rows of {p['allx']}; pass a smaller num_val (at most {n_all - n_train}).")
+    # x, y are the first len(y) rows of allx, ally: the training labels the split uses come from ally.
+    if (not np.array_equal(mats["y"], mats["ally"][:n_train])
+            or not np.array_equal(mats["x"], mats["allx"][:n_train])):
+        raise ValueError(f"{directory}: {p['x']} / {p['y']} differ from the first {n_train} rows of {p['allx']} "
+                         f"/ {p['ally']}; in the Planetoid format they are the same nodes. {fix}")
+    if test_ids.min() < n_all:
+        raise ValueError(f"{paths['test.index']}: test node {int(test_ids.min())} is below {n_all}, a row of "
+                         f"{p['allx']} (non-test nodes come first, test ids after them). {fix}")
+
+
+def _planetoid_nodes(paths: dict[str, pathlib.Path], mats: dict[str, np.ndarray],
+                     test_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(features [N, F], labels [N], has_label [N])` with every node at its id (missing test ids all zero)."""
+    # Node i < n_all is row i of allx; node test_ids[j] is row j of tx; ids in between missing from test.index
+    # (Citeseer's isolated nodes) get zero features and no label, as in the GCN code.
+    n_all, num_features, num_classes = mats["allx"].shape[0], mats["allx"].shape[1], mats["ally"].shape[1]
+    num_nodes = int(test_ids.max()) + 1
+    if num_nodes * max(num_features, num_classes) > _MAX_DENSE:
+        raise ValueError(f"{paths['test.index']}: node id {num_nodes - 1} implies {num_nodes} nodes, too many to "
+                         f"hold dense features; this reader is meant for Cora, Citeseer and Pubmed.")
+    features = np.zeros((num_nodes, num_features), np.float32)
+    features[:n_all] = mats["allx"]
+    features[test_ids] = mats["tx"]
+    onehot = np.zeros((num_nodes, num_classes), np.float32)
+    onehot[:n_all] = mats["ally"]
+    onehot[test_ids] = mats["ty"]
+    labels, has_label = _one_hot_labels(onehot)
+    return features, labels, has_label
+
+
+def _planetoid_graph(adjacency: Any, paths: dict[str, pathlib.Path], features: np.ndarray,
+                     normalize_features: bool, fix: str) -> Graph:
+    """The Graph of the adjacency dict over `features` (row-normalised if asked), checked against the node count."""
+    edges = _graph_edges(adjacency, paths["graph"])
+    num_nodes = features.shape[0]
+    if len(adjacency) > num_nodes:
+        raise ValueError(f"{paths['graph']}: has {len(adjacency)} nodes but the features cover {num_nodes} "
+                         f"(rows of {paths['allx'].name} and ids in {paths['test.index'].name}). {fix}")
+    return from_edges(_row_normalize(features) if normalize_features else features, edges,
+                      symmetric=True, where=str(paths["graph"]))
+
+
+def _planetoid_split(directory: pathlib.Path, paths: dict[str, pathlib.Path], n_train: int, num_val: int,
+                     test_ids: np.ndarray, has_label: np.ndarray, fix: str) -> dict[str, np.ndarray]:
+    """Kipf's standard split `{"train", "val", "test"}`, checked to hold only labelled nodes."""
+    splits = {
+        "train": np.arange(n_train, dtype=np.int32),
+        "val": np.arange(n_train, n_train + num_val, dtype=np.int32),
+        "test": np.sort(test_ids).astype(np.int32),
+    }
+    for split, idx in splits.items():
+        unlabelled = idx[~has_label[idx]]
+        if unlabelled.size:
+            source = paths["ty"].name if split == "test" else paths["ally"].name
+            raise ValueError(
+                f"{directory / source}: labels missing for {unlabelled.size} {split} node(s) (first: node "
+                f"{int(unlabelled[0])}, an all-zero one-hot row); every node of the standard split needs a label. "
+                f"{fix}")
+    return splits
+
+
 def read_planetoid(name: str, data_dir: Union[str, os.PathLike], *, normalize_features: bool = True,
                    num_val: int = 500) -> GraphData:
     """A Planetoid dataset (``ind.<name>.*`` in ``data_dir``) with the standard split, as the GCN code builds it.
@@ -430,87 +539,15 @@ def read_planetoid(name: str, data_dir: Union[str, os.PathLike], *, normalize_fe
                          f"'_', '-').")
     num_val = _check_positive("num_val", num_val, 0)
     directory = pathlib.Path(data_dir).expanduser()
-    paths = {s: directory / f"ind.{name}.{s}" for s in PLANETOID_FILES}
-    missing = [p.name for p in paths.values() if not p.is_file()]
-    if missing:
-        where = f"folder {directory} does not exist" if not directory.is_dir() else f"{directory} lacks {missing}"
-        raise DataNotFoundError(f"Planetoid dataset {name!r}: {where}. {_how_to_get(name)}")
-
-    raw = {s: read_planetoid_pickle(paths[s]) for s in PLANETOID_FILES if s != "test.index"}
-    x, tx, allx = (_dense_matrix(raw[s], paths[s], "the feature matrix") for s in ("x", "tx", "allx"))
-    y, ty, ally = (_dense_matrix(raw[s], paths[s], "the one-hot label matrix") for s in ("y", "ty", "ally"))
-    test_ids = _read_test_index(paths["test.index"])
-    p = {s: paths[s].name for s in PLANETOID_FILES}
+    paths = _planetoid_paths(name, directory)
+    adjacency, mats, test_ids = _planetoid_arrays(paths)
     fix = f"The files in {directory} do not belong together: download or copy all eight again."
-
-    mats = {"x": x, "tx": tx, "allx": allx, "y": y, "ty": ty, "ally": ally}
-
-    # The six matrices must agree: features with labels row by row, widths across splits.
-    for feats, labs in (("x", "y"), ("tx", "ty"), ("allx", "ally")):
-        if mats[feats].shape[0] != mats[labs].shape[0]:
-            raise ValueError(f"{directory}: {p[feats]} has {mats[feats].shape[0]} rows but {p[labs]} has "
-                             f"{mats[labs].shape[0]}; features and labels must describe the same nodes. {fix}")
-    for group in (("x", "tx", "allx"), ("y", "ty", "ally")):
-        widths = {p[s]: mats[s].shape[1] for s in group}
-        if len(set(widths.values())) != 1:
-            what = "features" if group[0] == "x" else "classes"
-            raise ValueError(f"{directory}: the files disagree on the number of {what}: {widths}. {fix}")
-    num_features, num_classes = allx.shape[1], ally.shape[1]
-    if num_classes < 1:
-        raise ValueError(f"{paths['ally']}: the label matrix has 0 columns (classes). {fix}")
-    n_train, n_all, n_test = y.shape[0], allx.shape[0], tx.shape[0]
-    if test_ids.size != n_test:
-        raise ValueError(f"{paths['test.index']}: lists {test_ids.size} test nodes but {p['tx']} has {n_test} "
-                         f"rows; row j of tx is the node on line j. {fix}")
-    if n_train < 1:
-        raise ValueError(f"{paths['y']}: has 0 rows, so the split has no training nodes. {fix}")
-    if n_train + num_val > n_all:
-        raise ValueError(f"{directory}: the split needs {n_train} train + {num_val} val nodes among the {n_all} "
-                         f"rows of {p['allx']}; pass a smaller num_val (at most {n_all - n_train}).")
-    # x, y are the first len(y) rows of allx, ally: the training labels the split uses come from ally.
-    if not np.array_equal(y, ally[:n_train]) or not np.array_equal(x, allx[:n_train]):
-        raise ValueError(f"{directory}: {p['x']} / {p['y']} differ from the first {n_train} rows of {p['allx']} "
-                         f"/ {p['ally']}; in the Planetoid format they are the same nodes. {fix}")
-    if test_ids.min() < n_all:
-        raise ValueError(f"{paths['test.index']}: test node {int(test_ids.min())} is below {n_all}, a row of "
-                         f"{p['allx']} (non-test nodes come first, test ids after them). {fix}")
-
-    # Node i < n_all is row i of allx; node test_ids[j] is row j of tx; ids in between missing from test.index
-    # (Citeseer's isolated nodes) get zero features and no label, as in the GCN code.
-    num_nodes = int(test_ids.max()) + 1
-    if num_nodes * max(num_features, num_classes) > _MAX_DENSE:
-        raise ValueError(f"{paths['test.index']}: node id {num_nodes - 1} implies {num_nodes} nodes, too many to "
-                         f"hold dense features; this reader is meant for Cora, Citeseer and Pubmed.")
-    features = np.zeros((num_nodes, num_features), np.float32)
-    features[:n_all] = allx
-    features[test_ids] = tx
-    onehot = np.zeros((num_nodes, num_classes), np.float32)
-    onehot[:n_all] = ally
-    onehot[test_ids] = ty
-    labels, has_label = _one_hot_labels(onehot)
-
-    adjacency = raw["graph"]
-    edges = _graph_edges(adjacency, paths["graph"])
-    if len(adjacency) > num_nodes:
-        raise ValueError(f"{paths['graph']}: has {len(adjacency)} nodes but the features cover {num_nodes} "
-                         f"(rows of {p['allx']} and ids in {p['test.index']}). {fix}")
-    graph = from_edges(_row_normalize(features) if normalize_features else features, edges,
-                       symmetric=True, where=str(paths["graph"]))
-
-    splits = {
-        "train": np.arange(n_train, dtype=np.int32),
-        "val": np.arange(n_train, n_train + num_val, dtype=np.int32),
-        "test": np.sort(test_ids).astype(np.int32),
-    }
-    for split, idx in splits.items():
-        unlabelled = idx[~has_label[idx]]
-        if unlabelled.size:
-            source = p["ty"] if split == "test" else p["ally"]
-            raise ValueError(
-                f"{directory / source}: labels missing for {unlabelled.size} {split} node(s) (first: node "
-                f"{int(unlabelled[0])}, an all-zero one-hot row); every node of the standard split needs a label. "
-                f"{fix}")
-    return GraphData(name, graph, labels, splits["train"], splits["val"], splits["test"], int(num_classes))
+    _check_planetoid_matrices(directory, paths, mats, fix)
+    _check_planetoid_layout(directory, paths, mats, test_ids, num_val, fix)
+    features, labels, has_label = _planetoid_nodes(paths, mats, test_ids)
+    graph = _planetoid_graph(adjacency, paths, features, normalize_features, fix)
+    splits = _planetoid_split(directory, paths, mats["y"].shape[0], num_val, test_ids, has_label, fix)
+    return GraphData(name, graph, labels, splits["train"], splits["val"], splits["test"], int(mats["ally"].shape[1]))
 
 
 # --------------------------------------------------------------------------
@@ -526,6 +563,63 @@ def _sha256_file(path: pathlib.Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _checksum_table(name: str, checksums: Any) -> Optional[Mapping]:
+    """The `{file name or suffix: sha256}` table `fetch_planetoid` checks against (None: no checks), validated."""
+    table = PLANETOID_SHA256.get(name) if checksums is _USE_TABLE else checksums
+    if table is not None and not isinstance(table, Mapping):
+        raise ValueError(f"checksums must be a dict {{file name: sha256 hex}} or None, got {type(table).__name__}.")
+    return table
+
+
+def _expected_sha256(table: Optional[Mapping], fname: str, suffix: str) -> Optional[str]:
+    """The lower-case sha256 the table gives `fname` (looked up by name, then suffix), or None if none."""
+    expected = None if table is None else table.get(fname, table.get(suffix))
+    return expected.lower() if isinstance(expected, str) else None
+
+
+def _check_present(target: pathlib.Path, expected: Optional[str]) -> None:
+    """A ValueError if the file already at `target` has a sha256 other than `expected` (None: no check)."""
+    if expected is None:
+        return
+    actual = _sha256_file(target)
+    if actual != expected:
+        raise ValueError(f"{target}: already present with sha256 {actual}, expected {expected}; the file is "
+                         f"corrupt or another version. Delete it or pass overwrite=True to download it again.")
+
+
+def _stream_download(url: str, partial: pathlib.Path, timeout: float, name: str) -> str:
+    """Write `url` to `partial`, returning its sha256; a ConnectionError (and no `partial`) if that fails."""
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
+            for chunk in iter(lambda: response.read(1 << 16), b""):
+                digest.update(chunk)
+                out.write(chunk)
+    except (urllib.error.URLError, OSError) as e:
+        partial.unlink(missing_ok=True)
+        raise ConnectionError(
+            f"could not download {url} ({type(e).__name__}: {e}). Is this machine online and the URL right? "
+            f"Otherwise copy the files by hand: {_how_to_get(name)}") from e
+    return digest.hexdigest()
+
+
+def _download_one(name: str, url: str, target: pathlib.Path, expected: Optional[str], timeout: float) -> None:
+    """Download `url` to `target` via `<target>.part`, renamed only once its sha256 matches `expected`."""
+    fname = target.name
+    partial = target.parent / (fname + ".part")
+    actual = _stream_download(url, partial, timeout, name)
+    if expected is None:
+        warnings.warn(f"{fname}: no sha256 known, downloaded from {url} without a check (sha256 {actual}).",
+                      stacklevel=3)  # attributed to fetch_planetoid's caller
+    elif actual != expected:
+        partial.unlink(missing_ok=True)
+        raise ValueError(
+            f"{fname}: downloaded from {url} with sha256 {actual}, expected {expected}; the download is corrupt "
+            f"or the server holds another version. The file was deleted; try again, or pass another "
+            f"base_url.")
+    os.replace(partial, target)
 
 
 def fetch_planetoid(
@@ -565,48 +659,17 @@ def fetch_planetoid(
         raise ValueError(f"name={name!r} must be a Planetoid dataset name such as 'cora'.")
     if not isinstance(base_url, str) or not base_url:
         raise ValueError(f"base_url={base_url!r} must be a URL string such as {PLANETOID_URL!r}.")
-    table = PLANETOID_SHA256.get(name) if checksums is _USE_TABLE else checksums
-    if table is not None and not isinstance(table, Mapping):
-        raise ValueError(f"checksums must be a dict {{file name: sha256 hex}} or None, got {type(table).__name__}.")
+    table = _checksum_table(name, checksums)
     directory = pathlib.Path(data_dir).expanduser()
     directory.mkdir(parents=True, exist_ok=True)
     for suffix in PLANETOID_FILES:
         fname = f"ind.{name}.{suffix}"
-        expected = None if table is None else table.get(fname, table.get(suffix))
-        expected = expected.lower() if isinstance(expected, str) else None
+        expected = _expected_sha256(table, fname, suffix)
         target = directory / fname
         if target.is_file() and not overwrite:
-            if expected is None:
-                continue
-            actual = _sha256_file(target)
-            if actual == expected:
-                continue
-            raise ValueError(f"{target}: already present with sha256 {actual}, expected {expected}; the file is "
-                             f"corrupt or another version. Delete it or pass overwrite=True to download it again.")
-        url = f"{base_url.rstrip('/')}/{fname}"
-        partial = directory / (fname + ".part")
-        digest = hashlib.sha256()
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
-                for chunk in iter(lambda: response.read(1 << 16), b""):
-                    digest.update(chunk)
-                    out.write(chunk)
-        except (urllib.error.URLError, OSError) as e:
-            partial.unlink(missing_ok=True)
-            raise ConnectionError(
-                f"could not download {url} ({type(e).__name__}: {e}). Is this machine online and the URL right? "
-                f"Otherwise copy the files by hand: {_how_to_get(name)}") from e
-        actual = digest.hexdigest()
-        if expected is None:
-            warnings.warn(f"{fname}: no sha256 known, downloaded from {url} without a check (sha256 {actual}).",
-                          stacklevel=2)
-        elif actual != expected:
-            partial.unlink(missing_ok=True)
-            raise ValueError(
-                f"{fname}: downloaded from {url} with sha256 {actual}, expected {expected}; the download is corrupt "
-                f"or the server holds another version. The file was deleted; try again, or pass another "
-                f"base_url.")
-        os.replace(partial, target)
+            _check_present(target, expected)
+            continue
+        _download_one(name, f"{base_url.rstrip('/')}/{fname}", target, expected, timeout)
     return directory
 
 
@@ -632,6 +695,99 @@ def _npz_index(path: pathlib.Path, field: str, arr: np.ndarray, num_nodes: int) 
     return np.sort(arr).astype(np.int32)
 
 
+def _load_npz_arrays(path: pathlib.Path) -> tuple[dict[str, np.ndarray], Optional[np.ndarray]]:
+    """`({field: array} of the six required fields, num_classes or None)` from the file, all fields present."""
+    try:
+        npz = np.load(path, allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("a single .npy array, not an .npz archive")
+        with npz:
+            present = sorted(npz.files)
+            arrays = {f: npz[f] for f in _NPZ_FIELDS if f in present}
+            declared = npz["num_classes"] if "num_classes" in present else None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
+        raise ValueError(f"{path}: not a readable .npz of plain arrays ({type(e).__name__}: {e}). Write it with "
+                         f"np.savez (no object arrays) or istjax.data.graphs.save_npz.") from None
+    missing = [f for f in _NPZ_FIELDS if f not in arrays]
+    if missing:
+        raise ValueError(f"{path}: missing field(s) {missing}; the file holds {present} but needs "
+                         f"{list(_NPZ_FIELDS)} (num_classes optional). See istjax.data.graphs for the format.")
+    return arrays, declared
+
+
+def _check_npz_features(path: pathlib.Path, features: np.ndarray) -> np.ndarray:
+    """The features as a finite `[N, F] float32` matrix with N >= 1."""
+    if features.ndim != 2 or features.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: features must be a real [N, F] matrix, got {features.dtype} {features.shape}.")
+    features = features.astype(np.float32)
+    if not np.isfinite(features).all():
+        row = int(np.argwhere(~np.isfinite(features))[0, 0])
+        raise ValueError(f"{path}: features holds NaN or infinite values (first in row {row}); fix the file.")
+    if features.shape[0] < 1:
+        raise ValueError(f"{path}: features has 0 rows; a graph needs at least one node.")
+    return features
+
+
+def _check_npz_labels(path: pathlib.Path, labels: np.ndarray, num_nodes: int) -> np.ndarray:
+    """The labels as `[N] int64`, each a class id >= 0 or -1 (unknown)."""
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise ValueError(f"{path}: labels must be a 1-D integer array [N], got {labels.dtype} {labels.shape}.")
+    if labels.shape[0] != num_nodes:
+        raise ValueError(f"{path}: labels has {labels.shape[0]} entries but features has {num_nodes} rows; both "
+                         f"must have one per node.")
+    labels = labels.astype(np.int64)
+    if labels.size and labels.min() < -1:
+        raise ValueError(f"{path}: labels holds {int(labels.min())}; labels are class ids >= 0, or -1 for unknown.")
+    return labels
+
+
+def _check_npz_splits(path: pathlib.Path, arrays: dict[str, np.ndarray], num_nodes: int) -> dict[str, np.ndarray]:
+    """`{"train_idx", "val_idx", "test_idx"}` as sorted int32 node indices: valid, disjoint, train not empty."""
+    splits = {f: _npz_index(path, f, arrays[f], num_nodes) for f in ("train_idx", "val_idx", "test_idx")}
+    if splits["train_idx"].size == 0:
+        raise ValueError(f"{path}: train_idx is empty; the split needs at least one training node.")
+    for a, b in (("train_idx", "val_idx"), ("train_idx", "test_idx"), ("val_idx", "test_idx")):
+        both = np.intersect1d(splits[a], splits[b])
+        if both.size:
+            raise ValueError(f"{path}: {a} and {b} share {both.size} node(s) (first: {int(both[0])}); the splits "
+                             f"must be disjoint.")
+    return splits
+
+
+def _npz_num_classes(path: pathlib.Path, labels: np.ndarray, declared: Optional[np.ndarray]) -> int:
+    """The number of classes: `declared` (checked) or max(labels) + 1; every known label below it."""
+    known = labels[labels >= 0]
+    if declared is not None:
+        if declared.ndim != 0 or declared.dtype.kind not in "iu" or int(declared) < 1:
+            raise ValueError(f"{path}: num_classes must be a positive integer scalar, got {declared.dtype} "
+                             f"{declared.shape} {declared.tolist()}.")
+        num_classes = int(declared)
+    else:
+        num_classes = int(known.max()) + 1 if known.size else 0
+    if known.size and known.max() >= num_classes:
+        raise ValueError(f"{path}: labels holds class {int(known.max())} but num_classes is {num_classes}; fix "
+                         f"num_classes or the labels.")
+    return num_classes
+
+
+def _check_npz_split_labels(path: pathlib.Path, labels: np.ndarray, splits: dict[str, np.ndarray]) -> None:
+    """A ValueError if a node of a split has an unknown label (-1)."""
+    for field, idx in splits.items():
+        unknown = idx[labels[idx] < 0]
+        if unknown.size:
+            raise ValueError(f"{path}: labels missing (-1) for {unknown.size} node(s) of {field} (first: node "
+                             f"{int(unknown[0])}); every node of a split needs a label. Fix labels or {field}.")
+
+
+def _check_npz_edges(path: pathlib.Path, edges: np.ndarray) -> np.ndarray:
+    """The edges as an integer `[M, 2]` array (an empty array of any numeric shape as `[0, 2]`)."""
+    if edges.size == 0 and edges.dtype.kind in "iuf":
+        edges = np.zeros((0, 2), np.int64)
+    if edges.ndim != 2 or edges.shape[1] != 2 or edges.dtype.kind not in "iu":
+        raise ValueError(f"{path}: edges must be integer node pairs [M, 2], got {edges.dtype} {edges.shape}.")
+    return edges
+
+
 def read_npz(path: Union[str, os.PathLike], *, normalize_features: bool = False, symmetric: bool = True,
              name: Optional[str] = None) -> GraphData:
     """A graph dataset from one ``.npz`` file in the format of the module docstring (see :func:`save_npz`).
@@ -651,73 +807,13 @@ def read_npz(path: Union[str, os.PathLike], *, normalize_features: bool = False,
     if not path.is_file():
         raise DataNotFoundError(f"graph file {path} does not exist; pass the path of an .npz holding "
                                 f"{', '.join(_NPZ_FIELDS)} (istjax.data.graphs.save_npz writes one).")
-    try:
-        npz = np.load(path, allow_pickle=False)
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("a single .npy array, not an .npz archive")
-        with npz:
-            present = sorted(npz.files)
-            arrays = {f: npz[f] for f in _NPZ_FIELDS if f in present}
-            declared = npz["num_classes"] if "num_classes" in present else None
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
-        raise ValueError(f"{path}: not a readable .npz of plain arrays ({type(e).__name__}: {e}). Write it with "
-                         f"np.savez (no object arrays) or istjax.data.graphs.save_npz.") from None
-    missing = [f for f in _NPZ_FIELDS if f not in arrays]
-    if missing:
-        raise ValueError(f"{path}: missing field(s) {missing}; the file holds {present} but needs "
-                         f"{list(_NPZ_FIELDS)} (num_classes optional). See istjax.data.graphs for the format.")
-
-    features = arrays["features"]
-    if features.ndim != 2 or features.dtype.kind not in "biuf":
-        raise ValueError(f"{path}: features must be a real [N, F] matrix, got {features.dtype} {features.shape}.")
-    features = features.astype(np.float32)
-    if not np.isfinite(features).all():
-        row = int(np.argwhere(~np.isfinite(features))[0, 0])
-        raise ValueError(f"{path}: features holds NaN or infinite values (first in row {row}); fix the file.")
-    num_nodes = features.shape[0]
-    if num_nodes < 1:
-        raise ValueError(f"{path}: features has 0 rows; a graph needs at least one node.")
-    labels = arrays["labels"]
-    if labels.ndim != 1 or labels.dtype.kind not in "iu":
-        raise ValueError(f"{path}: labels must be a 1-D integer array [N], got {labels.dtype} {labels.shape}.")
-    if labels.shape[0] != num_nodes:
-        raise ValueError(f"{path}: labels has {labels.shape[0]} entries but features has {num_nodes} rows; both "
-                         f"must have one per node.")
-    labels = labels.astype(np.int64)
-    if labels.size and labels.min() < -1:
-        raise ValueError(f"{path}: labels holds {int(labels.min())}; labels are class ids >= 0, or -1 for unknown.")
-
-    splits = {f: _npz_index(path, f, arrays[f], num_nodes) for f in ("train_idx", "val_idx", "test_idx")}
-    if splits["train_idx"].size == 0:
-        raise ValueError(f"{path}: train_idx is empty; the split needs at least one training node.")
-    for a, b in (("train_idx", "val_idx"), ("train_idx", "test_idx"), ("val_idx", "test_idx")):
-        both = np.intersect1d(splits[a], splits[b])
-        if both.size:
-            raise ValueError(f"{path}: {a} and {b} share {both.size} node(s) (first: {int(both[0])}); the splits "
-                             f"must be disjoint.")
-
-    known = labels[labels >= 0]
-    if declared is not None:
-        if declared.ndim != 0 or declared.dtype.kind not in "iu" or int(declared) < 1:
-            raise ValueError(f"{path}: num_classes must be a positive integer scalar, got {declared.dtype} "
-                             f"{declared.shape} {declared.tolist()}.")
-        num_classes = int(declared)
-    else:
-        num_classes = int(known.max()) + 1 if known.size else 0
-    if known.size and known.max() >= num_classes:
-        raise ValueError(f"{path}: labels holds class {int(known.max())} but num_classes is {num_classes}; fix "
-                         f"num_classes or the labels.")
-    for field, idx in splits.items():
-        unknown = idx[labels[idx] < 0]
-        if unknown.size:
-            raise ValueError(f"{path}: labels missing (-1) for {unknown.size} node(s) of {field} (first: node "
-                             f"{int(unknown[0])}); every node of a split needs a label. Fix labels or {field}.")
-
-    edges = arrays["edges"]
-    if edges.size == 0 and edges.dtype.kind in "iuf":
-        edges = np.zeros((0, 2), np.int64)
-    if edges.ndim != 2 or edges.shape[1] != 2 or edges.dtype.kind not in "iu":
-        raise ValueError(f"{path}: edges must be integer node pairs [M, 2], got {edges.dtype} {edges.shape}.")
+    arrays, declared = _load_npz_arrays(path)
+    features = _check_npz_features(path, arrays["features"])
+    labels = _check_npz_labels(path, arrays["labels"], features.shape[0])
+    splits = _check_npz_splits(path, arrays, features.shape[0])
+    num_classes = _npz_num_classes(path, labels, declared)
+    _check_npz_split_labels(path, labels, splits)
+    edges = _check_npz_edges(path, arrays["edges"])
     features = _row_normalize(features) if normalize_features else features
     graph = from_edges(features, edges, symmetric=symmetric, where=f"{path}: edges")
     labels = np.where(labels >= 0, labels, 0).astype(np.int32)
@@ -760,6 +856,100 @@ def _sample_pairs(rng: np.random.Generator, target: int, draw: Any) -> np.ndarra
     return keys
 
 
+def _check_csbm_args(num_nodes: int, num_classes: int, num_features: int, avg_degree: float, homophily: float,
+                     snr: float, seed: int, train_per_class: int, num_val: int,
+                     num_test: int) -> tuple[int, int, int, int, int, int, int]:
+    """`(n, c, f, train_per_class, num_val, num_test, seed)` as checked ints; a ValueError naming a bad argument."""
+    n = _check_positive("num_nodes", num_nodes, 2)
+    c = _check_positive("num_classes", num_classes, 2)
+    f = _check_positive("num_features", num_features, 1)
+    train_per_class = _check_positive("train_per_class", train_per_class, 1)
+    num_val = _check_positive("num_val", num_val, 0)
+    num_test = _check_positive("num_test", num_test, 0)
+    seed = _check_positive("seed", seed, 0)
+    for field, value, low, high in (("avg_degree", avg_degree, 0.0, float(n - 1)), ("homophily", homophily, 0.0, 1.0),
+                                    ("snr", snr, 0.0, math.inf)):
+        if not isinstance(value, (int, float, np.integer, np.floating)) or not low <= float(value) <= high:
+            raise ValueError(f"{field}={value!r} must be a number in [{low}, {high}].")
+    if c > n:
+        raise ValueError(f"num_classes={c} is more than num_nodes={n}; each block needs nodes.")
+    if c * train_per_class + num_val + num_test > n:
+        raise ValueError(f"the split needs {c} x {train_per_class} train + {num_val} val + {num_test} test = "
+                         f"{c * train_per_class + num_val + num_test} nodes, more than num_nodes={n}; pass fewer.")
+    if train_per_class > n // c:
+        raise ValueError(f"train_per_class={train_per_class} is more than the smallest block ({n // c} nodes).")
+    return n, c, f, train_per_class, num_val, num_test, seed
+
+
+def _csbm_edge_counts(rng: np.random.Generator, n: int, p_in_pairs: int, avg_degree: float,
+                      homophily: float) -> tuple[int, int]:
+    """`(m_in, m_out)`: edge counts inside / across blocks, drawn from their binomials (two draws from `rng`)."""
+    p_out_pairs = n * (n - 1) // 2 - p_in_pairs
+    m = n * float(avg_degree) / 2.0
+    p_in = float(homophily) * m / p_in_pairs if p_in_pairs else 0.0
+    p_out = (1.0 - float(homophily)) * m / p_out_pairs
+    if p_in > 0.5 or p_out > 0.5 or (homophily > 0 and p_in_pairs == 0):
+        raise ValueError(f"avg_degree={avg_degree} with homophily={homophily} needs edge probabilities p_in={p_in:.3g}"
+                         f", p_out={p_out:.3g}; this generator is for sparse graphs (both <= 0.5): lower avg_degree, "
+                         f"move homophily toward 1/num_classes, or add nodes.")
+    m_in = int(rng.binomial(p_in_pairs, p_in)) if p_in > 0 else 0
+    m_out = int(rng.binomial(p_out_pairs, p_out)) if p_out > 0 else 0
+    return m_in, m_out
+
+
+def _csbm_edges(rng: np.random.Generator, labels: np.ndarray, c: int, avg_degree: float,
+                homophily: float) -> np.ndarray:
+    """`[M, 2]` int64 distinct undirected edges (u < v) of the block model over `labels`."""
+    n = labels.shape[0]
+    members = np.argsort(labels, kind="stable")  # nodes grouped by block
+    sizes = np.bincount(labels, minlength=c).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    pairs_in_block = sizes * (sizes - 1) // 2
+    p_in_pairs = int(pairs_in_block.sum())
+    m_in, m_out = _csbm_edge_counts(rng, n, p_in_pairs, avg_degree, homophily)
+
+    def key(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The int64 key of each undirected pair."""
+        return np.minimum(u, v) * n + np.maximum(u, v)
+
+    def draw_in(k: int) -> np.ndarray:
+        """`k` pair keys uniform over the pairs inside blocks."""
+        block = rng.choice(c, size=k, p=pairs_in_block / p_in_pairs)
+        size = sizes[block]
+        i = rng.integers(0, size)
+        j = (i + rng.integers(1, size)) % size  # a different member of the same block
+        return key(members[starts[block] + i], members[starts[block] + j])
+
+    def draw_out(k: int) -> np.ndarray:
+        """Pair keys uniform over the pairs across blocks, by rejection among `k` and a few more candidates."""
+        u, v = rng.integers(0, n, size=(2, k + k // max(c - 1, 1)))
+        keep = labels[u] != labels[v]
+        return key(u[keep], v[keep])
+
+    keys = np.concatenate([_sample_pairs(rng, m_in, draw_in), _sample_pairs(rng, m_out, draw_out)])
+    return np.stack([keys // n, keys % n], axis=1)
+
+
+def _csbm_features(rng: np.random.Generator, labels: np.ndarray, c: int, f: int, snr: float) -> np.ndarray:
+    """`[N, f] float32` features: each node's class mean (`snr` times a random unit vector) plus N(0, 1) noise."""
+    directions = rng.standard_normal((c, f))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    means = (float(snr) * directions).astype(np.float32)
+    features = rng.standard_normal((labels.shape[0], f), dtype=np.float32)
+    features += means[labels]
+    return features
+
+
+def _csbm_split(rng: np.random.Generator, labels: np.ndarray, c: int, train_per_class: int, num_val: int,
+                num_test: int) -> list[np.ndarray]:
+    """`[train, val, test]` sorted int32 node indices: `train_per_class` random nodes a class, then random others."""
+    order = rng.permutation(labels.shape[0])
+    by_class = labels[order]
+    train = np.concatenate([order[by_class == k][:train_per_class] for k in range(c)])
+    rest = order[~np.isin(order, train)]
+    return [np.sort(a).astype(np.int32) for a in (train, rest[:num_val], rest[num_val:num_val + num_test])]
+
+
 def csbm(
     num_nodes: int = 10_000,
     num_classes: int = 5,
@@ -792,72 +982,13 @@ def csbm(
       ValueError: an argument out of range, naming it: too few nodes for the split, ``avg_degree`` or
         ``homophily`` that would need an edge probability above 1/2.
     """
-    n = _check_positive("num_nodes", num_nodes, 2)
-    c = _check_positive("num_classes", num_classes, 2)
-    f = _check_positive("num_features", num_features, 1)
-    train_per_class = _check_positive("train_per_class", train_per_class, 1)
-    num_val = _check_positive("num_val", num_val, 0)
-    num_test = _check_positive("num_test", num_test, 0)
-    seed = _check_positive("seed", seed, 0)
-    for field, value, low, high in (("avg_degree", avg_degree, 0.0, float(n - 1)), ("homophily", homophily, 0.0, 1.0),
-                                    ("snr", snr, 0.0, math.inf)):
-        if not isinstance(value, (int, float, np.integer, np.floating)) or not low <= float(value) <= high:
-            raise ValueError(f"{field}={value!r} must be a number in [{low}, {high}].")
-    if c > n:
-        raise ValueError(f"num_classes={c} is more than num_nodes={n}; each block needs nodes.")
-    if c * train_per_class + num_val + num_test > n:
-        raise ValueError(f"the split needs {c} x {train_per_class} train + {num_val} val + {num_test} test = "
-                         f"{c * train_per_class + num_val + num_test} nodes, more than num_nodes={n}; pass fewer.")
-    if train_per_class > n // c:
-        raise ValueError(f"train_per_class={train_per_class} is more than the smallest block ({n // c} nodes).")
-
-    rng = np.random.default_rng(seed)
+    n, c, f, train_per_class, num_val, num_test, seed = _check_csbm_args(
+        num_nodes, num_classes, num_features, avg_degree, homophily, snr, seed, train_per_class, num_val, num_test)
+    rng = np.random.default_rng(seed)  # one stream, drawn in this order: labels, edges, features, split
     labels = rng.permutation(np.arange(n) % c).astype(np.int32)
-    members = np.argsort(labels, kind="stable")  # nodes grouped by block
-    sizes = np.bincount(labels, minlength=c).astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    pairs_in_block = sizes * (sizes - 1) // 2
-    p_in_pairs = int(pairs_in_block.sum())
-    p_out_pairs = n * (n - 1) // 2 - p_in_pairs
-    m = n * float(avg_degree) / 2.0
-    p_in = float(homophily) * m / p_in_pairs if p_in_pairs else 0.0
-    p_out = (1.0 - float(homophily)) * m / p_out_pairs
-    if p_in > 0.5 or p_out > 0.5 or (homophily > 0 and p_in_pairs == 0):
-        raise ValueError(f"avg_degree={avg_degree} with homophily={homophily} needs edge probabilities p_in={p_in:.3g}"
-                         f", p_out={p_out:.3g}; this generator is for sparse graphs (both <= 0.5): lower avg_degree, "
-                         f"move homophily toward 1/num_classes, or add nodes.")
-    m_in = int(rng.binomial(p_in_pairs, p_in)) if p_in > 0 else 0
-    m_out = int(rng.binomial(p_out_pairs, p_out)) if p_out > 0 else 0
-
-    def key(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        return np.minimum(u, v) * n + np.maximum(u, v)
-
-    def draw_in(k: int) -> np.ndarray:  # uniform over pairs inside blocks
-        block = rng.choice(c, size=k, p=pairs_in_block / p_in_pairs)
-        size = sizes[block]
-        i = rng.integers(0, size)
-        j = (i + rng.integers(1, size)) % size  # a different member of the same block
-        return key(members[starts[block] + i], members[starts[block] + j])
-
-    def draw_out(k: int) -> np.ndarray:  # uniform over pairs across blocks, by rejection
-        u, v = rng.integers(0, n, size=(2, k + k // max(c - 1, 1)))
-        keep = labels[u] != labels[v]
-        return key(u[keep], v[keep])
-
-    keys = np.concatenate([_sample_pairs(rng, m_in, draw_in), _sample_pairs(rng, m_out, draw_out)])
-    edges = np.stack([keys // n, keys % n], axis=1)
-
-    directions = rng.standard_normal((c, f))
-    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    means = (float(snr) * directions).astype(np.float32)
-    features = rng.standard_normal((n, f), dtype=np.float32)
-    features += means[labels]
-
-    order = rng.permutation(n)
-    by_class = labels[order]
-    train = np.concatenate([order[by_class == k][:train_per_class] for k in range(c)])
-    rest = order[~np.isin(order, train)]
-    splits = [np.sort(a).astype(np.int32) for a in (train, rest[:num_val], rest[num_val:num_val + num_test])]
+    edges = _csbm_edges(rng, labels, c, avg_degree, homophily)
+    features = _csbm_features(rng, labels, c, f, snr)
+    splits = _csbm_split(rng, labels, c, train_per_class, num_val, num_test)
     graph = from_edges(features, edges, symmetric=True, where="csbm")
     return GraphData("csbm", graph, labels, *splits, num_classes=c)
 
