@@ -170,6 +170,14 @@ def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: An
     return step_unfused
 
 
+def step_examples(config: ml_collections.ConfigDict) -> int:
+    """What one local step consumes, counted in ``samples_seen``: ``batch_size`` examples, or with
+    ``graph_batches="clusters"`` the ``clusters_per_step`` clusters of a Cluster-GCN step."""
+    if config.get("graph_batches", "full") == "clusters":
+        return int(config.clusters_per_step)
+    return int(config.batch_size)
+
+
 def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int,
                    train_examples: int = 0) -> Callable[[TrainState], dict[str, float]]:
     """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model.
@@ -457,7 +465,7 @@ def _check_finite(run: Run, state: TrainState, metrics: dict, r: int) -> None:
 def _record(run: Run, state: TrainState, metrics: dict, done: int, evaluate) -> Optional[dict]:
     """The evaluation record after round ``done`` (every process gathers; the primary evaluates)."""
     c = run.config
-    W, K, B = int(c.num_workers), int(c.local_steps), int(c.batch_size)
+    W, K, B = int(c.num_workers), int(c.local_steps), step_examples(c)
     whole = run.algorithm.runtime.gather(state)
     if whole is None:
         return None
@@ -612,10 +620,11 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
              wall: float, bytes_total: float) -> dict[str, Any]:
     last = records[-1]
     rounds = int(last["round"])
-    W, K, B = int(config.num_workers), int(config.local_steps), int(config.batch_size)
+    W, K, B = int(config.num_workers), int(config.local_steps), step_examples(config)
     out = {
         "name": config.name, "algorithm": algorithm.name, "dataset": config.dataset, "num_workers": W,
         "local_steps": K, "batch_size": B, "rounds": rounds, "samples_seen": rounds * W * K * B,
+        "graph_batches": config.get("graph_batches", "full"),
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
         "train_loss": last.get("train_loss"), "train_accuracy": last.get("train_accuracy"),
         "wall_time_s": wall, "time_per_round_s": wall / rounds if rounds else float("nan"),
@@ -636,7 +645,8 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
 def _summary_text(s: dict[str, Any]) -> str:
     lines = [
         f"Finished {s['rounds']} rounds of {s['algorithm']} on {s['dataset']} (W={s['num_workers']}, "
-        f"K={s['local_steps']}, B={s['batch_size']}).",
+        f"K={s['local_steps']}, " + (f"{s['batch_size']} cluster(s) per step)." if s.get("graph_batches") == "clusters"
+                                      else f"B={s['batch_size']})."),
         f"  test accuracy {s['test_accuracy']:.4f}, test loss {s['test_loss']:.4f}, train loss "
         f"{s['train_loss']:.4f}",
         f"  samples seen {s['samples_seen']:,}; {1000 * s['time_per_round_s']:.1f} ms per round "
