@@ -234,3 +234,45 @@ def test_bad_preset_depth():
         ResNet.cifar(21)
     with pytest.raises(ValueError, match=r"PreActResNet\.preset\(name='resnet50'\).*resnet18"):
         PreActResNet.preset("resnet50")
+
+
+def _held_mask(spec, partition, w):
+    """Per leaf, a 0/1 array keeping exactly the positions worker w holds on every partitioned axis."""
+    from istjax.core.spec import tile_positions
+
+    def leaf_mask(leaf_spec, x):
+        mask = np.ones(np.shape(x), np.float32)
+        for axis, a in enumerate(leaf_spec.axes):
+            if a is None:
+                continue
+            size = spec.group_sizes[a.group]
+            held = np.asarray(partition.indices[a.group][w])
+            keep = np.zeros(np.shape(x)[axis], np.float32)
+            keep[np.asarray(tile_positions(held, size, a.tiles))] = 1.0
+            shape = [1] * np.ndim(x)
+            shape[axis] = -1
+            mask = mask * keep.reshape(shape)
+        return mask
+
+    return lambda tree: jax.tree.map(leaf_mask, spec.leaves, tree)
+
+
+@pytest.mark.parametrize("kind", list(TINY))
+def test_worker_subnetwork_equals_full_network_without_the_other_channels(kind):
+    """Worker w's narrow network (training mode, batch statistics) computes the full network's logits when every
+    channel and unit w does not hold is removed (its weights, BatchNorm scale and bias zeroed): the spec names every
+    axis a channel touches, residual additions included."""
+    model = TINY[kind]()
+    task = istjax.classifier(model, X)
+    params, stats = task.init(jax.random.key(2)), task.init_state(jax.random.key(2))
+    sampler = istjax.uniform()
+    p = sampler.sample(jax.random.key(3), task.spec.group_sizes, 2)
+    slots = sampler.slots(task.spec.group_sizes, 2)
+    sub = istjax.extract(params, p, task.spec)
+    sub_stats = istjax.extract(stats, p, task.state_spec)
+    for w in range(2):
+        variables = {"params": jax.tree.map(lambda a: a[w], sub), **jax.tree.map(lambda a: a[w], sub_stats)}
+        got = model.subnet(slots).apply(variables, X, train=True, mutable=list(stats))[0]
+        removed = jax.tree.map(lambda a, m: a * m, params, _held_mask(task.spec, p, w)(params))
+        want = model.apply({"params": removed, **stats}, X, train=True, mutable=list(stats))[0]
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
