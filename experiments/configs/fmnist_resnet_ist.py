@@ -13,7 +13,9 @@ Command::
 
     istjax train --config=experiments/configs/fmnist_resnet_ist.py --workdir=runs/fmnist_resnet_ist
 
-Expected result (measured on a shared 2-core CPU): not yet measured.
+Expected result (measured on a shared 2-core CPU): test accuracy 0.339 after 30 rounds (19,200 samples), far below
+data parallel (0.752) and local SGD (0.726) at the same budget; each worker moves 181 kB each way per round (0.25
+of local SGD's, docs/images.md); about 3.1 s per round while other runs shared the machine.
 """
 
 import ml_collections
