@@ -31,6 +31,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # experiments.benchmarks.measure
 
 CONFIG = REPO / "experiments" / "configs" / "cora_gist.py"
+LEARNING_RATE = 0.01  # width study: Adam, re-created every round (as GIST's workers do)
 
 
 def accuracy(workdir: pathlib.Path, overrides: Sequence[str], overwrite: bool) -> int:
@@ -71,7 +72,7 @@ def _worker_memory(task, shared, w: int, k: int, budget_mib: float) -> dict:
     import istjax
     from experiments.benchmarks import measure
 
-    alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=k)
+    alg = istjax.ist(task, optax.adam(LEARNING_RATE), num_workers=w, local_steps=k)
     workers, _ = jax.eval_shape(alg.distribute, jax.eval_shape(alg.init, jax.random.key(0)))
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), workers)
     ids = jax.ShapeDtypeStruct((k, 1), np.int32)
@@ -92,7 +93,7 @@ def _train(task, data, full, shared, w: int, k: int, rounds: int) -> dict:
     import istjax
     from istjax.graph import task as graph_task
 
-    alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=k)
+    alg = istjax.ist(task, optax.adam(LEARNING_RATE), num_workers=w, local_steps=k)
     batches = graph_task.cluster_batch_fn(shared, num_workers=w, local_steps=k, clusters_per_step=1, seed=0)
     state = jax.jit(alg.init)(jax.random.key(0))
     step = jax.jit(lambda s, r: alg.round(s, batches.apply(batches.data, r), shared))
@@ -150,7 +151,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--hidden", type=int, default=2048, help="width: hidden features per layer")
     parser.add_argument("--budget-mib", type=float, default=128.0, help="width: per-worker memory budget")
     parser.add_argument("--workers", default="1,2,4,8", help="width: worker counts to measure")
-    parser.add_argument("--rounds", type=int, default=10, help="width: GIST rounds to train")
+    parser.add_argument("--rounds", type=int, default=20, help="width: GIST rounds to train")
     parser.add_argument("--num-nodes", type=int, default=100_000, help="width: nodes of the generated graph")
     args, overrides = parser.parse_known_args(argv)
     if args.study == "accuracy":
