@@ -37,7 +37,7 @@ from istjax.graph import ops
 from istjax.graph import task as graph_task
 from istjax.models import GraphSAGE
 
-FULL = dict(num_nodes=50_000, hidden=256, features=64, batch=512, reps=5)
+FULL = dict(num_nodes=20_000, hidden=128, features=64, batch=512, reps=3)
 QUICK = dict(num_nodes=4_000, hidden=64, features=16, batch=128, reps=2)
 
 
