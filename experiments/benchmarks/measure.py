@@ -163,21 +163,24 @@ def phase_matmuls(kernel_shapes: Sequence[tuple[int, int]], num_workers: int, ba
     return jax.jit(fn), tuple(args)
 
 
-def phase_convs(convs: Sequence[tuple[tuple[int, ...], tuple[int, ...], tuple[int, int]]], num_workers: int, *,
-                seed: int = 0):
+def phase_convs(convs: Sequence[tuple[tuple[int, ...], tuple[int, ...], tuple[int, int]]], num_workers: int = 1,
+                *, seed: int = 0):
     """The convolutions of one training step of a conv net, alone: ``(fn, args)`` with ``fn(*args)`` jitted.
 
     ``convs`` lists every conv the step's forward pass runs as ``(input shape [B, H, W, C_in], kernel shape
-    [kh, kw, C_in, C_out], strides)`` (`record_convs`). For each, batched over W workers as the vmapped local
-    phase runs them: the forward conv, the kernel gradient and, except for the first conv (its input is the
-    image), the input gradient, all from `jax.vjp` of the same ``lax.conv_general_dilated``. No BatchNorm, no
-    activation, no optimizer: timing them bounds what the local phase could reach with free elementwise work.
+    [kh, kw, C_in, C_out], strides)`` (`record_convs`). For each: the forward conv, the kernel gradient and, except
+    for the first conv (its input is the image), the input gradient, all from `jax.vjp` of the same
+    ``lax.conv_general_dilated`` in a top-level computation (where XLA:CPU runs every one in canonical form). One
+    worker's convolutions by default; ``num_workers > 1`` batches them over W with `vmap` (grouped convolutions, as
+    a vmapped local phase of workers with different kernels runs them). No BatchNorm, no activation, no optimizer:
+    timing them bounds what the local phase could reach with free elementwise work.
     """
     rng = np.random.default_rng(seed)
+    lead = (num_workers,) if num_workers > 1 else ()
     args = []
     for x_shape, k_shape, _ in convs:
-        args.append(jax.device_put(rng.standard_normal((num_workers, *x_shape), np.float32)))
-        args.append(jax.device_put(rng.standard_normal((num_workers, *k_shape), np.float32)))
+        args.append(jax.device_put(rng.standard_normal((*lead, *x_shape), np.float32)))
+        args.append(jax.device_put(rng.standard_normal((*lead, *k_shape), np.float32)))
 
     def one(x, k, strides):
         return jax.lax.conv_general_dilated(x, k, strides, "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -192,7 +195,7 @@ def phase_convs(convs: Sequence[tuple[tuple[int, ...], tuple[int, ...], tuple[in
                 dx, dk = vjp(y)  # the output as cotangent: same shape, no extra buffer to time
                 return (y, dk) if first else (y, dk, dx)
 
-            out.append(jax.vmap(step)(x, k))
+            out.append(jax.vmap(step)(x, k) if lead else step(x, k))
         return out
 
     return jax.jit(fn), tuple(args)

@@ -48,7 +48,7 @@ import istjax
 from experiments.benchmarks import measure
 from istjax.models.mlp import MLP
 from istjax.core.subnet import subnet_shapes
-from istjax.runtimes.base import map_workers
+from istjax.runtimes.base import communicates, map_workers
 
 ALGORITHMS: dict[str, Callable[..., istjax.Algorithm]] = {
     "ist": istjax.ist,
@@ -142,7 +142,7 @@ def _worker_kernel_shapes(alg: istjax.Algorithm, params) -> list[tuple[int, int]
 def _local_phase(alg: istjax.Algorithm):
     """The K local steps of all W workers as the simulate runtime runs them (the algorithm's ``local_fused`` when it
     has one, else ``map_workers(local)``), jitted on their own: ``(workers [W, ...], batches [W, K, ...])``."""
-    return jax.jit(alg.local_fused or map_workers(alg.local, alg.num_workers))
+    return jax.jit(alg.local_fused or map_workers(alg.local, alg.num_workers, communicates=communicates(alg)))
 
 
 @dataclasses.dataclass(frozen=True)

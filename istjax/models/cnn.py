@@ -47,6 +47,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.models.conv_ops import conv
+
 __all__ = ["CNN", "BatchStatNorm", "channel_batch_norm"]
 
 BATCH_NORM_KINDS = ("running", "batch")
@@ -203,9 +205,7 @@ class CNN(nn.Module):
 
     @staticmethod
     def _conv(features: int, names_in: str, names_out: str, name: str, strides: int = 1) -> nn.Conv:
-        return nn.Conv(features, (3, 3), strides=(strides, strides), padding="SAME", use_bias=False, name=name,
-                       kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(),
-                                                                (None, None, names_in, names_out)))
+        return conv(features, 3, names_in, names_out, name, strides)
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:

@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from istjax.models import conv_ops
 from istjax.models.resnet import _as_image, _conv, _head, _scaled
 
 __all__ = ["DepthResNet"]
@@ -68,9 +69,7 @@ def _branch(width: int, stride: int, train: bool, momentum: float, preactivation
     """A basic block's residual branch, built inside the calling module. Pre-activation: ``conv2(relu(bn2(conv1(
     x))))`` of the already activated input ``x = relu(bn1(block input))``; post-activation: ``bn2(conv2(relu(bn1(
     conv1(x)))))``."""
-    conv = lambda name, s: nn.Conv(  # noqa: E731
-        width, (3, 3), strides=(s, s), padding="SAME", use_bias=False, name=prefix + name,
-        kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(), (None, None, None, None)))
+    conv = lambda name, s: conv_ops.conv(width, 3, None, None, prefix + name, s)  # noqa: E731
     if preactivation:
         return conv("conv2", 1)(nn.relu(_bn(momentum, prefix + "bn2", train)(conv("conv1", stride)(x))))
     h = nn.relu(_bn(momentum, prefix + "bn1", train)(conv("conv1", stride)(x)))

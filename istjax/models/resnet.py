@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from istjax.models.cnn import BatchStatNorm, _is_pos_int, check_image_model_fields
+from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["ResNet", "PreActResNet", "RESNET_PRESETS"]
 
@@ -138,13 +139,6 @@ def _batch_norm(module: nn.Module, name: str, group: str, x: jax.Array, train: b
         use_running_average=not train, momentum=module.bn_momentum, use_scale=True, use_bias=True, name=name,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
-
-
-def _conv(features: int, size: int, names_in: str, names_out: str, name: str, strides: int = 1) -> nn.Conv:
-    """A bias-free ``size x size`` conv with kernel names ``(None, None, names_in, names_out)``."""
-    return nn.Conv(features, (size, size), strides=(strides, strides), padding="SAME", use_bias=False, name=name,
-                   kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(),
-                                                            (None, None, names_in, names_out)))
 
 
 def _head(num_classes: int, names_in: str, name: str = "head") -> nn.Dense:

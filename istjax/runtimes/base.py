@@ -19,10 +19,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
 
 from istjax.core.state import WORKERS, first_worker
 
-__all__ = ["Runtime", "RuntimeHandle", "check_batches", "map_workers", "local_handle"]
+__all__ = ["Runtime", "RuntimeHandle", "WORKER_MAPS", "check_batches", "check_worker_map", "communicates",
+           "map_workers", "local_handle"]
 
 PyTree = Any
 
@@ -76,17 +78,44 @@ def check_batches(batches: Any, num_workers: int, local_steps: int) -> None:
                 f"istjax.data.make_batch_fn or reshape yours. Inputs every worker reads (a graph) go in shared=.")
 
 
+WORKER_MAPS = ("auto", "vmap", "sequential")
+
+
+def check_worker_map(worker_map: str) -> str:
+    """``worker_map`` if it is one of `WORKER_MAPS`, else a clear error."""
+    if worker_map not in WORKER_MAPS:
+        raise ValueError(f"worker_map={worker_map!r} is not known; choose one of {WORKER_MAPS} ('auto' runs workers "
+                         f"one after another on CPU when their step has a convolution, else vmaps them).")
+    return worker_map
+
+
+def communicates(algorithm) -> bool:
+    """Whether ``algorithm``'s workers talk during the local phase (data parallel's per-step gradient mean)."""
+    return algorithm.exchange == "gradients"
+
+
 def map_workers(local: Callable, num_workers: int, *, outer_axes: tuple[str, ...] = (),
-                reduce: Optional[Callable] = None) -> Callable:
+                reduce: Optional[Callable] = None, worker_map: str = "auto",
+                communicates: bool = True) -> Callable:
     """``run(workers [n], batches [n, K, ...], shared) -> (workers [n], metrics [n, K])``: ``local`` for ``n``
     workers held here, the shared input passed to each unstacked.
 
-    ``n > 1`` maps with `vmap` over the axis named `WORKERS` (collectives then reduce over it and ``outer_axes``).
+    ``n > 1`` maps with `vmap` over the axis named `WORKERS` (collectives then reduce over it and ``outer_axes``),
+    or, with ``worker_map="sequential"``, runs the workers one after another in `lax.map` (only for a ``local`` that
+    does not communicate, ``communicates=False``: IST, ResIST, local SGD). ``"auto"`` picks ``"sequential"`` where it
+    pays: a non-communicating ``local`` whose step has a convolution, on the CPU backend. A vmap over workers with
+    different kernels turns every convolution into a grouped one, which XLA:CPU runs 2-4x slower than the same
+    convolutions one worker at a time (conv benchmark); matmuls batch well, and accelerators want the batch.
     ``n == 1`` runs unmapped: a vmap of size 1 is not free (XLA drops the unit batch dimension and, on the 2-layer
     speech model, computes the weight gradient transposed and transposes it back in every step: 2.3x slower;
     benchmarks study 7); collectives then reduce over ``outer_axes`` only (``()``: the identity).
     ``reduce`` (a cross-process gradient mean) is passed on to ``local``.
     """
+    check_worker_map(worker_map)
+    if worker_map == "sequential" and communicates:
+        raise ValueError("worker_map='sequential' needs a local phase whose workers do not communicate; this "
+                         "algorithm averages gradients across workers every step (data parallel). Use 'vmap' or "
+                         "'auto'.")
     if num_workers == 1:
         def run_one(workers, batches, shared=None):
             out = local(first_worker(workers), first_worker(batches), shared, axis_name=outer_axes, reduce=reduce)
@@ -100,4 +129,37 @@ def map_workers(local: Callable, num_workers: int, *, outer_axes: tuple[str, ...
         return local(worker, batches_K, shared, axis_name=axis_name, reduce=reduce)
 
     mapped = jax.vmap(one, in_axes=(0, 0, None), axis_name=WORKERS)
-    return lambda workers, batches, shared=None: mapped(workers, batches, shared)
+
+    def in_turn(workers, batches, shared):
+        return jax.lax.map(lambda wb: local(wb[0], wb[1], shared, axis_name=(), reduce=reduce), (workers, batches))
+
+    def run(workers, batches, shared=None):
+        sequential = worker_map == "sequential" or (
+            worker_map == "auto" and not communicates and jax.default_backend() == "cpu"
+            and _has_convolution(local, first_worker(workers), first_worker(batches), shared))
+        return (in_turn if sequential else mapped)(workers, batches, shared)
+
+    return run
+
+
+def _has_convolution(local: Callable, worker: Any, batches_K: Any, shared: Any) -> bool:
+    """Whether one worker's local phase runs a convolution (traced on abstract values; nothing is computed)."""
+    def abstract(x):
+        return jax.ShapeDtypeStruct(jnp.shape(x), x.dtype if hasattr(x, "dtype") else jnp.result_type(x))
+
+    args = jax.tree.map(abstract, (worker, batches_K, shared))
+    jaxpr = jax.make_jaxpr(lambda w, b, s: local(w, b, s, axis_name=(), reduce=None))(*args)
+    return _jaxpr_has(jaxpr.jaxpr, "conv_general_dilated")
+
+
+def _jaxpr_has(jaxpr: Any, primitive: str) -> bool:
+    """Whether ``primitive`` appears in ``jaxpr`` or any jaxpr nested in its equations' parameters."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == primitive:
+            return True
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                if hasattr(inner, "eqns") and _jaxpr_has(inner, primitive):
+                    return True
+    return False

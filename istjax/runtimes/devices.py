@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from istjax.core.state import summarize
-from istjax.runtimes.base import Runtime, check_batches, local_handle, map_workers
+from istjax.runtimes.base import Runtime, check_batches, communicates, local_handle, map_workers
 
 __all__ = ["DEVICES", "RUNTIME", "build", "devices_used", "make_mesh"]
 
@@ -43,13 +43,15 @@ def make_mesh(num_workers: int, devices=None) -> jax.sharding.Mesh:
     return jax.make_mesh((len(devs),), (DEVICES,), axis_types=(jax.sharding.AxisType.Explicit,), devices=devs)
 
 
-def build(algorithm, devices=None):
+def build(algorithm, devices=None, worker_map: str = "auto"):
     """``algorithm`` with its worker stage split across local devices.
 
     Args:
       algorithm: an algorithm's pieces (see `istjax.algorithms`); ``local_fused`` is not used (the workers span
         several devices, so every algorithm runs its per-worker ``local``).
       devices: the devices to use (default: ``jax.local_devices()``); W / D workers per device.
+      worker_map: how a device runs its workers (`istjax.runtimes.base.map_workers`): ``"vmap"``,
+        ``"sequential"`` or ``"auto"``.
 
     Returns:
       The algorithm; ``round.mesh`` is the mesh it runs on and ``round.compiled`` the jitted function (inputs
@@ -60,7 +62,8 @@ def build(algorithm, devices=None):
     d = mesh.devices.size
     replicated = NamedSharding(mesh, P())
     split = NamedSharding(mesh, P(DEVICES))
-    on_device = map_workers(algorithm.local, w // d, outer_axes=(DEVICES,))
+    on_device = map_workers(algorithm.local, w // d, outer_axes=(DEVICES,), worker_map=worker_map,
+                            communicates=communicates(algorithm))
 
     # check_vma=False: the reduction names a vmap axis and a mesh axis together, which the varying-axes checker
     # does not model; the result is replicated by construction (a mean over every worker).

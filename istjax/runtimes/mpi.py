@@ -59,7 +59,7 @@ from istjax.core.schedule import at_round
 from istjax.core.spec import GroupAxis, LeafSpec, path_str
 from istjax.core.state import TrainState, WorkerState, broadcast_workers, summarize
 from istjax.core.subnet import extract_leaf, merge_leaf
-from istjax.runtimes.base import Runtime, RuntimeHandle, map_workers
+from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
 __all__ = ["MODES", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size", "is_primary",
            "abort_on_error"]
@@ -329,7 +329,7 @@ def _full_batches(batches, rt):
 
 def _lane_step(alg, lanes: int, reset_optimizer: bool, reduce=None):
     """The device step: this rank's L workers through `map_workers`, as the single-process runtimes run theirs."""
-    run = map_workers(alg.local, lanes, reduce=reduce)
+    run = map_workers(alg.local, lanes, reduce=reduce, communicates=communicates(alg))
     opt = alg.optimizer
 
     def step(workers: WorkerState, batches_L, shared, round_index):

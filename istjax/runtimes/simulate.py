@@ -1,7 +1,8 @@
 """The ``simulate`` runtime: every worker on one device, the whole round one jit-compiled function.
 
 ``local`` is mapped over the `[W]` worker axis with `istjax.runtimes.base.map_workers` (vmapped, axis name
-`istjax.WORKERS`, so data parallel's ``lax.pmean`` averages across workers; one worker unmapped), or the
+`istjax.WORKERS`, so data parallel's ``lax.pmean`` averages across workers; one worker unmapped; workers that do
+not communicate run one after another where that is faster: conv models on CPU), or the
 algorithm's ``local_fused`` runs instead when it has one. Compiled once for all rounds. For laptops, tests and
 theory runs.
 """
@@ -13,15 +14,20 @@ import dataclasses
 import jax
 
 from istjax.core.state import summarize
-from istjax.runtimes.base import Runtime, check_batches, local_handle, map_workers
+from istjax.runtimes.base import Runtime, check_batches, communicates, local_handle, map_workers
 
 __all__ = ["RUNTIME", "build"]
 
 
-def build(algorithm):
-    """``algorithm`` with a single-device, single-jit ``round`` (see the module docstring)."""
+def build(algorithm, worker_map: str = "auto"):
+    """``algorithm`` with a single-device, single-jit ``round`` (see the module docstring).
+
+    ``worker_map``: how the workers' local phases run on the device (`istjax.runtimes.base.map_workers`):
+    ``"vmap"``, ``"sequential"`` or ``"auto"``.
+    """
     w, k = algorithm.num_workers, algorithm.local_steps
-    local_all = algorithm.local_fused or map_workers(algorithm.local, w)
+    local_all = algorithm.local_fused or map_workers(algorithm.local, w, worker_map=worker_map,
+                                                     communicates=communicates(algorithm))
 
     def round_fn(state, batches, shared=None):
         workers, plan = algorithm.distribute(state)
