@@ -255,6 +255,7 @@ def gather_scatter(wl: Workload, workers: Sequence[int], reps: int) -> list[dict
     ex = jax.jit(lambda params, p: istjax.extract(params, p, spec))
     mg = jax.jit(lambda params, sub, p: istjax.merge(params, sub, p, spec))
     cp = measure.copy_fn()
+    tree_cp = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))  # the same leaves, one copy each
     model_bytes = measure.tree_bytes(params)
     # merge returns a new global model, so it writes all of it (where no worker holds a block of a weight
     # partitioned on two axes, the old values are copied): its yardstick is a copy of the model's bytes. For a
@@ -271,8 +272,11 @@ def gather_scatter(wl: Workload, workers: Sequence[int], reps: int) -> list[dict
             "merge": lambda: mg(params, sub, p),
             "copy": lambda: cp(buf),
             "copy_model": lambda: cp(buf_model),
+            "copy_leaves": lambda: tree_cp(sub),
+            "copy_model_leaves": lambda: tree_cp(params),
         }, reps)
         te, tm, tc, tcm = t["extract"].median, t["merge"].median, t["copy"].median, t["copy_model"].median
+        tl, tml = t["copy_leaves"].median, t["copy_model_leaves"].median
         rows.append({
             "model": wl.name, "W": W, "bytes": nbytes, "model_bytes": model_bytes,
             "extract_GBps": nbytes / te / 1e9, "merge_GBps": nbytes / tm / 1e9, "copy_GBps": nbytes / tc / 1e9,
@@ -280,6 +284,10 @@ def gather_scatter(wl: Workload, workers: Sequence[int], reps: int) -> list[dict
             "merge_vs_copy_model": tcm / tm,
             "extract_merge_vs_copy": (tc + tcm) / (te + tm),
             "extract_merge_vs_copy_sub_bytes": 2 * tc / (te + tm),
+            # The same bytes in the same leaves (one copy per array): what a copy costs where every array is its
+            # own kernel launch (XLA:CPU spends microseconds per operation, whatever its size).
+            "leaves": len(jax.tree.leaves(params)),
+            "extract_merge_vs_copy_leaves": (tl + tml) / (te + tm),
             "timings": {k: v.as_dict() for k, v in t.items()},
         })
     return rows
