@@ -1,0 +1,156 @@
+"""The slow network (`experiments/network/slow_net.py`): its pure parts, and a real run across two namespaces.
+
+The integration tests build real network namespaces, veth pairs, a bridge and ``tc`` shaping, run ``mpiexec -n 2``
+across them, and check the links' kernel byte counters against the bytes the MPI runtime says it handed to MPI.
+They need root or CAP_NET_ADMIN (CI here has it) and are skipped, with the reason, elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from experiments.network import slow_net as sn
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
+
+
+def test_plan_names_and_addresses():
+    plan = sn.make_plan(3, "t1")
+    assert [h.namespace for h in plan.hosts] == ["isjt1-0", "isjt1-1", "isjt1-2"]
+    assert [h.address for h in plan.hosts] == ["198.18.0.1/15", "198.18.0.2/15", "198.18.0.3/15"]
+    assert plan.bridge == "isjt1br" and plan.bridge_address == "198.18.0.254/15"
+    names = [plan.bridge] + [n for h in plan.hosts for n in (h.inner, h.outer)]
+    assert all(len(n) <= 15 for n in names) and len(set(names)) == len(names)  # Linux interface-name limit
+    assert all(sn.NETWORK.overlaps(__import__("ipaddress").ip_network(h.address, strict=False)) for h in plan.hosts)
+
+
+@pytest.mark.parametrize("hosts,tag,match", [(0, "a", "--hosts=0"), (65, "a", "--hosts=65"), (2, "BAD", "tag"),
+                                             (2, "toolong1", "tag"), (2, "a-b", "tag")])
+def test_plan_rejects_bad_input(hosts, tag, match):
+    with pytest.raises(ValueError, match=match):
+        sn.make_plan(hosts, tag)
+
+
+@pytest.mark.parametrize("field,value", [("rate", "fast"), ("rate", "100"), ("delay", "1"), ("delay", "1min"),
+                                         ("loss", "0.1")])
+def test_link_rejects_bad_units(field, value):
+    with pytest.raises(ValueError, match=field):
+        sn.Link(**{field: value})
+
+
+def test_link_rate_in_bits():
+    assert sn.Link("100mbit").bits_per_second() == 100e6
+    assert sn.Link("1gbit").bits_per_second() == 1e9
+    assert sn.Link("10mbps").bits_per_second() == 80e6
+
+
+def test_tc_lines():
+    lines = sn.shape_commands("veth0", sn.Link("100mbit", "0.5ms", "0.1%"), "ns0")
+    assert lines[0] == ["ip", "netns", "exec", "ns0", "tc", "qdisc", "add", "dev", "veth0", "root", "handle", "1:",
+                        "netem", "delay", "0.5ms", "loss", "0.1%"]
+    assert lines[1][:12] == ["ip", "netns", "exec", "ns0", "tc", "qdisc", "add", "dev", "veth0", "parent", "1:",
+                             "handle"]
+    assert lines[1][13:16] == ["tbf", "rate", "100mbit"]
+    assert int(lines[1][lines[1].index("burst") + 1]) >= 32 * 1024
+    root_side = sn.shape_commands("veth1", sn.Link())
+    assert root_side[0][:3] == ["tc", "qdisc", "add"] and "loss" not in root_side[0]
+
+
+def test_setup_and_teardown_cover_every_device():
+    plan = sn.make_plan(2, "t2")
+    setup = sn.setup_commands(plan, sn.Link())
+    flat = [" ".join(c) for c in setup]
+    for h in plan.hosts:
+        assert f"ip netns add {h.namespace}" in flat
+        assert f"ip link add {h.outer} type veth peer name {h.inner}" in flat
+        assert f"ip netns exec {h.namespace} ip addr add {h.address} dev {h.inner}" in flat
+        # shaped both ways: the host's egress inside its namespace, and the bridge side's egress
+        assert any(c.startswith(f"ip netns exec {h.namespace} tc qdisc add dev {h.inner} root") for c in flat)
+        assert any(c.startswith(f"tc qdisc add dev {h.outer} root") for c in flat)
+    assert flat.index(f"ip link add {plan.bridge} type bridge") == 0
+    down = sn.teardown_commands(plan)
+    assert down == [["ip", "netns", "delete", "isjt2-0"], ["ip", "netns", "delete", "isjt2-1"],
+                    ["ip", "link", "delete", "isjt2br"]]
+
+
+def test_mpiexec_line():
+    plan = sn.make_plan(2, "t3")
+    argv = sn.mpiexec_command(plan, ["python", "x.py"], mpiexec="/bin/mpiexec")
+    text = " ".join(argv)
+    assert argv[0] == "/bin/mpiexec" and "-genv MPIR_CVAR_NOLOCAL 1" in text and "-genv UCX_TLS tcp,self" in text
+    assert "-bind-to core" in text
+    assert text.endswith("-n 1 -env UCX_NET_DEVICES isjt3h0 ip netns exec isjt3-0 python x.py : "
+                         "-n 1 -env UCX_NET_DEVICES isjt3h1 ip netns exec isjt3-1 python x.py")
+    assert "-bind-to" not in sn.mpiexec_command(plan, ["x"], bind=False)
+    with pytest.raises(ValueError, match="no command"):
+        sn.mpiexec_command(plan, [])
+
+
+def test_cli_refuses_bad_input_before_creating_anything(capsys):
+    with pytest.raises(SystemExit):
+        sn.main(["--rate", "fast", "--", "true"])
+    assert "rate='fast'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sn.main(["--hosts", "2"])
+    assert "no command" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real namespaces
+
+needs_net_admin = pytest.mark.skipif(sn.missing_privileges() is not None,
+                                     reason=f"slow network not available here: {sn.missing_privileges()}")
+needs_mpi = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed (pip install mpich)")
+
+
+def _slow_net(tmp_path, *args, timeout=300):
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "experiments.network.slow_net", "--report", str(report), *args]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return out, (json.loads(report.read_text()) if report.exists() else None)
+
+
+@needs_net_admin
+@needs_mpi
+def test_ist_across_two_namespaces_crosses_the_links(tmp_path):
+    """Two rounds of IST under mpiexec -n 2, one rank per namespace: every byte the runtime hands to MPI crosses
+    the shaped veth links (their kernel counters grow by at least that much), and nothing is left behind."""
+    out, report = _slow_net(tmp_path, "--hosts", "2", "--rate", "1gbit", "--delay", "0.1ms", "--tag", "tst1", "--",
+                            sys.executable, "tests/network/two_rounds.py", "1024")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "DONE" in out.stdout
+    measured = {int(m[0]): (int(m[1]), int(m[2]))
+                for m in re.findall(r"BYTES rank=(\d+) sent=(\d+) received=(\d+)", out.stdout)}
+    assert set(measured) == {0, 1}
+    links = report["links"]
+    for rank, (sent, received) in measured.items():
+        c = links[f"isjtst1-{rank}"]
+        assert sent > 100_000  # a 64-1024-5 MLP's slices: not a trivial amount
+        assert c["tx_bytes"] >= sent and c["rx_bytes"] >= received, (rank, c, sent, received)
+    assert sn.leftovers(sn.make_plan(2, "tst1")) == []
+
+
+@needs_net_admin
+@needs_mpi
+def test_a_killed_rank_ends_the_job_and_the_namespaces_go(tmp_path):
+    """A rank killed mid-run: the job ends within 30 s with a message naming the rank; the namespaces are removed."""
+    out, _ = _slow_net(tmp_path, "--hosts", "2", "--tag", "tst2", "--", sys.executable, "tests/mpi/crash.py",
+                       "kill", timeout=120)
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert re.search(r"rank 1|rank=1|RANK 1", text, re.I), text[-3000:]
+    assert sn.leftovers(sn.make_plan(2, "tst2")) == []
+
+
+@needs_net_admin
+def test_nothing_is_left_after_a_failing_command(tmp_path):
+    out, report = _slow_net(tmp_path, "--hosts", "2", "--tag", "tst3", "--", "false")
+    assert out.returncode != 0
+    assert sn.leftovers(sn.make_plan(2, "tst3")) == []
