@@ -2,7 +2,7 @@
 
 Run as root (or with CAP_NET_ADMIN) from the repository root::
 
-    python -m experiments.network.slow_net --hosts 2 --rate 100mbit --delay 0.1ms -- \\
+    python -m experiments.network.slow_net --hosts 2 --rate 100mbit -- \\
         python -m istjax.experiment train --config=experiments/configs/speech2_ist.py --config.backend=mpi
 
 What it builds (every name carries a per-run tag, so two runs never touch each other's devices)::
@@ -13,8 +13,10 @@ What it builds (every name carries a per-run tag, so two runs never touch each o
                         ...
 
 Each host's link is shaped in both directions with ``tc``: the namespace side's egress (what the host sends) and
-the bridge side's egress (what it receives) each get ``netem`` (delay, optional loss) with a token bucket (``tbf``,
-the rate) under it, so a host has a full-duplex link of the given rate and one-way delay. Addresses come from
+the bridge side's egress (what it receives) each get a token bucket (``tbf``, the rate), under ``netem`` when a
+delay or a loss is asked for, so a host has a full-duplex link of the given rate (and one-way delay). Kernels built
+without netem (this project's CI machines among them) shape the rate only; asking them for a delay is refused with
+that reason, after removing what was created. Addresses come from
 198.18.0.0/15, the range RFC 2544 sets aside for benchmarking; nothing is routed outside the namespaces.
 
 ``mpiexec`` then starts one rank per namespace through ``ip netns exec`` (MPMD syntax), with
@@ -56,17 +58,17 @@ _LOSS = re.compile(r"^\d+(\.\d+)?%$")
 
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """How every host's link is shaped: ``rate`` (tc units, e.g. ``"100mbit"``, ``"1gbit"``), one-way ``delay``
-    (``"0.1ms"``), optional ``loss`` (``"0.1%"``)."""
+    """How every host's link is shaped: ``rate`` (tc units, e.g. ``"100mbit"``, ``"1gbit"``), optional one-way
+    ``delay`` (``"0.1ms"``) and ``loss`` (``"0.1%"``); delay and loss need the kernel's ``netem``."""
 
     rate: str = "1gbit"
-    delay: str = "0.1ms"
+    delay: Optional[str] = None
     loss: Optional[str] = None
 
     def __post_init__(self):
         if not _RATE.match(self.rate):
             raise ValueError(f"rate={self.rate!r}: use tc's units, e.g. '100mbit', '1gbit', '10gbit'.")
-        if not _TIME.match(self.delay):
+        if self.delay is not None and not _TIME.match(self.delay):
             raise ValueError(f"delay={self.delay!r}: use tc's units, e.g. '0.1ms', '1ms', '500us'.")
         if self.loss is not None and not _LOSS.match(self.loss):
             raise ValueError(f"loss={self.loss!r}: a percentage such as '0.1%' (or leave it out).")
@@ -109,13 +111,16 @@ def make_plan(num_hosts: int, tag: str) -> Plan:
 
 
 def shape_commands(device: str, link: Link, namespace: Optional[str] = None) -> list[list[str]]:
-    """``tc`` lines shaping ``device``'s egress: netem (delay, loss) at the root, a token bucket (rate) under it."""
-    netem = ["netem", "delay", link.delay] + (["loss", link.loss] if link.loss else [])
-    # Burst: at least one full-size packet per timer tick at this rate (tbf refuses too small a bucket).
+    """``tc`` lines shaping ``device``'s egress: a token bucket (``tbf``, the rate) at the root, or, with a delay or
+    a loss, ``netem`` at the root and the token bucket under it."""
+    # Burst: at least one timer tick's worth of bytes at this rate (tbf cannot reach the rate with too small a bucket).
     burst = max(32 * 1024, int(link.bits_per_second() / 8 / 250))
     tc = (["ip", "netns", "exec", namespace] if namespace else []) + ["tc", "qdisc", "add", "dev", device]
-    return [tc + ["root", "handle", "1:"] + netem,
-            tc + ["parent", "1:", "handle", "2:", "tbf", "rate", link.rate, "burst", str(burst), "latency", "100ms"]]
+    tbf = ["tbf", "rate", link.rate, "burst", str(burst), "latency", "100ms"]
+    if link.delay is None and link.loss is None:
+        return [tc + ["root", "handle", "1:"] + tbf]
+    netem = ["netem"] + (["delay", link.delay] if link.delay else []) + (["loss", link.loss] if link.loss else [])
+    return [tc + ["root", "handle", "1:"] + netem, tc + ["parent", "1:", "handle", "2:"] + tbf]
 
 
 def setup_commands(plan: Plan, link: Link) -> list[list[str]]:
@@ -143,6 +148,11 @@ def teardown_commands(plan: Plan) -> list[list[str]]:
     return [["ip", "netns", "delete", h.namespace] for h in plan.hosts] + [["ip", "link", "delete", plan.bridge]]
 
 
+# Runs the rank's command and, when it fails, names the rank (mpiexec names only a pid, through `ip netns exec`).
+_REPORT_EXIT = ('"$@"; rc=$?; if [ $rc -ne 0 ]; then echo "slow_net: rank {rank} (namespace {namespace}) ended with '
+                'status $rc$([ $rc -gt 128 ] && echo ", killed by signal $((rc - 128))")" >&2; fi; exit $rc')
+
+
 def mpiexec_command(plan: Plan, command: Sequence[str], *, mpiexec: str = "mpiexec", bind: bool = True,
                     env: Optional[dict[str, str]] = None) -> list[str]:
     """One rank per host, each started inside its namespace; MPICH told to use TCP, not shared memory."""
@@ -158,7 +168,8 @@ def mpiexec_command(plan: Plan, command: Sequence[str], *, mpiexec: str = "mpiex
         if i:
             argv.append(":")
         # UCX_NET_DEVICES: this rank's link only (not the namespace's loopback, which every rank has).
-        argv += ["-n", "1", "-env", "UCX_NET_DEVICES", h.inner, "ip", "netns", "exec", h.namespace] + list(command)
+        argv += ["-n", "1", "-env", "UCX_NET_DEVICES", h.inner, "ip", "netns", "exec", h.namespace,
+                 "sh", "-c", _REPORT_EXIT.format(rank=i, namespace=h.namespace), f"rank{i}"] + list(command)
     return argv
 
 
@@ -245,6 +256,10 @@ def slow_network(num_hosts: int, link: Link, tag: Optional[str] = None) -> Itera
     try:
         for cmd in setup_commands(plan, link):
             r = _run(cmd, check=False)
+            if r.returncode and "netem" in cmd and "unknown" in r.stderr:
+                raise RuntimeError("this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), so it cannot add a delay "
+                                   "or a loss; run without --delay and --loss (the rate is shaped with tbf), or on "
+                                   "a kernel with netem. Everything created was removed.")
             if r.returncode:
                 raise RuntimeError(f"`{' '.join(cmd)}` failed: {r.stderr.strip()}")
         yield plan
@@ -291,7 +306,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  epilog="Everything after `--` is the command each rank runs.")
     ap.add_argument("--hosts", type=int, default=2, help="namespaces = MPI ranks (default 2)")
     ap.add_argument("--rate", default="1gbit", help="each host's link rate, tc units (default 1gbit)")
-    ap.add_argument("--delay", default="0.1ms", help="one-way delay per link (default 0.1ms)")
+    ap.add_argument("--delay", default=None, help="one-way delay per link, e.g. 0.1ms (needs netem; default none)")
     ap.add_argument("--loss", default=None, help="packet loss per link, e.g. 0.1%% (default none)")
     ap.add_argument("--tag", default=None, help="name tag of this run's devices (default: from the pid)")
     ap.add_argument("--no-bind", action="store_true", help="do not pass -bind-to core to mpiexec")
@@ -308,11 +323,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error(str(e))
     try:
         with slow_network(args.hosts, link, args.tag) as plan:
-            print(f"slow_net: {args.hosts} hosts on {plan.bridge}, links {link.rate}, delay {link.delay}"
-                  f"{', loss ' + link.loss if link.loss else ''}", flush=True)
+            print(f"slow_net: {args.hosts} hosts on {plan.bridge}, links {link.rate}"
+                  f"{', delay ' + link.delay if link.delay else ''}{', loss ' + link.loss if link.loss else ''}",
+                  flush=True)
             result = run_command(plan, command, mpiexec=args.mpiexec or default_mpiexec(), bind=not args.no_bind,
                                  timeout=args.timeout)
-    except PermissionError as e:
+    except (PermissionError, RuntimeError) as e:
         print(f"slow_net: {e}", file=sys.stderr)
         return 2
     except (_Interrupted, KeyboardInterrupt) as e:
