@@ -195,3 +195,17 @@ def test_validate_reports_every_problem_at_once():
     c.learnig_rate = 0.1  # a typo in a config file is an error, not silently ignored
     with pytest.raises(config_lib.ConfigError, match="learnig_rate: unknown config field.*'learning_rate'"):
         config_lib.validate(c)
+
+
+def test_stop_at_target_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
+    """stop_at_target: training stops after the first evaluation at or above the target, with a checkpoint there
+    and a summary whose rounds and time-to-target are that evaluation's; without a target it is a config error."""
+    c = tiny_config(num_rounds=40, eval_every=1, checkpoint_every=100, target_accuracy=0.5, stop_at_target=True)
+    summary = train.train_and_evaluate(c, tmp_path / "run")
+    assert summary["round_to_target"] == summary["rounds"] < 40
+    assert summary["test_accuracy"] >= 0.5
+    _, step = final_state(c, tmp_path / "run")
+    assert step == summary["rounds"]
+    bad = tiny_config(stop_at_target=True, target_accuracy=None)
+    with pytest.raises(config_lib.ConfigError, match="stop_at_target=True: needs a target"):
+        config_lib.validate(bad)

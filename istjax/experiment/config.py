@@ -57,7 +57,7 @@ SAMPLERS = ("uniform", "uniform_pad", "overlapping", "stratified", "uneven", "ne
 # Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
 # more rounds). Every other field must match the checkpoint's config exactly.
 RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "max_to_keep", "eval_batch_size",
-                      "eval_train_examples", "target_accuracy", "progress")
+                      "eval_train_examples", "target_accuracy", "stop_at_target", "progress")
 
 
 class ConfigError(ValueError):
@@ -148,6 +148,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.max_to_keep = 3  # checkpoints kept
     # Report the time and samples to this test accuracy (None: do not); a float field that may be None.
     c.target_accuracy = config_dict.FieldReference(0.95, field_type=float)
+    c.stop_at_target = False  # stop after the first evaluation at or above target_accuracy (time-to-accuracy runs)
     c.progress = True  # tqdm progress bar
     return c
 
@@ -411,6 +412,10 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     t = config.target_accuracy
     if t is not None and (not isinstance(t, (int, float)) or not 0 < t <= 1):
         bad("target_accuracy", "must be a fraction in (0, 1], e.g. 0.95, or unset.")
+    if not isinstance(config.stop_at_target, bool):
+        bad("stop_at_target", "must be True or False.")
+    elif config.stop_at_target and t is None:
+        bad("stop_at_target", "needs a target: set --config.target_accuracy=0.9 (or leave stop_at_target False).")
 
     dataset = None
     if load_data and dataset_ok:

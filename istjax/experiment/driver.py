@@ -500,6 +500,7 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
                 run.bytes_total += w * (sent + received)
                 done = r + 1
                 postfix = {"loss": f"{float(metrics['train_loss']):.4f}"}
+                record = None
                 if done % int(c.eval_every) == 0 or done == n:
                     record = _record(run, state, metrics, done, evaluate)
                     if record is not None:
@@ -508,8 +509,14 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
                         postfix["test_acc"] = f"{record['test_accuracy']:.4f}"
                 bar.set_postfix(postfix, refresh=False)
                 bar.update(1)
-                if done % int(c.checkpoint_every) == 0 or done == n:
+                # Every process takes the same decision (the primary evaluated; agree shares its answer).
+                reached = c.stop_at_target and alg.runtime.agree(int(_reached(record, c.target_accuracy)))
+                if done % int(c.checkpoint_every) == 0 or done == n or reached:
                     run.save(state)
+                if reached:
+                    run.log(f"reached test accuracy {c.target_accuracy} at round {done}; stopping "
+                            f"(stop_at_target).")
+                    break
                 signum = alg.runtime.agree(stop["signum"] or 0) or None
                 if signum is not None:
                     run.save(state)
@@ -521,6 +528,10 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
         bar.close()
         writer.close()
     return state
+
+
+def _reached(record: Optional[dict], target: Optional[float]) -> bool:
+    return record is not None and target is not None and (record.get("test_accuracy") or 0.0) >= target
 
 
 def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: int) -> dict[str, Any]:
