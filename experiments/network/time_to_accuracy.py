@@ -1,0 +1,157 @@
+"""Time to accuracy on a real slow network: IST vs data parallel vs local SGD, the IST paper's headline claim.
+
+Run as root from the repository root (with ``ISTJAX_DATA_DIR`` pointing at the folder holding FSDD)::
+
+    python -m experiments.network.time_to_accuracy                       # 2-layer model, 2 ranks, 1 and 10 Gbit/s
+    python -m experiments.network.time_to_accuracy --models 2,3 --ranks 2,4 --links 100mbit,1gbit,10gbit
+
+For every (model, rank count, link rate, algorithm) it builds the namespaces and shaped links of
+`experiments.network.slow_net`, launches ``istjax train`` on them with ``--config.backend=mpi`` (one worker per
+rank, the paper's setting), stops at the first evaluation at or above ``--target`` (``stop_at_target``), and reads
+the run's ``summary.json``: the training seconds to the target (compilation and evaluation excluded), the rounds,
+the bytes, and the links' byte counters. A run that does not reach the target within ``--max-rounds`` or
+``--timeout`` seconds is recorded as such. Results go to ``--out`` (default ``experiments/network/results.json``):
+per model, rank count and link, each algorithm's seconds to the target, and for IST ``speedup_vs_data_parallel``
+and ``speedup_vs_local_sgd`` (the paper: 10.6x and 4.2x for the 2-layer model, 16.6x and 6.1x for the 3-layer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from experiments.network import slow_net
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+ALGORITHMS = ("ist", "data_parallel", "local_sgd")
+PAPER = {"2": {"speedup_vs_data_parallel": 10.6, "speedup_vs_local_sgd": 4.2},
+         "3": {"speedup_vs_data_parallel": 16.6, "speedup_vs_local_sgd": 6.1}}
+
+
+def train_command(model: str, algorithm: str, ranks: int, workdir: pathlib.Path, *, target: float,
+                  max_rounds: int, extra: Sequence[str] = ()) -> list[str]:
+    """The ``istjax train`` line every rank runs."""
+    return [sys.executable, "-m", "istjax.experiment.cli", "train",
+            f"--config={ROOT / 'experiments' / 'configs' / 'fsdd_speech.py'}:{model}",
+            f"--config.algorithm={algorithm}", "--config.backend=mpi", f"--config.num_workers={ranks}",
+            f"--config.target_accuracy={target}", "--config.stop_at_target=True", "--config.eval_every=1",
+            f"--config.num_rounds={max_rounds}", f"--config.checkpoint_every={max_rounds}",
+            "--config.progress=False", f"--workdir={workdir}", *extra]
+
+
+def one_run(model: str, algorithm: str, ranks: int, rate: str, *, target: float, max_rounds: int,
+            timeout: float, scratch: pathlib.Path, tag: str) -> dict[str, Any]:
+    """One training run across ``ranks`` namespaces on links of ``rate``; its summary and the link counters."""
+    workdir = scratch / f"m{model}-r{ranks}-{rate}-{algorithm}"
+    report = scratch / f"{workdir.name}.net.json"
+    cmd = [sys.executable, "-m", "experiments.network.slow_net", "--hosts", str(ranks), "--rate", rate, "--tag", tag,
+           "--report", str(report), "--timeout", str(timeout), "--",
+           *train_command(model, algorithm, ranks, workdir, target=target, max_rounds=max_rounds)]
+    t0 = time.time()
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    row: dict[str, Any] = {"model": model, "ranks": ranks, "link": rate, "algorithm": algorithm,
+                           "returncode": out.returncode, "job_wall_s": time.time() - t0}
+    summary = workdir / "summary.json"
+    if summary.exists():
+        s = json.loads(summary.read_text())
+        row.update({k: s.get(k) for k in ("rounds", "test_accuracy", "time_to_target_s", "round_to_target",
+                                          "samples_to_target", "time_per_round_s", "compile_time_s",
+                                          "bytes_sent_per_worker_per_round", "bytes_total")})
+    if report.exists():
+        row["links"] = json.loads(report.read_text())["links"]
+    if out.returncode or not summary.exists():
+        row["error"] = (out.stderr or out.stdout)[-2000:]
+    return row
+
+
+def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, ranks, link): seconds to the target per algorithm, and IST's speed-ups over the others."""
+    out = []
+    keys = sorted({(r["model"], r["ranks"], r["link"]) for r in rows})
+    for model, ranks, link in keys:
+        t = {r["algorithm"]: r.get("time_to_target_s") for r in rows
+             if (r["model"], r["ranks"], r["link"]) == (model, ranks, link)}
+        entry: dict[str, Any] = {"model": model, "ranks": ranks, "link": link, "seconds_to_target": t}
+        ist = t.get("ist")
+        for other in ("data_parallel", "local_sgd"):
+            entry[f"speedup_vs_{other}"] = (t[other] / ist) if ist and t.get(other) else None
+        entry["paper"] = PAPER.get(model)
+        out.append(entry)
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [f"Time to {result['target']} test accuracy on FSDD (training seconds; compilation and evaluation "
+             f"excluded), MPI across network namespaces, links shaped with tc", "",
+             "| model | ranks | link | IST (s) | data parallel (s) | local SGD (s) | IST vs DP | IST vs local SGD | "
+             "paper (DP, local SGD) |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def f(v, fmt="{:.1f}"):
+        return fmt.format(v) if isinstance(v, (int, float)) else "not reached"
+
+    for e in result["speedups"]:
+        t, p = e["seconds_to_target"], e["paper"] or {}
+        lines.append(f"| {e['model']}-layer | {e['ranks']} | {e['link']} | {f(t.get('ist'))} | "
+                     f"{f(t.get('data_parallel'))} | {f(t.get('local_sgd'))} | "
+                     f"{f(e['speedup_vs_data_parallel'], '{:.1f}x')} | {f(e['speedup_vs_local_sgd'], '{:.1f}x')} | "
+                     f"{p.get('speedup_vs_data_parallel', '')}x, {p.get('speedup_vs_local_sgd', '')}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog="python -m experiments.network.time_to_accuracy",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="2", help="comma-separated: 2 and/or 3 (layers)")
+    ap.add_argument("--ranks", default="2", help="comma-separated rank counts (one worker each)")
+    ap.add_argument("--links", default="1gbit,10gbit", help="comma-separated link rates (tc units)")
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    ap.add_argument("--target", type=float, default=0.9)
+    ap.add_argument("--max-rounds", type=int, default=30)
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
+    ap.add_argument("--out", default=str(ROOT / "experiments" / "network" / "results.json"))
+    args = ap.parse_args(argv)
+    why = slow_net.missing_privileges()
+    if why:
+        ap.error(why)
+    if not os.environ.get("ISTJAX_DATA_DIR"):
+        ap.error("set ISTJAX_DATA_DIR to the folder holding fsdd-recordings.tar.gz (e.g. ../shared/data).")
+    models, ranks = args.models.split(","), [int(r) for r in args.ranks.split(",")]
+    links, algorithms = args.links.split(","), args.algorithms.split(",")
+    for a in algorithms:
+        if a not in ALGORITHMS:
+            ap.error(f"--algorithms: {a!r} is not one of {ALGORITHMS}")
+    for rate in links:
+        slow_net.Link(rate)  # validates the units before anything runs
+    rows = []
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="istjax-tta-") as scratch:
+        for model in models:
+            for n in ranks:
+                for rate in links:
+                    for a in algorithms:
+                        print(f"{model}-layer, {n} ranks, {rate}: {a} ...", flush=True)
+                        row = one_run(model, a, n, rate, target=args.target, max_rounds=args.max_rounds,
+                                      timeout=args.timeout, scratch=pathlib.Path(scratch), tag=f"tta{len(rows)}")
+                        print(f"  time to target {row.get('time_to_target_s')} s, rounds {row.get('rounds')}, "
+                              f"rc {row['returncode']}" + (f"\n  {row['error'][-300:]}" if "error" in row else ""),
+                              flush=True)
+                        rows.append(row)
+    result = {"target": args.target, "dataset": "fsdd", "runs": rows, "speedups": speedups(rows),
+              "wall_s": time.time() - t0}
+    out = pathlib.Path(args.out)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
