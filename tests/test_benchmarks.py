@@ -164,3 +164,23 @@ def test_graph_benchmark_runs_at_quick_size(tmp_path):
     assert out["throughput"][0]["algorithm"] == "full model" and out["round_overhead"]["W"] == 2
     assert out["aggregation"]["aggregate_vs_copy"] > 0 and len(out["targets"]) == 2
     assert (tmp_path / "g.md").read_text().startswith("GIST benchmarks (quick)")
+
+
+def test_mpi_vs_simulate_and_overhead_share_from_profiled_phases():
+    """The MPI goals of study 4: samples/s over the simulate row of the same algorithm and W, and the largest share
+    of a rank's profiled round outside the local steps and the exchanges."""
+    from experiments.benchmarks import run as suite
+
+    rows = [{"algorithm": "ist", "backend": "simulate", "W": 2, "samples_per_s": 100.0},
+            {"algorithm": "ist", "backend": "mpi x2", "W": 2, "samples_per_s": 80.0,
+             "phases_by_rank": [{"batches": 0.1, "distribute": 0.2, "scatter": 0.1, "local": 1.4, "gather": 0.1,
+                                 "collect": 0.1, "metrics": 0.0},
+                                {"batches": 0.1, "distribute": 0.0, "scatter": 0.4, "local": 1.4, "gather": 0.1,
+                                 "collect": 0.0, "metrics": 0.0}]},
+            {"algorithm": "local_sgd", "backend": "mpi x2", "W": 2, "samples_per_s": 50.0}]
+    out = suite.mpi_vs_simulate(rows)
+    assert out[1]["vs_simulate"] == pytest.approx(0.8) and out[2]["vs_simulate"] is None
+    assert out[1]["overhead_share"] == pytest.approx(0.4 / 2.0)  # rank 0: batches + distribute + collect
+    assert out[1]["local_share"] == pytest.approx(1.4 / 2.0)
+    got = suite.targets({"4_throughput": {"rows": out}})
+    assert [t["met"] for t in got] == ["NO", "NO"]

@@ -409,3 +409,15 @@ def test_eval_batches_cover_once():
         list(D.eval_batches(x, y, 0))
     with pytest.raises(ValueError, match="23.*22"):
         list(D.eval_batches(x, y[:-1], 4))
+
+
+def test_batch_fn_draws_one_ranks_rows_alone():
+    """``batch_fn(r, workers=(a, b))`` (what an MPI rank draws) is rows a..b of the full round, traced or not."""
+    ds = D.load_dataset("digits")
+    fn = D.make_batch_fn(ds, num_workers=4, local_steps=3, batch_size=5, seed=1)
+    full = fn(2)
+    part = fn(2, workers=(2, 4))
+    for k in ("x", "y"):
+        np.testing.assert_array_equal(part[k], full[k][2:4])
+    traced = jax.jit(lambda r: fn(r, workers=(1, 2)))(2)
+    np.testing.assert_array_equal(traced["x"], full["x"][1:2])

@@ -3,7 +3,9 @@
 Every rank builds the same algorithm, wraps it with `istjax.runtimes.mpi.mpi_runtime` (parameter-server mode) and
 runs one warm-up round and ``--reps`` timed rounds (barrier before and after each, so the time is the slowest
 rank's). Rank 0 prints one JSON object per algorithm: median round time, samples/s and the bytes per worker the
-runtime measured from the buffers it handed to MPI.
+runtime measured from the buffers it handed to MPI. With ``--profile``, IST's round is also run with every phase
+timed on every rank (`istjax.runtimes.mpi.MPIRuntime.phases`): ``phases_by_rank`` holds each rank's mean seconds per
+phase.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def main() -> None:
     p.add_argument("--num-workers", type=int, required=True)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--algorithms", default="ist,data_parallel,local_sgd")
+    p.add_argument("--profile", action="store_true", help="also time each phase of the IST parameter-server round "
+                                                          "(extra rounds, each phase waited for)")
     a = p.parse_args()
     wl = Workload(f"{len(a.hidden.split(',')) + 1}-layer {a.input_dim}-{a.hidden.replace(',', '-')}-35",
                   a.input_dim, tuple(int(h) for h in a.hidden.split(",")), batch=a.batch,
@@ -50,6 +54,14 @@ def main() -> None:
             jax.block_until_ready(metrics)
             comm.Barrier()
             times.append(time.perf_counter() - t0)
+        phases = None
+        if a.profile and name == "ist":
+            rt.phases = {}
+            for _ in range(a.reps):
+                comm.Barrier()
+                state, metrics = rt.round(state, batches)
+            phases = comm.gather({k: v / a.reps for k, v in rt.phases.items()}, root=0)
+            rt.phases = None
         if comm.Get_rank() == 0:
             t = statistics.median(times)
             print(json.dumps({
@@ -58,7 +70,7 @@ def main() -> None:
                 "samples_per_s": wl.num_workers * wl.local_steps * wl.batch / t,
                 "measured_bytes_received": float(metrics.get("measured_bytes_received", float("nan"))),
                 "measured_bytes_sent": float(metrics.get("measured_bytes_sent", float("nan"))),
-                "timings": {"samples_s": times}}), flush=True)
+                "timings": {"samples_s": times}, "phases_by_rank": phases}), flush=True)
 
 
 if __name__ == "__main__":

@@ -360,10 +360,10 @@ def mpi_throughput(wl: Workload, algorithms: Sequence[str], reps: int, timeout_s
     if "mpi" not in runtimes.names():
         return [{"model": wl.name, "backend": "mpi", "note": "no 'mpi' backend registered (istjax.runtimes absent)"}]
     mpiexec = pathlib.Path(sys.executable).with_name("mpiexec")
-    cmd = [str(mpiexec), "-n", "2", sys.executable, "-m", "experiments.benchmarks.mpi_worker",
+    cmd = [str(mpiexec), "-n", "2", "-bind-to", "core", sys.executable, "-m", "experiments.benchmarks.mpi_worker",
            "--input-dim", str(wl.input_dim), "--hidden", ",".join(map(str, wl.hidden)), "--batch", str(wl.batch),
            "--local-steps", str(wl.local_steps), "--num-workers", str(wl.num_workers), "--reps", str(reps),
-           "--algorithms", ",".join(algorithms)]
+           "--algorithms", ",".join(algorithms), "--profile"]
     try:
         root = str(pathlib.Path(__file__).resolve().parents[2])  # so that `experiments` imports under mpiexec
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
@@ -374,6 +374,28 @@ def mpi_throughput(wl: Workload, algorithms: Sequence[str], reps: int, timeout_s
     if out.returncode or not rows:
         return [{"model": wl.name, "backend": "mpi",
                  "note": f"mpiexec exit {out.returncode}: {out.stderr.strip().splitlines()[-1:] or ''}"}]
+    return rows
+
+
+WIRE_PHASES = ("scatter", "gather")  # the parameter server's exchanges: transfer time, and waiting for the server
+
+
+def mpi_vs_simulate(rows: list[dict]) -> list[dict]:
+    """Adds to each MPI row its samples/s over the simulate row of the same algorithm and W (``vs_simulate``) and,
+    where the round was profiled, ``overhead_share``: the largest share of a rank's round spent on anything but
+    the local steps and the exchanges (batches, distribute, collect, metrics)."""
+    sim = {(r["algorithm"], r["W"]): r["samples_per_s"] for r in rows if r.get("backend") == "simulate"}
+    for r in rows:
+        if not str(r.get("backend", "")).startswith("mpi") or "samples_per_s" not in r:
+            continue
+        base = sim.get((r["algorithm"], r["W"]))
+        r["vs_simulate"] = r["samples_per_s"] / base if base else None
+        phases = r.get("phases_by_rank")
+        if phases:
+            shares = [(sum(p.values()) - p.get("local", 0.0) - sum(p.get(w, 0.0) for w in WIRE_PHASES))
+                      / sum(p.values()) for p in phases]
+            r["overhead_share"] = max(shares)
+            r["local_share"] = min(p.get("local", 0.0) / sum(p.values()) for p in phases)
     return rows
 
 
@@ -542,8 +564,8 @@ TABLE_COLUMNS = {
     "3_round_overhead": ["model", "W", "K", "round_s", "local_s", "partition_s", "extract_s", "merge_s",
                          "distribute_collect_s", "overhead_share", "overhead_share_parts", "overhead_share_residual",
                          "overhead_share_at_K20"],
-    "4_throughput": ["model", "algorithm", "backend", "W", "K", "B", "round_s", "samples_per_s",
-                     "measured_bytes_received", "measured_bytes_sent", "note"],
+    "4_throughput": ["model", "algorithm", "backend", "W", "K", "B", "round_s", "samples_per_s", "vs_simulate",
+                     "overhead_share", "local_share", "measured_bytes_received", "measured_bytes_sent", "note"],
     "5_communication": ["model", "W", "K", "model_bytes", "ist_bytes", "local_sgd_bytes", "data_parallel_bytes",
                         "ist_fraction_of_model", "1/W", "1/W^2", "local_sgd_over_ist", "data_parallel_over_ist"],
     "6_compilation": ["model", "algorithm", "rounds", "K", "setup_compilations", "first_round_compilations",
@@ -553,23 +575,29 @@ TABLE_COLUMNS = {
 }
 
 
-TARGETS = {  # study -> (what, column, worst-case reduction, comparison, bound)
-    "1_compute_efficiency": ("local-phase FLOP rate / best dense matmul rate of the study", "efficiency_strict", min,
-                             ">=", 0.6),
-    "2_gather_scatter": ("extract + merge / copy of the bytes they write", "extract_merge_vs_copy", min, ">=", 0.5),
-    "3_round_overhead": ("partition + extract + merge share of a K = 20 round", "overhead_share_at_K20", max, "<=",
-                         0.10),
-    "6_compilation": ("compilations after the first round", "later_round_compilations", max, "<=", 0),
-}
+TARGETS = [  # (study, what, column, worst-case reduction, comparison, bound, row filter)
+    ("1_compute_efficiency", "local-phase FLOP rate / best dense matmul rate of the study", "efficiency_strict", min,
+     ">=", 0.6, None),
+    ("2_gather_scatter", "extract + merge / copy of the bytes they write", "extract_merge_vs_copy", min, ">=", 0.5,
+     None),
+    ("3_round_overhead", "partition + extract + merge share of a K = 20 round", "overhead_share_at_K20", max, "<=",
+     0.10, None),
+    ("4_throughput", "IST samples/s under mpiexec -n 2 / simulate (mpi_ist_vs_simulate)", "vs_simulate", min, ">=",
+     0.9, {"algorithm": "ist"}),
+    ("4_throughput", "IST per-rank overhead share of a round under MPI (mpi_overhead_share)", "overhead_share", max,
+     "<=", 0.10, {"algorithm": "ist"}),
+    ("6_compilation", "compilations after the first round", "later_round_compilations", max, "<=", 0, None),
+]
 
 
 def targets(results: dict[str, Any]) -> list[dict]:
     """The issue's targets against the worst row of each study that ran (every model, algorithm and W)."""
     rows = []
-    for key, (what, column, worst, op, bound) in TARGETS.items():
+    for key, what, column, worst, op, bound, where in TARGETS:
         if key not in results:
             continue
-        values = [r[column] for r in results[key]["rows"] if r.get(column) is not None]
+        values = [r[column] for r in results[key]["rows"] if r.get(column) is not None
+                  and all(r.get(k) == v for k, v in (where or {}).items())]
         if not values:
             continue
         value = worst(values)
@@ -600,8 +628,8 @@ def run(settings: Settings, only: set[int], log: Callable[[str], None] = print) 
         (3, "3_round_overhead", lambda: [round_overhead(s.two_layer, s.reps)]
          + ([round_overhead(three, s.reps_slow)] if three else [])),
         (4, "4_throughput", lambda: (
-            throughput(s.two_layer, list(ALGORITHMS), s.reps)
-            + mpi_throughput(s.two_layer, list(ALGORITHMS), s.reps_slow))),
+            mpi_vs_simulate(throughput(s.two_layer, list(ALGORITHMS), s.reps)
+                            + mpi_throughput(s.two_layer, list(ALGORITHMS), s.reps_slow)))),
         (5, "5_communication", lambda: (communication(s.two_layer, s.comm_workers)
                                         + communication(three or QUICK_COMM_3LAYER, s.comm_workers))),
         (6, "6_compilation", lambda: compilation(s.two_layer, s.compile_rounds, s.compile_local_steps)),
@@ -644,8 +672,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(table("\n== targets (worst row of each study)", summary, TARGET_COLUMNS))
     if args.quick:
         print("(--quick times a tiny model whose every step is overhead: the targets are meant for the full run)")
+    mpi_ist = [r for r in results.get("4_throughput", {}).get("rows", [])
+               if r.get("algorithm") == "ist" and str(r.get("backend", "")).startswith("mpi")]
     report = {"machine": info, "mode": "quick" if args.quick else "full",
               "settings": dataclasses.asdict(settings), "total_seconds": time.perf_counter() - t0,
+              # The MPI runtime's goals (issue: the headline on a slow network), from study 4.
+              "mpi_ist_vs_simulate": mpi_ist[0].get("vs_simulate") if mpi_ist else None,
+              "mpi_overhead_share": mpi_ist[0].get("overhead_share") if mpi_ist else None,
               "targets": summary, "results": results}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))

@@ -20,7 +20,7 @@ import dataclasses
 import math
 import operator
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -269,11 +269,17 @@ class BatchFn:
             return self._plan.indices(d["key"], d.get("table"), r)
         return _jit_indices(self._plan, d["key"], d.get("table"), r)
 
-    def __call__(self, round_index: Any) -> Batch:
+    def __call__(self, round_index: Any, workers: Optional[tuple[int, int]] = None) -> Batch:
+        """The round's batches; ``workers=(start, stop)`` gathers only those workers' rows `[stop - start, K, B,
+        ...]` (an MPI rank's own; the same rows as the full call, without gathering the others')."""
         r = _as_round(round_index)
         if _is_traced(r):
-            return self.apply(self.data, r)
-        return _jit_gather(self.indices(r), self.data["x"], self.data["y"])
+            batch = self.apply(self.data, r)
+            return batch if workers is None else {k: v[workers[0]:workers[1]] for k, v in batch.items()}
+        idx = self.indices(r)
+        if workers is not None:
+            idx = idx[workers[0]:workers[1]]
+        return _jit_gather(idx, self.data["x"], self.data["y"])
 
     def __repr__(self) -> str:
         p = self._plan

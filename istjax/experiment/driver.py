@@ -147,14 +147,15 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
 
 
 def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: Any = None, *,
-                    fuse: bool = True) -> Callable:
+                    fuse: bool = True, workers: Optional[tuple[int, int]] = None) -> Callable:
     """``step(state, data) -> (state, metrics)``: draws round ``state.round``'s batches on device and runs it.
 
     ``data`` is ``batch_fn.data`` (passed as an argument so the training set is not baked into the program);
     ``shared`` is the dataset's shared input, passed to every round as it is. With ``fuse`` the batch gather and the
     round are one jitted function; without it (runtimes whose round is not traceable as a whole, e.g. ones that talk
     MPI between device steps) the batches come from ``batch_fn``'s own jitted gather and the round is called as the
-    runtime built it. Either way no data passes through the host.
+    runtime built it; there ``workers=(start, stop)`` draws only those workers' rows (an MPI rank's own). Either way
+    no data passes through the host.
     """
     if fuse:
         @jax.jit
@@ -163,9 +164,12 @@ def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: An
 
         return step
 
+    own_rows = workers is not None and isinstance(batch_fn, data_lib.BatchFn)
+
     def step_unfused(state: TrainState, data):
         del data  # batch_fn closes over the same arrays
-        return algorithm.round(state, batch_fn(state.round), shared)
+        batches = batch_fn(state.round, workers=workers) if own_rows else batch_fn(state.round)
+        return algorithm.round(state, batches, shared)
 
     return step_unfused
 
@@ -435,7 +439,12 @@ def compile_step(run: Run, state: TrainState) -> Callable:
     """The round step, fused with the batch draw and compiled ahead of time where the runtime allows (step 3)."""
     alg, shared = run.algorithm, run.dataset.shared
     if not alg.runtime.fusable:  # its round exchanges buffers between device steps: compiled in the first round
-        return make_train_step(alg, run.batch_fn, shared, fuse=False)
+        rt = alg.runtime
+        lanes = alg.num_workers // max(rt.size, 1)
+        # Each process draws only its own workers' batches, unless collect reads every worker's (recompute).
+        own = (rt.rank * lanes, (rt.rank + 1) * lanes) if rt.size > 1 and alg.model_state_policy != "recompute" \
+            else None
+        return make_train_step(alg, run.batch_fn, shared, fuse=False, workers=own)
     t = time.perf_counter()
     step = make_train_step(alg, run.batch_fn, shared, fuse=True).lower(state, run.batch_fn.data).compile()
     run.compile_time = time.perf_counter() - t

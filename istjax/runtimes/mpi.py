@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any, Optional
@@ -171,6 +172,9 @@ class MPIRuntime:
       rank, size: this process and the process count; ``workers_per_rank``: L.
       last_traffic: the previous round's `Traffic` (per-leaf bytes for IST).
       largest_array_bytes: the largest array (state, exchange buffer, worker state) this rank has held in a round.
+      phases: set to a dict to profile the parameter-server round: seconds per phase (``batches``, ``distribute``,
+        ``scatter``, ``local``, ``gather``, ``collect``, ``metrics``) are added to it, each phase waited for
+        (`jax.block_until_ready`) so it is timed alone; None (the default) adds no waits.
     """
 
     algorithm: Any
@@ -184,6 +188,16 @@ class MPIRuntime:
     gather: Optional[Callable] = None
     last_traffic: Traffic = dataclasses.field(default_factory=Traffic)
     largest_array_bytes: int = 0
+    phases: Optional[dict] = None
+
+    def _phase(self, name: str, t0: float, *outs) -> float:
+        """Adds the time since ``t0`` to phase ``name`` (after waiting for ``outs``) when profiling; the new t0."""
+        if self.phases is None:
+            return t0
+        jax.block_until_ready(outs)
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - t0
+        return now
 
     @property
     def is_primary(self) -> bool:
@@ -365,38 +379,55 @@ def _server(rt: MPIRuntime):
     abstract_state = jax.eval_shape(alg.init, jax.random.key(0))
     abstract_workers, _ = jax.eval_shape(alg.distribute, abstract_state)
     template = jax.tree.map(lambda s: jnp.zeros((lanes,) + s.shape[1:], s.dtype), _moved(abstract_workers, carry))
-    distribute, collect = jax.jit(alg.distribute), jax.jit(alg.collect)
     train = _lane_step(alg, lanes, reset_optimizer=not carry)
+
+    # The server's reshapes live inside its jitted functions: no copies between them and MPI.
+    @jax.jit
+    def distribute(state):
+        workers, plan = alg.distribute(state)
+        return _split_ranks(_moved(workers, carry), n), plan
+
+    @jax.jit
+    def collect(state, gathered, plan, full, shared):
+        return alg.collect(state, _join_ranks(gathered), plan, full, shared)
 
     def init(key):
         state = jax.jit(alg.init)(key)
         return state if root else TrainState((), (), (), state.key, state.round)
 
     def round_fn(state, batches, shared=None):
+        t = time.perf_counter()
         _check_batches(batches, rt)
         full, batches = _full_batches(batches, rt), _my_rows(batches, rt)
+        t = rt._phase("batches", t, batches)
         traffic = Traffic()
         if root:
-            workers, plan = distribute(state)
-            send = _split_ranks(_moved(workers, carry), n)
+            send, plan = distribute(state)
             rt._track(state, send)
         else:
             send = template
+        t = rt._phase("distribute", t, send)
         got = x.scatter(send)  # [L, ...]: this rank's workers' states
+        t = rt._phase("scatter", t, got)
         traffic.add(received=got.params, leaf_paths=True)
         traffic.add(received=(got.model_state, got.opt_state))
         trained, metrics = train(got, batches, shared, state.round)
+        t = rt._phase("local", t, trained, metrics)
         back = _moved(trained, carry)
         traffic.add(sent=back.params, leaf_paths=True)
         traffic.add(sent=(back.model_state, back.opt_state))
         gathered = x.gather(back)  # root: [N, L, ...]
+        t = rt._phase("gather", t, gathered)
         rt._track(got, trained)
         if root:
             rt._track(gathered)
-            state = collect(state, _join_ranks(gathered), plan, full, shared)
+            state = collect(state, gathered, plan, full, shared)
         else:
             state = TrainState((), (), (), _next_key(state.key), state.round + 1)
-        return state, _finish(rt, traffic, metrics, comm)
+        t = rt._phase("collect", t, state)
+        out = _finish(rt, traffic, metrics, comm)
+        rt._phase("metrics", t)
+        return state, out
 
     rt.init, rt.round, rt.gather = init, round_fn, (lambda state: state if root else None)
 
