@@ -33,7 +33,7 @@ from typing import Optional, Union
 import jax
 import numpy as np
 
-from istjax.data import audio
+from istjax.data.audio import MelConfig, speech_features
 from istjax.data.dataset import Dataset, _cache_dir, _finalise
 from istjax.data.images import DataNotFoundError
 
@@ -41,7 +41,7 @@ __all__ = ["FSDD_ARCHIVE", "FSDD_MEL", "load_fsdd", "read_fsdd", "read_wav"]
 
 FSDD_ARCHIVE = "fsdd-recordings.tar.gz"
 FSDD_RATE = 8000
-FSDD_MEL = audio.MelConfig(sample_rate=FSDD_RATE, num_samples=FSDD_RATE, n_fft=1024, hop_length=256)
+FSDD_MEL = MelConfig(sample_rate=FSDD_RATE, num_samples=FSDD_RATE, n_fft=1024, hop_length=256)
 _NAME = re.compile(r"^([0-9])_([a-z]+)_([0-9]{1,2})\.wav$")
 _MAX_FILE_BYTES = 1 << 20
 _MAX_FILES = 10_000
@@ -130,13 +130,13 @@ def read_fsdd(source: Union[str, os.PathLike]) -> tuple[list[np.ndarray], np.nda
     return waves, np.asarray(digits, np.int32), np.asarray(takes, np.int32), speakers
 
 
-def _features(waves: list[np.ndarray], config: audio.MelConfig, chunk: int = 256) -> np.ndarray:
+def _features(waves: list[np.ndarray], config: MelConfig, chunk: int = 256) -> np.ndarray:
     """``[N, 4096] float32`` log-mel features, computed in jitted chunks of equal-length (padded) clips."""
     clips = np.zeros((len(waves), config.num_samples), np.float32)
     for i, w in enumerate(waves):
         n = min(len(w), config.num_samples)
         clips[i, :n] = w[:n].astype(np.float32) / 32768.0
-    fn = jax.jit(lambda x: audio.speech_features(x, config))
+    fn = jax.jit(lambda x: speech_features(x, config))
     return np.concatenate([np.asarray(fn(clips[s:s + chunk])) for s in range(0, len(clips), chunk)])
 
 

@@ -29,7 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from istjax.models import conv_ops
+from istjax.models.conv_ops import conv
 from istjax.models.resnet import _as_image, _conv, _head, _scaled
 
 __all__ = ["DepthResNet"]
@@ -69,11 +69,11 @@ def _branch(width: int, stride: int, train: bool, momentum: float, preactivation
     """A basic block's residual branch, built inside the calling module. Pre-activation: ``conv2(relu(bn2(conv1(
     x))))`` of the already activated input ``x = relu(bn1(block input))``; post-activation: ``bn2(conv2(relu(bn1(
     conv1(x)))))``."""
-    conv = lambda name, s: conv_ops.conv(width, 3, None, None, prefix + name, s)  # noqa: E731
+    conv3 = lambda name, s: conv(width, 3, None, None, prefix + name, s)  # noqa: E731
     if preactivation:
-        return conv("conv2", 1)(nn.relu(_bn(momentum, prefix + "bn2", train)(conv("conv1", stride)(x))))
-    h = nn.relu(_bn(momentum, prefix + "bn1", train)(conv("conv1", stride)(x)))
-    return _bn(momentum, prefix + "bn2", train)(conv("conv2", 1)(h))
+        return conv3("conv2", 1)(nn.relu(_bn(momentum, prefix + "bn2", train)(conv3("conv1", stride)(x))))
+    h = nn.relu(_bn(momentum, prefix + "bn1", train)(conv3("conv1", stride)(x)))
+    return _bn(momentum, prefix + "bn2", train)(conv3("conv2", 1)(h))
 
 
 class _DealtBranch(nn.Module):
