@@ -13,7 +13,7 @@ fi
 PIP="$VENV/bin/python -m pip"
 $PIP install --quiet --upgrade pip
 # The package and its extras (jax on CPU, flax, optax, orbax, tfds, mpich + mpi4py, tests).
-$PIP install --quiet -e ".[data,graph,mpi,test]"
+$PIP install --quiet -e ".[data,graph,mpi,speech,test]"
 # mpi4jax builds from source: mpicc from the mpich wheel must be on PATH, the build must not pull another jax,
 # and CUDA_PATH must name an existing folder (an empty one builds the CPU bridge only).
 if ! "$VENV/bin/python" -c "import mpi4jax" 2>/dev/null; then

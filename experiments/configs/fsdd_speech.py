@@ -24,7 +24,7 @@ def get_config(arg=None):
     if layers not in (2, 3):
         raise ValueError(f"fsdd_speech.py:{arg}: the paper's speech models have 2 or 3 layers; use :2 or :3.")
     c = default_config()
-    c.name = f"fsdd{layers}_ist"
+    c.name = "fsdd_speech"
     c.algorithm = "ist"
     c.dataset = "fsdd"
     c.model.hidden = (4096,) * (layers - 1)

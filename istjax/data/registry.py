@@ -2,7 +2,8 @@
 
 Names are the shipped loaders of :mod:`istjax.data.builtin`, ``fashion_mnist``
 (:mod:`istjax.data.images`, read from Debian's ``dataset-fashion-mnist`` files), ``fsdd`` (spoken digits,
-:mod:`istjax.data.speech`) and the graphs of
+:mod:`istjax.data.speech`), ``spoken_keywords`` (the 35 Speech Commands words synthesised offline,
+:mod:`istjax.data.keywords`) and the graphs of
 :mod:`istjax.data.graphs` (``cora``, ``citeseer``, ``pubmed`` from Planetoid files, ``csbm`` generated,
 ``graph_npz`` from an ``.npz``: node indices as examples, the graph as the shared input); ``tfds:<name>``
 dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
@@ -19,6 +20,7 @@ from istjax.data.builtin import _mnist1d_default_args, load_digits, load_mnist1d
 from istjax.data.dataset import Dataset
 from istjax.data.graphs import as_dataset, csbm, load_graph
 from istjax.data.images import load_fashion_mnist
+from istjax.data.keywords import load_spoken_keywords
 from istjax.data.speech import load_fsdd
 
 __all__ = [
@@ -32,6 +34,7 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "synthetic_speech": load_synthetic_speech,
     "fashion_mnist": load_fashion_mnist,
     "fsdd": load_fsdd,
+    "spoken_keywords": load_spoken_keywords,
     "cora": lambda data_dir=None, num_val=500: as_dataset(load_graph("cora", data_dir, num_val=num_val)),
     "citeseer": lambda data_dir=None, num_val=500: as_dataset(load_graph("citeseer", data_dir, num_val=num_val)),
     "pubmed": lambda data_dir=None, num_val=500: as_dataset(load_graph("pubmed", data_dir, num_val=num_val)),
