@@ -9,7 +9,8 @@ cached, about 10 s). The paper's second speech claim, that IST generalises at le
     istjax compare --config=experiments/configs/keywords_speech.py:2 --algorithms ist,data_parallel --workers 2 \\
         --workdir=runs/keywords_generalisation
 
-Measured results: docs/network.md ("Generalisation").
+Measured (one seed, 2-core CPU, 204,800 samples each): IST 0.550 final test accuracy, data parallel 0.487
+(docs/network.md, "Generalisation").
 """
 
 from istjax.experiment.config import default_config
