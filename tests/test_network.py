@@ -163,3 +163,22 @@ def test_nothing_is_left_after_a_failing_command(tmp_path):
     out, report = _slow_net(tmp_path, "--hosts", "2", "--tag", "tst3", "--", "false")
     assert out.returncode != 0
     assert sn.leftovers(sn.make_plan(2, "tst3")) == []
+
+
+def test_time_to_accuracy_tables_and_plot(tmp_path):
+    """The study's speed-ups, table and plot from made-up runs (the real runs need root and minutes)."""
+    from experiments.network import time_to_accuracy as tta
+
+    runs = [{"model": "2", "ranks": 2, "link": "1gbit", "algorithm": a, "time_to_target_s": t,
+             "curve": [(t / 3, 0.5), (t, 0.92)]}
+            for a, t in (("ist", 10.0), ("data_parallel", 50.0), ("local_sgd", 20.0))]
+    runs.append({"model": "2", "ranks": 2, "link": "100mbit", "algorithm": "ist", "time_to_target_s": None})
+    result = {"target": 0.9, "runs": runs, "speedups": tta.speedups(runs)}
+    by_link = {e["link"]: e for e in result["speedups"]}
+    assert by_link["1gbit"]["speedup_vs_data_parallel"] == 5.0 and by_link["1gbit"]["speedup_vs_local_sgd"] == 2.0
+    assert by_link["100mbit"]["speedup_vs_data_parallel"] is None
+    md = tta.markdown(result)
+    assert "| 2-layer | 2 | 1gbit | 10.0 | 50.0 | 20.0 | 5.0x | 2.0x | 10.6x, 4.2x |" in md
+    assert "not reached" in md
+    png = tta.plot(result, tmp_path / "r.png")
+    assert png.stat().st_size > 10_000

@@ -10,7 +10,8 @@ For every (model, rank count, link rate, algorithm) it builds the namespaces and
 rank, the paper's setting), stops at the first evaluation at or above ``--target`` (``stop_at_target``), and reads
 the run's ``summary.json``: the training seconds to the target (compilation and evaluation excluded), the rounds,
 the bytes, and the links' byte counters. A run that does not reach the target within ``--max-rounds`` or
-``--timeout`` seconds is recorded as such. Results go to ``--out`` (default ``experiments/network/results.json``):
+``--timeout`` seconds is recorded as such. Results go to ``--out`` (default ``experiments/network/results.json``,
+with ``results.md`` and a plot of test accuracy against training seconds, ``results.png``):
 per model, rank count and link, each algorithm's seconds to the target, and for IST ``speedup_vs_data_parallel``
 and ``speedup_vs_local_sgd`` (the paper: 10.6x and 4.2x for the 2-layer model, 16.6x and 6.1x for the 3-layer).
 """
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from experiments.network import slow_net
+from istjax.experiment.metrics import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
@@ -65,6 +67,9 @@ def one_run(model: str, algorithm: str, ranks: int, rate: str, *, target: float,
         row.update({k: s.get(k) for k in ("rounds", "test_accuracy", "time_to_target_s", "round_to_target",
                                           "samples_to_target", "time_per_round_s", "compile_time_s",
                                           "bytes_sent_per_worker_per_round", "bytes_total")})
+    if (workdir / "metrics.jsonl").exists():  # the accuracy curve: (training seconds, test accuracy) per evaluation
+        row["curve"] = [(r["wall_time_s"], r["test_accuracy"]) for r in read_metrics(workdir)
+                        if r.get("test_accuracy") is not None and r.get("wall_time_s") is not None]
     if report.exists():
         row["links"] = json.loads(report.read_text())["links"]
     if out.returncode or not summary.exists():
@@ -104,6 +109,35 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{f(e['speedup_vs_data_parallel'], '{:.1f}x')} | {f(e['speedup_vs_local_sgd'], '{:.1f}x')} | "
                      f"{p.get('speedup_vs_data_parallel', '')}x, {p.get('speedup_vs_local_sgd', '')}x |")
     return "\n".join(lines) + "\n"
+
+
+COLORS = {"ist": "tab:blue", "data_parallel": "tab:red", "local_sgd": "tab:green"}
+
+
+def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
+    """Test accuracy against training seconds, one panel per (model, ranks, link), one line per algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted({(r["model"], r["ranks"], r["link"]) for r in result["runs"]})
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False, sharey=True)
+    for ax, (model, ranks, link) in zip(axes[0], keys):
+        for r in result["runs"]:
+            if (r["model"], r["ranks"], r["link"]) == (model, ranks, link) and r.get("curve"):
+                t, acc = zip(*r["curve"])
+                ax.plot(t, acc, "o-", color=COLORS.get(r["algorithm"]), label=r["algorithm"].replace("_", " "))
+        ax.axhline(result["target"], color="gray", ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.set_title(f"{model}-layer, {ranks} ranks, {link}")
+        ax.set_xlabel("training seconds")
+    axes[0][0].set_ylabel("test accuracy")
+    axes[0][0].legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
@@ -149,6 +183,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     out = pathlib.Path(args.out)
     out.write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(result))
+    plot(result, out.with_suffix(".png"))
     print(markdown(result))
     return result
 
