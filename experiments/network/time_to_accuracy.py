@@ -120,6 +120,7 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     keys = sorted({(r["model"], r["ranks"], r["link"]) for r in result["runs"]})
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False, sharey=True)
@@ -130,6 +131,8 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
                 ax.plot(t, acc, "o-", color=COLORS.get(r["algorithm"]), label=r["algorithm"].replace("_", " "))
         ax.axhline(result["target"], color="gray", ls=":", lw=1)
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(f"{model}-layer, {ranks} ranks, {link}")
         ax.set_xlabel("training seconds")
     axes[0][0].set_ylabel("test accuracy")
