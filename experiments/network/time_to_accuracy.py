@@ -136,7 +136,12 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
         ax.set_title(f"{model}-layer, {ranks} ranks, {link}")
         ax.set_xlabel("training seconds")
     axes[0][0].set_ylabel("test accuracy")
-    axes[0][0].legend(loc="lower right")
+    labelled = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            labelled.setdefault(label, handle)
+    if labelled:
+        axes[0][0].legend(labelled.values(), labelled.keys(), loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
