@@ -87,3 +87,22 @@ def test_an_error_every_rank_meets_is_printed_once_by_rank_0(tmp_path):
     assert out.returncode == 2, text
     assert text.count("does not fit 2 MPI processes") == 1, text
     assert "every one of the 2 ranks stopped" in text, text
+
+
+def test_benchmark_worker_profiles_ist_and_times_the_allreduce():
+    """`experiments.benchmarks.mpi_worker` under mpiexec -n 2 (tiny model): IST's round profiled phase by phase on
+    both ranks, and data parallel's gradient all-reduce timed against a plain MPI.Allreduce of the same bytes."""
+    import json
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, "-m", "experiments.benchmarks.mpi_worker", "--input-dim", "16",
+           "--hidden", "32", "--batch", "4", "--local-steps", "2", "--num-workers", "2", "--reps", "2",
+           "--algorithms", "ist,data_parallel", "--profile"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = {r["algorithm"]: r for r in map(json.loads, (l for l in out.stdout.splitlines() if l.startswith("{")))}
+    phases = rows["ist"]["phases_by_rank"]
+    assert len(phases) == 2 and all(set(p) >= {"distribute", "scatter", "local", "gather", "collect"} for p in phases)
+    assert all(p["local"] > 0 for p in phases)
+    dp = rows["data_parallel"]
+    assert dp["allreduce_bytes"] >= 4 * (16 * 32 + 32 * 35) and dp["allreduce_vs_plain"] > 0  # at least the kernels

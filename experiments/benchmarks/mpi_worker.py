@@ -5,7 +5,8 @@ runs one warm-up round and ``--reps`` timed rounds (barrier before and after eac
 rank's). Rank 0 prints one JSON object per algorithm: median round time, samples/s and the bytes per worker the
 runtime measured from the buffers it handed to MPI. With ``--profile``, IST's round is also run with every phase
 timed on every rank (`istjax.runtimes.mpi.MPIRuntime.phases`): ``phases_by_rank`` holds each rank's mean seconds per
-phase.
+phase. For data parallel it also times one step's gradient all-reduce (every leaf, as the runtime sends them)
+against one plain ``MPI.Allreduce`` of the same bytes: ``allreduce_vs_plain``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,35 @@ import time
 import jax
 
 from experiments.benchmarks.run import Workload
+
+
+def allreduce_vs_plain(comm, tree, reps: int) -> dict:
+    """Data parallel's per-step exchange against the plain thing: `mpi4jax.allreduce` of every leaf of ``tree`` (the
+    gradients, as the runtime's jitted exchange runs it) against one `MPI.Allreduce` (mpi4py) of a numpy buffer of
+    the same bytes. Returns both medians (s) and their ratio (the runtime's share of the plain bandwidth)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from istjax.runtimes.mpi import _Exchange
+
+    x = _Exchange(comm)
+    nbytes = sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(tree))
+    send, recv = np.ones(nbytes // 4, np.float32), np.empty(nbytes // 4, np.float32)
+
+    def timed(fn):
+        fn()
+        out = []
+        for _ in range(reps):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+        return statistics.median(out)
+
+    t_tree = timed(lambda: jax.block_until_ready(x.allreduce(tree)))
+    t_plain = timed(lambda: comm.Allreduce(send, recv, op=MPI.SUM))
+    return {"allreduce_bytes": nbytes, "allreduce_s": t_tree, "plain_allreduce_s": t_plain,
+            "allreduce_vs_plain": t_plain / t_tree}
 
 
 def main() -> None:
@@ -62,6 +92,11 @@ def main() -> None:
                 state, metrics = rt.round(state, batches)
             phases = comm.gather({k: v / a.reps for k, v in rt.phases.items()}, root=0)
             rt.phases = None
+        exchange = {}
+        if name == "data_parallel":  # one step's gradient all-reduce, alone, against a plain MPI.Allreduce
+            params = rt.gather_params(state)
+            params = comm.bcast(jax.device_get(params) if params is not None else None, root=0)
+            exchange = allreduce_vs_plain(comm, jax.tree.map(jax.numpy.asarray, params), a.reps)
         if comm.Get_rank() == 0:
             t = statistics.median(times)
             print(json.dumps({
@@ -70,7 +105,7 @@ def main() -> None:
                 "samples_per_s": wl.num_workers * wl.local_steps * wl.batch / t,
                 "measured_bytes_received": float(metrics.get("measured_bytes_received", float("nan"))),
                 "measured_bytes_sent": float(metrics.get("measured_bytes_sent", float("nan"))),
-                "timings": {"samples_s": times}, "phases_by_rank": phases}), flush=True)
+                "timings": {"samples_s": times}, "phases_by_rank": phases, **exchange}), flush=True)
 
 
 if __name__ == "__main__":
