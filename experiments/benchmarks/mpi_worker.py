@@ -6,7 +6,9 @@ rank's). Rank 0 prints one JSON object per algorithm: median round time, samples
 runtime measured from the buffers it handed to MPI. With ``--profile``, IST's round is also run with every phase
 timed on every rank (`istjax.runtimes.mpi.MPIRuntime.phases`): ``phases_by_rank`` holds each rank's mean seconds per
 phase. For data parallel it also times one step's gradient all-reduce (every leaf, as the runtime sends them)
-against one plain ``MPI.Allreduce`` of the same bytes: ``allreduce_vs_plain``.
+against one plain ``MPI.Allreduce`` of the same bytes: ``allreduce_vs_plain``. With ``--profile`` every rank also
+times the matmuls of its workers' training step alone (`measure.phase_matmuls`, K times; the same core, the same
+shapes): ``step_matmuls_s_by_rank``, the yardstick of the local phase.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import time
 
 import jax
 
-from experiments.benchmarks.run import Workload
+from experiments.benchmarks import measure
+from experiments.benchmarks.run import Workload, _worker_kernel_shapes
 
 
 def allreduce_vs_plain(comm, tree, reps: int) -> dict:
@@ -48,6 +51,24 @@ def allreduce_vs_plain(comm, tree, reps: int) -> dict:
     t_plain = timed(lambda: comm.Allreduce(send, recv, op=MPI.SUM))
     return {"allreduce_bytes": nbytes, "allreduce_s": t_tree, "plain_allreduce_s": t_plain,
             "allreduce_vs_plain": t_plain / t_tree}
+
+
+def step_matmuls_s(comm, alg, batch: int, reps: int) -> float:
+    """Seconds of this rank's local phase's matmuls alone: forward, weight and input gradients of its L workers'
+    sub-network, K steps (median of ``reps``, every rank timing at once, as in a round)."""
+    params = jax.eval_shape(alg.init, jax.random.key(0)).params
+    lanes = alg.num_workers // comm.Get_size()
+    own, args = measure.phase_matmuls(_worker_kernel_shapes(alg, params), lanes, batch)
+    jax.block_until_ready(own(*args))
+    out = []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(alg.local_steps):
+            r = own(*args)
+        jax.block_until_ready(r)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
 
 
 def main() -> None:
@@ -84,8 +105,9 @@ def main() -> None:
             jax.block_until_ready(metrics)
             comm.Barrier()
             times.append(time.perf_counter() - t0)
-        phases = None
+        phases, own = None, None
         if a.profile and name == "ist":
+            own = comm.gather(step_matmuls_s(comm, rt.algorithm, wl.batch, a.reps), root=0)
             rt.phases = {}
             for _ in range(a.reps):
                 comm.Barrier()
@@ -105,7 +127,8 @@ def main() -> None:
                 "samples_per_s": wl.num_workers * wl.local_steps * wl.batch / t,
                 "measured_bytes_received": float(metrics.get("measured_bytes_received", float("nan"))),
                 "measured_bytes_sent": float(metrics.get("measured_bytes_sent", float("nan"))),
-                "timings": {"samples_s": times}, "phases_by_rank": phases, **exchange}), flush=True)
+                "timings": {"samples_s": times}, "phases_by_rank": phases,
+                "step_matmuls_s_by_rank": own, **exchange}), flush=True)
 
 
 if __name__ == "__main__":
