@@ -93,6 +93,40 @@ def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def catch_up(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, ranks): the link rate at which data parallel would reach the target as soon as IST.
+
+    Fits every algorithm's round time over the links it ran on as ``compute_s + megabits / rate`` (least squares in
+    ``1 / rate``; two links or more) and solves ``R_dp * t_dp(rate) == R_ist * t_ist(rate)`` with the rounds ``R``
+    each took to the target (taken as the same on every link: the runs are seeded alike). ``catch_up_mbit`` is None
+    where data parallel never catches up (its compute alone takes longer), with the fits beside it.
+    """
+    import numpy as np
+
+    out = []
+    for model, ranks in sorted({(r["model"], r["ranks"]) for r in rows}):
+        fits, rounds = {}, {}
+        for a in ("ist", "data_parallel"):
+            pts = [(slow_net.Link(r["link"]).bits_per_second() / 1e6, r["time_per_round_s"], r.get("rounds"))
+                   for r in rows if (r["model"], r["ranks"], r["algorithm"]) == (model, ranks, a)
+                   and r.get("time_per_round_s") and r.get("time_to_target_s")]
+            if len({p[0] for p in pts}) < 2:
+                continue
+            inv, t = np.array([1 / p[0] for p in pts]), np.array([p[1] for p in pts])
+            megabits, compute = np.polyfit(inv, t, 1)
+            fits[a] = {"compute_s": float(compute), "megabits": float(megabits)}
+            rounds[a] = max(p[2] for p in pts)
+        if len(fits) < 2:
+            continue
+        i, d = fits["ist"], fits["data_parallel"]
+        ri, rd = rounds["ist"], rounds["data_parallel"]
+        gap = ri * i["compute_s"] - rd * d["compute_s"]  # > 0: IST's compute is the slower part; a fast link helps DP
+        need = rd * d["megabits"] - ri * i["megabits"]
+        rate = need / gap if gap > 0 and need > 0 else None
+        out.append({"model": model, "ranks": ranks, "fits": fits, "rounds": rounds, "catch_up_mbit": rate})
+    return out
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"Time to {result['target']} test accuracy on FSDD (training seconds; compilation and evaluation "
              f"excluded), MPI across network namespaces, links shaped with tc", "",
@@ -108,6 +142,15 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{f(t.get('data_parallel'))} | {f(t.get('local_sgd'))} | "
                      f"{f(e['speedup_vs_data_parallel'], '{:.1f}x')} | {f(e['speedup_vs_local_sgd'], '{:.1f}x')} | "
                      f"{p.get('speedup_vs_data_parallel', '')}x, {p.get('speedup_vs_local_sgd', '')}x |")
+    if result.get("catch_up"):
+        lines += ["", "Round time fitted as compute + megabits / link rate; the link at which data parallel would "
+                  "reach the target as soon as IST:", "",
+                  "| model | ranks | IST round | data parallel round | data parallel catches up at |", "|---|---|---|---|---|"]
+        for c in result["catch_up"]:
+            i, d = c["fits"]["ist"], c["fits"]["data_parallel"]
+            at = f"{c['catch_up_mbit'] / 1000:.1f} Gbit/s" if c["catch_up_mbit"] else "never (its compute alone is slower)"
+            lines.append(f"| {c['model']}-layer | {c['ranks']} | {i['compute_s']:.2f} s + {i['megabits']:.0f} Mbit / rate "
+                         f"| {d['compute_s']:.2f} s + {d['megabits']:.0f} Mbit / rate | {at} |")
     return "\n".join(lines) + "\n"
 
 
@@ -159,6 +202,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--max-rounds", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "network" / "results.json"))
+    ap.add_argument("--append", action="store_true", help="keep the runs already in --out, replacing those measured "
+                                                          "again (same model, ranks, link and algorithm)")
     args = ap.parse_args(argv)
     why = slow_net.missing_privileges()
     if why:
@@ -186,9 +231,16 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
                               f"rc {row['returncode']}" + (f"\n  {row['error'][-300:]}" if "error" in row else ""),
                               flush=True)
                         rows.append(row)
-    result = {"target": args.target, "dataset": "fsdd", "runs": rows, "speedups": speedups(rows),
-              "wall_s": time.time() - t0}
     out = pathlib.Path(args.out)
+    wall = time.time() - t0
+    if args.append and out.exists():
+        key = ("model", "ranks", "link", "algorithm")
+        new_keys = {tuple(r[k] for k in key) for r in rows}
+        before = json.loads(out.read_text())
+        rows = [r for r in before["runs"] if tuple(r[k] for k in key) not in new_keys] + rows
+        wall += before.get("wall_s", 0.0)
+    result = {"target": args.target, "dataset": "fsdd", "runs": rows, "speedups": speedups(rows),
+              "catch_up": catch_up(rows), "wall_s": wall}
     out.write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(result))
     plot(result, out.with_suffix(".png"))
