@@ -32,7 +32,7 @@ def test_mpi_equals_simulate_bytes_and_sharded_memory(n, w, extra):
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     for check in ("sharded memory", "ist sharded: measured", "ist parameter_server: measured",
                   "per-leaf bytes dense_0 1/W, dense_1 1/W^2", "ist: simulate ==", "data_parallel: simulate ==",
-                  "local_sgd: simulate =="):
+                  "local_sgd: simulate ==", "gradient_buffers='one' == 'leaves'"):
         assert check in out.stdout, check
 
 
@@ -104,5 +104,6 @@ def test_benchmark_worker_profiles_ist_and_times_the_allreduce():
     phases = rows["ist"]["phases_by_rank"]
     assert len(phases) == 2 and all(set(p) >= {"distribute", "scatter", "local", "gather", "collect"} for p in phases)
     assert all(p["local"] > 0 for p in phases)
+    assert len(rows["ist"]["step_matmuls_s_by_rank"]) == 2 and all(t > 0 for t in rows["ist"]["step_matmuls_s_by_rank"])
     dp = rows["data_parallel"]
     assert dp["allreduce_bytes"] >= 4 * (16 * 32 + 32 * 35) and dp["allreduce_vs_plain"] > 0  # at least the kernels

@@ -182,3 +182,41 @@ def test_time_to_accuracy_tables_and_plot(tmp_path):
     assert "not reached" in md
     png = tta.plot(result, tmp_path / "r.png")
     assert png.stat().st_size > 10_000
+
+
+def test_catch_up_rate_from_two_links():
+    """Hand-computed: IST 2 + 500/rate s per round, data parallel 1 + 10000/rate, both 3 rounds to the target.
+    3 (1 + 10000/r) == 3 (2 + 500/r) at r = 9500 Mbit/s; with IST's compute the faster one, never."""
+    from experiments.network import time_to_accuracy as tta
+
+    def rows(ist, dp):
+        out = []
+        for link, mbit in (("100mbit", 100.0), ("1gbit", 1000.0)):
+            for a, (c, m) in (("ist", ist), ("data_parallel", dp)):
+                out.append({"model": "2", "ranks": 2, "link": link, "algorithm": a, "rounds": 3,
+                            "time_per_round_s": c + m / mbit, "time_to_target_s": 3 * (c + m / mbit)})
+        return out
+
+    (got,) = tta.catch_up(rows((2.0, 500.0), (1.0, 10000.0)))
+    assert got["catch_up_mbit"] == pytest.approx(9500.0)
+    assert got["fits"]["data_parallel"]["compute_s"] == pytest.approx(1.0)
+    assert got["fits"]["ist"]["megabits"] == pytest.approx(500.0)
+    (never,) = tta.catch_up(rows((1.0, 500.0), (2.0, 10000.0)))
+    assert never["catch_up_mbit"] is None
+    md = tta.markdown({"target": 0.9, "speedups": [], "catch_up": [got, never]})
+    assert "9.5 Gbit/s" in md and "never" in md
+
+
+def test_overlap_summary_and_table(tmp_path, monkeypatch):
+    """The overlap study's medians and ratio from made-up runs (the real runs need root and minutes)."""
+    from experiments.network import overlap
+
+    fake = {("1gbit", "leaves"): [2.0, 2.2, 2.1], ("1gbit", "one"): [2.4, 2.5, 2.6]}
+    monkeypatch.setattr(overlap.slow_net, "missing_privileges", lambda: None)
+    monkeypatch.setattr(overlap, "one_run", lambda rate, v, reps, tag, timeout: {
+        "link": rate, "variant": v, "round_s": sorted(fake[rate, v])[1], "rounds_s": fake[rate, v]})
+    result = overlap.main(["--links", "1gbit", "--repeats", "1", "--out", str(tmp_path / "o.json")])
+    (e,) = result["summary"]
+    assert (e["leaves"], e["one"]) == (2.1, 2.5) and e["one_over_leaves"] == pytest.approx(2.5 / 2.1)
+    assert "| 1gbit | 2.10 | 2.50 | 1.190 |" in (tmp_path / "o.md").read_text()
+    assert "--gradient-buffers" in overlap.worker_command("one", 3)

@@ -5,8 +5,8 @@ runs one warm-up round and ``--reps`` timed rounds (barrier before and after eac
 rank's). Rank 0 prints one JSON object per algorithm: median round time, samples/s and the bytes per worker the
 runtime measured from the buffers it handed to MPI. With ``--profile``, IST's round is also run with every phase
 timed on every rank (`istjax.runtimes.mpi.MPIRuntime.phases`): ``phases_by_rank`` holds each rank's mean seconds per
-phase. For data parallel it also times one step's gradient all-reduce (every leaf, as the runtime sends them)
-against one plain ``MPI.Allreduce`` of the same bytes: ``allreduce_vs_plain``. With ``--profile`` every rank also
+phase. For data parallel it also times the gradient all-reduce (every leaf, as the runtime's compiled local phase
+sends them) against a plain ``MPI.Allreduce`` of the same bytes: ``allreduce_vs_plain`` (`allreduce_vs_plain`). With ``--profile`` every rank also
 times the matmuls of its workers' training step alone (`measure.phase_matmuls`, K times; the same core, the same
 shapes): ``step_matmuls_s_by_rank``, the yardstick of the local phase.
 """
@@ -24,10 +24,16 @@ from experiments.benchmarks import measure
 from experiments.benchmarks.run import Workload, _worker_kernel_shapes
 
 
-def allreduce_vs_plain(comm, tree, reps: int) -> dict:
-    """Data parallel's per-step exchange against the plain thing: `mpi4jax.allreduce` of every leaf of ``tree`` (the
-    gradients, as the runtime's jitted exchange runs it) against one `MPI.Allreduce` (mpi4py) of a numpy buffer of
-    the same bytes. Returns both medians (s) and their ratio (the runtime's share of the plain bandwidth)."""
+def allreduce_vs_plain(comm, tree, reps: int, steps: int = 10) -> dict:
+    """Data parallel's per-step exchange against the plain thing, per all-reduce of ``tree`` (the gradients).
+
+    ``allreduce_s``: as the local phase runs it, `mpi4jax.allreduce` of every leaf inside a compiled loop of
+    ``steps`` steps (each step reduces the previous step's result), per step. ``plain_allreduce_s``: one
+    `MPI.Allreduce` (mpi4py) of a numpy buffer of the same bytes into a reused one, per call, ``steps`` calls in a
+    row. ``allreduce_vs_plain`` is their ratio (the runtime's share of the plain bandwidth). ``standalone_s`` times
+    one jitted all-reduce call on its own, whose fresh outputs are page-faulted at every call (a cost the local phase
+    pays once per round, not per step): ``standalone_vs_plain``.
+    """
     import numpy as np
     from mpi4py import MPI
 
@@ -36,21 +42,27 @@ def allreduce_vs_plain(comm, tree, reps: int) -> dict:
     x = _Exchange(comm)
     nbytes = sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(tree))
     send, recv = np.ones(nbytes // 4, np.float32), np.empty(nbytes // 4, np.float32)
+    in_loop = jax.jit(lambda t: jax.lax.fori_loop(0, steps, lambda i, t: jax.tree.map(x.allreduce_traced, t), t))
 
-    def timed(fn):
+    def timed(fn, per=1):
         fn()
         out = []
         for _ in range(reps):
             comm.Barrier()
             t0 = time.perf_counter()
             fn()
-            out.append(time.perf_counter() - t0)
+            out.append((time.perf_counter() - t0) / per)
         return statistics.median(out)
 
-    t_tree = timed(lambda: jax.block_until_ready(x.allreduce(tree)))
-    t_plain = timed(lambda: comm.Allreduce(send, recv, op=MPI.SUM))
-    return {"allreduce_bytes": nbytes, "allreduce_s": t_tree, "plain_allreduce_s": t_plain,
-            "allreduce_vs_plain": t_plain / t_tree}
+    def plain():
+        for _ in range(steps):
+            comm.Allreduce(send, recv, op=MPI.SUM)
+
+    t_loop = timed(lambda: jax.block_until_ready(in_loop(tree)), per=steps)
+    t_one = timed(lambda: jax.block_until_ready(x.allreduce(tree)))
+    t_plain = timed(plain, per=steps)
+    return {"allreduce_bytes": nbytes, "allreduce_s": t_loop, "plain_allreduce_s": t_plain,
+            "allreduce_vs_plain": t_plain / t_loop, "standalone_s": t_one, "standalone_vs_plain": t_plain / t_one}
 
 
 def step_matmuls_s(comm, alg, batch: int, reps: int) -> float:
@@ -86,6 +98,8 @@ def main() -> None:
     p.add_argument("--algorithms", default="ist,data_parallel,local_sgd")
     p.add_argument("--profile", action="store_true", help="also time each phase of the IST parameter-server round "
                                                           "(extra rounds, each phase waited for)")
+    p.add_argument("--gradient-buffers", default="leaves", help="data parallel's all-reduce: leaves | one "
+                                                                 "(istjax.runtimes.mpi.GRADIENT_BUFFERS)")
     a = p.parse_args()
     wl = Workload(f"{len(a.hidden.split(',')) + 1}-layer {a.input_dim}-{a.hidden.replace(',', '-')}-35",
                   a.input_dim, tuple(int(h) for h in a.hidden.split(",")), batch=a.batch,
@@ -93,7 +107,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     batches = wl.batches(wl.num_workers, wl.local_steps)
     for name in a.algorithms.split(","):
-        rt = mpi_runtime(wl.algorithm(name), mode="parameter_server")
+        rt = mpi_runtime(wl.algorithm(name), mode="parameter_server", gradient_buffers=a.gradient_buffers)
         state = rt.init(jax.random.key(0))
         state, metrics = rt.round(state, batches)
         jax.block_until_ready(metrics)

@@ -3,7 +3,9 @@
 Run as root from the repository root (with ``ISTJAX_DATA_DIR`` pointing at the folder holding FSDD)::
 
     python -m experiments.network.time_to_accuracy                       # 2-layer model, 2 ranks, 1 and 10 Gbit/s
-    python -m experiments.network.time_to_accuracy --models 2,3 --ranks 2,4 --links 100mbit,1gbit,10gbit
+    python -m experiments.network.time_to_accuracy --models 2,3 --ranks 2,4 --links 1gbit,10gbit
+    python -m experiments.network.time_to_accuracy --models 2 --links 100mbit --append   # add runs to results.json
+    python -m experiments.network.time_to_accuracy --render              # redraw results.md / .png only
 
 For every (model, rank count, link rate, algorithm) it builds the namespaces and shaped links of
 `experiments.network.slow_net`, launches ``istjax train`` on them with ``--config.backend=mpi`` (one worker per
@@ -13,12 +15,15 @@ the bytes, and the links' byte counters. A run that does not reach the target wi
 ``--timeout`` seconds is recorded as such. Results go to ``--out`` (default ``experiments/network/results.json``,
 with ``results.md`` and a plot of test accuracy against training seconds, ``results.png``):
 per model, rank count and link, each algorithm's seconds to the target, and for IST ``speedup_vs_data_parallel``
-and ``speedup_vs_local_sgd`` (the paper: 10.6x and 4.2x for the 2-layer model, 16.6x and 6.1x for the 3-layer).
+and ``speedup_vs_local_sgd`` (the paper: 10.6x and 4.2x for the 2-layer model, 16.6x and 6.1x for the 3-layer),
+and per model and rank count the link rate at which data parallel would catch IST up (`catch_up`, fitted from the
+round times on two links or more).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import pathlib
@@ -77,10 +82,16 @@ def one_run(model: str, algorithm: str, ranks: int, rate: str, *, target: float,
     return row
 
 
+def _keys(rows: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
+    """The (model, ranks, link) of the runs, links in order of rate (slowest first)."""
+    return sorted({(r["model"], r["ranks"], r["link"]) for r in rows},
+                  key=lambda k: (k[0], k[1], slow_net.Link(k[2]).bits_per_second()))
+
+
 def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (model, ranks, link): seconds to the target per algorithm, and IST's speed-ups over the others."""
     out = []
-    keys = sorted({(r["model"], r["ranks"], r["link"]) for r in rows})
+    keys = _keys(rows)
     for model, ranks, link in keys:
         t = {r["algorithm"]: r.get("time_to_target_s") for r in rows
              if (r["model"], r["ranks"], r["link"]) == (model, ranks, link)}
@@ -165,22 +176,34 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    keys = sorted({(r["model"], r["ranks"], r["link"]) for r in result["runs"]})
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False, sharey=True)
-    for ax, (model, ranks, link) in zip(axes[0], keys):
-        for r in result["runs"]:
-            if (r["model"], r["ranks"], r["link"]) == (model, ranks, link) and r.get("curve"):
-                t, acc = zip(*r["curve"])
-                ax.plot(t, acc, "o-", color=COLORS.get(r["algorithm"]), label=r["algorithm"].replace("_", " "))
+    keys = _keys(result["runs"])
+    setups = list(dict.fromkeys(k[:2] for k in keys))  # one row of panels per (model, ranks)
+    links = list(dict.fromkeys(k[2] for k in sorted(keys, key=lambda k: slow_net.Link(k[2]).bits_per_second())))
+    fig, axes = plt.subplots(len(setups), len(links), figsize=(4.2 * len(links), 3.4 * len(setups)),
+                             squeeze=False, sharey=True)
+    for (i, setup), (j, link) in itertools.product(enumerate(setups), enumerate(links)):
+        ax, (model, ranks) = axes[i][j], setup
+        curves = [r for r in result["runs"]
+                  if (r["model"], r["ranks"], r["link"]) == (model, ranks, link) and r.get("curve")]
+        if not curves:
+            ax.axis("off")
+            ax.text(0.5, 0.5, f"{model}-layer, {ranks} ranks, {link}:\nnot run", ha="center", va="center",
+                    transform=ax.transAxes, color="gray")
+            continue
+        for r in curves:
+            t, acc = zip(*r["curve"])
+            ax.plot(t, acc, "o-", color=COLORS.get(r["algorithm"]), label=r["algorithm"].replace("_", " "))
         ax.axhline(result["target"], color="gray", ls=":", lw=1)
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(f"{model}-layer, {ranks} ranks, {link}")
-        ax.set_xlabel("training seconds")
-    axes[0][0].set_ylabel("test accuracy")
+        if i == len(setups) - 1:
+            ax.set_xlabel("training seconds")
+    for row in axes:
+        row[0].set_ylabel("test accuracy")
     labelled = {}
-    for ax in axes[0]:
+    for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             labelled.setdefault(label, handle)
     if labelled:
@@ -204,7 +227,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--out", default=str(ROOT / "experiments" / "network" / "results.json"))
     ap.add_argument("--append", action="store_true", help="keep the runs already in --out, replacing those measured "
                                                           "again (same model, ranks, link and algorithm)")
+    ap.add_argument("--render", action="store_true", help="only redraw the table and plot from --out's runs")
     args = ap.parse_args(argv)
+    if args.render:
+        return write(json.loads(pathlib.Path(args.out).read_text())["runs"], pathlib.Path(args.out), args.target,
+                     None)
     why = slow_net.missing_privileges()
     if why:
         ap.error(why)
@@ -239,7 +266,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         before = json.loads(out.read_text())
         rows = [r for r in before["runs"] if tuple(r[k] for k in key) not in new_keys] + rows
         wall += before.get("wall_s", 0.0)
-    result = {"target": args.target, "dataset": "fsdd", "runs": rows, "speedups": speedups(rows),
+    return write(rows, out, args.target, wall)
+
+
+def write(rows: list[dict[str, Any]], out: pathlib.Path, target: float, wall: Optional[float]) -> dict[str, Any]:
+    """Writes ``out`` (JSON: the runs, speed-ups and catch-up fits), its ``.md`` table and ``.png`` plot."""
+    if wall is None and out.exists():
+        wall = json.loads(out.read_text()).get("wall_s")
+    result = {"target": target, "dataset": "fsdd", "runs": rows, "speedups": speedups(rows),
               "catch_up": catch_up(rows), "wall_s": wall}
     out.write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(result))

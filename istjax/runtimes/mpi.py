@@ -54,6 +54,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 
@@ -63,11 +64,12 @@ from istjax.core.state import TrainState, WorkerState, broadcast_workers, summar
 from istjax.core.subnet import extract_leaf, merge_leaf
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
-__all__ = ["MODES", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size", "is_primary",
+__all__ = ["MODES", "GRADIENT_BUFFERS", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size", "is_primary",
            "abort_on_error"]
 
 PyTree = Any
 MODES = ("parameter_server", "sharded")
+GRADIENT_BUFFERS = ("leaves", "one")
 ROOT = 0
 _OWNED = "@owned"  # the synthetic group name of a leaf's owner axis in sharded mode
 
@@ -173,6 +175,9 @@ class MPIRuntime:
       rank, size: this process and the process count; ``workers_per_rank``: L.
       last_traffic: the previous round's `Traffic` (per-leaf bytes for IST).
       largest_array_bytes: the largest array (state, exchange buffer, worker state) this rank has held in a round.
+      gradient_buffers: data parallel's per-step all-reduce: ``"leaves"`` (one per parameter leaf, each posted as
+        soon as its gradient is computed) or ``"one"`` (the gradients concatenated into one buffer after the whole
+        backward pass); `GRADIENT_BUFFERS`.
       phases: set to a dict to profile the parameter-server round: seconds per phase (``batches``, ``distribute``,
         ``scatter``, ``local``, ``gather``, ``collect``, ``metrics``) are added to it, each phase waited for
         (`jax.block_until_ready`) so it is timed alone; None (the default) adds no waits.
@@ -187,6 +192,7 @@ class MPIRuntime:
     init: Optional[Callable] = None
     round: Optional[Callable] = None
     gather: Optional[Callable] = None
+    gradient_buffers: str = "leaves"
     last_traffic: Traffic = dataclasses.field(default_factory=Traffic)
     largest_array_bytes: int = 0
     phases: Optional[dict] = None
@@ -234,7 +240,8 @@ def build(algorithm, mode: str = "parameter_server", comm=None):
     return mpi_runtime(algorithm, mode=mode, comm=comm).as_algorithm()
 
 
-def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None) -> MPIRuntime:
+def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
+                gradient_buffers: str = "leaves") -> MPIRuntime:
     """Runs ``algorithm`` (any runtime's; its pieces are what is used) on the MPI processes of this job.
 
     Validates everything on every rank before compiling: the mode, that W is a multiple of the process count, and
@@ -244,9 +251,12 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None) -> MPIR
       algorithm: from `istjax.ist`, `istjax.data_parallel`, `istjax.local_sgd` or any factory declaring an exchange.
       mode: ``"parameter_server"`` or ``"sharded"``.
       comm: an mpi4py communicator (default ``COMM_WORLD``).
+      gradient_buffers: ``"leaves"`` or ``"one"``: how data parallel's gradients are all-reduced (`MPIRuntime`).
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: choose one of {MODES} (--config.mpi_mode).")
+    if gradient_buffers not in GRADIENT_BUFFERS:
+        raise ValueError(f"gradient_buffers={gradient_buffers!r}: choose one of {GRADIENT_BUFFERS}.")
     builders = {("subnetworks", "parameter_server"): _server, ("subnetworks", "sharded"): _sharded,
                 ("replicas", "parameter_server"): _replicas, ("replicas", "sharded"): _replicas,
                 ("gradients", "parameter_server"): _replicas, ("gradients", "sharded"): _replicas}
@@ -262,7 +272,8 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None) -> MPIR
                          "backend='simulate'.")
     lanes = check_fit(algorithm.num_workers, n)
     abort_on_error()
-    rt = MPIRuntime(algorithm=algorithm, mode=mode, rank=r, size=n, workers_per_rank=lanes, comm=comm)
+    rt = MPIRuntime(algorithm=algorithm, mode=mode, rank=r, size=n, workers_per_rank=lanes, comm=comm,
+                    gradient_buffers=gradient_buffers)
     builders[algorithm.exchange, mode](rt)
     return rt
 
@@ -489,7 +500,11 @@ def _replicas(rt: MPIRuntime):
 
     def reduce(grads, axis_name):  # the mean over all W workers: over this rank's lanes, then across ranks
         counted.append(grads)
-        total = jax.tree.map(x.allreduce_traced, grads)  # [per worker]: one buffer per worker
+        if rt.gradient_buffers == "one":  # one buffer: no MPI call until the whole backward pass is done
+            flat, unravel = jax.flatten_util.ravel_pytree(grads)
+            total = unravel(x.allreduce_traced(flat))
+        else:  # a buffer per leaf: each can go as soon as its gradient exists
+            total = jax.tree.map(x.allreduce_traced, grads)  # [per worker]: one buffer per worker
         return jax.tree.map(lambda g: jax.lax.pmean(g, axis_name) / n, total) if axis_name else \
             jax.tree.map(lambda g: g / n, total)
 

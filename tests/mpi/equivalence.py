@@ -86,6 +86,16 @@ for name in make:
         say(f"OK {name} {mode}: measured bytes per worker per round received {metrics['measured_bytes_received']} "
             f"sent {metrics['measured_bytes_sent']} == analytic {tuple(analytic)}")
 
+# 1b. Data parallel with its gradients all-reduced as one buffer equals the per-leaf all-reduce (same bytes).
+rt = M.mpi_runtime(make["data_parallel"]("simulate"), gradient_buffers="one")
+state, metrics = run(rt, rt.init)
+assert metrics["measured_bytes_received"] == rt.algorithm.comm.received, (metrics, rt.algorithm.comm)
+one_params = rt.gather_params(state)
+if ME == 0:
+    for a, b in zip(jax.tree.leaves(one_params), jax.tree.leaves(results["data_parallel", "parameter_server"][0])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=2e-6)
+say("OK data_parallel gradient_buffers='one' == 'leaves'")
+
 # 2. IST moves 1/W of the first and last layers and 1/W^2 of the hidden-to-hidden layer, per worker.
 for mode in M.MODES:
     by_leaf = results["ist", mode][1].last_traffic.by_leaf
