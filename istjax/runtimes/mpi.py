@@ -285,11 +285,11 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
 class _Exchange:
     """Jitted pytree collectives.
 
-    ``scatter_rows_into(buf, t)`` and ``gather_rows_into(buf, t)`` move blocks of rows: root's leaves are `[W, ...]`,
-    rank ``r`` sends or receives rows ``r * L .. (r + 1) * L - 1`` (`[L, ...]`). They take first a buffer of the
-    result's shapes and donate it: XLA writes the result into it, so an exchange repeated every round reuses the
-    last round's memory instead of allocating (and page-faulting) a fresh one (a 34 MB scatter: 44 -> 9 ms). The
-    split and join of root's rows happen inside the jit, so they are free reshapes, not copies.
+    The ``*_into(buf, t)`` ones take first a buffer of the result's shapes and donate it: XLA writes the result into
+    it, so an exchange repeated every round reuses the last round's memory (`_Spares`) instead of allocating (and
+    page-faulting) a fresh one (a 34 MB scatter: 44 -> 9 ms). ``scatter_rows_into`` and ``gather_rows_into`` move
+    blocks of rows: root's leaves are `[W, ...]`, rank ``r`` sends or receives rows ``r * L .. (r + 1) * L - 1``
+    (`[L, ...]`); the split and join of root's rows happen inside the jit, so they are free reshapes, not copies.
     """
 
     def __init__(self, comm):
@@ -314,7 +314,8 @@ class _Exchange:
 
         self.scatter_rows_into = into(tree_op(scatter_rows))
         self.gather_rows_into = into(tree_op(gather_rows))
-        self.alltoall = jax.jit(tree_op(lambda x: mpi4jax.alltoall(x, comm=c)))
+        self.alltoall_into = into(tree_op(lambda x: mpi4jax.alltoall(x, comm=c)))
+        self.allreduce_into = into(tree_op(lambda x: mpi4jax.allreduce(x, op=MPI.SUM, comm=c)))
         self.gather = jax.jit(tree_op(lambda x: mpi4jax.gather(x, ROOT, comm=c)))
         self.allreduce = jax.jit(tree_op(lambda x: mpi4jax.allreduce(x, op=MPI.SUM, comm=c)))
 
@@ -327,6 +328,23 @@ class _Exchange:
 def _zeros_like(shapes: PyTree) -> PyTree:
     """A fresh buffer per leaf of ``shapes`` (`jax.ShapeDtypeStruct` leaves), e.g. the first round's spare."""
     return jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))()
+
+
+class _Spares:
+    """Buffers a rank keeps between rounds by name, each donated to the next call that writes a result of its shapes
+    (an ``_Exchange.*_into``, a step with a donated output buffer). Only buffers the runtime owns are kept: results
+    read within the round (received workers, sums) and never returned to the caller."""
+
+    def __init__(self):
+        self._bufs: dict = {}
+
+    def take(self, name: str, like: PyTree) -> PyTree:
+        """The buffer kept as ``name``, or zeros shaped like ``like`` (arrays or `jax.ShapeDtypeStruct`) at first."""
+        buf = self._bufs.pop(name, None)
+        return _zeros_like(jax.eval_shape(lambda t: t, like)) if buf is None else buf
+
+    def keep(self, **bufs: PyTree) -> None:
+        self._bufs.update(bufs)
 
 
 def _next_key(key):
@@ -429,10 +447,10 @@ def _server(rt: MPIRuntime):
     lane_shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct((lanes,) + s.shape[1:], s.dtype), all_shapes)
     template = None if root else _zeros_like(lane_shapes)  # a non-root rank's (unread) scatter input
     train = _lane_step(alg, lanes, rt.rank * lanes, reset_optimizer=not carry)
-    # Buffers this rank owns between rounds, each donated to the next step that writes its shapes: "lanes" [L, ...]
-    # (the received workers, trained in place, then sent back) and "all" (root: [W, ...], the cut workers, scattered,
-    # then the gathered ones; elsewhere [L, ...], gather's unread result). The first round makes them.
-    spare: dict = {}
+    # Buffers this rank owns between rounds: "lanes" [L, ...] (the received workers, trained in place, then sent
+    # back) and "all" (root: [W, ...], the cut workers, scattered, then the gathered ones; elsewhere [L, ...],
+    # gather's unread result).
+    spares = _Spares()
 
     @functools.partial(jax.jit, donate_argnums=1, keep_unused=True)
     def distribute(state, into):
@@ -449,17 +467,15 @@ def _server(rt: MPIRuntime):
         t = time.perf_counter()
         _check_batches(batches, rt)
         full, batches = _full_batches(batches, rt), _my_rows(batches, rt)
-        if not spare:
-            spare.update(lanes=_zeros_like(lane_shapes), all=_zeros_like(all_shapes if root else lane_shapes))
         t = rt._phase("batches", t, batches)
         traffic = Traffic()
         if root:
-            send, plan = distribute(state, spare.pop("all"))
+            send, plan = distribute(state, spares.take("all", all_shapes))
             rt._track(state, send)
         else:
             send = template
         t = rt._phase("distribute", t, send)
-        got = x.scatter_rows_into(spare.pop("lanes"), send)  # [L, ...]: this rank's workers' states
+        got = x.scatter_rows_into(spares.take("lanes", lane_shapes), send)  # [L, ...]: this rank's workers
         t = rt._phase("scatter", t, got)
         traffic.add(received=got.params, leaf_paths=True)
         traffic.add(received=(got.model_state, got.opt_state))
@@ -469,10 +485,10 @@ def _server(rt: MPIRuntime):
         back = _moved(trained, carry)
         traffic.add(sent=back.params, leaf_paths=True)
         traffic.add(sent=(back.model_state, back.opt_state))
-        gathered = x.gather_rows_into(send if root else spare.pop("all"), back)  # root: [W, ...]
+        gathered = x.gather_rows_into(send if root else spares.take("all", lane_shapes), back)  # root: [W, ...]
         t = rt._phase("gather", t, gathered)
         rt._track(trained)
-        spare.update(lanes=back, all=gathered)
+        spares.keep(lanes=back, all=gathered)
         if root:
             state = collect(state, gathered, plan, full, shared)
         else:
@@ -509,9 +525,13 @@ def _replicas(rt: MPIRuntime):
             jax.tree.map(lambda g: g / n, total)
 
     train = _lane_step(alg, lanes, me * lanes, reset_optimizer=False, reduce=reduce if gradients else None)
+    lane_shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct((lanes,) + s.shape[1:], s.dtype),
+                               jax.eval_shape(alg.distribute, jax.eval_shape(alg.init, jax.random.key(0)))[0])
 
-    @jax.jit
-    def start(state):
+    spares = _Spares()  # "lanes": this rank's workers (cut, trained in place); "sums": the all-reduce's result
+
+    @functools.partial(jax.jit, donate_argnums=1, keep_unused=True)
+    def start(state, into):
         workers, plan = alg.distribute(state)  # every rank computes the same workers; keep this rank's
         return jax.tree.map(lambda v: jax.lax.dynamic_slice_in_dim(v, me * lanes, lanes), workers), plan
 
@@ -530,7 +550,7 @@ def _replicas(rt: MPIRuntime):
         _check_batches(batches, rt)
         full, batches = _full_batches(batches, rt), _my_rows(batches, rt)
         traffic = Traffic()
-        workers, plan = start(state)
+        workers, plan = start(state, spares.take("lanes", lane_shapes))
         counted.clear()
         trained, metrics = train(workers, batches, shared, state.round)
         if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K allreduces
@@ -539,9 +559,10 @@ def _replicas(rt: MPIRuntime):
         traffic.add(sent=out, received=out)
         traffic.sent += in_step["bytes"] * lanes
         traffic.received += in_step["bytes"] * lanes
-        sums = x.allreduce(out)  # [L, ...] summed over ranks; one buffer per worker
+        sums = x.allreduce_into(spares.take("sums", out), out)  # [L, ...] summed over ranks; a buffer per worker
         rt._track(state, trained, sums)
         state = finish(state, trained, sums, plan, full, shared)
+        spares.keep(lanes=trained, sums=sums)
         return state, _finish(rt, traffic, metrics, comm)
 
     rt.init, rt.round = init, round_fn
@@ -593,6 +614,7 @@ def _sharded(rt: MPIRuntime):
     sizes = dict(alg.task.spec.group_sizes)
     leaves_spec = _sharded_spec(alg)
     train = _lane_step(alg, lanes, me * lanes, reset_optimizer=True)
+    spares = _Spares()  # the all-to-alls' and the allreduce's results, reused round after round
 
     def shard_of(leaf: LeafSpec, v, owner):
         a = _owner_axis(leaf)
@@ -678,19 +700,20 @@ def _sharded(rt: MPIRuntime):
         batches = _my_rows(batches, rt)
         traffic = Traffic()
         key, p, pieces = outbound(state)
-        received = x.alltoall(pieces)
+        received = x.alltoall_into(spares.take("received", pieces), pieces)
         traffic.add(received=received, leaf_paths=True)
         sub = assemble({"params": state.params, "model_state": state.model_state}, received)
         trained, metrics = train(WorkerState(sub["params"], sub["model_state"], ()), batches, shared, state.round)
         trained_tree = {"params": trained.params, "model_state": trained.model_state}
         back = outgoing(trained_tree)
         traffic.add(sent=back, leaf_paths=True)
-        returned = x.alltoall(back)
+        returned = x.alltoall_into(spares.take("returned", back), back)
         common = jax.tree.map(lambda leaf, v: v if leaf.shared else None, leaves_spec, trained_tree)
         traffic.add(sent=common, received=common, leaf_paths=True)  # allreduce: in and out, one buffer per worker
-        common_sums = x.allreduce(common)
+        common_sums = x.allreduce_into(spares.take("common", common), common)
         rt._track(state, pieces, received, sub, trained, back, returned)
         state = write_back(state, p, key, returned, common_sums)
+        spares.keep(received=received, returned=returned, common=common_sums)
         return state, _finish(rt, traffic, metrics, comm)
 
     def gather(state):
