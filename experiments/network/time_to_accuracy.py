@@ -200,8 +200,11 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
         ax.set_title(f"{model}-layer, {ranks} ranks, {link}")
         if i == len(setups) - 1:
             ax.set_xlabel("training seconds")
-    for row in axes:
-        row[0].set_ylabel("test accuracy")
+    for row in axes:  # the first panel drawn in each row carries the accuracy axis
+        first = next((ax for ax in row if ax.axison), None)
+        if first is not None:
+            first.set_ylabel("test accuracy")
+            first.yaxis.set_tick_params(labelleft=True)
     labelled = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
