@@ -220,3 +220,21 @@ def test_overlap_summary_and_table(tmp_path, monkeypatch):
     assert (e["leaves"], e["one"]) == (2.1, 2.5) and e["one_over_leaves"] == pytest.approx(2.5 / 2.1)
     assert "| 1gbit | 2.10 | 2.50 | 1.190 |" in (tmp_path / "o.md").read_text()
     assert "--gradient-buffers" in overlap.worker_command("one", 3)
+
+
+def test_time_to_accuracy_dataset_option(tmp_path):
+    """--dataset picks the config every rank trains; --append refuses to mix data sets or targets in one file."""
+    from experiments.network import time_to_accuracy as tta
+
+    line = tta.train_command("3", "ist", 2, tmp_path, target=0.4, max_rounds=9, dataset="keywords")
+    assert any(a.endswith("keywords_speech.py:3") for a in line) and "--config.target_accuracy=0.4" in line
+    assert any(a.endswith("fsdd_speech.py:2") for a in tta.train_command("2", "ist", 2, tmp_path, target=0.9,
+                                                                        max_rounds=9))
+    out = tmp_path / "r.json"
+    out.write_text(json.dumps({"target": 0.9, "dataset": "fsdd", "runs": []}))
+    if sn.missing_privileges():  # the refusal needs no privileges, but main checks them first
+        pytest.skip(sn.missing_privileges())
+    with pytest.raises(SystemExit):
+        tta.main(["--dataset", "keywords", "--target", "0.4", "--append", "--out", str(out)])
+    md = tta.markdown({"target": 0.4, "dataset": "keywords", "speedups": []})
+    assert md.startswith("Time to 0.4 test accuracy on the synthesised keywords")

@@ -39,15 +39,17 @@ from istjax.experiment.metrics import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
+CONFIGS = {"fsdd": "fsdd_speech.py", "keywords": "keywords_speech.py"}  # --dataset -> experiments/configs/
+NAMES = {"fsdd": "FSDD", "keywords": "the synthesised keywords"}
 PAPER = {"2": {"speedup_vs_data_parallel": 10.6, "speedup_vs_local_sgd": 4.2},
          "3": {"speedup_vs_data_parallel": 16.6, "speedup_vs_local_sgd": 6.1}}
 
 
 def train_command(model: str, algorithm: str, ranks: int, workdir: pathlib.Path, *, target: float,
-                  max_rounds: int, extra: Sequence[str] = ()) -> list[str]:
+                  max_rounds: int, dataset: str = "fsdd", extra: Sequence[str] = ()) -> list[str]:
     """The ``istjax train`` line every rank runs."""
     return [sys.executable, "-m", "istjax.experiment.cli", "train",
-            f"--config={ROOT / 'experiments' / 'configs' / 'fsdd_speech.py'}:{model}",
+            f"--config={ROOT / 'experiments' / 'configs' / CONFIGS[dataset]}:{model}",
             f"--config.algorithm={algorithm}", "--config.backend=mpi", f"--config.num_workers={ranks}",
             f"--config.target_accuracy={target}", "--config.stop_at_target=True", "--config.eval_every=1",
             f"--config.num_rounds={max_rounds}", f"--config.checkpoint_every={max_rounds}",
@@ -55,13 +57,13 @@ def train_command(model: str, algorithm: str, ranks: int, workdir: pathlib.Path,
 
 
 def one_run(model: str, algorithm: str, ranks: int, rate: str, *, target: float, max_rounds: int,
-            timeout: float, scratch: pathlib.Path, tag: str) -> dict[str, Any]:
+            timeout: float, scratch: pathlib.Path, tag: str, dataset: str = "fsdd") -> dict[str, Any]:
     """One training run across ``ranks`` namespaces on links of ``rate``; its summary and the link counters."""
     workdir = scratch / f"m{model}-r{ranks}-{rate}-{algorithm}"
     report = scratch / f"{workdir.name}.net.json"
     cmd = [sys.executable, "-m", "experiments.network.slow_net", "--hosts", str(ranks), "--rate", rate, "--tag", tag,
            "--report", str(report), "--timeout", str(timeout), "--",
-           *train_command(model, algorithm, ranks, workdir, target=target, max_rounds=max_rounds)]
+           *train_command(model, algorithm, ranks, workdir, target=target, max_rounds=max_rounds, dataset=dataset)]
     t0 = time.time()
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     row: dict[str, Any] = {"model": model, "ranks": ranks, "link": rate, "algorithm": algorithm,
@@ -139,7 +141,7 @@ def catch_up(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [f"Time to {result['target']} test accuracy on FSDD (training seconds; compilation and evaluation "
+    lines = [f"Time to {result['target']} test accuracy on {NAMES.get(result.get('dataset'), 'FSDD')} (training seconds; compilation and evaluation "
              f"excluded), MPI across network namespaces, links shaped with tc", "",
              "| model | ranks | link | IST (s) | data parallel (s) | local SGD (s) | IST vs DP | IST vs local SGD | "
              "paper (DP, local SGD) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -224,6 +226,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--ranks", default="2", help="comma-separated rank counts (one worker each)")
     ap.add_argument("--links", default="1gbit,10gbit", help="comma-separated link rates (tc units)")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    ap.add_argument("--dataset", default="fsdd", choices=sorted(CONFIGS),
+                    help="fsdd (spoken digits) or keywords (synthesised Speech Commands words; use another --out)")
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--max-rounds", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
@@ -233,12 +237,13 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--render", action="store_true", help="only redraw the table and plot from --out's runs")
     args = ap.parse_args(argv)
     if args.render:
-        return write(json.loads(pathlib.Path(args.out).read_text())["runs"], pathlib.Path(args.out), args.target,
-                     None)
+        before = json.loads(pathlib.Path(args.out).read_text())
+        return write(before["runs"], pathlib.Path(args.out), before.get("target", args.target), None,
+                     before.get("dataset", "fsdd"))
     why = slow_net.missing_privileges()
     if why:
         ap.error(why)
-    if not os.environ.get("ISTJAX_DATA_DIR"):
+    if args.dataset == "fsdd" and not os.environ.get("ISTJAX_DATA_DIR"):
         ap.error("set ISTJAX_DATA_DIR to the folder holding fsdd-recordings.tar.gz (e.g. ../shared/data).")
     models, ranks = args.models.split(","), [int(r) for r in args.ranks.split(",")]
     links, algorithms = args.links.split(","), args.algorithms.split(",")
@@ -247,6 +252,12 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
             ap.error(f"--algorithms: {a!r} is not one of {ALGORITHMS}")
     for rate in links:
         slow_net.Link(rate)  # validates the units before anything runs
+    out = pathlib.Path(args.out)
+    if args.append and out.exists():
+        before = json.loads(out.read_text())
+        if before.get("dataset", "fsdd") != args.dataset or before.get("target") != args.target:
+            ap.error(f"--append: {out} holds {before.get('dataset', 'fsdd')} runs to {before.get('target')}; these "
+                     f"would be {args.dataset} to {args.target}. Use another --out.")
     rows = []
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="istjax-tta-") as scratch:
@@ -256,12 +267,12 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
                     for a in algorithms:
                         print(f"{model}-layer, {n} ranks, {rate}: {a} ...", flush=True)
                         row = one_run(model, a, n, rate, target=args.target, max_rounds=args.max_rounds,
-                                      timeout=args.timeout, scratch=pathlib.Path(scratch), tag=f"tta{len(rows)}")
+                                      timeout=args.timeout, scratch=pathlib.Path(scratch), tag=f"tta{len(rows)}",
+                                      dataset=args.dataset)
                         print(f"  time to target {row.get('time_to_target_s')} s, rounds {row.get('rounds')}, "
                               f"rc {row['returncode']}" + (f"\n  {row['error'][-300:]}" if "error" in row else ""),
                               flush=True)
                         rows.append(row)
-    out = pathlib.Path(args.out)
     wall = time.time() - t0
     if args.append and out.exists():
         key = ("model", "ranks", "link", "algorithm")
@@ -269,14 +280,15 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         before = json.loads(out.read_text())
         rows = [r for r in before["runs"] if tuple(r[k] for k in key) not in new_keys] + rows
         wall += before.get("wall_s", 0.0)
-    return write(rows, out, args.target, wall)
+    return write(rows, out, args.target, wall, args.dataset)
 
 
-def write(rows: list[dict[str, Any]], out: pathlib.Path, target: float, wall: Optional[float]) -> dict[str, Any]:
+def write(rows: list[dict[str, Any]], out: pathlib.Path, target: float, wall: Optional[float],
+          dataset: str = "fsdd") -> dict[str, Any]:
     """Writes ``out`` (JSON: the runs, speed-ups and catch-up fits), its ``.md`` table and ``.png`` plot."""
     if wall is None and out.exists():
         wall = json.loads(out.read_text()).get("wall_s")
-    result = {"target": target, "dataset": "fsdd", "runs": rows, "speedups": speedups(rows),
+    result = {"target": target, "dataset": dataset, "runs": rows, "speedups": speedups(rows),
               "catch_up": catch_up(rows), "wall_s": wall}
     out.write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(result))
