@@ -6,9 +6,9 @@ rank's). Rank 0 prints one JSON object per algorithm: median round time, samples
 runtime measured from the buffers it handed to MPI. With ``--profile``, IST's round is also run with every phase
 timed on every rank (`istjax.runtimes.mpi.MPIRuntime.phases`): ``phases_by_rank`` holds each rank's mean seconds per
 phase. For data parallel it also times the gradient all-reduce (every leaf, as the runtime's compiled local phase
-sends them) against a plain ``MPI.Allreduce`` of the same bytes: ``allreduce_vs_plain`` (`allreduce_vs_plain`). With ``--profile`` every rank also
-times the matmuls of its workers' training step alone (`measure.phase_matmuls`, K times; the same core, the same
-shapes): ``step_matmuls_s_by_rank``, the yardstick of the local phase.
+sends them) against a plain ``MPI.Allreduce`` of the same bytes: ``allreduce_vs_plain`` (`allreduce_vs_plain`).
+With ``--profile`` every rank also times the matmuls of its workers' training step alone (`measure.phase_matmuls`,
+K times; the same core, the same shapes): ``step_matmuls_s_by_rank``, the yardstick of the local phase.
 """
 
 from __future__ import annotations

@@ -56,9 +56,10 @@ def markdown(result: dict[str, Any]) -> str:
              "median round seconds with the gradients all-reduced leaf by leaf (overlap possible) or as one buffer",
              "", "| link | leaves (s) | one buffer (s) | one / leaves |", "|---|---|---|---|"]
     for e in result["summary"]:
-        ratio = f"{e['one_over_leaves']:.3f}" if e.get("one_over_leaves") else "-"
-        lines.append(f"| {e['link']} | {e.get('leaves', '-'):.2f} | {e.get('one', '-'):.2f} | {ratio} |"
-                     if e.get("leaves") and e.get("one") else f"| {e['link']} | - | - | - |")
+        if e.get("one_over_leaves"):
+            lines.append(f"| {e['link']} | {e['leaves']:.2f} | {e['one']:.2f} | {e['one_over_leaves']:.3f} |")
+        else:  # a variant failed on this link (its error is in the runs)
+            lines.append(f"| {e['link']} | - | - | - |")
     return "\n".join(lines) + "\n"
 
 

@@ -141,7 +141,8 @@ def catch_up(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [f"Time to {result['target']} test accuracy on {NAMES.get(result.get('dataset'), 'FSDD')} (training seconds; compilation and evaluation "
+    data = NAMES.get(result.get("dataset"), "FSDD")
+    lines = [f"Time to {result['target']} test accuracy on {data} (training seconds; compilation and evaluation "
              f"excluded), MPI across network namespaces, links shaped with tc", "",
              "| model | ranks | link | IST (s) | data parallel (s) | local SGD (s) | IST vs DP | IST vs local SGD | "
              "paper (DP, local SGD) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -158,12 +159,14 @@ def markdown(result: dict[str, Any]) -> str:
     if result.get("catch_up"):
         lines += ["", "Round time fitted as compute + megabits / link rate; the link at which data parallel would "
                   "reach the target as soon as IST:", "",
-                  "| model | ranks | IST round | data parallel round | data parallel catches up at |", "|---|---|---|---|---|"]
+                  "| model | ranks | IST round | data parallel round | data parallel catches up at |",
+                  "|---|---|---|---|---|"]
         for c in result["catch_up"]:
             i, d = c["fits"]["ist"], c["fits"]["data_parallel"]
-            at = f"{c['catch_up_mbit'] / 1000:.1f} Gbit/s" if c["catch_up_mbit"] else "never (its compute alone is slower)"
-            lines.append(f"| {c['model']}-layer | {c['ranks']} | {i['compute_s']:.2f} s + {i['megabits']:.0f} Mbit / rate "
-                         f"| {d['compute_s']:.2f} s + {d['megabits']:.0f} Mbit / rate | {at} |")
+            at = (f"{c['catch_up_mbit'] / 1000:.1f} Gbit/s" if c["catch_up_mbit"]
+                  else "never (its compute alone is slower)")
+            lines.append(f"| {c['model']}-layer | {c['ranks']} | {i['compute_s']:.2f} s + {i['megabits']:.0f} Mbit / "
+                         f"rate | {d['compute_s']:.2f} s + {d['megabits']:.0f} Mbit / rate | {at} |")
     return "\n".join(lines) + "\n"
 
 

@@ -64,8 +64,8 @@ from istjax.core.state import TrainState, WorkerState, broadcast_workers, summar
 from istjax.core.subnet import extract_leaf, merge_leaf
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
-__all__ = ["MODES", "GRADIENT_BUFFERS", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size", "is_primary",
-           "abort_on_error"]
+__all__ = ["MODES", "GRADIENT_BUFFERS", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size",
+           "is_primary", "abort_on_error"]
 
 PyTree = Any
 MODES = ("parameter_server", "sharded")
@@ -330,6 +330,11 @@ def _zeros_like(shapes: PyTree) -> PyTree:
     return jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))()
 
 
+def _lane_shapes(workers: PyTree, lanes: int) -> PyTree:
+    """The shapes of ``workers`` (leaves `[W, ...]`, arrays or `jax.ShapeDtypeStruct`) for this rank's L lanes."""
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct((lanes,) + s.shape[1:], s.dtype), workers)
+
+
 class _Spares:
     """Buffers a rank keeps between rounds by name, each donated to the next call that writes a result of its shapes
     (an ``_Exchange.*_into``, a step with a donated output buffer). Only buffers the runtime owns are kept: results
@@ -444,7 +449,7 @@ def _server(rt: MPIRuntime):
     abstract_state = jax.eval_shape(alg.init, jax.random.key(0))
     abstract_workers, _ = jax.eval_shape(alg.distribute, abstract_state)
     all_shapes = _moved(abstract_workers, carry)  # [W, ...]
-    lane_shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct((lanes,) + s.shape[1:], s.dtype), all_shapes)
+    lane_shapes = _lane_shapes(all_shapes, lanes)
     template = None if root else _zeros_like(lane_shapes)  # a non-root rank's (unread) scatter input
     train = _lane_step(alg, lanes, rt.rank * lanes, reset_optimizer=not carry)
     # Buffers this rank owns between rounds: "lanes" [L, ...] (the received workers, trained in place, then sent
@@ -525,8 +530,7 @@ def _replicas(rt: MPIRuntime):
             jax.tree.map(lambda g: g / n, total)
 
     train = _lane_step(alg, lanes, me * lanes, reset_optimizer=False, reduce=reduce if gradients else None)
-    lane_shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct((lanes,) + s.shape[1:], s.dtype),
-                               jax.eval_shape(alg.distribute, jax.eval_shape(alg.init, jax.random.key(0)))[0])
+    lane_shapes = _lane_shapes(jax.eval_shape(alg.distribute, jax.eval_shape(alg.init, jax.random.key(0)))[0], lanes)
 
     spares = _Spares()  # "lanes": this rank's workers (cut, trained in place); "sums": the all-reduce's result
 
