@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from istjax.data.images import DataNotFoundError
+
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 PAGES = sorted(p for p in DOCS.glob("*.md") if "```python" in p.read_text())
 
@@ -15,4 +17,7 @@ def test_page_runs(page, tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
     namespace = {"__name__": f"docs_{page.stem}"}
     for i, code in enumerate(blocks):
-        exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)
+        try:
+            exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)
+        except DataNotFoundError as e:  # a page on a data set from ../shared/data, run where it is absent
+            pytest.skip(f"{page.name} block {i} reads a data set that is not on this machine: {e}")
