@@ -276,3 +276,105 @@ def test_worker_subnetwork_equals_full_network_without_the_other_channels(kind):
         removed = jax.tree.map(lambda a, m: a * m, params, _held_mask(task.spec, p, w)(params))
         want = model.apply({"params": removed, **stats}, X, train=True, mutable=list(stats))[0]
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Layouts and activation scaling (channel_partition, activation_scale; issue 20's diagnosis)
+
+RESNETS = {k: TINY[k] for k in ("resnet", "preact")}
+
+
+def _scale_conv2(params, factor):
+    """Every block's conv2 kernel times ``factor``: the same as multiplying its inner activations (conv2 is linear
+    and has no bias), computed without the model's scaling code."""
+    return {k: ({**v, "kernel": v["kernel"] * factor} if k.endswith("_conv2") else v) for k, v in params.items()}
+
+
+@pytest.mark.parametrize("kind", list(RESNETS))
+def test_inner_layout_partitions_only_block_channels(kind):
+    task = istjax.classifier(RESNETS[kind](channel_partition="inner"), X)
+    assert set(task.spec.group_sizes) == {g for g in GROUPS[kind] if g.startswith("block_")}
+    leaves = jax.tree.leaves(task.spec.leaves, is_leaf=lambda s: hasattr(s, "axes"))
+    groups = {a.group for s in leaves for a in s.axes if a is not None}
+    assert groups == set(task.spec.group_sizes)  # the stream, stem, projections and head are whole (shared)
+
+
+@pytest.mark.parametrize("kind", list(RESNETS))
+@pytest.mark.parametrize("scale", ["none", "train"])
+def test_inner_layout_subnetwork_equals_full_network_without_the_other_channels(kind, scale):
+    """With only the inner channels partitioned, worker w's narrow network is the full network with the inner
+    channels w does not hold removed; with ``activation_scale="train"`` its inner activations are also multiplied
+    by (block's inner channels) / (channels w holds)."""
+    model = RESNETS[kind](channel_partition="inner", activation_scale=scale)
+    task = istjax.classifier(model, X)
+    params, stats = task.init(jax.random.key(2)), task.init_state(jax.random.key(2))
+    sampler = istjax.uniform()
+    p = sampler.sample(jax.random.key(3), task.spec.group_sizes, 2)
+    slots = sampler.slots(task.spec.group_sizes, 2)
+    assert all(slots[g] * 2 == n for g, n in task.spec.group_sizes.items())  # halves: one factor, 2, for scaling
+    sub = istjax.extract(params, p, task.spec)
+    sub_stats = istjax.extract(stats, p, task.state_spec)
+    for w in range(2):
+        variables = {"params": jax.tree.map(lambda a: a[w], sub), **jax.tree.map(lambda a: a[w], sub_stats)}
+        got = model.subnet(slots).apply(variables, X, train=True, mutable=list(stats))[0]
+        removed = jax.tree.map(lambda a, m: a * m, params, _held_mask(task.spec, p, w)(params))
+        if scale == "train":
+            removed = _scale_conv2(removed, 2.0)
+        plain = RESNETS[kind](channel_partition="inner")
+        want = plain.apply({"params": removed, **stats}, X, train=True, mutable=list(stats))[0]
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", list(RESNETS))
+def test_test_time_scaling_is_conv2_scaled_by_test_keep(kind):
+    """``activation_scale="test"``: the network evaluated at test time (the task's) multiplies every block's inner
+    activations by ``test_keep``; the training network and every sub-network are unscaled."""
+    model = RESNETS[kind](channel_partition="inner", activation_scale="test", test_keep=0.25)
+    task = istjax.classifier(model, X)
+    params, stats = task.init(jax.random.key(2)), task.init_state(jax.random.key(2))
+    batch = {"x": X, "y": jnp.zeros((X.shape[0],), jnp.int32)}
+    loss, _ = task.evaluate(params, stats, batch)
+    plain = RESNETS[kind](channel_partition="inner")
+    logits = plain.apply({"params": _scale_conv2(params, 0.25), **stats}, X, train=False)
+    want = optax.softmax_cross_entropy_with_integer_labels(logits, batch["y"]).mean()
+    np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
+    assert model.subnet({"block_0_0": 2}).inner_scale is None  # sub-networks train unscaled
+    train_logits = model.apply({"params": params, **stats}, X, train=True, mutable=list(stats))[0]
+    np.testing.assert_allclose(np.asarray(train_logits), np.asarray(
+        plain.apply({"params": params, **stats}, X, train=True, mutable=list(stats))[0]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", list(RESNETS))
+@pytest.mark.parametrize("layout", ["all", "inner"])
+def test_ist_with_one_worker_equals_full_model_training(kind, layout):
+    """W = 1 channel IST is plain SGD with momentum on the full network, BatchNorm statistics updated step by
+    step: a round of K steps equals K hand-written optax steps."""
+    model = RESNETS[kind](channel_partition=layout)
+    task = istjax.classifier(model, X)
+    K, B = 3, 8
+    opt = optax.sgd(0.05, momentum=0.9)
+    alg = istjax.ist(task, opt, num_workers=1, local_steps=K, model_state="carry", optimizer_state="carry")
+    state = alg.init(jax.random.key(0))
+    rng = np.random.default_rng(0)
+    batches = {"x": jnp.asarray(rng.normal(size=(1, K, B, 8, 8, 3)), jnp.float32),
+               "y": jnp.asarray(rng.integers(0, C, size=(1, K, B)), jnp.int32)}
+    new, _ = alg.round(state, batches)
+
+    params, stats, opt_state = state.params, state.model_state, opt.init(state.params)
+    for k in range(K):
+        def loss(p):
+            logits, upd = model.apply({"params": p, **stats}, batches["x"][0, k], train=True, mutable=list(stats))
+            return optax.softmax_cross_entropy_with_integer_labels(logits, batches["y"][0, k]).mean(), upd
+
+        (_, stats), g = jax.value_and_grad(loss, has_aux=True)(params)
+        updates, opt_state = opt.update(g, opt_state, params)
+        params = optax.apply_updates(params, updates)
+    _close(new.params, params, f"{kind} {layout} params")
+    _close(new.model_state, stats, f"{kind} {layout} statistics")
+
+
+@pytest.mark.parametrize("field, value", [("channel_partition", "stream"), ("activation_scale", "dropout"),
+                                          ("test_keep", 0.0), ("test_keep", 1.5)])
+def test_layout_and_scaling_fields_are_checked(field, value):
+    with pytest.raises(ValueError, match=f"ResNet.{field}="):
+        ResNet(stage_sizes=(1,), widths=(4,), **{field: value})

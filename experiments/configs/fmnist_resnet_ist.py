@@ -32,7 +32,9 @@ def get_config(arg=None):
     c.algorithm = "ist"
     c.dataset = "fashion_mnist"
     c.model = ml_collections.ConfigDict({"name": "resnet", "stage_sizes": (2, 2, 2, 2),
-                                         "widths": (64, 128, 256, 512), "width_multiplier": 1 / 8})
+                                         "widths": (64, 128, 256, 512), "width_multiplier": 1 / 8,
+                                         "channel_partition": "all", "activation_scale": "none",
+                                         "test_keep": 1.0})
     c.num_workers = 2
     c.local_steps = 10
     c.batch_size = 32

@@ -24,8 +24,12 @@ from collections.abc import Sequence
 from istjax.experiment import compare
 from istjax.experiment.metrics import format_bytes
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from grid import Cell, run_grid  # noqa: E402  (this folder's module; the script runs by path)
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "experiments" / "configs"
+RESULTS = REPO / "experiments" / "images" / "results"
 
 STUDIES = {
     "resnet": ["--config", str(CONFIGS / "fmnist_resnet_ist.py"), "--workers", "2,4",
@@ -80,6 +84,59 @@ BYTES_MODELS = {
 }
 
 
+def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
+    """Channel IST's diagnosis on fmnist_resnet_ist.py (W = 2, ``rounds`` x K = 10 x B = 32 per worker, the same
+    samples in every cell): the baselines, two sanity rows, the layout, the activation scaling with the BatchNorm
+    statistics policy, then K, the optimizer state and the learning rate around the inner layout."""
+    cfg = "experiments/configs/fmnist_resnet_ist.py"
+    base = (f"--config.num_rounds={rounds}", f"--config.eval_every={rounds // 2}",
+            f"--config.checkpoint_every={rounds}")
+    inner = ("--config.model.channel_partition=inner",)
+
+    def cell(label, *overrides, **info):
+        return Cell(label, cfg, base + tuple(overrides), info)
+
+    def k_cell(k):  # K local steps with the rounds adjusted so that the samples stay the same
+        r = rounds * 10 // k
+        return Cell(f"inner_K{k}", cfg, (f"--config.num_rounds={r}", f"--config.eval_every={r // 2}",
+                                        f"--config.checkpoint_every={r}", f"--config.local_steps={k}", *inner),
+                    {"group": "local steps", "what": f"inner, K = {k} ({r} rounds)"})
+
+    return [
+        cell("data_parallel", "--config.algorithm=data_parallel", group="baseline", what="data parallel"),
+        cell("local_sgd", "--config.algorithm=local_sgd", group="baseline", what="local SGD"),
+        cell("full_w1", "--config.num_workers=1", "--config.batch_size=64", group="sanity",
+             what="IST with W = 1 (full-model training)"),
+        cell("half_alone", "--config.num_workers=1", "--config.batch_size=64", "--config.model.width_multiplier=0.0625",
+             group="sanity", what="one half-width sub-network trained alone, never repartitioned"),
+        cell("all_none_recompute", group="layout", what="every conv's channels (the paper's layout; before)"),
+        cell("inner_none_recompute", *inner, group="layout", what="only the blocks' inner channels"),
+        cell("inner_train_recompute", *inner, "--config.model.activation_scale=train", group="scaling",
+             what="inner, train-time rescaling, statistics recomputed"),
+        cell("inner_test_recompute", *inner, "--config.model.activation_scale=test", "--config.model.test_keep=0.5",
+             group="scaling", what="inner, test-time scaling 1/W, statistics recomputed"),
+        cell("inner_none_carry", *inner, "--config.model_state=carry", group="scaling",
+             what="inner, no scaling, statistics carried"),
+        cell("inner_train_carry", *inner, "--config.model.activation_scale=train", "--config.model_state=carry",
+             group="scaling", what="inner, train-time rescaling, statistics carried"),
+        cell("inner_optcarry", *inner, "--config.optimizer_state=carry", group="optimizer",
+             what="inner, momentum carried across repartitions"),
+        k_cell(5),
+        k_cell(20),
+        cell("inner_lr0.1", *inner, "--config.learning_rate=0.1", group="learning rate", what="inner, lr 0.1"),
+        cell("inner_lr0.02", *inner, "--config.learning_rate=0.02", group="learning rate", what="inner, lr 0.02"),
+    ]
+
+
+GRIDS = {"diagnosis": _diagnosis_cells}
+
+
+def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str]) -> int:
+    """Trains a grid study on ``seeds`` into ``workdir``; writes ``experiments/images/results/<study>.json``."""
+    command = f"python experiments/images/studies.py {study} --seeds {','.join(map(str, seeds))}"
+    return run_grid(study, GRIDS[study](), seeds, workdir, RESULTS / f"{study}.json", command, only)
+
+
 def bytes_table(workers: Sequence[int] = (2, 4, 8)) -> str:
     """Analytic bytes one worker receives per round, ResIST over local SGD (the whole model), per model and W."""
     import jax.numpy as jnp
@@ -122,13 +179,19 @@ def ablation_table(steps: Sequence[str], table) -> str:
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("::")[0].strip())
-    parser.add_argument("study", choices=[*STUDIES, "ablation", "bytes"])
+    parser.add_argument("study", choices=[*STUDIES, *GRIDS, "ablation", "bytes"])
     parser.add_argument("--workdir", type=pathlib.Path, help="where the runs and the table go (not for bytes)")
+    parser.add_argument("--seeds", default="0,1,2", help="grid studies: comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--only", default="", help="grid studies: comma-separated cell labels to train")
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in the workdir")
     args, overrides = parser.parse_known_args(argv)
     if args.study == "bytes":
         print(bytes_table())
         return 0
+    if args.study in GRIDS:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        only = [x for x in args.only.split(",") if x]
+        return grid_main(args.study, args.workdir or REPO / "runs" / "images" / args.study, seeds, only)
     if args.workdir is None:
         parser.error(f"{args.study}: --workdir is required (the runs and the table are written there)")
     if args.study == "ablation":

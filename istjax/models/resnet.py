@@ -36,6 +36,26 @@ Neuron groups (what Independent Subnetwork Training splits among workers):
   channels ``S`` adds its branch output on exactly ``S`` to its shortcut on ``S``.
 * ``"block_i_j"``: the inner channels of block j of stage i (between its two convs).
 
+Which of them are groups is ``channel_partition``:
+
+* ``"all"`` (the IST paper's layout): every conv's output channels, the residual streams included. A worker holds
+  ``(C/W)^2`` of every kernel whose input and output are both partitioned; the W workers together train 1/W of it
+  per round, and a pair of channels dealt to different workers is never trained together in that round.
+* ``"inner"``: only the blocks' inner channels (conv1's outputs = conv2's inputs). The residual streams, the stem,
+  the projections and the head are held by every worker and averaged at the merge (as ResIST shares its
+  unpartitioned layers and the 2-layer MLP its output bias); every inner kernel is trained by exactly one worker per
+  round, like the 2-layer MLP's weights.
+
+``activation_scale`` says how a sub-network's partitioned sum into conv2 (the inner channels it holds, a fraction
+``kept`` of the block's) is matched to the full network's:
+
+* ``"none"``: as the paper; with BatchNorm after conv2 (`ResNet`) training is scale-free, only the running
+  statistics a worker carries describe a ``kept``-sized sum;
+* ``"train"``: a sub-network multiplies its inner activations by ``1/kept`` (inverted dropout, HeteroFL's scaler),
+  so its sum estimates the full one; the full network runs unscaled (`subnet` sets ``inner_scale``);
+* ``"test"``: sub-networks run unscaled and the network evaluated at test time multiplies its inner activations by
+  ``test_keep`` (give ``1/W``), as ResIST scales its dealt branches (`eval_module`).
+
 Conv kernels ``[kh, kw, in, out]`` carry logical names ``(None, None, in_group, out_group)``; each BatchNorm's
 ``scale``/``bias`` its channel group; the head Dense ``(stage_{L-1}, "classes")`` and its bias ``("classes",)``;
 ``"image_channels"`` and ``"classes"`` map to None (kept whole). `partition_rules` is that table, `tied_axes` lists
@@ -65,7 +85,10 @@ import numpy as np
 from istjax.models.cnn import BatchStatNorm, _is_pos_int, check_image_model_fields
 from istjax.models.conv_ops import conv as _conv
 
-__all__ = ["ResNet", "PreActResNet", "RESNET_PRESETS"]
+__all__ = ["ResNet", "PreActResNet", "RESNET_PRESETS", "CHANNEL_PARTITIONS", "ACTIVATION_SCALES"]
+
+CHANNEL_PARTITIONS = ("all", "inner")
+ACTIVATION_SCALES = ("none", "train", "test")
 
 # name -> (stage_sizes, widths)
 RESNET_PRESETS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
@@ -118,6 +141,11 @@ def _check_common(module: nn.Module) -> None:
     check_image_model_fields(module)
 
 
+def _check_choice(owner: str, field: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{owner}.{field}={value!r}: choose one of {list(choices)}.")
+
+
 def _scaled(width: int, multiplier: float) -> int:
     """``width * multiplier`` rounded half up, at least 1."""
     return max(1, int(math.floor(width * multiplier + 0.5)))
@@ -164,6 +192,14 @@ class _ResNetBase(nn.Module):
       batch_norm: ``"running"`` (running averages in ``batch_stats``) or ``"batch"`` (batch statistics always).
       bn_momentum: running-average momentum for ``"running"`` (new = m * old + (1 - m) * batch).
       image_shape: ``(H, W, C)`` to reshape flat inputs ``[B, H * W * C]``; None: inputs are ``[B, H, W, C]``.
+      channel_partition: ``"all"`` (every conv's output channels, residual streams included) or ``"inner"`` (only
+        the blocks' inner channels; streams, stem, projections and head shared); see the module docstring.
+      activation_scale: ``"none"``, ``"train"`` (a sub-network scales its inner activations by the inverse of the
+        fraction it holds) or ``"test"`` (the test-time network scales them by ``test_keep``).
+      test_keep: the factor of ``activation_scale="test"``: the fraction of a block's inner channels one worker
+        holds, ``1/W``.
+      inner_scale: ``inner_scale[i][j]``, the factor on block j of stage i's inner activations; None: 1. Set by
+        `subnet` (``"train"``) and `eval_module` (``"test"``), not by hand.
     """
 
     stage_sizes: tuple[int, ...] = (2, 2, 2, 2)
@@ -174,9 +210,21 @@ class _ResNetBase(nn.Module):
     batch_norm: str = "running"
     bn_momentum: float = 0.9
     image_shape: tuple[int, ...] | None = None
+    channel_partition: str = "all"
+    activation_scale: str = "none"
+    test_keep: float = 1.0
+    inner_scale: tuple[tuple[float, ...], ...] | None = None
 
     def __post_init__(self):
         owner = type(self).__name__
+        _check_choice(owner, "channel_partition", self.channel_partition, CHANNEL_PARTITIONS)
+        _check_choice(owner, "activation_scale", self.activation_scale, ACTIVATION_SCALES)
+        keep = self.test_keep
+        if isinstance(keep, bool) or not isinstance(keep, (int, float, np.integer, np.floating)) \
+                or not 0 < float(keep) <= 1:
+            raise ValueError(f"{owner}.test_keep={keep!r}: must be a number in (0, 1], the fraction of a block's inner "
+                             f"channels one worker holds, e.g. test_keep=0.5 for W = 2.")
+        object.__setattr__(self, "test_keep", float(keep))
         sizes = _pos_ints(owner, "stage_sizes", self.stage_sizes,
                           "give the number of blocks per stage, e.g. stage_sizes=(2, 2, 2, 2) for ResNet-18.")
         widths = _pos_ints(owner, "widths", self.widths,
@@ -260,7 +308,7 @@ class _ResNetBase(nn.Module):
         classes stay whole."""
         rules: dict[str, str | None] = {"image_channels": None, "classes": None}
         for i, n in enumerate(self.stage_sizes):
-            rules[f"stage_{i}"] = f"stage_{i}"
+            rules[f"stage_{i}"] = f"stage_{i}" if self.channel_partition == "all" else None
             for j in range(n):
                 rules[f"block_{i}_{j}"] = f"block_{i}_{j}"
         return rules
@@ -281,9 +329,26 @@ class _ResNetBase(nn.Module):
         ``units["block_i_j"]`` inner channels in block j of stage i (absolute counts, ``width_multiplier`` 1);
         groups missing from ``units`` keep their width, other keys are ignored."""
         widths = tuple(int(units.get(f"stage_{i}", w)) for i, w in enumerate(self.stage_widths()))
+        full = self.inner_widths()
         inner = tuple(tuple(int(units.get(f"block_{i}_{j}", c)) for j, c in enumerate(row))
-                      for i, row in enumerate(self.inner_widths()))
-        return self.clone(widths=widths, inner=inner, width_multiplier=1.0)
+                      for i, row in enumerate(full))
+        scale = self.inner_scale
+        if self.activation_scale == "train":
+            scale = tuple(tuple(f / s for f, s in zip(frow, srow)) for frow, srow in zip(full, inner))
+        return self.clone(widths=widths, inner=inner, width_multiplier=1.0, inner_scale=scale)
+
+    def eval_module(self):
+        """The network evaluated at test time: with ``activation_scale="test"`` every block's inner activations
+        are multiplied by ``test_keep``; otherwise this module."""
+        if self.activation_scale != "test":
+            return self
+        return self.clone(inner_scale=tuple((self.test_keep,) * n for n in self.stage_sizes))
+
+    def _inner(self, i: int, j: int, h: jax.Array) -> jax.Array:
+        """Block j of stage i's inner activations times their ``inner_scale`` (unchanged when it is None)."""
+        if self.inner_scale is None or self.inner_scale[i][j] == 1.0:
+            return h
+        return h * jnp.asarray(self.inner_scale[i][j], h.dtype)
 
     def test_batch_statistics(self) -> bool:
         """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
@@ -317,7 +382,7 @@ class ResNet(_ResNetBase):
         for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
             pre = f"stage{i}_block{j}"
             h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride)(x)
-            h = nn.relu(_batch_norm(self, f"{pre}_bn1", g_inner, h, train))
+            h = self._inner(i, j, nn.relu(_batch_norm(self, f"{pre}_bn1", g_inner, h, train)))
             h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2")(h)
             h = _batch_norm(self, f"{pre}_bn2", g_out, h, train)
             if projection:
@@ -351,7 +416,7 @@ class PreActResNet(_ResNetBase):
             a = nn.relu(_batch_norm(self, f"{pre}_bn1", g_in, x, train))
             shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride)(a) if projection else x
             h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride)(a)
-            h = nn.relu(_batch_norm(self, f"{pre}_bn2", g_inner, h, train))
+            h = self._inner(i, j, nn.relu(_batch_norm(self, f"{pre}_bn2", g_inner, h, train)))
             h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2")(h)
             x = shortcut + h  # both carry logical name g_out (see tied_axes)
         last = f"stage_{len(self.stage_sizes) - 1}"
