@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test clean
+.PHONY: install demo test results clean
 
 install:
 	@bash scripts/setup_env.sh
@@ -13,6 +13,11 @@ demo: install
 
 test: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Rewrites every table between <!-- report:NAME --> markers in README.md and docs/ from the committed results JSON
+# (python -m experiments.report --check only compares; tests/test_report.py runs it).
+results: install
+	$(PY) -m experiments.report
 
 clean:
 	rm -rf $(VENV) .pytest_cache

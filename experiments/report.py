@@ -1,0 +1,887 @@
+"""Every number in the README and docs/ regenerated from the committed results files.
+
+    python -m experiments.report           # rewrite every table between markers from the JSON (`make results`)
+    python -m experiments.report --check   # exit 1 with a diff where a table differs from what the JSON gives
+    python -m experiments.report --list    # the tables, the files they read and where they stand
+
+In README.md and docs/*.md a table stands between two marker lines, ``<!-- report:NAME -->`` and
+``<!-- /report:NAME -->``; a single figure inside prose stands between the same two markers on one line
+(``IST was <!-- report:NAME -->5.8x<!-- /report:NAME --> sooner``). Markers inside code (fenced blocks, backticks)
+are text. NAME is an entry of `REGISTRY`: the JSON files it reads (relative to the repository root) and a pure
+function from their contents to the text. Adding a table of an aggregated results file (a list ``rows``, one per
+cell, each with ``algorithm``, ``num_workers``, ``seeds``, ``test_accuracy_mean`` and ``test_accuracy_std``) is
+one call::
+
+    results_table("images_resist", "experiments/images/results/resist.json",
+                  ["label", "algorithm", "num_workers", "test_accuracy", "bytes_per_round"])
+
+and any other table a function under ``@table(NAME, PATH, ...)`` (or ``scalar(NAME, PATH, fn)`` for one figure).
+
+Exit status: 0 every table agrees (or was rewritten); 1 (``--check``) a table differs from its JSON; 2 the files
+cannot be read as asked: a marker naming no entry, a marker without its other half, a results file missing or
+malformed. Nothing is written unless every table renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import pathlib
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGES = ("README.md", "docs/*.md")  # the files whose markers are kept, relative to the root
+FIX = "python -m experiments.report (or make results)"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The registry
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A named table (or, ``inline``, one figure): ``render(*loaded)`` with each of ``sources`` loaded as JSON."""
+    name: str
+    sources: tuple[str, ...]
+    render: Callable[..., str]
+    inline: bool = False
+
+
+REGISTRY: dict[str, Entry] = {}
+_NAME = r"[A-Za-z0-9_.-]+"
+
+
+def register(name: str, sources: Sequence[str], render: Callable[..., str], *, inline: bool = False) -> Entry:
+    if not re.fullmatch(_NAME, name):
+        raise ValueError(f"report name {name!r}: use letters, digits, '_', '.' and '-'")
+    if name in REGISTRY:
+        raise ValueError(f"report name {name!r} is registered twice")
+    REGISTRY[name] = Entry(name, tuple(sources), render, inline)
+    return REGISTRY[name]
+
+
+def table(name: str, *sources: str):
+    """Registers the decorated ``fn(*loaded) -> markdown`` as the table ``name``."""
+    def deco(fn):
+        register(name, sources, fn)
+        return fn
+    return deco
+
+
+def scalar(name: str, source: str, fn: Callable[[Any], Any]) -> Entry:
+    """One figure for prose: ``fn(loaded)``, a string (or a number, written with `cell`), on one line."""
+    return register(name, (source,), lambda data: cell(fn(data)), inline=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Number formats shared by every table
+
+def cell(v: Any) -> str:
+    """A value as a table cell: floats to 3 decimals, large integers with thousands separators, None as '-'."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.3f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(cell(x) for x in v)
+    return str(v)
+
+
+def fixed(x: float, digits: int = 2) -> str:
+    return f"{x:.{digits}f}"
+
+
+def count(x: float) -> str:
+    """8087.1 -> '8,087'."""
+    return f"{x:,.0f}"
+
+
+def ratio(x: float | None, digits: int = 1) -> str:
+    """How many times: 15.94 -> '15.9x'."""
+    return "-" if x is None else f"{x:.{digits}f}x"
+
+
+def percent(share: float, digits: int = 1) -> str:
+    """A share of 1 as a percentage: 0.0570 -> '5.7 %'."""
+    return f"{100 * share:.{digits}f} %"
+
+
+def span(values: Iterable[float], fmt: Callable[[float], str] = fixed, sep: str = "-") -> str:
+    """Lowest to highest: '0.64-0.72' (one value when they print the same)."""
+    vs = sorted(values)
+    lo, hi = fmt(vs[0]), fmt(vs[-1])
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+def nbytes(b: float, binary: bool = True, digits: int = 1, unit: str | None = None) -> str:
+    """Bytes with a unit: binary 33857536 -> '32.3 MiB', decimal -> '33.9 MB'; ``unit`` fixes it ('MiB')."""
+    base, units = (1024, ("B", "KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("B", "kB", "MB", "GB", "TB"))
+    i = units.index(unit) if unit else 0
+    b = b / base ** i
+    while unit is None and abs(b) >= base and i < len(units) - 1:
+        b, i = b / base, i + 1
+    return f"{b:.0f} B" if i == 0 else f"{b:,.{digits}f} {units[i]}"
+
+
+def mean_std(mean: float | None, std: float | None, n: int, digits: int = 3) -> str:
+    """A mean over seeds with its standard deviation and count: '0.972 ± 0.004 (3 seeds)', '0.771 (1 seed)'
+    (a standard deviation of None, as one seed gives, is left out)."""
+    if mean is None:
+        return "-"
+    seeds = "1 seed" if n == 1 else f"{n} seeds"
+    if n == 1 or std is None:
+        return f"{mean:.{digits}f} ({seeds})"
+    return f"{mean:.{digits}f} ± {std:.{digits}f} ({seeds})"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(v if isinstance(v, str) else cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+ALGORITHMS = {"ist": "IST", "data_parallel": "data parallel", "local_sgd": "local SGD", "resist": "ResIST",
+              "gist": "GIST"}
+
+
+def algorithm_name(a: str) -> str:
+    return ALGORITHMS.get(a, a)
+
+
+def link_name(link: str) -> str:
+    """'100mbit' -> '100 Mbit/s', '10gbit' -> '10 Gbit/s'."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg])bit", link)
+    return f"{m.group(1)} {m.group(2).upper()}bit/s" if m else link
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Aggregated results files: {"rows": [{"algorithm", "num_workers", "seeds", "test_accuracy_mean", ...}, ...]}
+
+REQUIRED = ("algorithm", "num_workers", "seeds", "test_accuracy_mean", "test_accuracy_std")
+
+
+class ResultsError(ValueError):
+    """A results file that does not hold what its table needs."""
+
+
+def result_rows(data: Any) -> list[dict[str, Any]]:
+    """The ``rows`` of an aggregated results file, each checked to carry `REQUIRED`."""
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise ResultsError("an aggregated results file holds a non-empty list 'rows', one per cell")
+    for i, r in enumerate(rows):
+        missing = [k for k in REQUIRED if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise ResultsError(f"rows[{i}] lacks {', '.join(missing)} (every row has {', '.join(REQUIRED)})")
+        if not isinstance(r["seeds"], list) or not r["seeds"]:
+            raise ResultsError(f"rows[{i}]: 'seeds' is the list of seeds the mean is over, got {r['seeds']!r}")
+    return rows
+
+
+def accuracy(r: dict[str, Any]) -> str:
+    return mean_std(r["test_accuracy_mean"], r["test_accuracy_std"], len(r["seeds"]))
+
+
+# The columns a results table names: header and how a row gives its cell. Any other name is a row key, shown as is.
+COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "label": ("", lambda r: str(r.get("label", ""))),
+    "algorithm": ("algorithm", lambda r: algorithm_name(r["algorithm"])),
+    "num_workers": ("W", lambda r: cell(r["num_workers"])),
+    "seeds": ("seeds", lambda r: cell(r["seeds"])),
+    "test_accuracy": ("test accuracy (mean ± std over seeds)", accuracy),
+    "bytes_per_round": ("bytes per worker per round", lambda r: nbytes(r["bytes_per_round"], binary=False)),
+    "rounds": ("rounds", lambda r: cell(r.get("rounds"))),
+    "samples": ("samples", lambda r: cell(r.get("samples"))),
+}
+
+
+def results_table(name: str, source: str, columns: Sequence[str | tuple[str, Callable[[dict], str]]],
+                  where: Callable[[dict[str, Any]], bool] | None = None) -> Entry:
+    """Registers the table ``name``: one line per row of the aggregated file ``source`` (``where`` keeps some),
+    with ``columns``: names of `COLUMNS`, other row keys, or ``(header, fn(row) -> str)``."""
+    cols = [c if isinstance(c, tuple) else COLUMNS.get(c, (c, lambda r, k=c: cell(r.get(k)))) for c in columns]
+
+    def render(data):
+        rows = [r for r in result_rows(data) if where is None or where(r)]
+        return markdown_table([h for h, _ in cols], [[fn(r) for _, fn in cols] for r in rows])
+    return register(name, (source,), render)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The MLP benchmark suite: experiments/benchmarks/results*.json (python -m experiments.benchmarks.run)
+
+BENCH = "experiments/benchmarks/results.json"
+BENCH_H100 = "experiments/benchmarks/results_h100.json"
+BENCH_GPU = "experiments/benchmarks/results_gpu.json"
+CONV, CONV_GPU = "experiments/benchmarks/results_conv.json", "experiments/benchmarks/results_conv_gpu.json"
+GRAPH, GRAPH_GPU = "experiments/benchmarks/results_graph.json", "experiments/benchmarks/results_graph_gpu.json"
+FSDD, KEYWORDS = "experiments/network/results.json", "experiments/network/results_keywords.json"
+OVERLAP = "experiments/network/overlap.json"
+
+
+def study(d: dict, key: str, **match) -> list[dict]:
+    """The rows of a suite study, those whose fields equal ``match``."""
+    return [r for r in d["results"][key]["rows"] if all(r.get(k) == v for k, v in match.items())]
+
+
+def target(d: dict, key: str, what: str = "") -> dict:
+    """The suite's verdict row for study ``key`` (the first whose target text contains ``what``)."""
+    return next(t for t in d["targets"] if t["study"] == key and what in t["target"])
+
+
+def _machine_line(d: dict) -> str:
+    m = d["machine"]
+    return (f"{m['cpu']} ({m['cores']} cores), jax {m['jax']}, {d['mode']} run, load average "
+            f"{m['loadavg_start'][0]:.1f} -> {m['loadavg_end'][0]:.1f}, {d['total_seconds']:.0f} s in all")
+
+
+def _suite_tables(d: dict, heading: str = "####") -> str:
+    from experiments.benchmarks import run
+    parts = [f"Measured on {_machine_line(d)}.", "", f"{heading} targets (worst row of each study)", "",
+             run.markdown(d["targets"], run.TARGET_COLUMNS)]
+    for key, res in d["results"].items():
+        parts += ["", f"{heading} {key} ({res['seconds']:.0f} s)", "",
+                  run.markdown(res["rows"], run.TABLE_COLUMNS[key])]
+    return "\n".join(parts)
+
+
+@table("bench_cpu", BENCH)
+def _bench_cpu(d):
+    """Every table of the suite's latest CPU run, as ``results.md`` has them."""
+    return _suite_tables(d)
+
+
+def _suite_targets(d: dict) -> str:
+    """The verdicts of a suite run (the GPU runs, whose study tables stay in their ``.md``)."""
+    from experiments.benchmarks import run
+    return f"Measured on {_machine_line(d)}.\n\n" + run.markdown(d["targets"], run.TARGET_COLUMNS)
+
+
+table("bench_targets_h100", BENCH_H100)(_suite_targets)
+table("bench_targets_gpu", BENCH_GPU)(_suite_targets)
+
+
+@table("bench_summary", BENCH)
+def _bench_summary(d):
+    """The suite's verdicts in words, one line per study, from its latest run."""
+    eff = study(d, "1_compute_efficiency")
+    gs = study(d, "2_gather_scatter")
+    ro = study(d, "3_round_overhead")
+    tp = {(r["algorithm"], r["backend"]): r for r in study(d, "4_throughput")}
+    comm = study(d, "5_communication")
+    comp = study(d, "6_compilation")
+    sc = study(d, "7_scaling")
+
+    def met(key, what=""):
+        return target(d, key, what)["met"]
+
+    mpi_ist, mpi_dp = tp[("ist", "mpi x2")], tp[("data_parallel", "mpi x2")]
+    two = [r for r in comm if r["model"].startswith("2-layer")]
+    three = [r for r in comm if r["model"].startswith("3-layer")]
+    small = [r for r in sc if sc[0]["W"] < r["W"] <= 16]
+    widest = sc[-1]
+    rows = [
+        ["1. local-phase FLOP rate >= 0.6 of the best dense matmul rate (`efficiency_strict`)",
+         "; ".join(f"{r['model'].split()[0]} {algorithm_name(r['algorithm'])} **{fixed(r['efficiency_strict'])}** "
+                   f"(of its own row's best: {fixed(r['efficiency'])})" for r in eff)
+         + f"; every phase runs {span([r['vs_step_matmuls'] for r in eff], lambda x: ratio(x, 2))} faster than its "
+           "own matmuls timed alone", met("1_compute_efficiency")],
+        ["2. extract + merge >= 0.5 of a copy (`extract_merge_vs_copy`)",
+         "; ".join(f"{m} **{span([r['extract_merge_vs_copy'] for r in gs if r['model'].startswith(m)])}** "
+                   f"(W = {', '.join(str(r['W']) for r in gs if r['model'].startswith(m))})"
+                   for m in ("2-layer", "3-layer")), met("2_gather_scatter")],
+        ["3. round overhead <= 10 % at K = 20 (`overhead_share_at_K20`)",
+         "; ".join(f"{r['model'].split()[0]} **{percent(r['overhead_share_at_K20'])}**"
+                   + (f" (rescaled from K = {r['K']})" if r["K"] != 20 else "") for r in ro), met("3_round_overhead")],
+        ["4. throughput, W = 2 (samples/s)",
+         f"simulate: IST {count(tp[('ist', 'simulate')]['samples_per_s'])}, data parallel "
+         f"{count(tp[('data_parallel', 'simulate')]['samples_per_s'])}, local SGD "
+         f"{count(tp[('local_sgd', 'simulate')]['samples_per_s'])}; MPI x 2: IST {count(mpi_ist['samples_per_s'])} "
+         f"(**{fixed(mpi_ist['vs_simulate'], 3)}** of simulate, overhead **{percent(mpi_ist['overhead_share'])}** of a "
+         f"round, local phase **{fixed(mpi_ist['local_vs_step_matmuls'])}** of its matmuls alone), data parallel "
+         f"{count(mpi_dp['samples_per_s'])} (all-reduce at **{fixed(mpi_dp['allreduce_vs_plain'])}** of a plain one), "
+         f"local SGD {count(tp[('local_sgd', 'mpi x2')]['samples_per_s'])}",
+         "yes" if all(t["met"] == "yes" for t in d["targets"] if t["study"] == "4_throughput") else "NO"],
+        ["5. bytes per worker per round",
+         ("IST = 1/W of the 2-layer model" if all(abs(r["ist_fraction_of_model"] - r["1/W"]) < 1e-9 for r in two)
+          else f"IST {' / '.join(fixed(r['ist_fraction_of_model'], 3) for r in two)} of the 2-layer model")
+         + f" at W = {' / '.join(str(r['W']) for r in two)}; 3-layer "
+           f"{' / '.join(fixed(r['ist_fraction_of_model'], 3) for r in three)} of it; local SGD "
+           f"{span([r['local_sgd_over_ist'] for r in comm], ratio, ' to ')} IST, data parallel "
+           f"{span([r['data_parallel_over_ist'] for r in comm], lambda x: ratio(x, 0), ' to ')}", "-"],
+        ["6. one compilation per distinct function",
+         f"{span([r['first_round_compilations'] for r in comp], str, ' to ')} in the first round, each a different "
+         f"function; **{max(r['later_round_compilations'] for r in comp)}** in rounds 2 to "
+         f"{max(r['rounds'] for r in comp)}", met("6_compilation")],
+        [f"7. scaling W = {sc[0]['W']} .. {widest['W']}",
+         f"time per round {span([r['round_s_vs_first'] for r in small], lambda x: ratio(x, 2), ' to ')} that of "
+         f"W = {sc[0]['W']} ({fixed(sc[0]['round_s'])} s) at W = {small[0]['W']} to {small[-1]['W']}, "
+         f"{ratio(widest['round_s_vs_first'], 2)} at W = {widest['W']} ({widest['W'] // sc[0]['W']}x the samples); "
+         f"XLA's peak memory {nbytes(sc[0]['peak_bytes'], False, 0)} at W = {sc[0]['W']} to "
+         f"{nbytes(widest['peak_bytes'], False, 2)} at W = {widest['W']}", "-"],
+    ]
+    return markdown_table(["target", "measured (latest run)", "met"], rows)
+
+
+def _span_scalar(name, source, key, column, fmt=fixed, sep="-", **match):
+    return scalar(name, source, lambda d: span([r[column] for r in study(d, key, **match)], fmt, sep))
+
+
+# Figures the prose of docs/benchmarks.md and docs/distributed.md quotes from the CPU run.
+_span_scalar("bench.efficiency_strict", BENCH, "1_compute_efficiency", "efficiency_strict", sep=" to ")
+_span_scalar("bench.efficiency", BENCH, "1_compute_efficiency", "efficiency", sep=" to ")
+_span_scalar("bench.vs_step_matmuls", BENCH, "1_compute_efficiency", "vs_step_matmuls", sep=" to ")
+_span_scalar("bench.gather", BENCH, "2_gather_scatter", "extract_merge_vs_copy", sep=" to ")
+_span_scalar("bench.extract_2layer", BENCH, "2_gather_scatter", "extract_vs_copy", sep=" to ",
+             model="2-layer 4096-4096-35")
+_span_scalar("bench.merge_3layer", BENCH, "2_gather_scatter", "merge_vs_copy", sep=" to ",
+             model="3-layer 4096-8192-8192-35")
+_span_scalar("bench.merge_model_3layer", BENCH, "2_gather_scatter", "merge_vs_copy_model", sep=" to ",
+             model="3-layer 4096-8192-8192-35")
+_span_scalar("bench.partition_ms", BENCH, "3_round_overhead", "partition_s", lambda s: fixed(1e3 * s, 1), " to ")
+scalar("bench.overhead_2layer", BENCH,
+       lambda d: percent(study(d, "3_round_overhead", K=20)[0]["overhead_share_at_K20"]))
+scalar("bench.overhead_3layer", BENCH,
+       lambda d: percent(study(d, "3_round_overhead")[-1]["overhead_share_at_K20"]))
+for _alg in ("ist", "data_parallel", "local_sgd"):
+    for _backend, _tag in (("simulate", "simulate"), ("mpi x2", "mpi")):
+        scalar(f"bench.samples.{_alg}.{_tag}", BENCH,
+               lambda d, a=_alg, b=_backend: count(
+                   study(d, "4_throughput", algorithm=a, backend=b)[0]["samples_per_s"]))
+scalar("bench.mpi_ist_vs_simulate", BENCH, lambda d: fixed(d["mpi_ist_vs_simulate"], 3))
+scalar("bench.mpi_overhead_share", BENCH, lambda d: fixed(d["mpi_overhead_share"], 3))
+scalar("bench.mpi_local_vs_matmuls", BENCH, lambda d: fixed(target(d, "4_throughput", "matmuls")["worst"]))
+scalar("bench.mpi_allreduce_vs_plain", BENCH, lambda d: fixed(target(d, "4_throughput", "Allreduce")["worst"]))
+scalar("bench.mpi_allreduce_standalone", BENCH,
+       lambda d: fixed(study(d, "4_throughput", algorithm="data_parallel", backend="mpi x2")[0]["standalone_vs_plain"]))
+scalar("bench.mpi_ist_round_s", BENCH,
+       lambda d: fixed(study(d, "4_throughput", algorithm="ist", backend="mpi x2")[0]["round_s"], 3))
+scalar("bench.sim_ist_round_s", BENCH,
+       lambda d: fixed(study(d, "4_throughput", algorithm="ist", backend="simulate")[0]["round_s"], 3))
+scalar("bench.mpi_ist_round_range", BENCH, lambda d: span(
+    study(d, "4_throughput", algorithm="ist", backend="mpi x2")[0]["timings"]["samples_s"], fixed, "-"))
+scalar("bench.mpi_step_matmuls_s", BENCH, lambda d: span(
+    study(d, "4_throughput", algorithm="ist", backend="mpi x2")[0]["step_matmuls_s_by_rank"], fixed, "-"))
+scalar("bench.mpi_local_s", BENCH, lambda d: span(
+    [p["local"] for p in study(d, "4_throughput", algorithm="ist", backend="mpi x2")[0]["phases_by_rank"]],
+    fixed, "-"))
+for _alg, _digits in (("ist", 1), ("data_parallel", 2), ("local_sgd", 1)):
+    scalar(f"bench.mpi_bytes.{_alg}", BENCH, lambda d, a=_alg, n=_digits: nbytes(
+        study(d, "4_throughput", algorithm=a, backend="mpi x2")[0]["measured_bytes_received"], False, n))
+scalar("bench.dp_local_s", BENCH,
+       lambda d: fixed(study(d, "1_compute_efficiency", algorithm="data_parallel")[0]["local_s"]))
+scalar("bench.dp_efficiency", BENCH,
+       lambda d: fixed(study(d, "1_compute_efficiency", algorithm="data_parallel")[0]["efficiency"]))
+scalar("bench.ist_fraction_3layer", BENCH, lambda d: " / ".join(
+    fixed(r["ist_fraction_of_model"], 3) for r in study(d, "5_communication") if r["model"].startswith("3-layer")))
+_span_scalar("bench.local_sgd_over_ist", BENCH, "5_communication", "local_sgd_over_ist", ratio, " to ")
+_span_scalar("bench.data_parallel_over_ist", BENCH, "5_communication", "data_parallel_over_ist",
+             lambda x: ratio(x, 0), " to ")
+scalar("bench.scaling_small", BENCH, lambda d: span(
+    [r["round_s_vs_first"] for r in study(d, "7_scaling") if 1 < r["W"] <= 16], lambda x: ratio(x, 2), " to "))
+scalar("bench.scaling_32", BENCH, lambda d: ratio(study(d, "7_scaling", W=32)[0]["round_s_vs_first"], 2))
+scalar("bench.scaling_64", BENCH, lambda d: ratio(study(d, "7_scaling", W=64)[0]["round_s_vs_first"], 2))
+scalar("bench.scaling_round_s", BENCH, lambda d: span(
+    [r["round_s"] for r in study(d, "7_scaling") if r["W"] <= 16], fixed, " to "))
+
+PHASES = ("batches", "distribute", "scatter", "local", "gather", "collect", "metrics")
+
+
+@table("mpi_phases", BENCH)
+def _mpi_phases(d):
+    """IST's parameter-server round under MPI, phase by phase on every rank (ms)."""
+    ist = study(d, "4_throughput", algorithm="ist", backend="mpi x2")[0]
+    return markdown_table(["phase (ms per round)", *PHASES],
+                          [[f"rank {i}" + (" (the server)" if i == 0 else ""),
+                            *(f"{1e3 * p[k]:.0f}" for k in PHASES)] for i, p in enumerate(ist["phases_by_rank"])])
+
+
+@table("mpi_goals", BENCH)
+def _mpi_goals(d):
+    """The MPI runtime's four goals (study 4) against the latest run."""
+    rows = [t for t in d["targets"] if t["study"] == "4_throughput"]
+    return markdown_table(["goal", "measured", "met"], [[t["target"], fixed(t["worst"], 3), t["met"]] for t in rows])
+
+
+# GPU runs: the same suite on one H100.
+def _gpu_range(name, source, key, column, k20_only=False):
+    scalar(name, source, lambda d: span(
+        [r[column] for r in study(d, key) if not k20_only or r.get("K") == 20], fixed, "-"))
+
+
+_gpu_range("h100.efficiency", BENCH_H100, "1_compute_efficiency", "efficiency_strict")
+_gpu_range("h100.gather", BENCH_H100, "2_gather_scatter", "extract_merge_vs_copy")
+_gpu_range("h100.overhead", BENCH_H100, "3_round_overhead", "overhead_share_at_K20")
+_gpu_range("gpu.efficiency", BENCH_GPU, "1_compute_efficiency", "efficiency_strict")
+_gpu_range("gpu.gather", BENCH_GPU, "2_gather_scatter", "extract_merge_vs_copy")
+scalar("gpu.overhead_2layer", BENCH_GPU, lambda d: fixed(study(d, "3_round_overhead")[0]["overhead_share_at_K20"]))
+scalar("gpu.overhead_3layer", BENCH_GPU, lambda d: fixed(study(d, "3_round_overhead")[-1]["overhead_share_at_K20"]))
+scalar("gpu.round_ms", BENCH_GPU, lambda d: fixed(1e3 * study(d, "3_round_overhead")[0]["round_s"], 1))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Conv models and GIST: experiments/benchmarks/results_{conv,graph}[_gpu].json
+
+def _conv(d):
+    from experiments.benchmarks import conv
+    return conv.markdown(d).strip()
+
+
+def _graph(d):
+    from experiments.benchmarks import graph
+    return graph.markdown(d).strip()
+
+
+table("conv_cpu", CONV)(_conv)
+table("conv_gpu", CONV_GPU)(_conv)
+table("graph_cpu", GRAPH)(_graph)
+
+
+def _conv_goal(d, what):
+    return next(t["measured"] for t in d["targets"] if t["goal"].startswith(what))
+
+
+def _samples(d, algorithm, model_prefix="ResNet-18"):
+    return next(r["samples_per_s"] for r in d["throughput"]
+                if r["algorithm"] == algorithm and r["model"].startswith(model_prefix))
+
+
+for _name, _src in (("conv", CONV), ("conv_gpu", CONV_GPU)):
+    scalar(f"{_name}.local_vs_convs", _src, lambda d: fixed(d["local_vs_convs"]["local_vs_convs"]))
+    scalar(f"{_name}.gather_bytes_full", _src,
+           lambda d: fixed(_conv_goal(d, "extract + merge / copy of the bytes written (ResNet-18 (")))
+    scalar(f"{_name}.gather_bytes_quarter", _src,
+           lambda d: fixed(_conv_goal(d, "extract + merge / copy of the bytes written (ResNet-18 shape")))
+    scalar(f"{_name}.overhead", _src, lambda d: percent(_conv_goal(d, "partition + extract + merge")))
+    scalar(f"{_name}.ist_vs_dp", _src, lambda d: ratio(_samples(d, "ist") / _samples(d, "data_parallel")))
+    scalar(f"{_name}.ist_vs_local_sgd", _src, lambda d: ratio(_samples(d, "ist") / _samples(d, "local_sgd")))
+    scalar(f"{_name}.resist_vs_local_sgd", _src,
+           lambda d: ratio(_samples(d, "resist", "depth") / _samples(d, "local_sgd", "depth")))
+scalar("conv_both.gather_arrays", CONV, lambda d: span(
+    [t["measured"] for t in d["targets"] if "same" in t["goal"]], fixed, "-"))
+scalar("conv_gpu.gather_arrays", CONV_GPU, lambda d: span(
+    [t["measured"] for t in d["targets"] if "same" in t["goal"]], fixed, "-"))
+scalar("graph.aggregate_vs_copy", GRAPH, lambda d: fixed(d["aggregation"]["aggregate_vs_copy"]))
+scalar("graph.overhead", GRAPH, lambda d: percent(d["round_overhead"]["overhead_share_parts"], 2))
+scalar("graph.nodes_vs_full", GRAPH, lambda d: " and ".join(
+    fixed(r["nodes_per_s"] / d["throughput"][0]["nodes_per_s"], 1) for r in d["throughput"][1:]))
+scalar("graph_gpu.aggregate_vs_copy", GRAPH_GPU, lambda d: fixed(d["aggregation"]["aggregate_vs_copy"]))
+scalar("graph_gpu.overhead", GRAPH_GPU, lambda d: fixed(d["round_overhead"]["overhead_share_parts"]))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Time to accuracy across shaped links: experiments/network/results*.json, overlap.json
+
+def _time_to_accuracy(d):
+    from experiments.network import time_to_accuracy
+    return time_to_accuracy.markdown(d).strip()
+
+
+table("network_fsdd", FSDD)(_time_to_accuracy)
+table("network_keywords", KEYWORDS)(_time_to_accuracy)
+
+
+def _per_round(d):
+    """Per model, rank count and link: rounds to the target, seconds per round, bytes per worker and on the links."""
+    runs = {(r["model"], r["ranks"], r["link"], r["algorithm"]): r for r in d["runs"]}
+    algs = ("ist", "data_parallel", "local_sgd")
+
+    def each(key, fn):
+        return " / ".join(fn(runs[key + (a,)]) if key + (a,) in runs else "-" for a in algs)
+
+    rows = []
+    for e in d["speedups"]:
+        key = (e["model"], e["ranks"], e["link"])
+        rows.append([f"{e['model']}-layer", e["ranks"], link_name(e["link"]),
+                     each(key, lambda r: cell(r.get("round_to_target"))),
+                     each(key, lambda r: fixed(r["time_per_round_s"])),
+                     each(key, lambda r: f"{r['bytes_sent_per_worker_per_round'] / 1e6:,.1f}"),
+                     each(key, lambda r: count(sum(v["tx_bytes"] for v in r["links"].values()) / 1e6))])
+    return markdown_table(["model", "ranks", "link", "rounds to the target", "s per round",
+                           "MB per worker per round, each way", "links carried (MB, all hosts' tx, whole run)"], rows)
+
+
+table("network_fsdd_rounds", FSDD)(_per_round)
+table("network_keywords_rounds", KEYWORDS)(_per_round)
+
+
+def _speedup(d, model, ranks, link, vs="data_parallel"):
+    e = next(e for e in d["speedups"] if (e["model"], e["ranks"], e["link"]) == (model, ranks, link))
+    return ratio(e[f"speedup_vs_{vs}"])
+
+
+# The speedups the prose of docs/network.md quotes: (file, model, ranks, link, against).
+for _name, _src, _cells in (
+        ("fsdd", FSDD, [("2", 2, "100mbit", "dp"), ("2", 2, "1gbit", "dp"), ("2", 2, "10gbit", "dp"),
+                        ("2", 4, "1gbit", "dp"), ("3", 2, "1gbit", "dp"), ("3", 4, "1gbit", "dp"),
+                        ("2", 4, "1gbit", "lsgd")]),
+        ("keywords", KEYWORDS, [("2", 2, "1gbit", "dp"), ("3", 2, "1gbit", "dp"), ("2", 2, "1gbit", "lsgd"),
+                                ("2", 2, "10gbit", "lsgd"), ("3", 2, "1gbit", "lsgd")])):
+    for _m, _r, _l, _tag in _cells:
+        scalar(f"{_name}.{_tag}.{_m}layer.{_r}ranks.{_l}", _src, lambda d, m=_m, r=_r, l=_l, t=_tag: _speedup(
+            d, m, r, l, "data_parallel" if t == "dp" else "local_sgd"))
+    scalar(f"{_name}.lsgd_range", _src, lambda d: span([e["speedup_vs_local_sgd"] for e in d["speedups"]], ratio))
+scalar("keywords.target", KEYWORDS, lambda d: cell(d["target"]).rstrip("0"))
+
+
+def _rounds_to_target(d, model, algorithm):
+    rounds = {r["round_to_target"] for r in d["runs"] if r["model"] == model and r["algorithm"] == algorithm}
+    return " or ".join(cell(x) for x in sorted(rounds, key=lambda x: (x is None, x)))
+
+
+for _m in ("2", "3"):
+    for _a in ("ist", "data_parallel", "local_sgd"):
+        scalar(f"keywords.rounds.{_m}layer.{_a}", KEYWORDS, lambda d, m=_m, a=_a: _rounds_to_target(d, m, a))
+
+
+def _per_round_speedup(d, model, ranks, link):
+    t = {r["algorithm"]: r["time_per_round_s"] for r in d["runs"] if (r["model"], r["ranks"], r["link"]) ==
+         (model, ranks, link)}
+    return ratio(t["data_parallel"] / t["ist"])
+
+
+scalar("fsdd.per_round_dp.3layer.2ranks.1gbit", FSDD, lambda d: _per_round_speedup(d, "3", 2, "1gbit"))
+scalar("fsdd.per_round_dp.3layer.4ranks.1gbit", FSDD, lambda d: _per_round_speedup(d, "3", 4, "1gbit"))
+scalar("fsdd.dp_megabits_2layer", FSDD, lambda d: count(8 * next(
+    r["bytes_sent_per_worker_per_round"] for r in d["runs"] if r["model"] == "2" and r["algorithm"] == "data_parallel")
+    / 1e6))
+scalar("fsdd.ist_megabits_2layer", FSDD, lambda d: count(8 * next(
+    r["bytes_sent_per_worker_per_round"] for r in d["runs"] if r["model"] == "2" and r["ranks"] == 2
+    and r["algorithm"] == "ist") / 1e6))
+scalar("fsdd.dp_fit_megabits_2layer", FSDD, lambda d: count(d["catch_up"][0]["fits"]["data_parallel"]["megabits"]))
+scalar("fsdd.infinite_link_2layer", FSDD, lambda d: ratio(
+    (lambda c: c["fits"]["data_parallel"]["compute_s"] * c["rounds"]["data_parallel"]
+     / (c["fits"]["ist"]["compute_s"] * c["rounds"]["ist"]))(d["catch_up"][0])))
+
+
+@table("overlap", OVERLAP)
+def _overlap(d):
+    from experiments.network import overlap
+    return overlap.markdown(d).strip()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The README's headline table: one row per result that has a committed file behind it. The rows whose files are
+# still to come are listed below it by hand (README, "Not yet backed by committed results").
+
+HEADLINE: list[tuple[str, str, str, Callable[[Any], str]]] = []  # (what, where, source, fn(loaded) -> result)
+
+
+def headline_row(what: str, where: str, source: str) -> Callable:
+    """Adds the decorated ``fn(loaded) -> str`` as a row of the README's headline table (rows in call order)."""
+    def deco(fn):
+        HEADLINE.append((what, where, source, fn))
+        return fn
+    return deco
+
+
+@headline_row("2-layer speech MLP (4096-4096-35), bytes per worker per round each way, W = 2, under "
+              "`mpiexec -n 2`", "`docs/distributed.md`", BENCH)
+def _headline_bytes(d):
+    comm = study(d, "5_communication", W=2)[0]
+    parts, exact = [], True
+    for a in ("ist", "local_sgd", "data_parallel"):
+        r = study(d, "4_throughput", algorithm=a, backend="mpi x2")[0]
+        parts.append(f"{algorithm_name(a)} {nbytes(r['measured_bytes_received'], unit='MiB')}")
+        exact &= r["measured_bytes_received"] + r["measured_bytes_sent"] == comm[f"{a}_bytes"]
+    return ", ".join(parts) + (" (measured = analytic)" if exact else " (measured; the analytic bytes differ)")
+
+
+@headline_row("2-layer speech MLP, W = 2, K = 20 (`python -m experiments.benchmarks.run`, ~5 min)",
+              "`docs/benchmarks.md`", BENCH)
+def _headline_suite(d):
+    e, g = target(d, "1_compute_efficiency"), target(d, "2_gather_scatter")
+    o, c = target(d, "3_round_overhead"), target(d, "6_compilation")
+    rounds = max(r["rounds"] for r in study(d, "6_compilation"))
+    return (f"local phase at {span([e['worst'], e['best']])} of the best dense matmul rate; extract + merge at "
+            f"{span([g['worst'], g['best']])} of a copy; partition + extract + merge at most {percent(o['worst'])} "
+            f"of a round; {c['worst']} recompilations in {rounds} rounds")
+
+
+@headline_row("throughput, W = 2 (samples/s), simulate / MPI x 2 (`mpiexec -n 2 -bind-to core`)",
+              "`docs/distributed.md`", BENCH)
+def _headline_throughput(d):
+    def s(a, b):
+        return count(study(d, "4_throughput", algorithm=a, backend=b)[0]["samples_per_s"])
+    return (f"IST {s('ist', 'simulate')} / {s('ist', 'mpi x2')} (MPI at {fixed(d['mpi_ist_vs_simulate'], 3)} of "
+            f"simulate; server overhead {percent(d['mpi_overhead_share'])} of a round), data parallel "
+            f"{s('data_parallel', 'simulate')} / {s('data_parallel', 'mpi x2')}, local SGD {s('local_sgd', 'simulate')}"
+            f" / {s('local_sgd', 'mpi x2')}")
+
+
+@headline_row("ResNet-18 layout (1/4 width), W = 2, K = 20 (`python -m experiments.benchmarks.conv`, ~4 min)",
+              "`docs/benchmarks.md`", CONV)
+def _headline_conv(d):
+    return (f"local phase at {fixed(d['local_vs_convs']['local_vs_convs'])} of its own convolutions; samples/s "
+            f"IST {count(_samples(d, 'ist'))}, local SGD {count(_samples(d, 'local_sgd'))}, data parallel "
+            f"{count(_samples(d, 'data_parallel'))}; ResIST {count(_samples(d, 'resist', 'depth'))} vs local SGD "
+            f"{count(_samples(d, 'local_sgd', 'depth'))} (ResNet-34 layout)")
+
+
+def _speedups_in_words(d) -> str:
+    """'2-layer, 2 ranks 15.9x / 5.8x at 100 Mbit/s / 1 Gbit/s; ...' against data parallel, then local SGD's span."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for e in d["speedups"]:
+        groups.setdefault((e["model"], e["ranks"]), []).append(e)
+    parts = [f"{model}-layer, {ranks} ranks: {' / '.join(ratio(e['speedup_vs_data_parallel']) for e in es)} at "
+             f"{' / '.join(link_name(e['link']) for e in es)}" for (model, ranks), es in groups.items()]
+    papers = {e["model"]: e["paper"] for e in d["speedups"] if e.get("paper")}
+    paper = "; ".join(f"{m}-layer {ratio(p['speedup_vs_data_parallel'])} / {ratio(p['speedup_vs_local_sgd'])}"
+                      for m, p in papers.items())
+    return (f"IST sooner than data parallel, {'; '.join(parts)}; sooner than local SGD "
+            f"{span([e['speedup_vs_local_sgd'] for e in d['speedups']], ratio)}"
+            + (f" (the paper, vs data parallel / local SGD: {paper})" if paper else ""))
+
+
+@headline_row("time to 0.9 on FSDD (real speech), MPI ranks across shaped links, one run each "
+              "(`experiments/network/time_to_accuracy`)", "`docs/network.md`", FSDD)
+def _headline_fsdd(d):
+    return _speedups_in_words(d)
+
+
+@headline_row("time to 0.45 on the synthesised keywords (35 words, unseen voices), 2 MPI ranks, one run each",
+              "`docs/network.md`", KEYWORDS)
+def _headline_keywords(d):
+    return _speedups_in_words(d)
+
+
+def _headline(*loaded):
+    data = dict(zip(_headline_sources(), loaded))
+    return markdown_table(["what", "result", "where"],
+                          [[what, fn(data[source]), where] for what, where, source, fn in HEADLINE])
+
+
+def _headline_sources() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(source for _, _, source, _ in HEADLINE))
+
+
+def _register_headline() -> None:
+    """(Re)registers the headline table over the sources of the rows `HEADLINE` holds now."""
+    REGISTRY.pop("headline", None)
+    register("headline", _headline_sources(), _headline)
+
+
+_register_headline()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Markers
+
+OPEN = re.compile(rf"<!-- report:({_NAME}) -->")
+CLOSE = re.compile(rf"<!-- /report:({_NAME}) -->")
+INLINE = re.compile(rf"<!-- report:(?P<name>{_NAME}) -->(?P<body>.*?)<!-- /report:(?P=name) -->")
+FENCE = re.compile(r"^\s*(```|~~~)")
+CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+
+
+class ReportError(Exception):
+    """The files cannot be read as asked (exit status 2); the message names the file, the line and the fix."""
+
+
+@dataclasses.dataclass
+class Placement:
+    """Where a table (or, ``inline``, a figure) stands: ``text[start:end]`` is what the file holds now."""
+    path: str
+    line: int
+    name: str
+    start: int
+    end: int
+    inline: bool
+
+
+def _mask_code(line: str) -> str:
+    """The line with code spans blanked (same length), so markers quoted in backticks are not markers."""
+    return CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line)
+
+
+def find_markers(text: str, path: str) -> list[Placement]:
+    """Every marker pair in ``text``; a `ReportError` for one without its other half."""
+    placements: list[Placement] = []
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    open_block: tuple[str, int] | None = None  # (name, index of its line)
+    in_fence = False
+    for i, line in enumerate(lines):
+        if FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        masked = _mask_code(line)
+        stripped = masked.strip()
+        if (m := OPEN.fullmatch(stripped)) and not INLINE.search(masked):
+            if open_block:
+                raise ReportError(f"{path}:{i + 1}: <!-- report:{m.group(1)} --> opens inside report:{open_block[0]} "
+                                  f"(opened at line {open_block[1] + 1}), which has no closing marker before it; "
+                                  f"fix: add <!-- /report:{open_block[0]} --> after its table")
+            open_block = (m.group(1), i)
+            continue
+        if m := CLOSE.fullmatch(stripped):
+            if not open_block or open_block[0] != m.group(1):
+                opened = f" (report:{open_block[0]} is open, from line {open_block[1] + 1})" if open_block else ""
+                raise ReportError(f"{path}:{i + 1}: <!-- /report:{m.group(1)} --> closes a table that was not "
+                                  f"opened{opened}; fix: put <!-- report:{m.group(1)} --> on its own line before "
+                                  f"the table, or remove this marker")
+            name, j = open_block
+            placements.append(Placement(path, j + 1, name, offsets[j + 1], offsets[i], inline=False))
+            open_block = None
+            continue
+        for m in INLINE.finditer(masked):
+            placements.append(Placement(path, i + 1, m.group("name"), offsets[i] + m.start("body"),
+                                        offsets[i] + m.end("body"), inline=True))
+        rest = INLINE.sub("", masked)
+        if m := (OPEN.search(rest) or CLOSE.search(rest)):
+            raise ReportError(f"{path}:{i + 1}: {m.group(0)} has no other half on its line; fix: a table's markers "
+                              f"stand alone on their own lines, a figure's both on the line it is in, "
+                              f"<!-- report:{m.group(1)} -->value<!-- /report:{m.group(1)} -->")
+    if open_block:
+        raise ReportError(f"{path}:{open_block[1] + 1}: <!-- report:{open_block[0]} --> is never closed; fix: add "
+                          f"<!-- /report:{open_block[0]} --> on its own line after the table")
+    return placements
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rendering and the command
+
+def pages(root: pathlib.Path) -> list[pathlib.Path]:
+    found: list[pathlib.Path] = []
+    for pattern in PAGES:
+        found += sorted(root.glob(pattern))
+    return found
+
+
+def block(text: str) -> str:
+    """What stands between a table's two marker lines: the table with a blank line on either side."""
+    return "\n" + text.strip("\n") + "\n\n"
+
+
+class _Renderer:
+    """Renders each entry once, loading each JSON file once; errors name the marker that asked."""
+
+    def __init__(self, root: pathlib.Path, registry: dict[str, Entry]):
+        self.root, self.registry = root, registry
+        self.loaded: dict[str, Any] = {}
+        self.done: dict[str, str] = {}
+
+    def load(self, source: str, where: str, name: str) -> Any:
+        if source not in self.loaded:
+            path = self.root / source
+            if not path.is_file():
+                raise ReportError(f"{where}: report:{name} reads {source}, which is not in {self.root}; fix: run the "
+                                  f"study that writes it and commit the file, or remove the marker")
+            try:
+                self.loaded[source] = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                raise ReportError(f"{where}: report:{name} reads {source}, which is not valid JSON ({e}); fix: "
+                                  f"restore it from git or run its study again") from e
+        return self.loaded[source]
+
+    def render(self, p: Placement) -> str:
+        where = f"{p.path}:{p.line}"
+        entry = self.registry.get(p.name)
+        if entry is None:
+            near = difflib.get_close_matches(p.name, self.registry, n=3)
+            hint = f"did you mean {', '.join(near)}? " if near else ""
+            raise ReportError(f"{where}: report:{p.name} names no table; {hint}fix: use a name that "
+                              f"`python -m experiments.report --list` shows, or register it in experiments/report.py")
+        if entry.inline != p.inline:
+            want = ("on one line, <!-- report:NAME -->value<!-- /report:NAME -->" if entry.inline
+                    else "each on its own line around the table")
+            raise ReportError(f"{where}: report:{p.name} is a {'figure' if entry.inline else 'table'}; fix: put "
+                              f"its markers {want}")
+        if p.name not in self.done:
+            loaded = [self.load(s, where, p.name) for s in entry.sources]
+            try:
+                text = entry.render(*loaded)
+            except (KeyError, IndexError, TypeError, ValueError, StopIteration, ZeroDivisionError) as e:
+                raise ReportError(f"{where}: report:{p.name} cannot be rendered from {', '.join(entry.sources)}: "
+                                  f"{type(e).__name__}: {e}; fix: check the file against what its entry in "
+                                  f"experiments/report.py reads") from e
+            if entry.inline and "\n" in text:
+                raise ReportError(f"{where}: report:{p.name} rendered more than one line")
+            self.done[p.name] = text if entry.inline else block(text)
+        return self.done[p.name]
+
+
+def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = None, out=None) -> int:
+    """Rewrites (or, ``check``, compares) every marked table under ``root``; returns the exit status."""
+    registry = REGISTRY if registry is None else registry
+    out = out or sys.stdout
+    renderer = _Renderer(root, registry)
+    new_texts: dict[pathlib.Path, str] = {}
+    diffs: list[str] = []
+    for page in pages(root):
+        rel = page.relative_to(root).as_posix()
+        text = page.read_text()
+        placements = find_markers(text, rel)
+        new = text
+        for p in sorted(placements, key=lambda p: p.start, reverse=True):
+            want, have = renderer.render(p), text[p.start:p.end]
+            if want != have:
+                sources = ", ".join(registry[p.name].sources)
+                diffs.append("".join(difflib.unified_diff(
+                    have.splitlines(keepends=True) if not p.inline else [have + "\n"],
+                    want.splitlines(keepends=True) if not p.inline else [want + "\n"],
+                    fromfile=f"{rel}:{p.line} report:{p.name} (as written)",
+                    tofile=f"{rel}:{p.line} report:{p.name} (from {sources})")))
+                new = new[:p.start] + want + new[p.end:]
+        if new != text:
+            new_texts[page] = new
+    if check:
+        if diffs:
+            print("\n".join(reversed(diffs)), file=out)
+            print(f"{len(diffs)} table(s) differ from the committed results; fix: {FIX}", file=out)
+            return 1
+        print(f"every table agrees with the committed results ({len(renderer.done)} entries used)", file=out)
+        return 0
+    for page, new in new_texts.items():
+        page.write_text(new)
+    print(f"rewrote {len(diffs)} table(s) in {len(new_texts)} file(s); {len(renderer.done)} entries used", file=out)
+    return 0
+
+
+def listing(root: pathlib.Path, registry: dict[str, Entry]) -> str:
+    used: dict[str, list[str]] = {}
+    for page in pages(root):
+        rel = page.relative_to(root).as_posix()
+        for p in find_markers(page.read_text(), rel):
+            used.setdefault(p.name, []).append(f"{rel}:{p.line}")
+    lines = []
+    for name, e in sorted(registry.items()):
+        lines.append(f"{name:44s} {'figure' if e.inline else 'table ':6s} {', '.join(e.sources)}  "
+                     f"[{', '.join(used.get(name, [])) or 'unused'}]")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 with a diff where a table differs from its results file")
+    parser.add_argument("--list", action="store_true", help="list the registered tables and where they stand")
+    parser.add_argument("--root", type=pathlib.Path, default=ROOT,
+                        help="the repository tree to read (default: this checkout)")
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    try:
+        if args.list:
+            print(listing(root, REGISTRY))
+            return 0
+        return run(root, args.check)
+    except ReportError as e:
+        print(f"experiments.report: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
