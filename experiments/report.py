@@ -34,6 +34,8 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from istjax.experiment.metrics import format_mean_std as mean_std
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/*.md")  # the files whose markers are kept, relative to the root
 FIX = "python -m experiments.report (or make results)"
@@ -129,17 +131,6 @@ def nbytes(b: float, binary: bool = True, digits: int = 1, unit: str | None = No
     while unit is None and abs(b) >= base and i < len(units) - 1:
         b, i = b / base, i + 1
     return f"{b:.0f} B" if i == 0 else f"{b:,.{digits}f} {units[i]}"
-
-
-def mean_std(mean: float | None, std: float | None, n: int, digits: int = 3) -> str:
-    """A mean over seeds with its standard deviation and count: '0.972 ± 0.004 (3 seeds)', '0.771 (1 seed)'
-    (a standard deviation of None, as one seed gives, is left out)."""
-    if mean is None:
-        return "-"
-    seeds = "1 seed" if n == 1 else f"{n} seeds"
-    if n == 1 or std is None:
-        return f"{mean:.{digits}f} ({seeds})"
-    return f"{mean:.{digits}f} ± {std:.{digits}f} ({seeds})"
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -569,6 +560,38 @@ def _overlap(d):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Images (experiments/images/results/*.json, written by experiments/images/studies.py)
+
+DIAGNOSIS = "experiments/images/results/diagnosis.json"
+DIGITS = "experiments/mlp/results/digits.json"
+MNIST1D = "experiments/mlp/results/mnist1d.json"
+
+
+def _spread(r: dict[str, Any]) -> str:
+    """The seeds' lowest to highest test accuracy ('-' for one seed)."""
+    return "-" if len(r["seeds"]) < 2 else f"{r['test_accuracy_min']:.3f}-{r['test_accuracy_max']:.3f}"
+
+
+results_table("images_diagnosis", DIAGNOSIS, [
+    ("group", lambda r: r["group"]), ("cell", lambda r: f"`{r['label']}`"), ("what", lambda r: r["what"]),
+    "num_workers", "test_accuracy", ("min-max", _spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 3)),
+    ("bytes per worker per round", lambda r: nbytes(r["bytes_per_worker_per_round"], binary=False)),
+    ("s per round", lambda r: fixed(r["time_per_round_s_mean"]))])
+
+
+def _diagnosis_accuracy(label: str) -> Callable[[Any], str]:
+    def fn(d):
+        (r,) = [r for r in result_rows(d) if r["label"] == label]
+        return accuracy(r)
+    return fn
+
+
+for _label in ("data_parallel", "local_sgd", "full_w1", "half_alone", "all_none_recompute", "inner_none_recompute",
+               "inner_train_recompute", "inner_test_recompute", "inner_none_carry", "inner_train_carry"):
+    scalar(f"diagnosis.{_label}", DIAGNOSIS, _diagnosis_accuracy(_label))
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The README's headline table: one row per result that has a committed file behind it. The rows whose files are
 # still to come are listed below it by hand (README, "Not yet backed by committed results").
 
@@ -581,6 +604,29 @@ def headline_row(what: str, where: str, source: str) -> Callable:
         HEADLINE.append((what, where, source, fn))
         return fn
     return deco
+
+
+def _per_algorithm(rows, fn, sep=" / ") -> str:
+    by = {r["algorithm"]: r for r in rows}
+    return sep.join(fn(by[a]) for a in ("ist", "data_parallel", "local_sgd") if a in by)
+
+
+def _three_way(d) -> str:
+    """'IST / data parallel / local SGD: a ± s / ...; bytes ...' from an MLP study's rows."""
+    rows = result_rows(d)
+    acc = _per_algorithm(rows, lambda r: f"{r['test_accuracy_mean']:.3f} ± {r['test_accuracy_std']:.3f}")
+    moved = _per_algorithm(rows, lambda r: nbytes(r["bytes_per_worker_per_round"] / 2, binary=False))
+    n = min(len(r["seeds"]) for r in rows)
+    return f"{acc} test accuracy (mean ± std, {n} seeds); {moved} per worker per round each way"
+
+
+scalar("digits.ist", DIGITS, lambda d: accuracy([r for r in result_rows(d) if r["algorithm"] == "ist"][0]))
+
+
+@headline_row("digits, W = 4, 76,800 samples: IST / data parallel / local SGD "
+              "(`python experiments/mlp/studies.py digits`)", "`experiments/mlp/results/digits.json`", DIGITS)
+def _headline_digits(d):
+    return _three_way(d)
 
 
 @headline_row("2-layer speech MLP (4096-4096-35), bytes per worker per round each way, W = 2, under "

@@ -1,8 +1,10 @@
 """`istjax configs`: the shipped config files, their descriptions and stated results, read without running them."""
 
+import json
 import pathlib
 
 from istjax.experiment import catalog
+from istjax.experiment.metrics import format_mean_std
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -14,9 +16,14 @@ def test_lists_every_shipped_config_with_a_description():
         for path in sorted((REPO / folder).glob("*.py")):
             entry = by_path[path.relative_to(REPO).as_posix()]
             assert entry.description and not entry.description.startswith("("), entry
-    assert by_path["experiments/configs/digits_ist.py"].result == "test accuracy 0.972 after 60 rounds (76,800 samples)"
-    assert by_path["experiments/configs/mnist1d_ist.py"].result.startswith(
-        "test accuracy 0.583 after 150 rounds (192,000 samples; 0.6 not reached)")
+    # A docstring pointing to a committed results file shows what that file holds for the config as it is.
+    digits = json.loads((REPO / "experiments/mlp/results/digits.json").read_text())
+    (row,) = [r for r in digits["rows"] if r["config"] == "experiments/configs/digits_ist.py" and not r["overrides"]]
+    assert by_path["experiments/configs/digits_ist.py"].result == (
+        f"test accuracy {format_mean_std(row['test_accuracy_mean'], row['test_accuracy_std'], len(row['seeds']))} "
+        f"in experiments/mlp/results/digits.json")
+    # One that points to a page: the pointer itself.
+    assert by_path["experiments/configs/fmnist_resist.py"].result.startswith("`docs/images.md` (one seed")
     assert by_path["experiments/theory/configs/quadratic.py"].result is None
     # A first line that does not end the sentence: the whole first paragraph.
     assert by_path["experiments/speech/configs/speech_mlp.py"].description.endswith("local-step counts K.")
@@ -27,7 +34,7 @@ def test_main_text_and_markdown(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(catalog.shipped_configs())
     default = next(line for line in lines if line.startswith("experiments/configs/default.py "))
-    assert "The default study" in default and "| result: test accuracy 0.972" in default
+    assert "The default study" in default and "| result: the IST row of `experiments/mlp/results/digits.json`" in default
     assert next(line for line in lines if "two_by_two.py" in line).endswith("| result: -")
     assert catalog.main(["--format=markdown"]) == 0
     md = capsys.readouterr().out.splitlines()

@@ -11,9 +11,8 @@ Command::
 
     ISTJAX_DATA_DIR=../shared/data istjax train --config=experiments/configs/cora_gist.py --workdir=runs/cora_gist
 
-Expected result (measured on a shared 2-core CPU): test accuracy 0.784 after 30 rounds (84,000 samples), 0.75 reached
-at round 5; full-model training (data parallel, W=1) 0.780; each worker moves 738 kB each way per round; about 1.2 s
-per round while other runs shared the machine. At W = 4 and 8: 0.774 and 0.803 (docs/graphs.md).
+Result: ``docs/graphs.md`` (one seed, from a run whose results were not committed; being re-run on three seeds with a
+committed results file, issue 20).
 """
 
 import ml_collections

@@ -16,11 +16,8 @@ Command::
 
     istjax train --config=experiments/configs/fmnist_resist.py --workdir=runs/fmnist_resist
 
-Expected result (measured on a shared 2-core CPU): test accuracy 0.502 after 30 rounds (19,200 samples); each worker
-moves 103 kB each way per round, 0.58 of local SGD's (local SGD: 0.600 at the same budget); about 1.6 s per round
-while other runs shared the machine (re-measured after the conv-gradient change: 0.505, 0.62 s per round). At W = 4
-and 8: 0.492 and 0.459 (local SGD 0.604, 0.629), 0.36 and 0.26 of
-local SGD's bytes (docs/images.md).
+Result: ``docs/images.md`` (one seed, from a run whose results were not committed; being re-run on three seeds with a
+committed results file, issue 20).
 """
 
 import ml_collections

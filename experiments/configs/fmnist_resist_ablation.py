@@ -21,8 +21,8 @@ decay by 10 at 50 % and 75 % of 40 rounds, random crop and flip. All five steps,
 
     python experiments/images/studies.py ablation --workdir=runs/ablation
 
-Expected result (measured on a shared 2-core CPU): test accuracy 0.218, 0.208, 0.548, 0.652, 0.616 for the five
-steps in order after 40 rounds (25,600 samples, one seed each; docs/images.md).
+Result: ``docs/images.md`` (one seed, from a run whose results were not committed; being re-run on three seeds with a
+committed results file, issue 20).
 """
 
 import ml_collections

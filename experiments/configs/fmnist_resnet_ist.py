@@ -13,11 +13,8 @@ Command::
 
     istjax train --config=experiments/configs/fmnist_resnet_ist.py --workdir=runs/fmnist_resnet_ist
 
-Expected result (measured on a shared 2-core CPU): test accuracy 0.339 after 30 rounds (19,200 samples), far below
-data parallel (0.752) and local SGD (0.726) at the same budget; each worker moves 181 kB each way per round (0.25
-of local SGD's, docs/images.md); about 3.1 s per round while other runs shared the machine. Re-measured after
-convolutions got their CPU-friendly gradients (istjax.models.conv_ops; the same math, other float rounding): 0.315
-after 30 rounds, 0.56 s per round (with a test suite running beside it).
+Result: ``experiments/images/results/diagnosis.json`` (the channel-IST diagnosis, three seeds per cell;
+``python experiments/images/studies.py diagnosis``), rendered in docs/images.md.
 """
 
 import ml_collections

@@ -9,8 +9,9 @@ cached, about 10 s). The paper's second speech claim, that IST generalises at le
     istjax compare --config=experiments/configs/keywords_speech.py:2 --algorithms ist,data_parallel --workers 2 \\
         --workdir=runs/keywords_generalisation
 
-Measured (one seed, 2-core CPU, 204,800 samples each): IST 0.550 final test accuracy, data parallel 0.487
-(docs/network.md, "Generalisation").
+Result: ``docs/network.md`` ("Generalisation"; one seed, from a run whose results were not committed; being re-run
+on three seeds with a committed results file, issue 20); time to accuracy in
+``experiments/network/results_keywords.json``.
 """
 
 from istjax.experiment.config import default_config

@@ -9,10 +9,8 @@ Command::
 
     istjax train --config=experiments/configs/speech3_ist.py --workdir=runs/speech3_ist
 
-Expected result (measured on a shared 2-core CPU):
-test accuracy 0.667 after 20 rounds (204,800 samples; 0.24 / 0.41 / 0.56 at rounds 5 / 10 / 15, still rising), 5 to
-9 s per round depending on the machine's load (133 s of training; about 3.5 minutes for the command, measured as 10
-rounds then --resume to 20); each worker moves 50.7 MB each way per round, against 400 MB for the whole model.
+Result: ``docs/network.md`` (one seed, from a run whose results were not committed; being re-run on three seeds with a
+committed results file, issue 20).
 """
 
 import pathlib

@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from istjax.experiment import compare
 from istjax.experiment.metrics import format_bytes
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from grid import Cell, run_grid  # noqa: E402  (this folder's module; the script runs by path)
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
+from experiments.grid import Cell, run_grid  # noqa: E402
 CONFIGS = REPO / "experiments" / "configs"
 RESULTS = REPO / "experiments" / "images" / "results"
 
@@ -125,6 +124,8 @@ def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
         k_cell(20),
         cell("inner_lr0.1", *inner, "--config.learning_rate=0.1", group="learning rate", what="inner, lr 0.1"),
         cell("inner_lr0.02", *inner, "--config.learning_rate=0.02", group="learning rate", what="inner, lr 0.02"),
+        cell("inner_train_optcarry", *inner, "--config.model.activation_scale=train", "--config.optimizer_state=carry",
+             group="combined", what="inner, train-time rescaling, momentum carried, statistics recomputed"),
     ]
 
 
@@ -189,6 +190,9 @@ def main(argv: Sequence[str]) -> int:
         print(bytes_table())
         return 0
     if args.study in GRIDS:
+        if overrides:
+            parser.error(f"{args.study}: a grid study takes no overrides ({' '.join(overrides)}); its cells are "
+                         f"defined in this file, so that its results file says what was run")
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
         only = [x for x in args.only.split(",") if x]
         return grid_main(args.study, args.workdir or REPO / "runs" / "images" / args.study, seeds, only)

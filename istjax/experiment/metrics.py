@@ -48,6 +48,17 @@ def format_bytes(n: Optional[float]) -> str:
     return str(n)
 
 
+def format_mean_std(mean: Optional[float], std: Optional[float], n: int, digits: int = 3) -> str:
+    """A mean over seeds with its sample standard deviation and count: ``'0.972 ± 0.004 (3 seeds)'``,
+    ``'0.771 (1 seed)'`` (a standard deviation of None, as one seed gives, is left out); None -> ``"-"``."""
+    if mean is None:
+        return "-"
+    seeds = "1 seed" if n == 1 else f"{n} seeds"
+    if n == 1 or std is None:
+        return f"{mean:.{digits}f} ({seeds})"
+    return f"{mean:.{digits}f} ± {std:.{digits}f} ({seeds})"
+
+
 def _launcher_int(names: tuple[str, ...], default: int) -> int:
     """The first of the launcher's environment variables ``names`` that holds an integer, else ``default``."""
     for var in names:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 class Cell(NamedTuple):

@@ -1,0 +1,45 @@
+"""IST against data parallel and local SGD on the small tabular studies, on three seeds, as committed results.
+
+    python experiments/mlp/studies.py digits  [--seeds 0,1,2]   # scikit-learn digits, W = 4, 76,800 samples
+    python experiments/mlp/studies.py mnist1d [--seeds 0,1,2]   # MNIST-1D, W = 4, 2-hidden-layer MLP
+
+Each trains its configs (``experiments/configs/<study>_{ist,data_parallel,local_sgd}.py``: the same samples for
+every algorithm) once per seed into ``runs/mlp/<study>/<cell>/s<seed>`` and writes
+``experiments/mlp/results/<study>.json`` (`experiments.grid`), which `experiments.report` renders into the README
+and the docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections.abc import Sequence
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
+from experiments.grid import Cell, run_grid  # noqa: E402
+
+RESULTS = REPO / "experiments" / "mlp" / "results"
+ALGORITHMS = ("ist", "data_parallel", "local_sgd")
+
+
+def cells(study: str) -> list[Cell]:
+    """One cell per algorithm: the study's three configs as they are."""
+    return [Cell(a, f"experiments/configs/{study}_{a}.py", (), {"dataset": study}) for a in ALGORITHMS]
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("\n\n")[0].strip())
+    parser.add_argument("study", choices=["digits", "mnist1d"])
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--workdir", type=pathlib.Path, default=None, help="where the runs go")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    workdir = args.workdir or REPO / "runs" / "mlp" / args.study
+    command = f"python experiments/mlp/studies.py {args.study} --seeds {','.join(map(str, seeds))}"
+    return run_grid(args.study, cells(args.study), seeds, workdir, RESULTS / f"{args.study}.json", command)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
