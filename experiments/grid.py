@@ -66,6 +66,19 @@ def _config(cell: Cell, seed: int):
     return config
 
 
+def _finished(config, run_dir: pathlib.Path) -> bool:
+    """Whether ``run_dir`` holds a finished run of exactly ``config`` (then it is not opened again: resuming a
+    finished run would recompile and re-evaluate it)."""
+    from istjax.experiment.config import to_dict
+
+    try:
+        done = json.loads((run_dir / "summary.json").read_text())
+        same = json.loads((run_dir / "config.json").read_text()) == to_dict(config)
+    except (OSError, ValueError):
+        return False
+    return same and done.get("rounds") == int(config.num_rounds)
+
+
 def _run_record(cell: Cell, seed: int, run_dir: pathlib.Path) -> dict[str, Any] | None:
     summary = run_dir / "summary.json"
     if not summary.exists():
@@ -140,13 +153,52 @@ def run_grid(study: str, cells: Sequence[Cell], seeds: Sequence[int], workdir: p
         run_dir = workdir / cell.label / f"s{seed}"
         print(f"== [{i}/{len(todo)}] {study}: {cell.label} seed {seed} -> {run_dir}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
+        if _finished(configs[cell.label, seed], run_dir):
+            print("== finished before: reused", file=sys.stderr, flush=True)
+            continue
         try:
             driver.train_and_evaluate(configs[cell.label, seed], run_dir)
         except driver.TrainingError as e:
             failed = 1
             print(f"== {cell.label} seed {seed} failed: {e}", file=sys.stderr, flush=True)
         print(f"== done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-        runs = [r for c, s in [(c, s) for s in seeds for c in cells]
-                if (r := _run_record(c, s, workdir / c.label / f"s{s}")) is not None]
-        write(out, study, command, cells, runs, started)
+        _collect_and_write(study, cells, seeds, workdir, out, command, started)
+    _collect_and_write(study, cells, seeds, workdir, out, command, started)
     return failed
+
+
+def _collect_and_write(study, cells, seeds, workdir, out, command, started) -> None:
+    """Every finished run of the study's cells and seeds, written to ``out`` (`write`)."""
+    runs = [r for s in seeds for c in cells if (r := _run_record(c, s, workdir / c.label / f"s{s}")) is not None]
+    write(out, study, command, cells, runs, started)
+
+
+def plot(results: pathlib.Path, out: pathlib.Path, title: str, reference: str | None = None) -> pathlib.Path:
+    """A horizontal bar per row of ``results``: the mean test accuracy over seeds, each seed a dot, the mean of the
+    ``reference`` row (a label, e.g. data parallel) as a dashed line. Rendered from the file alone, so the figure
+    in the docs is regenerated with the table (``--plot``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads(results.read_text())
+    rows = doc["rows"]
+    fig, ax = plt.subplots(figsize=(8, 0.38 * len(rows) + 1.2))
+    y = list(range(len(rows)))[::-1]
+    ax.barh(y, [r["test_accuracy_mean"] for r in rows], color="#9ecae1", height=0.6)
+    for yi, r in zip(y, rows):
+        accs = [run["test_accuracy"] for run in doc["runs"] if run["label"] == r["label"]]
+        ax.plot(accs, [yi] * len(accs), "o", color="#08519c", markersize=3)
+    ref = next((r for r in rows if r["label"] == reference), None)
+    if ref is not None:
+        ax.axvline(ref["test_accuracy_mean"], color="k", linestyle="--", linewidth=1)
+    ax.set_yticks(y, [r["label"] for r in rows])
+    ax.set_xlabel("test accuracy (bar: mean over seeds; dots: seeds" + (f"; dashed: {reference}" if ref else "") + ")")
+    ax.set_xlim(0, 1)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,17 +1,19 @@
-"""The image studies of docs/images.md: channel IST on a ResNet, ResIST against local SGD, and ResIST's ablation.
+"""The image studies of docs/images.md on three seeds, each written to a committed results file.
 
-A thin script over `istjax.experiment.compare`: each study trains its configs (a finished run in the workdir with
-the same config is reused, not retrained), then writes the table (``comparison.md``, ``.csv``, ``.json``) and the
-curves (``comparison.png``) into ``--workdir``::
+Each study is a grid of cells (`experiments.grid`): every cell trains once per seed into
+``runs/images/<study>/<cell>/s<seed>`` (a finished run with the same config is reused), and after every run
+``experiments/images/results/<study>.json`` (per seed and per cell: mean and spread) and the figure
+``docs/figures/<study>.png`` are rewritten; `experiments.report` renders the docs' tables from the JSON::
 
-    python experiments/images/studies.py resnet   --workdir=runs/images/resnet    # IST vs DP vs local SGD, W=2,4
-    python experiments/images/studies.py resist   --workdir=runs/images/resist    # ResIST vs local SGD, W=2,4,8
-    python experiments/images/studies.py ablation --workdir=runs/images/ablation  # the five ablation steps
-    python experiments/images/studies.py bytes                                    # ResIST / local SGD bytes
+    python experiments/images/studies.py diagnosis   # channel IST: layout, scaling, statistics, K, momentum, lr
+    python experiments/images/studies.py resnet      # channel IST vs data parallel vs local SGD, W = 2, 4
+    python experiments/images/studies.py resist      # ResIST vs local SGD, W = 2, 4
+    python experiments/images/studies.py ablation    # ResIST's five ablation steps
+    python experiments/images/studies.py bytes       # ResIST / local SGD bytes (analytic, no training)
 
-Extra ``--config.FIELD=VALUE`` flags override every run's config (e.g. ``--config.num_rounds=10`` for a quick
-look). The first two studies are ``istjax compare`` commands with the right flags; the ablation trains the five
-steps of ``experiments/configs/fmnist_resist_ablation.py`` and tabulates them together.
+``--seeds 0,1,2`` (the default) picks the seeds, ``--only CELL,...`` some cells, ``--plot`` redraws the figure from
+the committed file without training. The cells are defined here, not on the command line, so that a results file
+says exactly what was run.
 """
 
 from __future__ import annotations
@@ -21,67 +23,13 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from istjax.experiment import compare
-from istjax.experiment.metrics import format_bytes
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
-from experiments.grid import Cell, run_grid  # noqa: E402
+from experiments.grid import Cell, plot, run_grid  # noqa: E402
+
 CONFIGS = REPO / "experiments" / "configs"
 RESULTS = REPO / "experiments" / "images" / "results"
-
-STUDIES = {
-    "resnet": ["--config", str(CONFIGS / "fmnist_resnet_ist.py"), "--workers", "2,4",
-               "--title", "Channel IST vs data parallel vs local SGD, ResNet-18 shape at 1/8 width, Fashion-MNIST"],
-    "resist": ["--config", str(CONFIGS / "fmnist_resist.py"), "--algorithms", "resist,local_sgd",
-               "--workers", "2,4,8", "--title", "ResIST vs local SGD, pre-activation ResNet (2-2-9 blocks), "
-                                                 "Fashion-MNIST"],
-}
-
-
-def ablation(workdir: pathlib.Path, overrides: Sequence[str], overwrite: bool) -> int:
-    """Trains the five steps of fmnist_resist_ablation.py into ``workdir/<i>_<step>``; tabulates them."""
-    import istjax.experiment.cli as cli
-    from istjax.experiment import driver
-    from istjax.experiment.plot import load_run
-
-    sys.path.insert(0, str(CONFIGS))
-    from fmnist_resist_ablation import STEPS  # noqa: E402  (the config file names its steps)
-
-    runs, failed = [], {}
-    for i, step in enumerate(STEPS, 1):
-        config, _, _, _ = cli.parse_train_args(
-            ["studies.py", f"--config={CONFIGS / 'fmnist_resist_ablation.py'}:{step}", *overrides])
-        config.progress = False
-        run_dir = workdir / f"{i}_{step}"
-        print(f"== ablation step {i}: {step} -> {run_dir}", file=sys.stderr, flush=True)
-        try:
-            driver.train_and_evaluate(config, run_dir, overwrite=overwrite)
-        except driver.TrainingError as e:
-            failed[str(run_dir)] = str(e)
-            print(f"== {step} failed: {e}", file=sys.stderr, flush=True)
-        runs.append(load_run(run_dir))
-    table = compare.rows(runs, target=None, notes=failed)
-    title = "ResIST ablation in miniature (Fashion-MNIST; the paper's CIFAR-10 accuracy beside each step)"
-    paths = compare.write_outputs(runs, table, workdir, title=title, failed=failed)
-    text = ablation_table(STEPS, table)
-    paths["markdown"].write_text(f"{title}\n\n{text}\n")  # the steps named, instead of compare's generic rows
-    print(text)
-    print(f"wrote {paths['markdown']}, {paths['png']}")
-    return 1 if failed else 0
-
-
-BYTES_MODELS = {
-    # The study's network (fmnist_resist.py), and the paper's PreActResNet-101 layout (3-4-23-3 blocks) with basic
-    # blocks at full width, its third section dealt as in the paper's final configuration.
-    "fmnist_resist.py (2-2-9 blocks, 4-8-16 ch, stage 2 dealt)":
-        dict(stage_sizes=(2, 2, 9), widths=(16, 32, 64), width_multiplier=0.25, partitioned_stages=(2,)),
-    "3-4-23-3 basic blocks, 64-512 ch, stage 2 dealt":
-        dict(stage_sizes=(3, 4, 23, 3), widths=(64, 128, 256, 512), partitioned_stages=(2,)),
-    "3-4-23-3 basic blocks, 64-512 ch, every stage dealt":
-        dict(stage_sizes=(3, 4, 23, 3), widths=(64, 128, 256, 512)),
-}
-
 
 def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
     """Channel IST's diagnosis on fmnist_resnet_ist.py (W = 2, ``rounds`` x K = 10 x B = 32 per worker, the same
@@ -129,13 +77,60 @@ def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
     ]
 
 
-GRIDS = {"diagnosis": _diagnosis_cells}
+def _comparison_cells(config: str, algorithms: Sequence[str], workers: Sequence[int]) -> list[Cell]:
+    """``config`` as it is, once per (algorithm, W): the same samples per worker for every algorithm."""
+    return [Cell(f"{a}_W{w}", config, (f"--config.algorithm={a}", f"--config.num_workers={w}"), {})
+            for w in workers for a in algorithms]
 
 
-def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str]) -> int:
-    """Trains a grid study on ``seeds`` into ``workdir``; writes ``experiments/images/results/<study>.json``."""
-    command = f"python experiments/images/studies.py {study} --seeds {','.join(map(str, seeds))}"
-    return run_grid(study, GRIDS[study](), seeds, workdir, RESULTS / f"{study}.json", command, only)
+PAPER_ABLATION = (66.3, 68.3, 84.3, 91.5, 92.0)  # ResIST, arXiv 2107.00961: CIFAR-10 test accuracy per step
+ABLATION_STEPS = ("naive", "share_strided", "one_section", "test_scale", "preactivation")  # as the config's STEPS
+
+
+def _ablation_cells() -> list[Cell]:
+    return [Cell(f"{i}_{step}", f"experiments/configs/fmnist_resist_ablation.py:{step}", (),
+                 {"step": f"{i}. {step}", "paper": paper})
+            for i, (step, paper) in enumerate(zip(ABLATION_STEPS, PAPER_ABLATION), 1)]
+
+
+GRIDS = {
+    "diagnosis": _diagnosis_cells,
+    "resnet": lambda: _comparison_cells("experiments/configs/fmnist_resnet_ist.py",
+                                        ("ist", "data_parallel", "local_sgd"), (2, 4)),
+    "resist": lambda: _comparison_cells("experiments/configs/fmnist_resist.py", ("resist", "local_sgd"), (2, 4)),
+    "ablation": _ablation_cells,
+}
+FIGURES = {
+    "diagnosis": ("Channel IST's diagnosis: ResNet-18 layout at 1/8 width, Fashion-MNIST,\nW = 2, 25,600 samples per "
+                  "algorithm", "data_parallel"),
+    "resnet": ("Channel IST vs data parallel vs local SGD (fmnist_resnet_ist.py)", "data_parallel_W2"),
+    "resist": ("ResIST vs local SGD (fmnist_resist.py)", "local_sgd_W2"),
+    "ablation": ("ResIST's ablation in miniature (fmnist_resist_ablation.py)", None),
+}
+
+
+def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str], plot_only: bool) -> int:
+    """Trains a grid study on ``seeds`` into ``workdir``; writes ``experiments/images/results/<study>.json`` and
+    its figure ``docs/figures/<study>.png`` (``plot_only``: the figure alone, from the committed file)."""
+    status = 0
+    if not plot_only:
+        command = f"python experiments/images/studies.py {study} --seeds {','.join(map(str, seeds))}"
+        status = run_grid(study, GRIDS[study](), seeds, workdir, RESULTS / f"{study}.json", command, only)
+    title, reference = FIGURES[study]
+    print(f"wrote {plot(RESULTS / f'{study}.json', REPO / 'docs' / 'figures' / f'{study}.png', title, reference)}")
+    return status
+
+
+BYTES_MODELS = {
+    # The study's network (fmnist_resist.py), and the paper's PreActResNet-101 layout (3-4-23-3 blocks) with basic
+    # blocks at full width, its third section dealt as in the paper's final configuration.
+    "fmnist_resist.py (2-2-9 blocks, 4-8-16 ch, stage 2 dealt)":
+        dict(stage_sizes=(2, 2, 9), widths=(16, 32, 64), width_multiplier=0.25, partitioned_stages=(2,)),
+    "3-4-23-3 basic blocks, 64-512 ch, stage 2 dealt":
+        dict(stage_sizes=(3, 4, 23, 3), widths=(64, 128, 256, 512), partitioned_stages=(2,)),
+    "3-4-23-3 basic blocks, 64-512 ch, every stage dealt":
+        dict(stage_sizes=(3, 4, 23, 3), widths=(64, 128, 256, 512)),
+}
 
 
 def bytes_table(workers: Sequence[int] = (2, 4, 8)) -> str:
@@ -162,46 +157,23 @@ def bytes_table(workers: Sequence[int] = (2, 4, 8)) -> str:
     return "\n".join(lines)
 
 
-PAPER_ABLATION = (66.3, 68.3, 84.3, 91.5, 92.0)  # ResIST, arXiv 2107.00961: CIFAR-10 test accuracy per step
-
-
-def ablation_table(steps: Sequence[str], table) -> str:
-    """One line per ablation step: its name, what istjax measured and the paper's number."""
-    lines = ["| step | final acc | best acc | paper (CIFAR-10) | bytes/round | time/round (ms) |",
-             "|---|---|---|---|---|---|"]
-    by_dir = {pathlib.Path(row.run_dir).name: row for row in table}
-    for i, (step, paper) in enumerate(zip(steps, PAPER_ABLATION), 1):
-        row = by_dir[f"{i}_{step}"]
-        per_round = format_bytes(row.bytes_per_round) if row.bytes_per_round is not None else "-"
-        lines.append(f"| {i}. {step} | {row.final_accuracy:.4f} | {row.best_accuracy:.4f} | {paper} | {per_round} | "
-                     f"{row.time_per_round_s * 1e3:.0f} |")
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("::")[0].strip())
-    parser.add_argument("study", choices=[*STUDIES, *GRIDS, "ablation", "bytes"])
-    parser.add_argument("--workdir", type=pathlib.Path, help="where the runs and the table go (not for bytes)")
+    parser.add_argument("study", choices=[*GRIDS, "bytes"])
+    parser.add_argument("--workdir", type=pathlib.Path, help="where the runs go (default runs/images/<study>)")
     parser.add_argument("--seeds", default="0,1,2", help="grid studies: comma-separated seeds (default 0,1,2)")
     parser.add_argument("--only", default="", help="grid studies: comma-separated cell labels to train")
-    parser.add_argument("--overwrite", action="store_true", help="retrain runs already in the workdir")
+    parser.add_argument("--plot", action="store_true", help="grid studies: only redraw the figure from the results")
     args, overrides = parser.parse_known_args(argv)
     if args.study == "bytes":
         print(bytes_table())
         return 0
-    if args.study in GRIDS:
-        if overrides:
-            parser.error(f"{args.study}: a grid study takes no overrides ({' '.join(overrides)}); its cells are "
-                         f"defined in this file, so that its results file says what was run")
-        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-        only = [x for x in args.only.split(",") if x]
-        return grid_main(args.study, args.workdir or REPO / "runs" / "images" / args.study, seeds, only)
-    if args.workdir is None:
-        parser.error(f"{args.study}: --workdir is required (the runs and the table are written there)")
-    if args.study == "ablation":
-        return ablation(args.workdir, overrides, args.overwrite)
-    extra = ["--overwrite"] if args.overwrite else []
-    return compare.main([*STUDIES[args.study], "--workdir", str(args.workdir), *extra, *overrides])
+    if overrides:
+        parser.error(f"{args.study}: a grid study takes no overrides ({' '.join(overrides)}); its cells are "
+                     f"defined in this file, so that its results file says what was run")
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    only = [x for x in args.only.split(",") if x]
+    return grid_main(args.study, args.workdir or REPO / "runs" / "images" / args.study, seeds, only, args.plot)
 
 
 if __name__ == "__main__":
