@@ -166,10 +166,21 @@ def load_mnist1d(*, disk_cache: bool = True, **dataset_args: Any) -> Dataset:
             f"{sorted(args) + ['disk_cache']}."
         )
     args.update(dataset_args)
+    _check_mnist1d_sizes(args)
     items = tuple(
         sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in args.items())
     )
     return _mnist1d_standardised(items, bool(disk_cache))
+
+
+def _check_mnist1d_sizes(args: dict[str, Any]) -> None:
+    """``num_samples`` and ``train_split`` that leave examples in both splits (mnist1d makes ``num_samples // 10``
+    per class and would fail deep inside with fewer than 10)."""
+    n = _check_positive("num_samples", args["num_samples"], 10)
+    total, split = n // 10 * 10, args["train_split"]
+    if isinstance(split, bool) or not isinstance(split, (int, float)) or not 1 <= int(total * split) < total:
+        raise ValueError(f"train_split={split!r}: a fraction in (0, 1) that leaves at least one training and one test "
+                         f"example of the num_samples={n} generated, e.g. 0.8.")
 
 
 @functools.lru_cache(maxsize=4)

@@ -11,8 +11,10 @@ in :mod:`istjax.data.registry`).  Loaded arrays are cached in memory and
 returned read-only, so callers must copy before mutating.
 
 Also here: `_check_positive`, the integer-argument check used by the loaders
-and the batching plan (:mod:`istjax.data.batching`), and `_cache_dir`, the
-on-disk cache root of generated datasets.
+and the batching plan (:mod:`istjax.data.batching`); `_damaged_file`, the one
+error every loader raises for a file that does not read whole (an archive or
+cache cut short); and `_cache_dir`, `_read_cache` and `_write_cache`, the
+on-disk cache of generated and derived datasets.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import operator
 import os
 import pathlib
+import zipfile
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -168,3 +171,32 @@ def _cache_dir() -> pathlib.Path:
     return pathlib.Path(
         os.environ.get("ISTJAX_CACHE_DIR", pathlib.Path.home() / ".cache" / "istjax")
     )
+
+
+def _damaged_file(path: Any, what: str, error: BaseException, fix: str) -> ValueError:
+    """The error for a file that does not read whole: ``{path}: not a {what} ({error}); the file is truncated or
+    corrupt. {fix}``. A ValueError, so config validation reports it as bad input (exit 2), in one line."""
+    first = str(error).splitlines()[0].rstrip(":") if str(error).strip() else ""
+    cause = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    return ValueError(f"{path}: not a {what} ({cause}); the file is truncated or corrupt. {fix}")
+
+
+def _read_cache(path: pathlib.Path, names: tuple[str, ...]) -> Optional[tuple[np.ndarray, ...]]:
+    """The arrays ``names`` of a cache file `_write_cache` wrote (read without pickles), or None when there is
+    none; a cache file that does not read whole (cut short by a copy, a full disk) is refused, naming it."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return tuple(z[n] for n in names)
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as e:
+        raise _damaged_file(path, "complete istjax cache file", e, "Delete it; the next load rebuilds it.") from None
+
+
+def _write_cache(path: pathlib.Path, **arrays: np.ndarray) -> None:
+    """Writes ``arrays`` to the cache file ``path`` atomically (a temporary file renamed over it), so concurrent
+    loaders (MPI ranks) never read half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)

@@ -84,7 +84,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 
-from istjax.data.dataset import Dataset, _check_positive
+from istjax.data.dataset import Dataset, _check_positive, _damaged_file
 from istjax.data.images import DataNotFoundError
 from istjax.graph.graph import Graph, from_edges
 
@@ -312,10 +312,8 @@ def read_planetoid_pickle(path: Union[str, os.PathLike]) -> Any:
         except _RefusedGlobal:
             raise
         except Exception as e:  # a truncated or malformed pickle fails in many ways
-            raise ValueError(
-                f"{path}: not a readable pickle ({type(e).__name__}: {e}); the file is truncated or corrupt. "
-                f"Download it again (fetch_planetoid checks its sha256) or copy it again."
-            ) from None
+            raise _damaged_file(path, "readable pickle", e, "Download it again (fetch_planetoid checks its sha256) "
+                                "or copy it again.") from None
 
 
 def _dense_matrix(obj: Any, path: pathlib.Path, what: str) -> np.ndarray:

@@ -27,7 +27,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from istjax.data.dataset import Dataset, _check_positive, _finalise
+from istjax.data.dataset import Dataset, _check_positive, _damaged_file, _finalise
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
@@ -86,10 +86,8 @@ def _idx_bytes(path: pathlib.Path) -> bytes:
     try:
         return gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as e:
-        raise ValueError(
-            f"{path}: not a complete gzip file ({type(e).__name__}: {e}); the file is truncated or corrupt. "
-            f"Re-install it (`apt-get install --reinstall dataset-fashion-mnist` as root) or copy it again."
-        ) from None
+        raise _damaged_file(path, "complete gzip file", e, "Re-install it (`apt-get install --reinstall "
+                            "dataset-fashion-mnist` as root) or copy it again.") from None
 
 
 def read_idx(path: Union[str, os.PathLike], magic: int) -> np.ndarray:

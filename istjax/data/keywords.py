@@ -12,19 +12,21 @@ variants), as Speech Commands holds out speakers. Each clip becomes the paper's 
 (`istjax.data.audio.speech_features`, 16 kHz settings).
 
 The features are generated once and cached (``.npz``, no pickles) under ``$ISTJAX_CACHE_DIR`` or
-``~/.cache/istjax``; about a minute for the default 100 clips per word on one CPU core.
+``~/.cache/istjax``; about a minute for the default 100 clips per word on one CPU core. A cache file that does not
+read whole (cut short) is refused in one line naming it, not regenerated behind the run's back (a regenerated set
+differs in detail): delete it and the next load makes a new one.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
+
 import jax
 import numpy as np
 
 from istjax.data.audio import PAPER, speech_features
-from istjax.data.dataset import Dataset, _cache_dir, _check_positive, _finalise
+from istjax.data.dataset import Dataset, _cache_dir, _check_positive, _finalise, _read_cache, _write_cache
 
 __all__ = ["ACCENTS", "TEST_VARIANTS", "VARIANTS", "WORDS", "Synthesiser", "load_spoken_keywords"]
 
@@ -142,14 +144,11 @@ def load_spoken_keywords(per_word: int = 100, test_fraction: float = 0.2, seed: 
     key = hashlib.sha256(f"keywords|{per_word}|{test_fraction}|{seed}|{tuple(PAPER)}|{ACCENTS}|{VARIANTS}|"
                          f"{TEST_VARIANTS}|v1".encode()).hexdigest()[:16]
     path = _cache_dir() / f"keywords-{key}.npz"
-    if cache and path.exists():
-        with np.load(path, allow_pickle=False) as z:
-            x, y, is_test = z["x"], z["y"], z["is_test"]
+    cached = _read_cache(path, ("x", "y", "is_test")) if cache else None
+    if cached is not None:
+        x, y, is_test = cached
     else:
         x, y, is_test = _generate(per_word, float(test_fraction), seed)
         if cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-            np.savez(tmp, x=x, y=y, is_test=is_test)
-            os.replace(tmp, path)  # atomic: concurrent loaders (MPI ranks) never read half a file
+            _write_cache(path, x=x, y=y, is_test=is_test)
     return _finalise("spoken_keywords", x[~is_test], y[~is_test], x[is_test], y[is_test], len(WORDS))

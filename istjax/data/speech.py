@@ -13,13 +13,16 @@ it unchanged. Clips are zero-padded or cut to 1 s.
 
 Files from outside are read defensively: the archive is never extracted to disk (members are read in memory, so no
 path in it can write anywhere), only regular files named like FSDD recordings are read, each at most 1 MiB, at most
-10,000 of them; each must be a PCM WAV (mono, 16-bit, 8 kHz), parsed with the standard library's `wave` module. The
-features are cached (``.npz``, read without pickles) under ``$ISTJAX_CACHE_DIR`` or ``~/.cache/istjax``, keyed by the
-source's size and modification time and the mel settings.
+10,000 of them; each must be a PCM WAV (mono, 16-bit, 8 kHz), parsed with the standard library's `wave` module. An
+archive cut short (an interrupted copy) or damaged is refused in one line naming it (a ValueError; exit 2 from
+``istjax train``). The features are cached (``.npz``, read without pickles) under ``$ISTJAX_CACHE_DIR`` or
+``~/.cache/istjax``, keyed by the source's size and modification time and the mel settings; a cache file that does
+not read whole is refused the same way, saying to delete it.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -27,6 +30,7 @@ import pathlib
 import re
 import tarfile
 import wave
+import zlib
 from collections.abc import Iterator
 from typing import Optional, Union
 
@@ -34,7 +38,7 @@ import jax
 import numpy as np
 
 from istjax.data.audio import MelConfig, speech_features
-from istjax.data.dataset import Dataset, _cache_dir, _finalise
+from istjax.data.dataset import Dataset, _cache_dir, _damaged_file, _finalise, _read_cache, _write_cache
 from istjax.data.images import DataNotFoundError
 
 __all__ = ["FSDD_ARCHIVE", "FSDD_MEL", "load_fsdd", "read_fsdd", "read_wav"]
@@ -90,12 +94,15 @@ def _members(source: pathlib.Path) -> Iterator[tuple[str, bytes]]:
             if path.is_file() and not path.is_symlink() and admit(path.name, path.stat().st_size):
                 yield path.name, path.read_bytes()
         return
-    with tarfile.open(source, "r:*") as tar:
-        for m in tar:
-            name = os.path.basename(m.name)
-            if m.isreg() and admit(name, m.size):
-                f = tar.extractfile(m)
-                yield name, f.read(_MAX_FILE_BYTES + 1)
+    try:
+        with tarfile.open(source, "r:*") as tar:
+            for m in tar:
+                name = os.path.basename(m.name)
+                if m.isreg() and admit(name, m.size):
+                    yield name, tar.extractfile(m).read(_MAX_FILE_BYTES + 1)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:  # cut short (an interrupted copy)
+        raise _damaged_file(source, "complete tar archive", e, "Copy it again, or point data_dir= "
+                            "(--config.dataset_kwargs.data_dir=...) at a recordings/ folder of its WAV files.") from None
 
 
 def _source(data_dir: Optional[Union[str, os.PathLike]]) -> pathlib.Path:
@@ -151,16 +158,13 @@ def load_fsdd(data_dir: Optional[Union[str, os.PathLike]] = None, cache: bool = 
     st = source.stat()
     key = hashlib.sha256(f"{source.resolve()}|{st.st_size}|{st.st_mtime_ns}|{tuple(FSDD_MEL)}".encode()).hexdigest()
     path = _cache_dir() / f"fsdd-{key[:16]}.npz"
-    if cache and path.exists():
-        with np.load(path, allow_pickle=False) as z:
-            x, digits, takes = z["x"], z["digits"], z["takes"]
+    cached = _read_cache(path, ("x", "digits", "takes")) if cache else None
+    if cached is not None:
+        x, digits, takes = cached
     else:
         waves, digits, takes, _ = read_fsdd(source)
         x = _features(waves, FSDD_MEL)
         if cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-            np.savez(tmp, x=x, digits=digits, takes=takes)
-            os.replace(tmp, path)  # atomic: concurrent loaders (MPI ranks) never read half a file
+            _write_cache(path, x=x, digits=digits, takes=takes)
     test = np.isin(takes, list(_TEST_TAKES))
     return _finalise("fsdd", x[~test], digits[~test], x[test], digits[test], 10)

@@ -55,7 +55,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 import istjax.data.audio as audio_lib
-from istjax.data.dataset import Dataset, standardize
+from istjax.data.dataset import Dataset, _damaged_file, standardize
 
 __all__ = [
     "TFDS_DATASETS",
@@ -143,6 +143,13 @@ def _not_prepared(name: str, data_dir: str, cause: Optional[BaseException] = Non
     return DatasetNotPreparedError(what + fix + detail)
 
 
+def _damaged(name: str, data_dir: str, error: BaseException) -> ValueError:
+    """A prepared dataset whose shards do not read whole (array_record's reader raises a RuntimeError, often with
+    no message, for a shard cut short or not in its format)."""
+    return _damaged_file(f"TFDS dataset {name!r} in data_dir={data_dir!r}", "set of complete array_record shards",
+                         error, f"Copy {data_dir!r} again, or re-prepare it:\n    {prepare_command(name, data_dir)}")
+
+
 def _check_args(name: str, max_examples: Any, chunk_size: Any) -> None:
     if name not in TFDS_DATASETS:
         raise ValueError(f"name={name!r} is not a supported TFDS dataset; choose one of {sorted(TFDS_DATASETS)} "
@@ -183,6 +190,8 @@ def _tfds_split(name: str, split: str, data_dir: str) -> _Split:
             return list(source.__getitems__(list(indices)))  # one batched read of the shards
         except TypeError:  # data sources without batched reads (e.g. tfds.testing.mock_data's)
             return [source[i] for i in indices]
+        except RuntimeError as e:
+            raise _damaged(name, data_dir, e) from None
 
     return _Split(get, len(source), num_classes)
 
@@ -235,7 +244,10 @@ def _shard_split(name: str, split: str, data_dir: str) -> _Split:
         raise DatasetNotPreparedError(f"TFDS dataset {name!r} at {version_dir} has no shards of split {split!r} "
                                       f"({name}-{split}.array_record-*); re-prepare it:\n    "
                                       f"{prepare_command(name, data_dir)}")
-    records = list(read_example_shards(paths))  # parsed once; the caller keeps only features
+    try:
+        records = list(read_example_shards(paths))  # parsed once; the caller keeps only features
+    except RuntimeError as e:
+        raise _damaged(name, data_dir, e) from None
     num_classes = _num_classes_from_features_json(version_dir, TFDS_DATASETS[name].label)
     return _Split(lambda idx: [records[i] for i in idx], len(records), num_classes)
 
@@ -261,6 +273,8 @@ def _open_split(name: str, split: str, data_dir: str) -> _Split:
             return _shard_split(name, split, data_dir)  # e.g. speech_commands' Audio feature needs TF
         if not any(f == "array_record" for _, f in versions):
             raise _not_prepared(name, data_dir, e) from e
+        if isinstance(e, RuntimeError):
+            raise _damaged(name, data_dir, e) from None
         raise
 
 
