@@ -18,6 +18,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from istjax.models.resnet import _pos_ints
+
 
 def batch_norm(x_BxH: jax.Array, scale_H=None, bias_H=None, eps: float = 1e-5) -> jax.Array:
     """Normalises each feature with the batch's mean and (biased) variance; optional affine `scale`, `bias`."""
@@ -47,6 +49,13 @@ class MLP(nn.Module):
     batch_norm: bool = True
     output_batch_norm: bool = True
     use_bias: bool = False
+
+    def __post_init__(self):
+        # A zero width would divide by zero in the initializer (fan-in 0), a negative one fail deep in a trace.
+        hidden = _pos_ints("MLP", "hidden", self.hidden, "e.g. hidden=(512,), or hidden=() for a linear classifier.",
+                           allow_empty=True)
+        object.__setattr__(self, "hidden", hidden)
+        super().__post_init__()
 
     @staticmethod
     def rules(num_hidden: int) -> dict[str, str | None]:
