@@ -11,18 +11,22 @@
 ``train`` (the default subcommand) runs `istjax.experiment.driver.train_and_evaluate`. ``--config`` names a Python file with
 ``get_config()`` (Flax-examples style, ml_collections ``config_flags``); without it the default study runs
 (`istjax.experiment.config.default_config`, IST on scikit-learn's digits, which ships with the install). Any field can be
-overridden: ``--config.num_workers=2 --config.model.hidden='(256,256)'``. Without ``--workdir`` results go to
-``./runs/<name>-<timestamp>``.
+overridden: ``--config.num_workers=2 --config.model.hidden='(256,256)'``, after ``--config=FILE`` when one is given;
+``dataset_kwargs`` and ``group_samplers`` also take keys the config does not set (a loader's argument, a neuron
+group: ``--config.group_samplers.hidden_0=overlapping``). Without ``--workdir`` results go to
+``./runs/<name>-<timestamp>``. A run directory has one writer: a second ``train`` on a workdir another live run
+holds is refused (``run.lock``, istjax.experiment.lock); ``eval`` and ``plot`` only read, and may.
 
 ``--resume`` continues the run in ``--workdir`` with that run's own config (its ``config.json``); overrides given
 with it may change run-control fields only (``num_rounds``, ``eval_every``, ...), anything else is refused with the
 list of differences. ``eval`` evaluates a saved run's newest verified checkpoint (or ``--checkpoint=N``) without
 training.
 
-Exit codes: 0 success; 2 a config, flag or workdir error (reported before anything compiles); 1 a training failure
-(e.g. a non-finite loss); 3 an environment failure (a workdir that cannot be written, a full disk: the last good
-checkpoint is intact); 130 / 143 interrupted by SIGINT / SIGTERM (after checkpointing; rerun the same command,
-or add ``--resume``, to continue). Under ``mpiexec`` an error every rank meets is printed once, by rank 0.
+Exit codes: 0 success; 2 a config, flag or workdir error, a damaged data file, a workdir another run is writing
+(reported before anything compiles); 1 a training failure (e.g. a non-finite loss); 3 an environment failure (a
+workdir that cannot be written, a full disk: the last good checkpoint is intact); 130 / 143 interrupted by SIGINT /
+SIGTERM (after checkpointing; rerun the same command, or add ``--resume``, to continue). Under ``mpiexec`` an error
+every rank meets is printed once, by rank 0.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 2, 3
 _SUBCOMMANDS = {"plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare",
                 "configs": "istjax.experiment.catalog"}
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
+# Config sections whose keys the command line may add (a config file need not name them first): a loader's
+# arguments, checked against the loader, and per-group samplers, checked against the model's groups.
+_OPEN_SECTIONS = ("dataset_kwargs", "group_samplers")
 
 
 def _define(fv, argv, default_config_file):
@@ -73,6 +80,7 @@ def parse_train_args(argv: Sequence[str]):
     import istjax.experiment.config as config_lib
 
     argv = list(argv)
+    _check_config_file(argv)
     default_file = _resume_config_file(argv) or os.path.abspath(config_lib.__file__)
     overrides = [m.group(1) for m in map(_OVERRIDE.match, argv[1:]) if m]
 
@@ -89,18 +97,18 @@ def parse_train_args(argv: Sequence[str]):
         raise config_lib.ConfigError([str(e)]) from e
     except Exception as e:  # noqa: BLE001 - a config file can fail in any way; report it as a config error
         raise config_lib.ConfigError([f"--config: could not load the config ({type(e).__name__}: {e})"]) from e
-    # New dataset_kwargs keys (loader arguments the config file does not set) are literals set after parsing;
-    # istjax.experiment.config.validate checks them against the loader.
+    # New keys of the open sections (dataset_kwargs, group_samplers) the config file does not set are literals set
+    # after parsing; istjax.experiment.config.validate checks them against the loader and the model's groups.
     # ``--config.FIELD=None`` unsets a field (ml_collections' flag parser cannot parse None into a typed field, e.g.
     # the float ``target_accuracy``); it is set after parsing and checked by istjax.experiment.config.validate like any value.
-    extra_kwargs, kept, unset = {}, [], []
+    new_keys, kept, unset = {}, [], []
     for arg in argv:
         m = _OVERRIDE.match(arg)
         name = m.group(1) if m else ""
         if m and "=" in arg and arg.split("=", 1)[1] in ("None", "none") and _resolves(base, name):
             unset.append(name)
-        elif name.startswith("dataset_kwargs.") and name.count(".") == 1 and not _resolves(base, name):
-            extra_kwargs[name.split(".", 1)[1]] = _literal(arg.split("=", 1)[1] if "=" in arg else "True")
+        elif name.split(".")[0] in _OPEN_SECTIONS and name.count(".") == 1 and not _resolves(base, name):
+            new_keys[name] = _literal(arg.split("=", 1)[1] if "=" in arg else "True")
         else:
             kept.append(arg)
     argv = kept
@@ -116,10 +124,10 @@ def parse_train_args(argv: Sequence[str]):
         _define(fv, argv, default_file)
         fv(argv)
         config = fv.config
-        if extra_kwargs:
-            with config.dataset_kwargs.unlocked():
-                for k, v in extra_kwargs.items():
-                    config.dataset_kwargs[k] = v
+        for name, value in new_keys.items():
+            section, key = name.split(".")
+            with config[section].unlocked():
+                config[section][key] = value
         for name in unset:
             *parents, leaf = name.split(".")
             node = config
@@ -131,6 +139,29 @@ def parse_train_args(argv: Sequence[str]):
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise config_lib.ConfigError([f"bad --config override in {overrides}: {type(e).__name__}: {e}"]) from e
     return config, fv.workdir, fv.resume, fv.overwrite
+
+
+def _check_config_file(argv: Sequence[str]) -> None:
+    """Refuses, with the fix, what ml_collections would refuse in its own words: overrides given before
+    ``--config=FILE`` (they apply to that file's config, so it must come first) and a file that does not exist."""
+    import istjax.experiment.config as config_lib
+
+    at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)
+    if at is None:
+        return
+    value = _flag_value(argv[at:], "config") or ""
+    early = [a for a in argv[1:at] if _OVERRIDE.match(a)]
+    problems = []
+    if early:
+        problems.append(f"{early[0]} comes before --config={value}: overrides change the config the file gives, so "
+                        f"put --config=FILE first: istjax train --config={value} {' '.join(early)} ...")
+    path = value.split(":", 1)[0]  # FILE[:ARG]
+    if not os.path.isfile(path):
+        what = "is a directory, not a file" if os.path.isdir(path) else "no such file"
+        problems.append(f"--config={value}: {what} ({os.path.abspath(path)}). Give a Python file with get_config(), "
+                        f"e.g. --config=experiments/configs/digits_ist.py (`istjax configs` lists them).")
+    if problems:
+        raise config_lib.ConfigError(problems)
 
 
 def _flag_value(argv: Sequence[str], name: str) -> Optional[str]:

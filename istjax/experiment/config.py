@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import pathlib
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -46,6 +47,7 @@ __all__ = [
     "flat_dict",
     "from_dict",
     "load_run_config",
+    "read_run_config",
     "differences",
     "close_matches",
 ]
@@ -167,11 +169,12 @@ def to_dict(config: ml_collections.ConfigDict) -> dict:
 def from_dict(values: Mapping[str, Any]) -> ml_collections.ConfigDict:
     """A config from a plain dict (a run's ``config.json``): the defaults, with every field ``values`` gives.
 
-    The ``model`` section is taken whole (its fields depend on the model); lists stay lists (every consumer accepts
-    them where a tuple is expected).
+    The ``model`` section is taken whole (its fields depend on the model). JSON's lists become the tuples a config
+    holds, so a resumed run's config takes ``--config.model.hidden='(512,)'`` like any other (ml_collections cannot
+    override a list field from the command line).
     """
     config = default_config()
-    for key, value in values.items():
+    for key, value in _as_tuples(dict(values)).items():
         if key in ("model", "dataset_kwargs", "group_samplers", "sampler_args") and isinstance(value, Mapping):
             config[key] = ml_collections.ConfigDict(dict(value))
         elif key in config:
@@ -182,19 +185,39 @@ def from_dict(values: Mapping[str, Any]) -> ml_collections.ConfigDict:
     return config
 
 
+def _as_tuples(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_as_tuples(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: _as_tuples(v) for k, v in value.items()}
+    return value
+
+
 def load_run_config(workdir) -> ml_collections.ConfigDict:
     """The config a run directory was started with (its ``config.json``); `ConfigError` when there is none."""
-    import pathlib
-
     path = pathlib.Path(workdir) / "config.json"
     if not path.is_file():
         raise ConfigError([f"workdir={str(workdir)!r} holds no run (no config.json); pass the --workdir of an "
                            f"`istjax train` run."])
+    values = read_run_config(path)
     try:
-        return from_dict(json.loads(path.read_text()))
+        return from_dict(values)
     except (ValueError, TypeError) as e:
         raise ConfigError([f"{path}: not a readable run config ({e}); it was not written by istjax, or was "
                            f"edited by hand."]) from e
+
+
+def read_run_config(path) -> dict:
+    """A run's ``config.json`` as a plain dict; `ConfigError` naming the file and the fix when it does not parse (cut
+    short by a full disk or a copy, or edited by hand)."""
+    try:
+        values = json.loads(pathlib.Path(path).read_text())
+        if not isinstance(values, dict):
+            raise ValueError(f"a JSON {type(values).__name__}, not an object")
+    except ValueError as e:
+        raise ConfigError([f"{path}: not a readable run config ({e}); it was cut short or edited by hand. Start the "
+                           f"run over with --overwrite, or choose another --workdir."]) from None
+    return values
 
 
 def flat_dict(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -387,18 +410,10 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
             bad(f"group_samplers.{g}", f"unknown sampler{close_matches(str(s), list(SAMPLERS))}; choose one of "
                                        f"{list(SAMPLERS)}.")
             sampler_ok = False
-    if choice("backend", runtimes.names()) and config.backend == "mpi":
-        from istjax.experiment.metrics import process_count
-
-        if process_count() < 2:
-            bad("backend", "runs the workers on several processes, but this is one process (not launched by "
-                           "mpiexec, or mpiexec -n 1). Launch it as `mpiexec -n 2 istjax train --config.backend=mpi "
-                           "...` (mpiexec is in .venv/bin), or use --config.backend=simulate.")
-        from istjax.runtimes.mpi import MODES
-
-        choice("mpi_mode", MODES)
     ok = {f: positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
                                    "checkpoint_every", "max_to_keep", "eval_batch_size")}
+    if choice("backend", runtimes.names()) and config.backend == "mpi":
+        _check_mpi(config, problems, choice, workers_ok=ok["num_workers"])
     if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:
         bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
     if not _is_int(config.seed):
@@ -493,6 +508,50 @@ def _check_graph_batches(config, dataset, bad, choice):
         bad("cluster_method", str(e))
         return None
     return dataset._replace(shared=shared)
+
+
+def _check_mpi(config, problems: list[str], choice, *, workers_ok: bool) -> None:
+    """backend='mpi': a launch by mpiexec, W a multiple of the process count and, with mpi_mode='sharded', what that
+    mode needs, each with the command-line fix (`istjax.runtimes.mpi` refuses the same in the Python API's terms)."""
+    from istjax.experiment.metrics import process_count
+    from istjax.runtimes.mpi import MODES, check_fit
+
+    n = process_count()
+    if n < 2:
+        problems.append("backend='mpi': runs the workers on several processes, but this is one process (not launched "
+                        "by mpiexec, or mpiexec -n 1). Launch it as `mpiexec -n 2 istjax train --config.backend=mpi "
+                        "...` (mpiexec is in .venv/bin), or use --config.backend=simulate.")
+    if not choice("mpi_mode", MODES) or n < 2:
+        return
+    if workers_ok:
+        try:
+            check_fit(int(config.num_workers), n, fix="--config.num_workers=")
+        except ValueError as e:
+            problems.append(str(e))
+    if config.mpi_mode == "sharded" and config.algorithm in ("ist", "resist"):
+        _check_sharded(config, problems, n)
+
+
+def _check_sharded(config, problems: list[str], n: int) -> None:
+    """mpi_mode='sharded' (IST only): every rank owns 1/N of every group, so the sampler must deal equal shares of
+    each owner's units (stratified, num_owners=N), and the optimizer state cannot travel with the parameters."""
+    other = "or --config.mpi_mode=parameter_server"
+    if config.algorithm == "resist":
+        problems.append(f"algorithm='resist' with mpi_mode='sharded': ResIST deals whole residual blocks, which no "
+                        f"rank can own a 1/{n} slice of. Use --config.mpi_mode=parameter_server.")
+        return
+    stratified, per_group = config.sampler == "stratified", len(config.group_samplers) > 0
+    if not stratified or config.sampler_args.num_owners != n or per_group:
+        has = f"sampler={config.sampler!r}"
+        has += f" with num_owners={config.sampler_args.num_owners}" if stratified else ""
+        has += f" and group_samplers={to_dict(config.group_samplers)!r}" if per_group else ""
+        problems.append(f"mpi_mode='sharded' on {n} processes: each process owns 1/{n} of every neuron group, so the "
+                        f"workers must be dealt units stratified by owner, but the config has {has}. Add "
+                        f"--config.sampler=stratified --config.sampler_args.num_owners={n}"
+                        f"{' and drop group_samplers' if per_group else ''}, {other}.")
+    if config.optimizer_state == "carry":
+        problems.append(f"optimizer_state='carry' with mpi_mode='sharded': a carried optimizer state would be sharded "
+                        f"like the parameters (not implemented). Use --config.optimizer_state=reset {other}.")
 
 
 def _check_schedule(config, bad, choice) -> None:

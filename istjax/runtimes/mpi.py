@@ -120,18 +120,19 @@ def abort_on_error() -> None:
     sys.excepthook = hook
 
 
-def check_fit(num_workers: int, num_processes: Optional[int] = None) -> int:
+def check_fit(num_workers: int, num_processes: Optional[int] = None, *, fix: str = "num_workers=") -> int:
     """Returns ``L = W / N``, the workers per process; raises a ValueError naming the fix when W does not fit.
 
     Call it (every rank does, inside `mpi_runtime`) before anything is compiled, so every rank refuses the same config.
+    ``fix`` is how the caller sets W: the factories' ``num_workers=`` (default), the CLI's ``--config.num_workers=``.
     """
     n = size() if num_processes is None else num_processes
     if num_workers % n:
         lower, upper = (num_workers // n) * n, (num_workers // n + 1) * n
-        fix = f"{lower} or {upper}" if lower else f"{upper}"
+        fits = f"{lower} or {upper}" if lower else f"{upper}"
         raise ValueError(
             f"num_workers={num_workers} does not fit {n} MPI processes: each process runs num_workers / {n} workers, "
-            f"so num_workers must be a multiple of {n}. Use --config.num_workers={fix}, or launch with "
+            f"so num_workers must be a multiple of {n}. Use {fix}{fits}, or launch with "
             f"mpiexec -n N for an N that divides {num_workers}.")
     return num_workers // n
 
