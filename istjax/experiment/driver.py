@@ -3,10 +3,11 @@
 It reads as its steps, in order:
 
 1. `open_run`: `istjax.experiment.config.validate` checks the whole config (every problem reported at once, before
-   anything compiles) and loads the dataset; the workdir is checked (a workdir holding another run's config is
-   refused unless the differences are only in run-control fields and ``resume`` is set, or ``overwrite`` is set);
-   `build` makes the task (the model named by ``config.model.name``, `istjax.models`), the optimizer, the
-   algorithm bound to ``config.backend`` and the batch function.
+   anything compiles) and loads the dataset; the writing process takes the workdir's lock (`istjax.experiment.lock`:
+   a workdir another live run is writing is refused); `build` makes the task (the model named by
+   ``config.model.name``, `istjax.models`), the optimizer, the algorithm bound to ``config.backend`` and the batch
+   function; the workdir is checked (a workdir holding another run's config is refused unless the differences are
+   only in run-control fields and ``resume`` is set, or ``overwrite`` is set).
 2. `initial_state`: fresh from ``seed``, or the newest good checkpoint (`istjax.experiment.checkpoint`), each
    process keeping what its runtime holds.
 3. `compile_step`: one jitted function draws the round's batches on device (``make_batch_fn(...).apply(data,
@@ -56,6 +57,7 @@ from istjax.core.state import TrainState
 from istjax.core.task import Task
 from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
 from istjax.experiment.config import ConfigError
+from istjax.experiment.lock import WorkdirLock, lock_workdir
 from istjax.experiment.metrics import MetricWriter, format_bytes, is_primary, read_metrics, truncate_metrics
 
 __all__ = ["train_and_evaluate", "evaluate_run", "build", "make_train_step", "make_evaluator", "TrainingError",
@@ -252,7 +254,7 @@ def _prepare_workdir(workdir: pathlib.Path, config_dict: dict, *, resume: bool, 
             raise ConfigError([f"resume=True but workdir={str(workdir)!r} holds no run to resume (no config.json). "
                                f"Drop --resume to start a new run there."])
         return
-    old = json.loads(config_path.read_text())
+    old = config_lib.read_run_config(config_path)
     computing = config_lib.differences(old, config_dict, ignore=config_lib.run_control_fields(old))
     if computing:
         fix = ("--resume continues that run with its own config (config.json in the workdir): drop the overrides "
@@ -327,6 +329,7 @@ class Run:
     bytes_total: float = 0.0
     compile_time: Optional[float] = None
     restored_from: Optional[pathlib.Path] = None  # the checkpoint the run resumed from
+    lock: Optional[WorkdirLock] = None  # the workdir's lock, held by the writing process (istjax.experiment.lock)
 
     @property
     def primary(self) -> bool:
@@ -346,19 +349,40 @@ class Run:
         except CheckpointWriteError as e:
             raise EnvironmentFailure(str(e)) from e
 
+    def close(self) -> None:
+        """Closes the checkpointer and lets the next run into the workdir."""
+        self.checkpointer.close()
+        if self.lock is not None:
+            self.lock.release()
+
 
 def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, resume: bool,
              overwrite: bool) -> Run:
-    """Validates the config, checks the workdir, builds everything and writes ``config.json`` (step 1)."""
+    """Validates the config, takes the workdir's lock, builds everything, checks the workdir and writes
+    ``config.json`` (step 1). The returned run holds the lock until `Run.close`."""
     if resume and overwrite:
         raise ConfigError(["resume=True and overwrite=True contradict each other; pass one of them."])
     dataset = config_lib.validate(config)
     workdir = pathlib.Path(workdir).absolute()
-    if is_primary():
-        check_workdir(workdir)
+    lock, refusal = _claim_workdir(workdir) if is_primary() else (None, None)
+    try:
+        run = _build_run(config, dataset, workdir, refusal, resume=resume, overwrite=overwrite)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _build_run(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, workdir: pathlib.Path,
+               refusal: Optional[Exception], *, resume: bool, overwrite: bool) -> Run:
+    """Builds the run once every process knows whether the primary claimed the workdir; checks and claims it."""
+    task, algorithm, batch_fn = build(config, dataset)
+    if algorithm.runtime.agree(int(refusal is not None)):  # every process stops when the primary was refused
+        raise refusal or ConfigError([f"workdir={str(workdir)!r}: the primary process refused it."])
     config_dict = config_lib.to_dict(config)
     _prepare_workdir(workdir, config_dict, resume=resume, overwrite=overwrite, primary=is_primary())
-    task, algorithm, batch_fn = build(config, dataset)
     primary = algorithm.runtime.primary
 
     def log(msg: str) -> None:
@@ -371,6 +395,17 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, 
     algorithm.runtime.agree(0)  # every process waits until the primary has checked and claimed the workdir
     checkpointer = _checkpointer(workdir / "checkpoints", algorithm.runtime, int(config.max_to_keep))
     return Run(config, config_dict, workdir, dataset, task, algorithm, batch_fn, checkpointer, log)
+
+
+def _claim_workdir(workdir: pathlib.Path) -> tuple[Optional[WorkdirLock], Optional[Exception]]:
+    """On the writing process: checks the workdir can be one (`check_workdir`) and takes its lock
+    (`istjax.experiment.lock`). Returns ``(lock, None)``, or ``(None, the refusal)`` for `open_run` to raise on every
+    process at once (under MPI the other ranks learn of it through the runtime, so none waits for a rank that left)."""
+    try:
+        check_workdir(workdir)
+        return lock_workdir(workdir), None
+    except (ConfigError, EnvironmentFailure) as e:
+        return None, e
 
 
 def _checkpointer(directory: pathlib.Path, runtime, max_to_keep: int):
@@ -633,7 +668,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
         state = train_loop(run, state, step_fn, evaluate, records)
         return finish(run, state, records, evaluate, start)
     finally:
-        run.checkpointer.close()
+        run.close()
 
 
 def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib.Path, *, compile_time: float,
