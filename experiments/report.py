@@ -587,8 +587,22 @@ def _diagnosis_accuracy(label: str) -> Callable[[Any], str]:
 
 
 for _label in ("data_parallel", "local_sgd", "full_w1", "half_alone", "all_none_recompute", "inner_none_recompute",
-               "inner_train_recompute", "inner_test_recompute", "inner_none_carry", "inner_train_carry"):
+               "inner_train_recompute", "inner_test_recompute", "inner_none_carry", "inner_train_carry",
+               "inner_optcarry", "inner_K5", "inner_K20", "inner_lr0.1", "inner_lr0.02", "inner_train_optcarry"):
     scalar(f"diagnosis.{_label}", DIAGNOSIS, _diagnosis_accuracy(_label))
+
+
+def _bytes_vs(label: str, reference: str) -> Callable[[Any], str]:
+    """Cell ``label``'s bytes per worker per round over ``reference``'s, as a fraction: '0.51'."""
+    def fn(d):
+        by = {r["label"]: r for r in result_rows(d)}
+        return fixed(by[label]["bytes_per_worker_per_round"] / by[reference]["bytes_per_worker_per_round"])
+    return fn
+
+
+scalar("diagnosis.bytes_inner_vs_local", DIAGNOSIS, _bytes_vs("inner_none_recompute", "local_sgd"))
+scalar("diagnosis.bytes_all_vs_local", DIAGNOSIS, _bytes_vs("all_none_recompute", "local_sgd"))
+scalar("diagnosis.bytes_optcarry_vs_local", DIAGNOSIS, _bytes_vs("inner_optcarry", "local_sgd"))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -627,6 +641,12 @@ scalar("digits.ist", DIGITS, lambda d: accuracy([r for r in result_rows(d) if r[
               "(`python experiments/mlp/studies.py digits`)", "`experiments/mlp/results/digits.json`", DIGITS)
 def _headline_digits(d):
     return _three_way(d)
+
+
+@headline_row("MNIST-1D, W = 4, 192,000 samples: IST / data parallel / local SGD, a negative result "
+              "(`python experiments/mlp/studies.py mnist1d`)", "`experiments/mlp/results/mnist1d.json`", MNIST1D)
+def _headline_mnist1d(d):
+    return _three_way(d) + "; IST trails both here: each worker holds 1/16 of the 512 x 512 hidden weight"
 
 
 @headline_row("2-layer speech MLP (4096-4096-35), bytes per worker per round each way, W = 2, under "
