@@ -702,9 +702,11 @@ def _speedups_in_words(d) -> str:
     papers = {e["model"]: e["paper"] for e in d["speedups"] if e.get("paper")}
     paper = "; ".join(f"{m}-layer {ratio(p['speedup_vs_data_parallel'])} / {ratio(p['speedup_vs_local_sgd'])}"
                       for m, p in papers.items())
+    narrower = (" (this project's 3-layer network is 4096-4096-4096; the paper's is 4096-8192-8192)"
+                if any(str(e["model"]) == "3" for e in d["speedups"]) else "")
     return (f"IST sooner than data parallel, {'; '.join(parts)}; sooner than local SGD "
             f"{span([e['speedup_vs_local_sgd'] for e in d['speedups']], ratio)}"
-            + (f" (the paper, vs data parallel / local SGD: {paper})" if paper else ""))
+            + (f" (the paper, vs data parallel / local SGD: {paper})" if paper else "") + narrower)
 
 
 @headline_row("time to 0.9 on FSDD (real speech), MPI ranks across shaped links, one run each "

@@ -1,7 +1,8 @@
 """The IST paper's speech MLPs on real spoken digits (FSDD), for the time-to-accuracy studies on a slow network.
 
 ``--config=experiments/configs/fsdd_speech.py:2`` is the paper's 2-layer model (4096 log-mel features -> 4096 ->
-10 classes), ``:3`` its 3-layer one (4096 -> 4096 -> 4096 -> 10); FSDD has 10 classes where Google Speech
+10 classes), ``:3`` a 3-layer one narrower than the paper's (4096 -> 4096 -> 4096 -> 10, where the paper's is
+4096 -> 8192 -> 8192 -> 35); FSDD has 10 classes where Google Speech
 Commands has 35. The paper's setting otherwise: BatchNorm with batch statistics, no biases, plain SGD lr 0.01,
 batch 128, K = 20 local steps. The data: `istjax.data.speech.load_fsdd` (2,700 train / 300 test clips, read from
 ``$ISTJAX_DATA_DIR/fsdd-recordings.tar.gz``). ``algorithm`` is IST here; the studies override it
