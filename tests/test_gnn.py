@@ -10,7 +10,7 @@ import pytest
 import istjax
 from istjax.algorithms.reference import reference_round
 from istjax.graph import Graph, from_edges, ops
-from istjax.models.gnn import GCN, GraphSAGE
+from istjax.models.gnn import GCN, GraphSAGE, keep_fraction, keep_mask
 
 N, F, C, K, B = 12, 5, 3, 2, 6
 
@@ -238,3 +238,38 @@ def test_dropout_draws_from_the_step_key_the_batch_carries(tmp_path):
     c.num_rounds, c.eval_every, c.progress, c.target_accuracy = 2, 2, False, None
     summary = istjax.train_and_evaluate(c, tmp_path / "dropout")
     assert summary["rounds"] == 2 and np.isfinite(summary["test_loss"])
+
+
+@pytest.mark.parametrize("keep,max_bits,k", [(0.5, 16, 1), (0.25, 16, 2), (0.75, 16, 2), (0.3, 6, 6), (0.3, 16, 16)])
+def test_keep_mask_is_a_k_bit_uniform_below_the_keep_fraction(keep, max_bits, k):
+    """Dropout's bit-sliced mask: entry e keeps iff the k-bit integer its planes' bits spell is below q, where
+    q / 2^k is the keep rate (exact when k bits write it, else rounded); the rate over many entries is q / 2^k."""
+    q, got_k = keep_fraction(keep, max_bits)
+    assert got_k == k and abs(q / 2 ** k - keep) <= 2 ** -(k + 1)
+    shape, key = (7, 45), jax.random.key(3)  # 315 entries: the last word is partly used
+    words = -(-315 // 32)
+    planes = np.asarray(jax.random.bits(key, (k, words), jnp.uint32))
+    entry_bits = (planes[:, :, None] >> np.arange(32, dtype=np.uint32)) & 1  # [k, words, 32]
+    u = sum(entry_bits[j].astype(np.int64) << (k - 1 - j) for j in range(k)).reshape(-1)[:315]
+    np.testing.assert_array_equal(np.asarray(keep_mask(key, keep, shape, max_bits)), (u < q).reshape(shape))
+    rate = float(np.asarray(keep_mask(jax.random.key(4), keep, (400, 500), max_bits)).mean())
+    assert abs(rate - q / 2 ** k) < 0.005
+    assert not np.asarray(keep_mask(key, 2 ** -20, shape)).any() and np.asarray(keep_mask(key, 1 - 2 ** -20, shape)).all()
+
+
+def test_dropout_keeps_entries_scaled_and_draws_new_masks_per_key():
+    """GCN's input dropout at 0.5: each feature either 0 or doubled, about half kept, another key another mask;
+    no dropout at evaluation."""
+    g = from_edges(np.ones((N, 64), np.float32), np.stack([np.arange(N - 1), np.arange(1, N)], 1))
+    model = GCN(hidden=(4,), num_classes=C, dropout=0.5)
+    params = model.init({"params": jax.random.key(0)}, jnp.arange(N), {"graph": g}, train=False)
+
+    def dropped(key):
+        h = model.apply(params, jnp.zeros((N, 64)) + g.nodes, True, method=lambda m, x, t: m._drop(x, t),
+                        rngs={"dropout": key})
+        return np.asarray(h)
+
+    a, b = dropped(jax.random.key(1)), dropped(jax.random.key(2))
+    assert set(np.unique(a)) <= {0.0, 2.0} and abs((a == 2).mean() - 0.5) < 0.05
+    assert (a != b).any()
+    np.testing.assert_array_equal(model.apply(params, g.nodes, False, method=lambda m, x, t: m._drop(x, t)), g.nodes)
