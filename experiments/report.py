@@ -605,6 +605,41 @@ scalar("diagnosis.bytes_all_vs_local", DIAGNOSIS, _bytes_vs("all_none_recompute"
 scalar("diagnosis.bytes_optcarry_vs_local", DIAGNOSIS, _bytes_vs("inner_optcarry", "local_sgd"))
 
 
+RESIST = "experiments/images/results/resist.json"
+ABLATION = "experiments/images/results/ablation.json"
+
+
+def _vs_local_sgd(rows: list[dict[str, Any]]) -> Callable[[dict[str, Any]], str]:
+    """A row's bytes per round over local SGD's at the same W."""
+    local = {r["num_workers"]: r for r in rows if r["algorithm"] == "local_sgd"}
+
+    def fn(r):
+        ref = local.get(r["num_workers"])
+        return "-" if ref is None else fixed(r["bytes_per_worker_per_round"] / ref["bytes_per_worker_per_round"])
+    return fn
+
+
+@table("images_resist", RESIST)
+def _images_resist(d):
+    rows = result_rows(d)
+    vs = _vs_local_sgd(rows)
+    return markdown_table(
+        ["algorithm", "W", "test accuracy (mean ± std over seeds)", "min-max", "bytes per worker per round",
+         "of local SGD's", "s per round"],
+        [[algorithm_name(r["algorithm"]), r["num_workers"], accuracy(r), _spread(r),
+          nbytes(r["bytes_per_worker_per_round"], binary=False), vs(r), fixed(r["time_per_round_s_mean"])]
+         for r in rows])
+
+
+@table("images_ablation", ABLATION)
+def _images_ablation(d):
+    return markdown_table(
+        ["step", "test accuracy (mean ± std over seeds)", "min-max", "paper (CIFAR-10)", "bytes per worker per round",
+         "s per round"],
+        [[r["step"], accuracy(r), _spread(r), r["paper"], nbytes(r["bytes_per_worker_per_round"], binary=False),
+          fixed(r["time_per_round_s_mean"])] for r in result_rows(d)])
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The README's headline table: one row per result that has a committed file behind it. The rows whose files are
 # still to come are listed below it by hand (README, "Not yet backed by committed results").

@@ -58,11 +58,11 @@ def run(alg, data, shared=None):
     return state, metrics
 
 
-def close(a, b, what):
+def close(a, b, what, atol=2e-6):
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(la) == len(lb) and la, what
     for x, y in zip(la, lb):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6, err_msg=what)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=atol, err_msg=what)
 
 
 cnn = istjax.classifier(CNN(widths=(8, 16), blocks=(1, 1), num_classes=C), jnp.zeros((B, 6, 6, 2)))
@@ -146,7 +146,11 @@ for label, task, data, sh, modes in (("graphsage full graph", sage, node_ids, fu
         whole = alg.runtime.gather(state)
         if ME == 0:
             ref, _ = run(istjax.ist(task, optax.adam(0.01), num_workers=W, local_steps=K, sampler=sampler), data, sh)
-            close(whole.params, ref.params, f"gist {label} {mode}")
+            # Adam divides each update by the root of its squared-gradient average, so a last-bit difference in a
+            # near-zero gradient (a rank runs its worker unmapped, simulate under vmap: other summation orders)
+            # moves a parameter by up to about 6e-6 after these rounds on AMD EPYC; 1e-5 still fails on any
+            # misplaced row or column (those differ by the learning rate, 1e-2).
+            close(whole.params, ref.params, f"gist {label} {mode}", atol=1e-5)
         say(f"OK gist {label} ({mode}): mpi == simulate")
 M._world().Barrier()
 say("ALL OK")
