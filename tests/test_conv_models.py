@@ -378,3 +378,8 @@ def test_ist_with_one_worker_equals_full_model_training(kind, layout):
 def test_layout_and_scaling_fields_are_checked(field, value):
     with pytest.raises(ValueError, match=f"ResNet.{field}="):
         ResNet(stage_sizes=(1,), widths=(4,), **{field: value})
+
+
+def test_activation_scale_none_from_the_command_line_is_the_none_choice():
+    # ml_collections parses ``--config.model.activation_scale=none`` to None.
+    assert ResNet(stage_sizes=(1,), widths=(4,), activation_scale=None).activation_scale == "none"

@@ -1,13 +1,15 @@
 """IST on a ResNet-18-shaped network (channels partitioned) on Fashion-MNIST (60,000 / 10,000 real images).
 
 ResNet-18's layout (basic blocks 2-2-2-2, BatchNorm with running statistics, 1x1 strided projection shortcuts) at
-1/8 of its widths (8-16-32-64 channels) so that it trains on a CPU; W=2, K=10, B=32, SGD with momentum 0.9, lr
-0.05 with weight decay 5e-4, step decay by 10 at 50 % and 75 % of 30 rounds, random crop (4 pixels of padding)
-and horizontal flip; BatchNorm statistics recomputed on the merged model after every round. Every conv's output channels (and its BatchNorm) are a neuron group; a residual addition
-ties both branches to one group. The same study with data parallel and local SGD, at W = 2 and 4, is one command
-(see docs/images.md)::
+1/8 of its widths (8-16-32-64 channels) so that it trains on a CPU; W=2, B=32, SGD with momentum 0.9 (reset at
+every repartition), lr 0.05 with weight decay 5e-4, step decay by 10 at 50 % and 75 % of the rounds, random crop (4
+pixels of padding) and horizontal flip; BatchNorm statistics recomputed on the merged model after every round.
 
-    istjax compare --config=experiments/configs/fmnist_resnet_ist.py --workers 2,4 --workdir=runs/resnet_study
+The defaults are what channel IST's diagnosis found (docs/images.md, "Why channel IST lagged"): only each block's
+inner channels are partitioned (``model.channel_partition="inner"``; the residual streams, stem, projections and
+head are shared and averaged), a sub-network rescales its inner activations by the inverse of the fraction it holds
+(``model.activation_scale="train"``), and K = 20 local steps. ``:diagnosis`` is the setting before it (every conv's
+channels, no scaling, K = 10), which the diagnosis varies one piece at a time.
 
 Command::
 
@@ -23,17 +25,21 @@ from istjax.experiment.config import default_config
 
 
 def get_config(arg=None):
-    del arg
+    if arg not in (None, "", "diagnosis"):
+        raise ValueError(f"fmnist_resnet_ist.py:{arg}: unknown setting; use no suffix (the defaults) or :diagnosis "
+                         f"(the setting before the diagnosis).")
+    before = arg == "diagnosis"
     c = default_config()
     c.name = "fmnist_resnet_ist"
     c.algorithm = "ist"
     c.dataset = "fashion_mnist"
     c.model = ml_collections.ConfigDict({"name": "resnet", "stage_sizes": (2, 2, 2, 2),
                                          "widths": (64, 128, 256, 512), "width_multiplier": 1 / 8,
-                                         "channel_partition": "all", "activation_scale": "none",
+                                         "channel_partition": "all" if before else "inner",
+                                         "activation_scale": "none" if before else "train",
                                          "test_keep": 1.0})
     c.num_workers = 2
-    c.local_steps = 10
+    c.local_steps = 10 if before else 20
     c.batch_size = 32
     c.optimizer = "momentum"
     c.momentum = 0.9

@@ -35,19 +35,20 @@ def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
     """Channel IST's diagnosis on fmnist_resnet_ist.py (W = 2, ``rounds`` x K = 10 x B = 32 per worker, the same
     samples in every cell): the baselines, two sanity rows, the layout, the activation scaling with the BatchNorm
     statistics policy, then K, the optimizer state and the learning rate around the inner layout."""
-    cfg = "experiments/configs/fmnist_resnet_ist.py"
-    base = (f"--config.num_rounds={rounds}", f"--config.eval_every={rounds // 2}",
-            f"--config.checkpoint_every={rounds}")
-    inner = ("--config.model.channel_partition=inner",)
+    cfg = "experiments/configs/fmnist_resnet_ist.py:diagnosis"  # the setting before the diagnosis, pinned
 
     def cell(label, *overrides, **info):
-        return Cell(label, cfg, base + tuple(overrides), info)
+        fields = {"num_rounds": rounds, "eval_every": rounds // 2, "checkpoint_every": rounds}
+        fields.update(o.removeprefix("--config.").split("=", 1) for o in overrides)
+        return Cell(label, cfg, tuple(f"--config.{k}={v}" for k, v in fields.items()), info)
+
+    inner = ("--config.model.channel_partition=inner",)
 
     def k_cell(k):  # K local steps with the rounds adjusted so that the samples stay the same
         r = rounds * 10 // k
-        return Cell(f"inner_K{k}", cfg, (f"--config.num_rounds={r}", f"--config.eval_every={r // 2}",
-                                        f"--config.checkpoint_every={r}", f"--config.local_steps={k}", *inner),
-                    {"group": "local steps", "what": f"inner, K = {k} ({r} rounds)"})
+        return cell(f"inner_K{k}", *inner, f"--config.local_steps={k}", f"--config.num_rounds={r}",
+                    f"--config.eval_every={r // 2}", f"--config.checkpoint_every={r}", group="local steps",
+                    what=f"inner, K = {k} ({r} rounds)")
 
     return [
         cell("data_parallel", "--config.algorithm=data_parallel", group="baseline", what="data parallel"),

@@ -217,6 +217,8 @@ class _ResNetBase(nn.Module):
 
     def __post_init__(self):
         owner = type(self).__name__
+        if self.activation_scale is None:  # ``--config.model.activation_scale=none`` arrives as None
+            object.__setattr__(self, "activation_scale", "none")
         _check_choice(owner, "channel_partition", self.channel_partition, CHANNEL_PARTITIONS)
         _check_choice(owner, "activation_scale", self.activation_scale, ACTIVATION_SCALES)
         keep = self.test_keep
