@@ -1,14 +1,27 @@
-"""The GIST studies of docs/graphs.md: accuracy against full-model training on Cora, and width scaling.
+"""The GIST studies of docs/graphs.md: GIST against full-model training on Cora and Citeseer, the recipe that
+brings the full model to the literature's accuracy, and width scaling.
 
 A thin script over the library::
 
-    python experiments/graphs/studies.py accuracy --workdir=runs/graphs/accuracy   # GCN and GraphSAGE, W=1,2,4,8
-    python experiments/graphs/studies.py width --workdir=runs/graphs/width         # 10^5 nodes, wide GraphSAGE
+    python experiments/graphs/studies.py cora       # GCN and GraphSAGE, W = 1, 2, 4, 8, three seeds
+    python experiments/graphs/studies.py citeseer   # the same on Citeseer
+    python experiments/graphs/studies.py recipe     # Cora, W = 1: the recipe's changes one at a time
+    python experiments/graphs/studies.py width --workdir=runs/graphs/width   # 10^5 nodes, wide GraphSAGE
 
-``accuracy`` trains ``experiments/configs/cora_gist.py`` with GIST (``algorithm="ist"``) and data parallel at
-W = 1, 2, 4, 8 for each model (W = 1 is ordinary full-model training; both algorithms are the same there) through
-``istjax compare`` (tables ``<model>/comparison.md``, curves ``<model>/comparison.png``). Needs the Planetoid files
-(``$ISTJAX_DATA_DIR/planetoid``).
+``cora``, ``citeseer`` and ``recipe`` are grids (`experiments.grid`): every cell trains once per seed (``--seeds``,
+default 0,1,2) into ``runs/graphs/<study>/<cell>/s<seed>`` (a finished run with the same config is reused), and
+after every run ``experiments/graphs/results/gist_<study>.json`` (per seed and per cell: mean and spread, with the
+command, commit and machine) and the figure ``docs/figures/gist_<study>.png`` are rewritten; `experiments.report`
+renders the docs' tables from the JSON. ``--only CELL,...`` trains some cells, ``--plot`` redraws the figure from the
+committed file. Needs the Planetoid files (``$ISTJAX_DATA_DIR/planetoid``).
+
+The ``cora`` and ``citeseer`` cells train ``experiments/configs/{cora,citeseer}_gist.py`` (Kipf and Welling's
+recipe at 256 hidden features, 20 rounds of K = 10 full-graph steps, Adam's moments carried) with GIST at
+W = 1, 2, 4, 8 for GCN and GraphSAGE: every W trains the same 256-wide network, a worker holding 256 / W features
+of the hidden layer (32 at W = 8), and W = 1 is ordinary full-model training (one worker, one Adam state, 200
+steps). ``paper_gcn16`` is the published model itself (16 hidden features, W = 1), too narrow to deal among 8
+workers (2 features each). Data parallel is not a cell: with every worker on the same 140 (120) training nodes it
+only averages dropout masks, and at W = 1 it is the W = 1 cell.
 
 ``width`` generates a contextual stochastic block model with 100,000 nodes, cuts it into clusters with METIS and
 compiles one worker's local training step (K Cluster-GCN steps of GraphSAGE with two hidden layers of ``--hidden``
@@ -23,27 +36,97 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import runpy
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # experiments.benchmarks.measure
+sys.path.insert(0, str(REPO))  # experiments.benchmarks.measure, experiments.grid
+from experiments.grid import Cell, plot, run_grid  # noqa: E402
 
-CONFIG = REPO / "experiments" / "configs" / "cora_gist.py"
+RESULTS = REPO / "experiments" / "graphs" / "results"
+CONFIGS = {"cora": "experiments/configs/cora_gist.py", "citeseer": "experiments/configs/citeseer_gist.py"}
+MODELS = {"gcn": "GCN", "graphsage": "GraphSAGE"}
+WORKERS = (1, 2, 4, 8)
 LEARNING_RATE = 0.01  # width study: Adam, re-created every round (as GIST's workers do)
 
 
-def accuracy(workdir: pathlib.Path, overrides: Sequence[str], overwrite: bool) -> int:
-    from istjax.experiment import compare
+def _value(v: Any) -> str:
+    return f"({', '.join(map(str, v))},)" if isinstance(v, (tuple, list)) else str(v)
 
-    code = 0
-    for model in ("gcn", "graphsage"):
-        argv = ["--config", str(CONFIG), "--algorithms", "ist,data_parallel", "--workers", "1,2,4,8",
-                f"--config.model.name={model}", "--workdir", str(workdir / model),
-                "--title", f"GIST vs data parallel, {model} on Cora (W=1: full-model training)", *overrides]
-        code = max(code, compare.main(argv + (["--overwrite"] if overwrite else [])))
-    return code
+
+def _overrides(config: str, **fields: Any) -> tuple[str, ...]:
+    """``--config.FIELD=VALUE`` for the ``fields`` (``model__hidden`` for ``model.hidden``) whose value differs
+    from the config file's own, so that the cell that runs the file as it is has no overrides."""
+    c = runpy.run_path(str(REPO / config))["get_config"](None)
+    out = []
+    for key, value in fields.items():
+        path = key.split("__")
+        have = c
+        for part in path:
+            have = have[part]
+        if (tuple(have) if isinstance(have, (tuple, list)) else have) != value:
+            out.append(f"--config.{'.'.join(path)}={_value(value)}")
+    return tuple(out)
+
+
+def _gist_cells(dataset: str) -> list[Cell]:
+    """The paper's 16-wide GCN at W = 1, then GIST for GCN and GraphSAGE at 256 hidden features, W = 1, 2, 4, 8."""
+    cfg = CONFIGS[dataset]
+    hidden = runpy.run_path(str(REPO / cfg))["get_config"](None).model.hidden[0]
+    cells = [Cell("paper_gcn16", cfg, _overrides(cfg, num_workers=1, model__hidden=(16,)),
+                  {"model": "GCN", "hidden": 16, "per_worker": 16,
+                   "what": "Kipf and Welling's GCN as published (16 hidden), full-model training"})]
+    for model, name in MODELS.items():
+        for w in WORKERS:
+            cells.append(Cell(f"{model}_W{w}", cfg, _overrides(cfg, model__name=model, num_workers=w),
+                              {"model": name, "hidden": hidden, "per_worker": hidden // w,
+                               "what": "full-model training" if w == 1 else f"GIST, {w} workers"}))
+    return cells
+
+
+def _recipe_cells() -> list[Cell]:
+    """Cora, GCN, 256 hidden, W = 1 (full-model training): the recipe, each of its changes undone alone, and the
+    config as it was before (LayerNorm, 30 rounds), whose full-model baseline read 0.780."""
+    cfg = CONFIGS["cora"]
+
+    def cell(label, change, **fields):
+        return Cell(label, cfg, _overrides(cfg, num_workers=1, **fields), {"change": change})
+
+    return [
+        cell("recipe", "the recipe (no LayerNorm, 200 steps, Adam's moments carried)"),
+        cell("layer_norm", "with LayerNorm after the hidden layer", model__layer_norm=True),
+        cell("steps300", "300 steps (30 rounds)", num_rounds=30, eval_every=10),
+        cell("optimizer_reset", "Adam's state reset every round of K = 10 steps", optimizer_state="reset"),
+        cell("before", "the config before: LayerNorm, 300 steps", model__layer_norm=True, num_rounds=30,
+             eval_every=10),
+        cell("paper_width", "16 hidden features (the published width)", model__hidden=(16,)),
+    ]
+
+
+GRIDS = {"cora": lambda: _gist_cells("cora"), "citeseer": lambda: _gist_cells("citeseer"), "recipe": _recipe_cells}
+FIGURES = {
+    "cora": ("GIST on Cora: the same 256-wide network trained by W workers (W = 1: full-model training)", "gcn_W1"),
+    "citeseer": ("GIST on Citeseer: the same 256-wide network trained by W workers (W = 1: full-model training)",
+                 "gcn_W1"),
+    "recipe": ("Cora, 256-wide GCN, full-model training: the recipe's changes undone one at a time", "recipe"),
+}
+
+
+def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str], plot_only: bool) -> int:
+    """Trains a grid study on ``seeds`` into ``workdir``; writes ``experiments/graphs/results/gist_<study>.json``
+    and its figure ``docs/figures/gist_<study>.png`` (``plot_only``: the figure alone, from the committed file)."""
+    status = 0
+    out = RESULTS / f"gist_{study}.json"
+    if not plot_only:
+        command = (f"ISTJAX_DATA_DIR=../shared/data python experiments/graphs/studies.py {study} "
+                   f"--seeds {','.join(map(str, seeds))}")
+        status = run_grid(study, GRIDS[study](), seeds, workdir, out, command, only)
+    title, reference = FIGURES[study]
+    print(f"wrote {plot(out, REPO / 'docs' / 'figures' / f'gist_{study}.png', title, reference)}")
+    return status
 
 
 def _graph(num_nodes: int):
@@ -145,19 +228,24 @@ def width(workdir: pathlib.Path, hidden: int, budget_mib: float, workers: Sequen
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("::")[0].strip())
-    parser.add_argument("study", choices=["accuracy", "width"])
-    parser.add_argument("--workdir", required=True, type=pathlib.Path)
-    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("study", choices=[*GRIDS, "width"])
+    parser.add_argument("--workdir", type=pathlib.Path, help="where the runs go (default runs/graphs/<study>)")
+    parser.add_argument("--seeds", default="0,1,2", help="grid studies: comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--only", default="", help="grid studies: comma-separated cell labels to train")
+    parser.add_argument("--plot", action="store_true", help="grid studies: only redraw the figure from the results")
     parser.add_argument("--hidden", type=int, default=2048, help="width: hidden features per layer")
     parser.add_argument("--budget-mib", type=float, default=128.0, help="width: per-worker memory budget")
     parser.add_argument("--workers", default="1,2,4,8", help="width: worker counts to measure")
     parser.add_argument("--rounds", type=int, default=20, help="width: GIST rounds to train")
     parser.add_argument("--num-nodes", type=int, default=100_000, help="width: nodes of the generated graph")
-    args, overrides = parser.parse_known_args(argv)
-    if args.study == "accuracy":
-        return accuracy(args.workdir, overrides, args.overwrite)
-    return width(args.workdir, args.hidden, args.budget_mib, [int(w) for w in args.workers.split(",")],
-                 args.rounds, args.num_nodes)
+    args = parser.parse_args(argv)
+    workdir = args.workdir or REPO / "runs" / "graphs" / args.study
+    if args.study == "width":
+        return width(workdir, args.hidden, args.budget_mib, [int(w) for w in args.workers.split(",")],
+                     args.rounds, args.num_nodes)
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    only = [x for x in args.only.split(",") if x]
+    return grid_main(args.study, workdir, seeds, only, args.plot)
 
 
 if __name__ == "__main__":
