@@ -684,6 +684,16 @@ def _headline_mnist1d(d):
     return _three_way(d) + "; IST trails both here: each worker holds 1/16 of the 512 x 512 hidden weight"
 
 
+@headline_row("channel IST's diagnosis, ResNet-18 layout at 1/8 width, Fashion-MNIST, W = 2, 25,600 samples "
+              "(`python experiments/images/studies.py diagnosis`)", "`docs/images.md`", DIAGNOSIS)
+def _headline_diagnosis(d):
+    by = {r["label"]: r for r in result_rows(d)}
+    return (f"every conv's channels partitioned (the paper's layout) {accuracy(by['all_none_recompute'])}; only the "
+            f"blocks' inner channels {accuracy(by['inner_none_recompute'])}, K = 20 {accuracy(by['inner_K20'])}; "
+            f"data parallel {accuracy(by['data_parallel'])}, local SGD {accuracy(by['local_sgd'])}: still short of "
+            f"the baselines at this budget")
+
+
 @headline_row("2-layer speech MLP (4096-4096-35), bytes per worker per round each way, W = 2, under "
               "`mpiexec -n 2`", "`docs/distributed.md`", BENCH)
 def _headline_bytes(d):
