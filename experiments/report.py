@@ -641,6 +641,29 @@ def _images_ablation(d):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Graphs (experiments/graphs/results/gist_*.json, written by experiments/graphs/studies.py)
+
+GIST_FILES = {"cora": "experiments/graphs/results/gist_cora.json",
+              "citeseer": "experiments/graphs/results/gist_citeseer.json"}
+GIST_RECIPE = "experiments/graphs/results/gist_recipe.json"
+
+for _dataset, _src in GIST_FILES.items():
+    results_table(f"graphs_gist_{_dataset}", _src, [
+        ("cell", lambda r: f"`{r['label']}`"), ("model", lambda r: r["model"]), "num_workers",
+        ("hidden features per worker", lambda r: f"{r['per_worker']} of {r['hidden']}"), "test_accuracy",
+        ("min-max", _spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 3)),
+        ("bytes per worker per round", lambda r: nbytes(r["bytes_per_worker_per_round"], binary=False)),
+        ("s per round", lambda r: fixed(r["time_per_round_s_mean"]))])
+    for _label in ("paper_gcn16", *(f"{m}_W{w}" for m in ("gcn", "graphsage") for w in (1, 2, 4, 8))):
+        scalar(f"graphs.{_dataset}.{_label}", _src, _diagnosis_accuracy(_label))
+results_table("graphs_recipe", GIST_RECIPE, [
+    ("cell", lambda r: f"`{r['label']}`"), ("change from the recipe", lambda r: r["change"]), "test_accuracy",
+    ("min-max", _spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 4))])
+for _label in ("recipe", "layer_norm", "steps300", "optimizer_reset", "before", "paper_width"):
+    scalar(f"graphs.recipe.{_label}", GIST_RECIPE, _diagnosis_accuracy(_label))
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The README's headline table: one row per result that has a committed file behind it. The rows whose files are
 # still to come are listed below it by hand (README, "Not yet backed by committed results").
 
