@@ -45,7 +45,15 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    found = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    try:
+        import jax
+
+        device = jax.devices()[0]
+        found.update(backend=device.platform, device=device.device_kind, jax=jax.__version__)
+    except Exception:  # noqa: BLE001 -- what the numbers ran on is a note; never fail a study over it
+        pass
+    return found
 
 
 def commit() -> str:
@@ -53,7 +61,7 @@ def commit() -> str:
     def git(*args):
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
-    head = git("rev-parse", "HEAD") or "unknown"
+    head = git("rev-parse", "HEAD") or os.environ.get("ISTJAX_COMMIT", "unknown")  # a copy without .git
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
@@ -130,41 +138,58 @@ def write(out: pathlib.Path, study: str, command: str, cells: Sequence[Cell], ru
 
 
 def run_grid(study: str, cells: Sequence[Cell], seeds: Sequence[int], workdir: pathlib.Path, out: pathlib.Path,
-             command: str, only: Sequence[str] = ()) -> int:
+             command: str, only: Sequence[str] = (), jobs: int = 1) -> int:
     """Trains every cell (or those in ``only``) once per seed, seed-major so that a partial study already has every
-    cell's first seed; rewrites ``out`` after each run. Returns 1 if a run failed, else 0."""
-    import jax
-
-    from istjax.experiment import driver
-
+    cell's first seed; rewrites ``out`` after each run. ``jobs`` > 1 trains that many runs at once in separate
+    processes (on a GPU, small runs leave it mostly idle one at a time). Returns 1 if a run failed, else 0."""
     labels = [c.label for c in cells]
     if len(set(labels)) != len(labels):
         raise ValueError(f"{study}: cell labels repeat: {labels}")
     unknown = sorted(set(only) - set(labels))
     if unknown:
         raise SystemExit(f"{study}: no cell named {unknown}; cells: {labels}")
-    jax.config.update("jax_compilation_cache_dir", str(workdir / ".jax_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     todo = [(c, s) for s in seeds for c in cells if not only or c.label in only]
     configs = {(c.label, s): _config(c, s) for c, s in todo}  # every config parsed and checked before any run
+    todo = [(c, s) for c, s in todo if not _finished(configs[c.label, s], workdir / c.label / f"s{s}")]
+    print(f"== {study}: {len(todo)} run(s) to train, {jobs} at a time", file=sys.stderr, flush=True)
     failed = 0
-    for i, (cell, seed) in enumerate(todo, 1):
-        run_dir = workdir / cell.label / f"s{seed}"
-        print(f"== [{i}/{len(todo)}] {study}: {cell.label} seed {seed} -> {run_dir}", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        if _finished(configs[cell.label, seed], run_dir):
-            print("== finished before: reused", file=sys.stderr, flush=True)
-            continue
-        try:
-            driver.train_and_evaluate(configs[cell.label, seed], run_dir)
-        except driver.TrainingError as e:
-            failed = 1
-            print(f"== {cell.label} seed {seed} failed: {e}", file=sys.stderr, flush=True)
-        print(f"== done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-        _collect_and_write(study, cells, seeds, workdir, out, command, started)
+    if jobs <= 1:
+        for i, (cell, seed) in enumerate(todo, 1):
+            print(f"== [{i}/{len(todo)}] {study}: {cell.label} seed {seed}", file=sys.stderr, flush=True)
+            failed |= _train_one(configs[cell.label, seed], workdir / cell.label / f"s{seed}", workdir / ".jax_cache")
+            _collect_and_write(study, cells, seeds, workdir, out, command, started)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_train_one, configs[c.label, s], workdir / c.label / f"s{s}",
+                                   workdir / ".jax_cache") for c, s in todo]
+            for done in as_completed(futures):
+                failed |= done.result()
+                _collect_and_write(study, cells, seeds, workdir, out, command, started)
     _collect_and_write(study, cells, seeds, workdir, out, command, started)
     return failed
+
+
+def _train_one(config, run_dir: pathlib.Path, cache: pathlib.Path) -> int:
+    """Trains one run (in this process or a pool's); 1 if it failed, else 0."""
+    import jax
+
+    from istjax.experiment import driver
+
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    t0 = time.perf_counter()
+    print(f"== {config.seed} -> {run_dir}", file=sys.stderr, flush=True)
+    try:
+        driver.train_and_evaluate(config, run_dir)
+    except driver.TrainingError as e:
+        print(f"== {run_dir} failed: {e}", file=sys.stderr, flush=True)
+        return 1
+    print(f"== {run_dir} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return 0
 
 
 def _collect_and_write(study, cells, seeds, workdir, out, command, started) -> None:

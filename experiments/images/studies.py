@@ -78,10 +78,50 @@ def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
     ]
 
 
-def _comparison_cells(config: str, algorithms: Sequence[str], workers: Sequence[int]) -> list[Cell]:
-    """``config`` as it is, once per (algorithm, W): the same samples per worker for every algorithm."""
-    return [Cell(f"{a}_W{w}", config, (f"--config.algorithm={a}", f"--config.num_workers={w}"), {})
+def _budget(rounds: int) -> tuple[str, ...]:
+    """The overrides of a long study: ``rounds`` rounds, evaluated four times, one checkpoint at the end."""
+    return (f"--config.num_rounds={rounds}", f"--config.eval_every={rounds // 4}",
+            f"--config.checkpoint_every={rounds}")
+
+
+def _comparison_cells(config: str, algorithms: Sequence[str], workers: Sequence[int],
+                      extra: Sequence[str] = ()) -> list[Cell]:
+    """``config`` with ``extra`` overrides, once per (algorithm, W): the same samples per worker for every
+    algorithm."""
+    return [Cell(f"{a}_W{w}", config, (f"--config.algorithm={a}", f"--config.num_workers={w}", *extra),
+                 {"what": f"{a.replace('_', ' ')}, W = {w}"})
             for w in workers for a in algorithms]
+
+
+# The comparisons' budget: long enough for data parallel to pass 0.91 on Fashion-MNIST. 600 rounds x K = 20 x B = 32
+# per worker is 384,000 samples per worker (12.8 epochs of data among W = 2, 25.6 among W = 4), at a quarter of
+# ResNet-18's widths (16-32-64-128 channels).
+RESNET_ROUNDS, RESNET_WIDTH = 600, 0.25
+RESIST_ROUNDS = 600  # x K = 10 x B = 32: 192,000 samples per worker
+ABLATION_ROUNDS = 400
+
+
+def _resnet_cells() -> list[Cell]:
+    return _comparison_cells("experiments/configs/fmnist_resnet_ist.py", ("ist", "data_parallel", "local_sgd"), (2, 4),
+                             (*_budget(RESNET_ROUNDS), f"--config.model.width_multiplier={RESNET_WIDTH}"))
+
+
+def _resist_cells() -> list[Cell]:
+    """ResIST against local SGD at W = 2, 4 (the config as it is), then at W = 2: momentum carried across
+    repartitions, BatchNorm statistics recomputed on the merged model, and the full CIFAR-ResNet widths (16-32-64)."""
+    config = "experiments/configs/fmnist_resist.py"
+    cells = _comparison_cells(config, ("resist", "local_sgd"), (2, 4), _budget(RESIST_ROUNDS))
+    w2 = ("--config.num_workers=2", *_budget(RESIST_ROUNDS))
+    return cells + [
+        Cell("resist_W2_momentum_carried", config, ("--config.algorithm=resist", *w2, "--config.optimizer_state=carry"),
+             {"what": "ResIST, W = 2, momentum carried across repartitions"}),
+        Cell("resist_W2_stats_recomputed", config, ("--config.algorithm=resist", *w2, "--config.model_state=recompute"),
+             {"what": "ResIST, W = 2, BatchNorm statistics recomputed on the merged model"}),
+        Cell("resist_W2_width1", config, ("--config.algorithm=resist", *w2, "--config.model.width_multiplier=1.0"),
+             {"what": "ResIST, W = 2, widths 16-32-64"}),
+        Cell("local_sgd_W2_width1", config, ("--config.algorithm=local_sgd", *w2, "--config.model.width_multiplier=1.0"),
+             {"what": "local SGD, W = 2, widths 16-32-64"}),
+    ]
 
 
 PAPER_ABLATION = (66.3, 68.3, 84.3, 91.5, 92.0)  # ResIST, arXiv 2107.00961: CIFAR-10 test accuracy per step
@@ -89,34 +129,35 @@ ABLATION_STEPS = ("naive", "share_strided", "one_section", "test_scale", "preact
 
 
 def _ablation_cells() -> list[Cell]:
-    return [Cell(f"{i}_{step}", f"experiments/configs/fmnist_resist_ablation.py:{step}", (),
+    return [Cell(f"{i}_{step}", f"experiments/configs/fmnist_resist_ablation.py:{step}", _budget(ABLATION_ROUNDS),
                  {"step": f"{i}. {step}", "paper": paper})
             for i, (step, paper) in enumerate(zip(ABLATION_STEPS, PAPER_ABLATION), 1)]
 
 
 GRIDS = {
     "diagnosis": _diagnosis_cells,
-    "resnet": lambda: _comparison_cells("experiments/configs/fmnist_resnet_ist.py",
-                                        ("ist", "data_parallel", "local_sgd"), (2, 4)),
-    "resist": lambda: _comparison_cells("experiments/configs/fmnist_resist.py", ("resist", "local_sgd"), (2, 4)),
+    "resnet": _resnet_cells,
+    "resist": _resist_cells,
     "ablation": _ablation_cells,
 }
 FIGURES = {
     "diagnosis": ("Channel IST's diagnosis: ResNet-18 layout at 1/8 width, Fashion-MNIST,\nW = 2, 25,600 samples per "
                   "algorithm", "data_parallel"),
-    "resnet": ("Channel IST vs data parallel vs local SGD (fmnist_resnet_ist.py)", "data_parallel_W2"),
-    "resist": ("ResIST vs local SGD (fmnist_resist.py)", "local_sgd_W2"),
-    "ablation": ("ResIST's ablation in miniature (fmnist_resist_ablation.py)", None),
+    "resnet": ("Channel IST vs data parallel vs local SGD: ResNet-18 layout at 1/4 width, Fashion-MNIST,\n"
+               "384,000 samples per worker", "data_parallel_W2"),
+    "resist": ("ResIST vs local SGD (fmnist_resist.py), 192,000 samples per worker", "local_sgd_W2"),
+    "ablation": ("ResIST's ablation in miniature (fmnist_resist_ablation.py), 400 rounds", None),
 }
 
 
-def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str], plot_only: bool) -> int:
+def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str], plot_only: bool,
+              jobs: int = 1) -> int:
     """Trains a grid study on ``seeds`` into ``workdir``; writes ``experiments/images/results/<study>.json`` and
     its figure ``docs/figures/<study>.png`` (``plot_only``: the figure alone, from the committed file)."""
     status = 0
     if not plot_only:
         command = f"python experiments/images/studies.py {study} --seeds {','.join(map(str, seeds))}"
-        status = run_grid(study, GRIDS[study](), seeds, workdir, RESULTS / f"{study}.json", command, only)
+        status = run_grid(study, GRIDS[study](), seeds, workdir, RESULTS / f"{study}.json", command, only, jobs)
     title, reference = FIGURES[study]
     print(f"wrote {plot(RESULTS / f'{study}.json', REPO / 'docs' / 'figures' / f'{study}.png', title, reference)}")
     return status
@@ -165,6 +206,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--seeds", default="0,1,2", help="grid studies: comma-separated seeds (default 0,1,2)")
     parser.add_argument("--only", default="", help="grid studies: comma-separated cell labels to train")
     parser.add_argument("--plot", action="store_true", help="grid studies: only redraw the figure from the results")
+    parser.add_argument("--jobs", type=int, default=1, help="grid studies: runs trained at once, each in its own "
+                        "process (default 1; on a GPU machine, several)")
     args, overrides = parser.parse_known_args(argv)
     if args.study == "bytes":
         print(bytes_table())
@@ -174,7 +217,8 @@ def main(argv: Sequence[str]) -> int:
                      f"defined in this file, so that its results file says what was run")
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     only = [x for x in args.only.split(",") if x]
-    return grid_main(args.study, args.workdir or REPO / "runs" / "images" / args.study, seeds, only, args.plot)
+    return grid_main(args.study, args.workdir or REPO / "runs" / "images" / args.study, seeds, only, args.plot,
+                     args.jobs)
 
 
 if __name__ == "__main__":
