@@ -61,7 +61,9 @@ def commit() -> str:
     def git(*args):
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
-    head = git("rev-parse", "HEAD") or os.environ.get("ISTJAX_COMMIT", "unknown")  # a copy without .git
+    if os.environ.get("ISTJAX_COMMIT"):  # a copy of the tree run elsewhere (a GPU machine): the commit it was
+        return os.environ["ISTJAX_COMMIT"]
+    head = git("rev-parse", "HEAD") or "unknown"
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 

@@ -102,8 +102,14 @@ ABLATION_ROUNDS = 400
 
 
 def _resnet_cells() -> list[Cell]:
-    return _comparison_cells("experiments/configs/fmnist_resnet_ist.py", ("ist", "data_parallel", "local_sgd"), (2, 4),
-                             (*_budget(RESNET_ROUNDS), f"--config.model.width_multiplier={RESNET_WIDTH}"))
+    """Channel IST (the diagnosis' defaults) against data parallel and local SGD at W = 2, 4; then channel IST with
+    momentum carried across repartitions (the diagnosis' best single change after the layout and scaling)."""
+    config = "experiments/configs/fmnist_resnet_ist.py"
+    extra = (*_budget(RESNET_ROUNDS), f"--config.model.width_multiplier={RESNET_WIDTH}")
+    return _comparison_cells(config, ("ist", "data_parallel", "local_sgd"), (2, 4), extra) + [
+        Cell(f"ist_W{w}_momentum_carried", config,
+             ("--config.algorithm=ist", f"--config.num_workers={w}", *extra, "--config.optimizer_state=carry"),
+             {"what": f"ist, W = {w}, momentum carried across repartitions"}) for w in (2, 4)]
 
 
 def _resist_cells() -> list[Cell]:
