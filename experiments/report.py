@@ -607,6 +607,40 @@ scalar("diagnosis.bytes_optcarry_vs_local", DIAGNOSIS, _bytes_vs("inner_optcarry
 
 RESIST = "experiments/images/results/resist.json"
 ABLATION = "experiments/images/results/ablation.json"
+RESNET = "experiments/images/results/resnet.json"
+
+
+def _points_vs(rows: list[dict[str, Any]], algorithm: str) -> Callable[[dict[str, Any]], str]:
+    """A row's mean test accuracy minus ``algorithm``'s at the same W, in points: '-3.0'."""
+    ref = {r["num_workers"]: r for r in rows if r["label"] == f"{algorithm}_W{r['num_workers']}"}
+
+    def fn(r):
+        other = ref.get(r["num_workers"])
+        if other is None or other is r:
+            return "-"
+        return f"{100 * (r['test_accuracy_mean'] - other['test_accuracy_mean']):+.1f}"
+    return fn
+
+
+@table("images_resnet", RESNET)
+def _images_resnet(d):
+    rows = result_rows(d)
+    dp, local = _points_vs(rows, "data_parallel"), _points_vs(rows, "local_sgd")
+    return markdown_table(
+        ["cell", "W", "test accuracy (mean ± std over seeds)", "min-max", "points vs data parallel",
+         "points vs local SGD", "train loss", "bytes per worker per round"],
+        [[r["what"], r["num_workers"], accuracy(r), _spread(r), dp(r), local(r), fixed(r["train_loss_mean"], 3),
+          nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in rows])
+
+
+for _label in ("ist_W2", "ist_W4", "data_parallel_W2", "data_parallel_W4", "local_sgd_W2", "local_sgd_W4",
+               "ist_W2_momentum_carried"):
+    scalar(f"resnet.{_label}", RESNET, _diagnosis_accuracy(_label))
+scalar("resnet.bytes_ist_vs_local_W2", RESNET, _bytes_vs("ist_W2", "local_sgd_W2"))
+scalar("resnet.bytes_ist_vs_local_W4", RESNET, _bytes_vs("ist_W4", "local_sgd_W4"))
+scalar("resnet.bytes_carried_vs_local_W2", RESNET, _bytes_vs("ist_W2_momentum_carried", "local_sgd_W2"))
+scalar("resnet.machine", RESNET, lambda d: f"{d['machine'].get('device', d['machine']['cpu'])}, jax "
+                                        f"{d['machine'].get('jax', '?')}")
 
 
 def _vs_local_sgd(rows: list[dict[str, Any]]) -> Callable[[dict[str, Any]], str]:
@@ -715,6 +749,23 @@ def _headline_diagnosis(d):
             f"blocks' inner channels {accuracy(by['inner_none_recompute'])}, K = 20 {accuracy(by['inner_K20'])}; "
             f"data parallel {accuracy(by['data_parallel'])}, local SGD {accuracy(by['local_sgd'])}: still short of "
             f"the baselines at this budget")
+
+
+@headline_row("channel IST vs data parallel vs local SGD, ResNet-18 layout at 1/4 width, Fashion-MNIST, 384,000 "
+              "samples per worker, on a GPU (`python experiments/images/studies.py resnet`)", "`docs/images.md`",
+              RESNET)
+def _headline_resnet(d):
+    by = {r["label"]: r for r in result_rows(d)}
+
+    def at(w):
+        return (f"W = {w}: IST {accuracy(by[f'ist_W{w}'])}, data parallel {accuracy(by[f'data_parallel_W{w}'])}, "
+                f"local SGD {accuracy(by[f'local_sgd_W{w}'])}")
+    gaps = [by[f"ist_W{w}"]["test_accuracy_mean"] - by[f"{a}_W{w}"]["test_accuracy_mean"]
+            for w in (2, 4) for a in ("data_parallel", "local_sgd")]
+    verdict = ("within 1 point of both: the target is met" if min(gaps) >= -0.01 else
+               f"IST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
+    return (f"{at(2)}; {at(4)}; IST moves {_bytes_vs('ist_W2', 'local_sgd_W2')(d)} (W = 2) and "
+            f"{_bytes_vs('ist_W4', 'local_sgd_W4')(d)} (W = 4) of local SGD's bytes; {verdict}")
 
 
 @headline_row("2-layer speech MLP (4096-4096-35), bytes per worker per round each way, W = 2, under "
