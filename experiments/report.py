@@ -622,6 +622,12 @@ def _points_vs(rows: list[dict[str, Any]], algorithm: str) -> Callable[[dict[str
     return fn
 
 
+def _cell_name(r: dict[str, Any]) -> str:
+    """'IST, momentum carried across repartitions' from a comparison cell's ``what`` ('ist, W = 2, momentum ...')."""
+    rest = r["what"].split(", ")[2:]
+    return ", ".join([algorithm_name(r["algorithm"]), *rest])
+
+
 @table("images_resnet", RESNET)
 def _images_resnet(d):
     rows = result_rows(d)
@@ -629,7 +635,7 @@ def _images_resnet(d):
     return markdown_table(
         ["cell", "W", "test accuracy (mean ± std over seeds)", "min-max", "points vs data parallel",
          "points vs local SGD", "train loss", "bytes per worker per round"],
-        [[r["what"], r["num_workers"], accuracy(r), _spread(r), dp(r), local(r), fixed(r["train_loss_mean"], 3),
+        [[_cell_name(r), r["num_workers"], accuracy(r), _spread(r), dp(r), local(r), fixed(r["train_loss_mean"], 3),
           nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in rows])
 
 
@@ -768,6 +774,23 @@ def _headline_resnet(d):
             f"{_bytes_vs('ist_W4', 'local_sgd_W4')(d)} (W = 4) of local SGD's bytes; {verdict}")
 
 
+def _headline_gist(d) -> str:
+    by = {r["label"]: r for r in result_rows(d)}
+
+    def model(m):
+        return (f"{'GCN' if m == 'gcn' else 'GraphSAGE'} full model {accuracy(by[f'{m}_W1'])}, GIST W = 2 / 4 / 8 "
+                + " / ".join(f"{by[f'{m}_W{w}']['test_accuracy_mean']:.3f} ± {by[f'{m}_W{w}']['test_accuracy_std']:.3f}"
+                             for w in (2, 4, 8)))
+    return (f"{model('gcn')}; {model('graphsage')}; Kipf and Welling's 16-wide GCN trained here "
+            f"{accuracy(by['paper_gcn16'])}")
+
+
+for _dataset, _name in (("cora", "Cora"), ("citeseer", "Citeseer")):
+    headline_row(f"GIST on {_name} (public split), 256 hidden features split among W workers, 3 seeds "
+                 f"(`python experiments/graphs/studies.py {_dataset}`)", "`docs/graphs.md`",
+                 GIST_FILES[_dataset])(_headline_gist)
+
+
 @headline_row("2-layer speech MLP (4096-4096-35), bytes per worker per round each way, W = 2, under "
               "`mpiexec -n 2`", "`docs/distributed.md`", BENCH)
 def _headline_bytes(d):
@@ -854,6 +877,49 @@ def _register_headline() -> None:
     """(Re)registers the headline table over the sources of the rows `HEADLINE` holds now."""
     REGISTRY.pop("headline", None)
     register("headline", _headline_sources(), _headline)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Theory (experiments/theory/results/quadratic/results.json, written by experiments/theory/main.py)
+
+QUADRATIC = "experiments/theory/results/quadratic/results.json"
+
+
+def _vector(v: Sequence[float]) -> str:
+    return "[" + ", ".join(f"{x:.4f}".replace("-", "−") for x in v) + "]"
+
+
+@table("theory_quadratic", QUADRATIC)
+def _theory_quadratic(d):
+    runs = d["config"]["num_runs"]
+    rows = []
+    for p in d["results"]["panels"]:
+        schedule = f", γ_t = γ/(1+{p['decay']:g}t)" if p["decay"] else ""
+        rows.append([f"{p['local_steps']}, {p['step_size']:g}{schedule}", _vector(p["x_hat_enumerated"]),
+                     _vector(p["mean_of_runs_final"]), f"{max(abs(z) for z in p['z_scores_final']):.2f}",
+                     _vector(p["x_star"])])
+    return markdown_table(["K, γ", "x̂ (exact, enumerated)", f"mean of {runs} runs",
+                           "largest \\|z\\|", "x*"], rows)
+
+
+def _z_scores(d) -> list[float]:
+    return [z for p in d["results"]["panels"] for z in p["z_scores_final"]]
+
+
+scalar("theory.z_count", QUADRATIC, lambda d: str(len(_z_scores(d))))
+scalar("theory.z_max", QUADRATIC, lambda d: f"{max(abs(z) for z in _z_scores(d)):.2f}")
+scalar("theory.runs", QUADRATIC, lambda d: str(d["config"]["num_runs"]))
+scalar("theory.closed_form_diff", QUADRATIC, lambda d: f"{max(p['closed_form_max_abs_diff'] or 0.0 for p in d['results']['panels']):.0e}")
+
+
+@headline_row("quadratic theory: IST's mean iterate vs the exact expected fixed point, heterogeneous d = 6, n = 3 "
+              "(`python experiments/theory/main.py --config=experiments/theory/configs/quadratic.py "
+              "--workdir=experiments/theory/results/quadratic`)", "`docs/theory.md`", QUADRATIC)
+def _headline_theory(d):
+    z = _z_scores(d)
+    inside = sum(abs(x) <= 2 for x in z)
+    return (f"mean of {d['config']['num_runs']} runs within 2 standard errors of x̂ in {inside} of {len(z)} "
+            f"coordinates (largest \\|z\\| {max(abs(x) for x in z):.2f}), 5 settings of K and γ")
 
 
 _register_headline()

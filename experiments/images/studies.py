@@ -89,7 +89,7 @@ def _comparison_cells(config: str, algorithms: Sequence[str], workers: Sequence[
     """``config`` with ``extra`` overrides, once per (algorithm, W): the same samples per worker for every
     algorithm."""
     return [Cell(f"{a}_W{w}", config, (f"--config.algorithm={a}", f"--config.num_workers={w}", *extra),
-                 {"what": f"{a.replace('_', ' ')}, W = {w}"})
+                 {"what": f"{a}, W = {w}"})
             for w in workers for a in algorithms]
 
 
