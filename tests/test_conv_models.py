@@ -263,19 +263,26 @@ def test_worker_subnetwork_equals_full_network_without_the_other_channels(kind):
     channel and unit w does not hold is removed (its weights, BatchNorm scale and bias zeroed): the spec names every
     axis a channel touches, residual additions included."""
     model = TINY[kind]()
+    for got, removed, stats in _two_workers(model):
+        want = model.apply({"params": removed, **stats}, X, train=True, mutable=list(stats))[0]
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def _two_workers(model):
+    """For each of two workers of a uniform partition (halves): the logits of its narrow network (training mode)
+    and the full parameters with every channel it does not hold zeroed, with the full model's statistics."""
     task = istjax.classifier(model, X)
     params, stats = task.init(jax.random.key(2)), task.init_state(jax.random.key(2))
     sampler = istjax.uniform()
     p = sampler.sample(jax.random.key(3), task.spec.group_sizes, 2)
     slots = sampler.slots(task.spec.group_sizes, 2)
+    assert all(slots[g] * 2 == n for g, n in task.spec.group_sizes.items())  # halves: one factor, 2, for scaling
     sub = istjax.extract(params, p, task.spec)
     sub_stats = istjax.extract(stats, p, task.state_spec)
     for w in range(2):
         variables = {"params": jax.tree.map(lambda a: a[w], sub), **jax.tree.map(lambda a: a[w], sub_stats)}
         got = model.subnet(slots).apply(variables, X, train=True, mutable=list(stats))[0]
-        removed = jax.tree.map(lambda a, m: a * m, params, _held_mask(task.spec, p, w)(params))
-        want = model.apply({"params": removed, **stats}, X, train=True, mutable=list(stats))[0]
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+        yield got, jax.tree.map(lambda a, m: a * m, params, _held_mask(task.spec, p, w)(params)), stats
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,18 +313,7 @@ def test_inner_layout_subnetwork_equals_full_network_without_the_other_channels(
     channels w does not hold removed; with ``activation_scale="train"`` its inner activations are also multiplied
     by (block's inner channels) / (channels w holds)."""
     model = RESNETS[kind](channel_partition="inner", activation_scale=scale)
-    task = istjax.classifier(model, X)
-    params, stats = task.init(jax.random.key(2)), task.init_state(jax.random.key(2))
-    sampler = istjax.uniform()
-    p = sampler.sample(jax.random.key(3), task.spec.group_sizes, 2)
-    slots = sampler.slots(task.spec.group_sizes, 2)
-    assert all(slots[g] * 2 == n for g, n in task.spec.group_sizes.items())  # halves: one factor, 2, for scaling
-    sub = istjax.extract(params, p, task.spec)
-    sub_stats = istjax.extract(stats, p, task.state_spec)
-    for w in range(2):
-        variables = {"params": jax.tree.map(lambda a: a[w], sub), **jax.tree.map(lambda a: a[w], sub_stats)}
-        got = model.subnet(slots).apply(variables, X, train=True, mutable=list(stats))[0]
-        removed = jax.tree.map(lambda a, m: a * m, params, _held_mask(task.spec, p, w)(params))
+    for got, removed, stats in _two_workers(model):
         if scale == "train":
             removed = _scale_conv2(removed, 2.0)
         plain = RESNETS[kind](channel_partition="inner")
