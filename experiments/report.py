@@ -480,33 +480,100 @@ table("network_fsdd", FSDD)(_time_to_accuracy)
 table("network_keywords", KEYWORDS)(_time_to_accuracy)
 
 
+def _seeds(d) -> list[int]:
+    """The seeds of a time-to-accuracy file's runs: [0] for a file from before ``--seeds`` (one run per cell)."""
+    from experiments.network import time_to_accuracy
+    return sorted({time_to_accuracy.seed_of(r) for r in d["runs"]})
+
+
+def _runs_in_words(d) -> str:
+    """'one run each', or 'mean ± std over 3 seeds'."""
+    n = len(_seeds(d))
+    return "one run each" if n == 1 else f"mean ± std over {n} seeds"
+
+
+def _over_seeds(values: list, fmt: Callable[[float], str]) -> str:
+    """One cell of runs over seeds: the one value as ``fmt`` gives it, or 'mean ± std' (``fmt`` for both)."""
+    from experiments.network.time_to_accuracy import mean_std
+    mean, std = mean_std(values)
+    if mean is None:
+        return "-"
+    return fmt(mean) if std is None else f"{fmt(mean)} ± {fmt(std)}"
+
+
+def _rounds_over_seeds(runs: list[dict]) -> str:
+    """Rounds to the target over seeds: '3', '3-4', with '(2 of 3)' where some seeds did not reach it; '-'."""
+    reached = [r["round_to_target"] for r in runs if r.get("round_to_target") is not None]
+    if not reached:
+        return "-"
+    return span(reached, cell) + (f" ({len(reached)} of {len(runs)})" if len(reached) < len(runs) else "")
+
+
 def _per_round(d):
-    """Per model, rank count and link: rounds to the target, seconds per round, bytes per worker and on the links."""
-    runs = {(r["model"], r["ranks"], r["link"], r["algorithm"]): r for r in d["runs"]}
-    algs = ("ist", "data_parallel", "local_sgd")
+    """Per model, rank count and link: rounds to the target, seconds per round, bytes per worker and on the links
+    (several seeds: the range of rounds, the mean ± std of seconds, the mean of bytes)."""
+    runs: dict[tuple, list[dict]] = {}
+    for r in d["runs"]:
+        runs.setdefault((r["model"], r["ranks"], r["link"], r["algorithm"]), []).append(r)
+    algs, several = ("ist", "data_parallel", "local_sgd"), len(_seeds(d)) > 1
 
     def each(key, fn):
         return " / ".join(fn(runs[key + (a,)]) if key + (a,) in runs else "-" for a in algs)
 
+    def mean(rs, value, fmt):
+        return fmt(sum(value(r) for r in rs) / len(rs))
+
     rows = []
     for e in d["speedups"]:
         key = (e["model"], e["ranks"], e["link"])
-        rows.append([f"{e['model']}-layer", e["ranks"], link_name(e["link"]),
-                     each(key, lambda r: cell(r.get("round_to_target"))),
-                     each(key, lambda r: fixed(r["time_per_round_s"])),
-                     each(key, lambda r: f"{r['bytes_sent_per_worker_per_round'] / 1e6:,.1f}"),
-                     each(key, lambda r: count(sum(v["tx_bytes"] for v in r["links"].values()) / 1e6))])
-    return markdown_table(["model", "ranks", "link", "rounds to the target", "s per round",
-                           "MB per worker per round, each way", "links carried (MB, all hosts' tx, whole run)"], rows)
+        rows.append([f"{e['model']}-layer", e["ranks"], link_name(e["link"]), each(key, _rounds_over_seeds),
+                     each(key, lambda rs: _over_seeds([r["time_per_round_s"] for r in rs], fixed)),
+                     each(key, lambda rs: mean(rs, lambda r: r["bytes_sent_per_worker_per_round"] / 1e6,
+                                               lambda x: f"{x:,.1f}")),
+                     each(key, lambda rs: mean(rs, lambda r: sum(v["tx_bytes"] for v in r["links"].values()) / 1e6,
+                                               count))])
+    header = ["model", "ranks", "link", "rounds to the target", "s per round", "MB per worker per round, each way",
+              "links carried (MB, all hosts' tx, whole run)"]
+    if several:
+        header[3:] = ["rounds to the target (range over seeds)", "s per round (mean ± std over seeds)", header[5],
+                      "links carried (MB, all hosts' tx, whole run; mean over seeds)"]
+    return markdown_table(header, rows)
 
 
 table("network_fsdd_rounds", FSDD)(_per_round)
 table("network_keywords_rounds", KEYWORDS)(_per_round)
 
 
+def _speedup_text(e: dict, vs: str, seeds_count: bool = True) -> str:
+    """IST's speed-up of a `speedups` entry over ``vs``: '15.9x' (one run); over several seeds '15.9x ± 1.2
+    (3 seeds)', '(2 of 3 seeds)' where only some seeds reached the target (``seeds_count`` False: no count unless
+    some seeds did not count)."""
+    name = f"speedup_vs_{vs}"
+    runs = len(e.get("seeds", [None]))
+    if e[name] is None or runs == 1:
+        return ratio(e[name])
+    counted, std = len(e[f"{name}_seeds"]), e.get(f"{name}_std")
+    text = ratio(e[name]) + (f" ± {std:.1f}" if std is not None else "")
+    if counted < runs:
+        return f"{text} ({counted} of {runs} seeds)"
+    return f"{text} ({runs} seeds)" if seeds_count else text
+
+
 def _speedup(d, model, ranks, link, vs="data_parallel"):
     e = next(e for e in d["speedups"] if (e["model"], e["ranks"], e["link"]) == (model, ranks, link))
-    return ratio(e[f"speedup_vs_{vs}"])
+    return _speedup_text(e, vs)
+
+
+def _lsgd_range(d) -> str:
+    """IST's speed-ups over local SGD, lowest to highest over the cells: '1.0x-1.6x' (one run each); over several
+    seeds the means' range, then the single seeds' ('1.0x-1.6x (means over 3 seeds; 0.9x-1.8x seed by seed)')."""
+    es = [e for e in d["speedups"] if e["speedup_vs_local_sgd"] is not None]
+    means = span([e["speedup_vs_local_sgd"] for e in es], ratio)
+    n = len(_seeds(d))
+    if n == 1:
+        return means
+    single = span([e["speedup_vs_local_sgd_min"] for e in es] + [e["speedup_vs_local_sgd_max"] for e in es], ratio)
+    return f"{means} (means over {n} seeds; {single} seed by seed)"
 
 
 # The speedups the prose of docs/network.md quotes: (file, model, ranks, link, against).
@@ -519,11 +586,12 @@ for _name, _src, _cells in (
     for _m, _r, _l, _tag in _cells:
         scalar(f"{_name}.{_tag}.{_m}layer.{_r}ranks.{_l}", _src, lambda d, m=_m, r=_r, l=_l, t=_tag: _speedup(
             d, m, r, l, "data_parallel" if t == "dp" else "local_sgd"))
-    scalar(f"{_name}.lsgd_range", _src, lambda d: span([e["speedup_vs_local_sgd"] for e in d["speedups"]], ratio))
+    scalar(f"{_name}.lsgd_range", _src, _lsgd_range)
 scalar("keywords.target", KEYWORDS, lambda d: cell(d["target"]).rstrip("0"))
 
 
 def _rounds_to_target(d, model, algorithm):
+    """Every seed's and link's rounds to the target: '10', '10 or 11'."""
     rounds = {r["round_to_target"] for r in d["runs"] if r["model"] == model and r["algorithm"] == algorithm}
     return " or ".join(cell(x) for x in sorted(rounds, key=lambda x: (x is None, x)))
 
@@ -534,9 +602,16 @@ for _m in ("2", "3"):
 
 
 def _per_round_speedup(d, model, ranks, link):
-    t = {r["algorithm"]: r["time_per_round_s"] for r in d["runs"] if (r["model"], r["ranks"], r["link"]) ==
-         (model, ranks, link)}
-    return ratio(t["data_parallel"] / t["ist"])
+    """Data parallel's seconds per round over IST's: '7.9x' (one run); over several seeds each seed against its own,
+    '7.9x ± 0.3 (3 seeds)'."""
+    from experiments.network.time_to_accuracy import mean_std, seed_of
+    t: dict[str, dict] = {}
+    for r in d["runs"]:
+        if (r["model"], r["ranks"], r["link"]) == (model, ranks, link):
+            t.setdefault(r["algorithm"], {})[seed_of(r)] = r["time_per_round_s"]
+    per_seed = [t["data_parallel"][s] / t["ist"][s] for s in sorted(t["ist"]) if s in t["data_parallel"]]
+    mean, std = mean_std(per_seed)
+    return ratio(mean) if std is None else f"{ratio(mean)} ± {std:.1f} ({len(per_seed)} seeds)"
 
 
 scalar("fsdd.per_round_dp.3layer.2ranks.1gbit", FSDD, lambda d: _per_round_speedup(d, "3", 2, "1gbit"))
@@ -662,22 +737,28 @@ def _vs_local_sgd(rows: list[dict[str, Any]]) -> Callable[[dict[str, Any]], str]
 @table("images_resist", RESIST)
 def _images_resist(d):
     rows = result_rows(d)
-    vs = _vs_local_sgd(rows)
+    vs, local = _vs_local_sgd(rows), _points_vs(rows, "local_sgd")
     return markdown_table(
-        ["algorithm", "W", "test accuracy (mean ± std over seeds)", "min-max", "bytes per worker per round",
-         "of local SGD's", "s per round"],
-        [[algorithm_name(r["algorithm"]), r["num_workers"], accuracy(r), _spread(r),
-          nbytes(r["bytes_per_worker_per_round"], binary=False), vs(r), fixed(r["time_per_round_s_mean"])]
-         for r in rows])
+        ["cell", "W", "test accuracy (mean ± std over seeds)", "min-max", "points vs local SGD", "train loss",
+         "bytes per worker per round", "of local SGD's"],
+        [[_cell_name(r), r["num_workers"], accuracy(r), _spread(r), local(r), fixed(r["train_loss_mean"], 3),
+          nbytes(r["bytes_per_worker_per_round"], binary=False), vs(r)] for r in rows])
+
+
+for _label in ("resist_W2", "resist_W4", "local_sgd_W2", "local_sgd_W4", "resist_W2_momentum_carried",
+               "resist_W2_stats_recomputed"):
+    scalar(f"resist.{_label}", RESIST, _diagnosis_accuracy(_label))
+for _i, _step in enumerate(("naive", "share_strided", "one_section", "test_scale", "preactivation"), 1):
+    scalar(f"ablation.{_i}", ABLATION, _diagnosis_accuracy(f"{_i}_{_step}"))
 
 
 @table("images_ablation", ABLATION)
 def _images_ablation(d):
     return markdown_table(
-        ["step", "test accuracy (mean ± std over seeds)", "min-max", "paper (CIFAR-10)", "bytes per worker per round",
-         "s per round"],
-        [[r["step"], accuracy(r), _spread(r), r["paper"], nbytes(r["bytes_per_worker_per_round"], binary=False),
-          fixed(r["time_per_round_s_mean"])] for r in result_rows(d)])
+        ["step", "test accuracy (mean ± std over seeds)", "min-max", "train loss", "paper (CIFAR-10)",
+         "bytes per worker per round"],
+        [[r["step"], accuracy(r), _spread(r), fixed(r["train_loss_mean"], 3), r["paper"],
+          nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in result_rows(d)])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -707,11 +788,13 @@ for _label in ("recipe", "layer_norm", "steps300", "optimizer_reset", "before", 
 # The README's headline table: one row per result that has a committed file behind it. The rows whose files are
 # still to come are listed below it by hand (README, "Not yet backed by committed results").
 
-HEADLINE: list[tuple[str, str, str, Callable[[Any], str]]] = []  # (what, where, source, fn(loaded) -> result)
+# (what, where, source, fn(loaded) -> result); ``what`` a string or ``what(loaded) -> str``
+HEADLINE: list[tuple[str | Callable[[Any], str], str, str, Callable[[Any], str]]] = []
 
 
-def headline_row(what: str, where: str, source: str) -> Callable:
-    """Adds the decorated ``fn(loaded) -> str`` as a row of the README's headline table (rows in call order)."""
+def headline_row(what: str | Callable[[Any], str], where: str, source: str) -> Callable:
+    """Adds the decorated ``fn(loaded) -> str`` as a row of the README's headline table (rows in call order);
+    ``what`` may be a function of the loaded file too."""
     def deco(fn):
         HEADLINE.append((what, where, source, fn))
         return fn
@@ -835,30 +918,31 @@ def _headline_conv(d):
 
 
 def _speedups_in_words(d) -> str:
-    """'2-layer, 2 ranks 15.9x / 5.8x at 100 Mbit/s / 1 Gbit/s; ...' against data parallel, then local SGD's span."""
+    """'2-layer, 2 ranks 15.9x / 5.8x at 100 Mbit/s / 1 Gbit/s; ...' against data parallel, then local SGD's span
+    (over several seeds each speed-up as '15.9x ± 1.2', the span as `_lsgd_range` gives it)."""
     groups: dict[tuple[str, int], list[dict]] = {}
     for e in d["speedups"]:
         groups.setdefault((e["model"], e["ranks"]), []).append(e)
-    parts = [f"{model}-layer, {ranks} ranks: {' / '.join(ratio(e['speedup_vs_data_parallel']) for e in es)} at "
+    parts = [f"{model}-layer, {ranks} ranks: "
+             f"{' / '.join(_speedup_text(e, 'data_parallel', seeds_count=False) for e in es)} at "
              f"{' / '.join(link_name(e['link']) for e in es)}" for (model, ranks), es in groups.items()]
     papers = {e["model"]: e["paper"] for e in d["speedups"] if e.get("paper")}
     paper = "; ".join(f"{m}-layer {ratio(p['speedup_vs_data_parallel'])} / {ratio(p['speedup_vs_local_sgd'])}"
                       for m, p in papers.items())
     narrower = (" (this project's 3-layer network is 4096-4096-4096; the paper's is 4096-8192-8192)"
                 if any(str(e["model"]) == "3" for e in d["speedups"]) else "")
-    return (f"IST sooner than data parallel, {'; '.join(parts)}; sooner than local SGD "
-            f"{span([e['speedup_vs_local_sgd'] for e in d['speedups']], ratio)}"
+    return (f"IST sooner than data parallel, {'; '.join(parts)}; sooner than local SGD {_lsgd_range(d)}"
             + (f" (the paper, vs data parallel / local SGD: {paper})" if paper else "") + narrower)
 
 
-@headline_row("time to 0.9 on FSDD (real speech), MPI ranks across shaped links, one run each "
+@headline_row(lambda d: f"time to 0.9 on FSDD (real speech), MPI ranks across shaped links, {_runs_in_words(d)} "
               "(`experiments/network/time_to_accuracy`)", "`docs/network.md`", FSDD)
 def _headline_fsdd(d):
     return _speedups_in_words(d)
 
 
-@headline_row("time to 0.45 on the synthesised keywords (35 words, unseen voices), 2 MPI ranks, one run each",
-              "`docs/network.md`", KEYWORDS)
+@headline_row(lambda d: f"time to 0.45 on the synthesised keywords (35 words, unseen voices), 2 MPI ranks, "
+              f"{_runs_in_words(d)}", "`docs/network.md`", KEYWORDS)
 def _headline_keywords(d):
     return _speedups_in_words(d)
 
@@ -866,7 +950,8 @@ def _headline_keywords(d):
 def _headline(*loaded):
     data = dict(zip(_headline_sources(), loaded))
     return markdown_table(["what", "result", "where"],
-                          [[what, fn(data[source]), where] for what, where, source, fn in HEADLINE])
+                          [[what(data[source]) if callable(what) else what, fn(data[source]), where]
+                           for what, where, source, fn in HEADLINE])
 
 
 def _headline_sources() -> tuple[str, ...]:

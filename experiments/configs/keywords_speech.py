@@ -9,8 +9,8 @@ cached, about 10 s). The paper's second speech claim, that IST generalises at le
     istjax compare --config=experiments/configs/keywords_speech.py:2 --algorithms ist,data_parallel --workers 2 \\
         --workdir=runs/keywords_generalisation
 
-Result: ``docs/network.md`` ("Generalisation"; one seed, from a run whose results were not committed; being re-run
-on three seeds with a committed results file, issue 20); time to accuracy in
+Result: ``experiments/mlp/results/keywords.json`` (IST vs data parallel at equal samples, three seeds;
+``python experiments/mlp/studies.py keywords``), rendered in docs/network.md ("Generalisation"); time to accuracy in
 ``experiments/network/results_keywords.json``.
 """
 

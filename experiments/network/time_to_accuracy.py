@@ -3,21 +3,26 @@
 Run as root from the repository root (with ``ISTJAX_DATA_DIR`` pointing at the folder holding FSDD)::
 
     python -m experiments.network.time_to_accuracy                       # 2-layer model, 2 ranks, 1 and 10 Gbit/s
-    python -m experiments.network.time_to_accuracy --models 2,3 --ranks 2,4 --links 1gbit,10gbit
+    python -m experiments.network.time_to_accuracy --models 2,3 --ranks 2,4 --links 1gbit,10gbit --seeds 0,1,2
     python -m experiments.network.time_to_accuracy --models 2 --links 100mbit --append   # add runs to results.json
     python -m experiments.network.time_to_accuracy --render              # redraw results.md / .png only
 
-For every (model, rank count, link rate, algorithm) it builds the namespaces and shaped links of
-`experiments.network.slow_net`, launches ``istjax train`` on them with ``--config.backend=mpi`` (one worker per
-rank, the paper's setting), stops at the first evaluation at or above ``--target`` (``stop_at_target``), and reads
-the run's ``summary.json``: the training seconds to the target (compilation and evaluation excluded), the rounds,
-the bytes, and the links' byte counters. A run that does not reach the target within ``--max-rounds`` or
-``--timeout`` seconds is recorded as such. Results go to ``--out`` (default ``experiments/network/results.json``,
-with ``results.md`` and a plot of test accuracy against training seconds, ``results.png``):
-per model, rank count and link, each algorithm's seconds to the target, and for IST ``speedup_vs_data_parallel``
-and ``speedup_vs_local_sgd`` (the paper: 10.6x and 4.2x for the 2-layer model, 16.6x and 6.1x for the 3-layer),
-and per model and rank count the link rate at which data parallel would catch IST up (`catch_up`, fitted from the
-round times on two links or more).
+For every (model, rank count, link rate, algorithm) and every seed of ``--seeds`` it builds the namespaces and
+shaped links of `experiments.network.slow_net`, launches ``istjax train`` on them with ``--config.backend=mpi`` and
+``--config.seed`` (one worker per rank, the paper's setting), stops at the first evaluation at or above ``--target``
+(``stop_at_target``), and reads the run's ``summary.json``: the training seconds to the target, the rounds, the
+bytes, and the links' byte counters. Compilation and evaluation are excluded: every run first trains one warm-up
+round, which compiles its step and is dropped; its time is the row's ``compile_time_s``. A run that does not reach
+the target within ``--max-rounds`` or ``--timeout`` seconds is recorded as such. Results go to ``--out`` (default
+``experiments/network/results.json``, with ``results.md`` and a plot of test accuracy against training seconds,
+``results.png``): per model, rank count and link, each algorithm's seconds to the target (mean and sample standard
+deviation over the seeds), and IST's ``speedup_vs_data_parallel`` and ``speedup_vs_local_sgd`` taken seed by seed
+and averaged (the paper: 10.6x and 4.2x for the 2-layer model, 16.6x and 6.1x for the 3-layer), and per model and
+rank count the link rate at which data parallel would catch IST up (`catch_up`, fitted from the mean round times
+on two links or more).
+
+Files written before ``--seeds`` hold one run per cell, no ``seed`` (taken as 0, the configs' seed) and no
+``compile_time_s``: their first round counted compilation.
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ import itertools
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 from experiments.network import slow_net
@@ -39,34 +45,37 @@ from istjax.experiment.metrics import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
+LABELS = {"ist": "IST", "data_parallel": "data parallel", "local_sgd": "local SGD"}
 CONFIGS = {"fsdd": "fsdd_speech.py", "keywords": "keywords_speech.py"}  # --dataset -> experiments/configs/
 NAMES = {"fsdd": "FSDD", "keywords": "the synthesised keywords"}
 PAPER = {"2": {"speedup_vs_data_parallel": 10.6, "speedup_vs_local_sgd": 4.2},
          "3": {"speedup_vs_data_parallel": 16.6, "speedup_vs_local_sgd": 6.1}}
+RUN_KEY = ("model", "ranks", "link", "algorithm")  # with the seed, what names a run (--append replaces on it)
 
 
 def train_command(model: str, algorithm: str, ranks: int, workdir: pathlib.Path, *, target: float,
-                  max_rounds: int, dataset: str = "fsdd", extra: Sequence[str] = ()) -> list[str]:
+                  max_rounds: int, dataset: str = "fsdd", seed: int = 0, extra: Sequence[str] = ()) -> list[str]:
     """The ``istjax train`` line every rank runs."""
     return [sys.executable, "-m", "istjax.experiment.cli", "train",
             f"--config={ROOT / 'experiments' / 'configs' / CONFIGS[dataset]}:{model}",
             f"--config.algorithm={algorithm}", "--config.backend=mpi", f"--config.num_workers={ranks}",
             f"--config.target_accuracy={target}", "--config.stop_at_target=True", "--config.eval_every=1",
-            f"--config.num_rounds={max_rounds}", f"--config.checkpoint_every={max_rounds}",
+            f"--config.num_rounds={max_rounds}", f"--config.checkpoint_every={max_rounds}", f"--config.seed={seed}",
             "--config.progress=False", f"--workdir={workdir}", *extra]
 
 
 def one_run(model: str, algorithm: str, ranks: int, rate: str, *, target: float, max_rounds: int,
-            timeout: float, scratch: pathlib.Path, tag: str, dataset: str = "fsdd") -> dict[str, Any]:
+            timeout: float, scratch: pathlib.Path, tag: str, dataset: str = "fsdd", seed: int = 0) -> dict[str, Any]:
     """One training run across ``ranks`` namespaces on links of ``rate``; its summary and the link counters."""
-    workdir = scratch / f"m{model}-r{ranks}-{rate}-{algorithm}"
+    workdir = scratch / f"m{model}-r{ranks}-{rate}-{algorithm}-s{seed}"
     report = scratch / f"{workdir.name}.net.json"
     cmd = [sys.executable, "-m", "experiments.network.slow_net", "--hosts", str(ranks), "--rate", rate, "--tag", tag,
            "--report", str(report), "--timeout", str(timeout), "--",
-           *train_command(model, algorithm, ranks, workdir, target=target, max_rounds=max_rounds, dataset=dataset)]
+           *train_command(model, algorithm, ranks, workdir, target=target, max_rounds=max_rounds, dataset=dataset,
+                          seed=seed)]
     t0 = time.time()
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    row: dict[str, Any] = {"model": model, "ranks": ranks, "link": rate, "algorithm": algorithm,
+    row: dict[str, Any] = {"model": model, "ranks": ranks, "link": rate, "algorithm": algorithm, "seed": seed,
                            "returncode": out.returncode, "job_wall_s": time.time() - t0}
     summary = workdir / "summary.json"
     if summary.exists():
@@ -90,29 +99,94 @@ def _keys(rows: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
                   key=lambda k: (k[0], k[1], slow_net.Link(k[2]).bits_per_second()))
 
 
+def seed_of(row: dict[str, Any]) -> int:
+    """A run's seed: runs recorded before ``--seeds`` carry none and trained the configs' seed, 0."""
+    return row.get("seed", 0)
+
+
+def mean_std(values: Iterable[Optional[float]]) -> tuple[Optional[float], Optional[float]]:
+    """The mean and the sample standard deviation (n - 1) of the values that are not None: (None, None) where none
+    are, the standard deviation None where only one is."""
+    vs = [v for v in values if v is not None]
+    if not vs:
+        return None, None
+    return statistics.fmean(vs), (statistics.stdev(vs) if len(vs) > 1 else None)
+
+
+def _seconds_by_seed(rows: list[dict[str, Any]], key: tuple[str, int, str]) -> dict[str, dict[int, Optional[float]]]:
+    """Per algorithm, per seed: the seconds to the target of the runs of ``key`` (model, ranks, link); None where
+    the run did not reach it."""
+    out: dict[str, dict[int, Optional[float]]] = {}
+    for r in rows:
+        if (r["model"], r["ranks"], r["link"]) == key:
+            out.setdefault(r["algorithm"], {})[seed_of(r)] = r.get("time_to_target_s") or None
+    return out
+
+
+def _ratios(ist: dict[int, Optional[float]], other: dict[int, Optional[float]], name: str) -> dict[str, Any]:
+    """IST's speed-up over another algorithm, seed by seed (each seed's IST run against the other's run of the same
+    seed), over the seeds where both reached the target: ``name`` the mean (None where no seed counts),
+    ``name_std`` the sample standard deviation (None under two seeds), ``name_min``, ``name_max``, and
+    ``name_seeds`` the seeds counted."""
+    seeds = sorted(s for s in ist if ist[s] and other.get(s))
+    per_seed = [other[s] / ist[s] for s in seeds]
+    mean, std = mean_std(per_seed)
+    return {name: mean, f"{name}_std": std, f"{name}_min": min(per_seed, default=None),
+            f"{name}_max": max(per_seed, default=None), f"{name}_seeds": seeds}
+
+
 def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (model, ranks, link): seconds to the target per algorithm, and IST's speed-ups over the others."""
+    """Per (model, ranks, link): each algorithm's seconds to the target over the seeds, and IST's speed-ups.
+
+    Each entry holds ``seeds`` (the seeds run); per algorithm ``seconds_to_target`` and ``seconds_to_target_std``
+    (mean and sample standard deviation over the seeds that reached the target; None where none did, the standard
+    deviation None under two), ``seconds_by_seed`` (``[[seed, seconds or None], ...]``) and ``reached`` (how many
+    seeds reached the target); ``speedup_vs_data_parallel`` and ``speedup_vs_local_sgd`` with their ``_std``,
+    ``_min``, ``_max`` and ``_seeds`` (`_ratios`: per seed, then the mean; a seed whose run of either algorithm
+    missed the target is left out); ``paper``, the paper's speed-ups for the model.
+    """
     out = []
-    keys = _keys(rows)
-    for model, ranks, link in keys:
-        t = {r["algorithm"]: r.get("time_to_target_s") for r in rows
-             if (r["model"], r["ranks"], r["link"]) == (model, ranks, link)}
-        entry: dict[str, Any] = {"model": model, "ranks": ranks, "link": link, "seconds_to_target": t}
-        ist = t.get("ist")
+    for model, ranks, link in _keys(rows):
+        t = _seconds_by_seed(rows, (model, ranks, link))
+        stats = {a: mean_std(per.values()) for a, per in t.items()}
+        entry: dict[str, Any] = {
+            "model": model, "ranks": ranks, "link": link, "seeds": sorted({s for per in t.values() for s in per}),
+            "seconds_to_target": {a: m for a, (m, _) in stats.items()},
+            "seconds_to_target_std": {a: s for a, (_, s) in stats.items()},
+            "seconds_by_seed": {a: [[s, per[s]] for s in sorted(per)] for a, per in t.items()},
+            "reached": {a: sum(v is not None for v in per.values()) for a, per in t.items()}}
         for other in ("data_parallel", "local_sgd"):
-            entry[f"speedup_vs_{other}"] = (t[other] / ist) if ist and t.get(other) else None
+            entry.update(_ratios(t.get("ist", {}), t.get(other, {}), f"speedup_vs_{other}"))
         entry["paper"] = PAPER.get(model)
         out.append(entry)
     return out
+
+
+def _round_points(rows: list[dict[str, Any]], model: str, ranks: int, algorithm: str) -> list[tuple[float, ...]]:
+    """Per link its rate (Mbit/s), the mean seconds per round and the mean rounds over the seeds whose run reached
+    the target."""
+    by_link: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if ((r["model"], r["ranks"], r["algorithm"]) == (model, ranks, algorithm) and r.get("time_per_round_s")
+                and r.get("time_to_target_s")):
+            by_link.setdefault(r["link"], []).append(r)
+
+    def rounds(rs):  # a whole number stays an int, as one seed gives
+        m = statistics.fmean(r["rounds"] for r in rs)
+        return int(m) if m.is_integer() else m
+    return [(slow_net.Link(link).bits_per_second() / 1e6, statistics.fmean(r["time_per_round_s"] for r in rs),
+             rounds(rs)) for link, rs in by_link.items()]
 
 
 def catch_up(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (model, ranks): the link rate at which data parallel would reach the target as soon as IST.
 
     Fits every algorithm's round time over the links it ran on as ``compute_s + megabits / rate`` (least squares in
-    ``1 / rate``; two links or more) and solves ``R_dp * t_dp(rate) == R_ist * t_ist(rate)`` with the rounds ``R``
-    each took to the target (taken as the same on every link: the runs are seeded alike). ``catch_up_mbit`` is None
-    where data parallel never catches up (its compute alone takes longer), with the fits beside it.
+    ``1 / rate``; two links or more), from each link's mean seconds per round over the seeds (steady rounds: the
+    warm-up round that compiles is not among them; in files from before ``--seeds`` the first round counted
+    compilation), and solves ``R_dp * t_dp(rate) == R_ist * t_ist(rate)`` with the rounds ``R`` each took to the
+    target (the mean over the seeds, the most over the links: taken as the same on every link). ``catch_up_mbit`` is
+    None where data parallel never catches up (its compute alone takes longer), with the fits beside it.
     """
     import numpy as np
 
@@ -120,10 +194,8 @@ def catch_up(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for model, ranks in sorted({(r["model"], r["ranks"]) for r in rows}):
         fits, rounds = {}, {}
         for a in ("ist", "data_parallel"):
-            pts = [(slow_net.Link(r["link"]).bits_per_second() / 1e6, r["time_per_round_s"], r.get("rounds"))
-                   for r in rows if (r["model"], r["ranks"], r["algorithm"]) == (model, ranks, a)
-                   and r.get("time_per_round_s") and r.get("time_to_target_s")]
-            if len({p[0] for p in pts}) < 2:
+            pts = _round_points(rows, model, ranks, a)
+            if len(pts) < 2:
                 continue
             inv, t = np.array([1 / p[0] for p in pts]), np.array([p[1] for p in pts])
             megabits, compute = np.polyfit(inv, t, 1)
@@ -140,41 +212,100 @@ def catch_up(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def seconds_cell(entry: dict[str, Any], algorithm: str) -> str:
+    """An algorithm's seconds to the target in a `speedups` entry: '7.1', '7.1 ± 0.3' over several seeds, with
+    '(2 of 3)' where only some seeds reached it; 'not reached'; '-' where it did not run."""
+    if algorithm not in entry["seconds_to_target"]:
+        return "-"
+    mean = entry["seconds_to_target"][algorithm]
+    if mean is None:
+        return "not reached"
+    std = entry.get("seconds_to_target_std", {}).get(algorithm)
+    runs = len(entry.get("seconds_by_seed", {}).get(algorithm, [None]))
+    reached = entry.get("reached", {}).get(algorithm, runs)
+    return f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else "") + (
+        f" ({reached} of {runs})" if reached < runs else "")
+
+
+def ratio_cell(entry: dict[str, Any], name: str) -> str:
+    """A speed-up of a `speedups` entry (``name``, e.g. 'speedup_vs_data_parallel'): '5.8x', '5.8 ± 0.4x' over
+    several seeds, with '(2 of 3 seeds)' where only some seeds count; 'not reached'."""
+    mean, std = entry.get(name), entry.get(f"{name}_std")
+    if mean is None:
+        return "not reached"
+    runs, counted = len(entry.get("seeds", [None])), len(entry.get(f"{name}_seeds", [None]))
+    return (f"{mean:.1f} ± {std:.1f}x" if std is not None else f"{mean:.1f}x") + (
+        f" ({counted} of {runs} seeds)" if counted < runs else "")
+
+
+def compile_times(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Per algorithm, the mean ``compile_time_s`` (the warm-up round) of the runs that recorded one."""
+    times: dict[str, list[float]] = {}
+    for r in runs:
+        if r.get("compile_time_s") is not None:
+            times.setdefault(r["algorithm"], []).append(r["compile_time_s"])
+    return {a: statistics.fmean(times[a]) for a in ALGORITHMS if a in times}
+
+
+def _notes(result: dict[str, Any]) -> list[str]:
+    """The lines under the speed-up table: the seeds (where there are several) and the warm-up round (where the
+    runs recorded it); none for a file of one seed from before ``--seeds``."""
+    seeds = sorted({s for e in result["speedups"] for s in e.get("seeds", [])})
+    notes = []
+    if len(seeds) > 1:
+        notes.append(f"Mean ± sample standard deviation over seeds {', '.join(map(str, seeds))}. IST's speed-ups "
+                     "are taken seed by seed (each IST run against the other algorithm's run of the same seed), "
+                     "then averaged; '(2 of 3)': only that many seeds reached the target and count."
+                     + (" The round-time fit below uses each link's mean seconds per round over the seeds."
+                        if result.get("catch_up") else ""))
+    warm = compile_times(result.get("runs", []))
+    if warm:
+        notes.append("Compilation excluded: every run first trains one warm-up round, which compiles its step and "
+                     "is dropped; it took (compilation plus one round's work, mean over the runs) "
+                     + ", ".join(f"{LABELS[a]} {s:.1f} s" for a, s in warm.items()) + ".")
+    return [line for note in notes for line in ("", note)]
+
+
+def _catch_up_lines(result: dict[str, Any]) -> list[str]:
+    """The catch-up table (`catch_up`), or nothing where no model ran on two links."""
+    if not result.get("catch_up"):
+        return []
+    lines = ["", "Round time fitted as compute + megabits / link rate; the link at which data parallel would "
+             "reach the target as soon as IST:", "",
+             "| model | ranks | IST round | data parallel round | data parallel catches up at |",
+             "|---|---|---|---|---|"]
+    for c in result["catch_up"]:
+        i, d = c["fits"]["ist"], c["fits"]["data_parallel"]
+        at = (f"{c['catch_up_mbit'] / 1000:.1f} Gbit/s" if c["catch_up_mbit"]
+              else "never (its compute alone is slower)")
+        lines.append(f"| {c['model']}-layer | {c['ranks']} | {i['compute_s']:.2f} s + {i['megabits']:.0f} Mbit / "
+                     f"rate | {d['compute_s']:.2f} s + {d['megabits']:.0f} Mbit / rate | {at} |")
+    return lines
+
+
 def markdown(result: dict[str, Any]) -> str:
+    """The speed-up table (seconds as mean ± std and ratios as mean ± std x where there are several seeds), its
+    notes, and the catch-up table."""
     data = NAMES.get(result.get("dataset"), "FSDD")
     lines = [f"Time to {result['target']} test accuracy on {data} (training seconds; compilation and evaluation "
              f"excluded), MPI across network namespaces, links shaped with tc", "",
              "| model | ranks | link | IST (s) | data parallel (s) | local SGD (s) | IST vs DP | IST vs local SGD | "
              "paper (DP, local SGD) |", "|---|---|---|---|---|---|---|---|---|"]
-
-    def f(v, fmt="{:.1f}"):
-        return fmt.format(v) if isinstance(v, (int, float)) else "not reached"
-
     for e in result["speedups"]:
-        t, p = e["seconds_to_target"], e["paper"] or {}
-        lines.append(f"| {e['model']}-layer | {e['ranks']} | {e['link']} | {f(t.get('ist'))} | "
-                     f"{f(t.get('data_parallel'))} | {f(t.get('local_sgd'))} | "
-                     f"{f(e['speedup_vs_data_parallel'], '{:.1f}x')} | {f(e['speedup_vs_local_sgd'], '{:.1f}x')} | "
+        p = e["paper"] or {}
+        lines.append(f"| {e['model']}-layer | {e['ranks']} | {e['link']} | "
+                     + " | ".join(seconds_cell(e, a) for a in ALGORITHMS) + " | "
+                     f"{ratio_cell(e, 'speedup_vs_data_parallel')} | {ratio_cell(e, 'speedup_vs_local_sgd')} | "
                      f"{p.get('speedup_vs_data_parallel', '')}x, {p.get('speedup_vs_local_sgd', '')}x |")
-    if result.get("catch_up"):
-        lines += ["", "Round time fitted as compute + megabits / link rate; the link at which data parallel would "
-                  "reach the target as soon as IST:", "",
-                  "| model | ranks | IST round | data parallel round | data parallel catches up at |",
-                  "|---|---|---|---|---|"]
-        for c in result["catch_up"]:
-            i, d = c["fits"]["ist"], c["fits"]["data_parallel"]
-            at = (f"{c['catch_up_mbit'] / 1000:.1f} Gbit/s" if c["catch_up_mbit"]
-                  else "never (its compute alone is slower)")
-            lines.append(f"| {c['model']}-layer | {c['ranks']} | {i['compute_s']:.2f} s + {i['megabits']:.0f} Mbit / "
-                         f"rate | {d['compute_s']:.2f} s + {d['megabits']:.0f} Mbit / rate | {at} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _notes(result) + _catch_up_lines(result)) + "\n"
 
 
 COLORS = {"ist": "tab:blue", "data_parallel": "tab:red", "local_sgd": "tab:green"}
 
 
 def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
-    """Test accuracy against training seconds, one panel per (model, ranks, link), one line per algorithm."""
+    """Test accuracy against training seconds, one panel per (model, ranks, link), one line per run (an
+    algorithm's seeds in its colour)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,13 +353,27 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+def _seed_list(text: str) -> list[int]:
+    """``--seeds``: '0,1,2' -> [0, 1, 2] (distinct integers)."""
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers, e.g. 0,1,2") from None
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed is named twice")
+    return seeds
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m experiments.network.time_to_accuracy",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="2", help="comma-separated: 2 and/or 3 (layers)")
     ap.add_argument("--ranks", default="2", help="comma-separated rank counts (one worker each)")
     ap.add_argument("--links", default="1gbit,10gbit", help="comma-separated link rates (tc units)")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    ap.add_argument("--seeds", type=_seed_list, default=[0],
+                    help="comma-separated seeds (--config.seed), each cell run once per seed; the table gives the "
+                         "mean ± sample std over them and IST's speed-ups seed by seed (default: 0)")
     ap.add_argument("--dataset", default="fsdd", choices=sorted(CONFIGS),
                     help="fsdd (spoken digits) or keywords (synthesised Speech Commands words; use another --out)")
     ap.add_argument("--target", type=float, default=0.9)
@@ -236,24 +381,23 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "network" / "results.json"))
     ap.add_argument("--append", action="store_true", help="keep the runs already in --out, replacing those measured "
-                                                          "again (same model, ranks, link and algorithm)")
+                                                          "again (same model, ranks, link, algorithm and seed)")
     ap.add_argument("--render", action="store_true", help="only redraw the table and plot from --out's runs")
-    args = ap.parse_args(argv)
-    if args.render:
-        before = json.loads(pathlib.Path(args.out).read_text())
-        return write(before["runs"], pathlib.Path(args.out), before.get("target", args.target), None,
-                     before.get("dataset", "fsdd"))
+    return ap
+
+
+def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses (``ap.error``) what cannot run: no privileges, no data, an unknown algorithm or link, an --append to a
+    file of another data set or target."""
     why = slow_net.missing_privileges()
     if why:
         ap.error(why)
     if args.dataset == "fsdd" and not os.environ.get("ISTJAX_DATA_DIR"):
         ap.error("set ISTJAX_DATA_DIR to the folder holding fsdd-recordings.tar.gz (e.g. ../shared/data).")
-    models, ranks = args.models.split(","), [int(r) for r in args.ranks.split(",")]
-    links, algorithms = args.links.split(","), args.algorithms.split(",")
-    for a in algorithms:
+    for a in args.algorithms.split(","):
         if a not in ALGORITHMS:
             ap.error(f"--algorithms: {a!r} is not one of {ALGORITHMS}")
-    for rate in links:
+    for rate in args.links.split(","):
         slow_net.Link(rate)  # validates the units before anything runs
     out = pathlib.Path(args.out)
     if args.append and out.exists():
@@ -261,27 +405,51 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         if before.get("dataset", "fsdd") != args.dataset or before.get("target") != args.target:
             ap.error(f"--append: {out} holds {before.get('dataset', 'fsdd')} runs to {before.get('target')}; these "
                      f"would be {args.dataset} to {args.target}. Use another --out.")
-    rows = []
-    t0 = time.time()
+
+
+def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every (model, ranks, link, seed, algorithm) of ``args``, one run each (the algorithms of a seed one after
+    the other, so that a seed's runs see the same machine); their rows."""
+    rows: list[dict[str, Any]] = []
+    cells = itertools.product(args.models.split(","), [int(r) for r in args.ranks.split(",")], args.links.split(","),
+                              args.seeds, args.algorithms.split(","))
     with tempfile.TemporaryDirectory(prefix="istjax-tta-") as scratch:
-        for model in models:
-            for n in ranks:
-                for rate in links:
-                    for a in algorithms:
-                        print(f"{model}-layer, {n} ranks, {rate}: {a} ...", flush=True)
-                        row = one_run(model, a, n, rate, target=args.target, max_rounds=args.max_rounds,
-                                      timeout=args.timeout, scratch=pathlib.Path(scratch), tag=f"tta{len(rows)}",
-                                      dataset=args.dataset)
-                        print(f"  time to target {row.get('time_to_target_s')} s, rounds {row.get('rounds')}, "
-                              f"rc {row['returncode']}" + (f"\n  {row['error'][-300:]}" if "error" in row else ""),
-                              flush=True)
-                        rows.append(row)
+        for model, n, rate, seed, a in cells:
+            print(f"{model}-layer, {n} ranks, {rate}, seed {seed}: {a} ...", flush=True)
+            row = one_run(model, a, n, rate, target=args.target, max_rounds=args.max_rounds, timeout=args.timeout,
+                          scratch=pathlib.Path(scratch), tag=f"tta{len(rows)}", dataset=args.dataset, seed=seed)
+            print(f"  time to target {row.get('time_to_target_s')} s, rounds {row.get('rounds')}, warm-up "
+                  f"{row.get('compile_time_s')} s, rc {row['returncode']}"
+                  + (f"\n  {row['error'][-300:]}" if "error" in row else ""), flush=True)
+            rows.append(row)
+    return rows
+
+
+def run_key(row: dict[str, Any]) -> tuple:
+    """What names a run: (model, ranks, link, algorithm, seed)."""
+    return tuple(row[k] for k in RUN_KEY) + (seed_of(row),)
+
+
+def merge(before: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``--append``: the runs of ``before`` not measured again in ``rows`` (same `run_key`), then ``rows``."""
+    new = {run_key(r) for r in rows}
+    return [r for r in before if run_key(r) not in new] + rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    ap = parser()
+    args = ap.parse_args(argv)
+    out = pathlib.Path(args.out)
+    if args.render:
+        before = json.loads(out.read_text())
+        return write(before["runs"], out, before.get("target", args.target), None, before.get("dataset", "fsdd"))
+    _check(ap, args)
+    t0 = time.time()
+    rows = run_all(args)
     wall = time.time() - t0
     if args.append and out.exists():
-        key = ("model", "ranks", "link", "algorithm")
-        new_keys = {tuple(r[k] for k in key) for r in rows}
         before = json.loads(out.read_text())
-        rows = [r for r in before["runs"] if tuple(r[k] for k in key) not in new_keys] + rows
+        rows = merge(before["runs"], rows)
         wall += before.get("wall_s", 0.0)
     return write(rows, out, args.target, wall, args.dataset)
 
