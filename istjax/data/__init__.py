@@ -33,8 +33,8 @@ from istjax.data.registry import DATASETS as DATASETS
 from istjax.data.registry import load_dataset as load_dataset
 
 # Private names the tests reach as `istjax.data.X` (key tags of the sampling contract, the mnist1d caches).
-from istjax.data.batching import _SHARD_TAG as _SHARD_TAG
-from istjax.data.batching import _STREAM_TAG as _STREAM_TAG
+from istjax.core.streams import SHARD_TAG as _SHARD_TAG
+from istjax.core.streams import STREAM_TAG as _STREAM_TAG
 from istjax.data.builtin import _mnist1d_raw as _mnist1d_raw
 from istjax.data.builtin import _mnist1d_standardised as _mnist1d_standardised
 

@@ -32,8 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from istjax.data.batching import BatchFn, _as_round, check_seed
-from istjax.data.dataset import _check_positive
+from istjax.core.streams import as_round as _as_round
+from istjax.core.streams import check_positive as _check_positive
+from istjax.core.streams import check_seed
+from istjax.data.batching import BatchFn
 
 __all__ = [
     "AugmentedBatchFn",

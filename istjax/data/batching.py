@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
@@ -26,7 +25,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.data.dataset import Dataset, _check_positive
+from istjax.core.streams import SHARD_TAG as _SHARD_TAG
+from istjax.core.streams import as_round as _as_round
+from istjax.core.streams import check_positive as _check_positive
+from istjax.core.streams import check_seed
+from istjax.core.streams import is_traced as _is_traced
+from istjax.core.streams import stream_key as _stream_key
+from istjax.data.dataset import Dataset
 
 __all__ = [
     "SHARDINGS",
@@ -44,10 +49,6 @@ SHARDINGS = ("disjoint", "shared")
 
 # Tags folded into PRNGKey(seed) so the shard split and the sample streams
 # draw from independent key trees (worker ids are small, tags are not).
-_SHARD_TAG = 0x5348_4152  # "SHAR"
-_STREAM_TAG = 0x5354_524D  # "STRM"
-
-
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     """Static (hashable) shape of a sampling scheme; the seed is not part of it.
@@ -74,7 +75,7 @@ class _Plan:
     def indices(self, stream_key: jax.Array, table: jax.Array | None, round_index: Any) -> jax.Array:
         """`[W, K, B] int32` example ids of `round_index` (traceable).
 
-        `stream_key = fold_in(PRNGKey(seed), _STREAM_TAG)`; `table` from
+        `stream_key = fold_in(PRNGKey(seed), STREAM_TAG)`; `table` from
         :meth:`shard_table` (None for shared sampling).
         """
         r = _as_round(round_index)
@@ -101,10 +102,6 @@ class _Plan:
         return idx.reshape(w_, k_, b_)
 
 
-def _stream_key(seed: int) -> jax.Array:
-    return jax.random.fold_in(jax.random.PRNGKey(seed), _STREAM_TAG)
-
-
 def _gather(idx: jax.Array, x: jax.Array, y: jax.Array) -> Batch:
     """`{"x": x[idx], "y": y[idx]}` for `idx: [W, K, B]`."""
     return {"x": jnp.take(x, idx, axis=0, mode="clip"), "y": jnp.take(y, idx, axis=0, mode="clip")}
@@ -112,17 +109,6 @@ def _gather(idx: jax.Array, x: jax.Array, y: jax.Array) -> Batch:
 
 _jit_indices = jax.jit(_Plan.indices, static_argnums=0)
 _jit_gather = jax.jit(_gather)
-
-
-def check_seed(seed: Any) -> int:
-    """``seed`` as an int in ``[0, 2**32)``; a ValueError naming it otherwise (PRNGKey would wrap larger seeds)."""
-    try:
-        s = operator.index(seed)
-    except TypeError:
-        raise ValueError(f"seed={seed!r} must be an integer; pass an int.") from None
-    if not 0 <= s < 2**32:  # PRNGKey would silently wrap larger seeds (x64 off)
-        raise ValueError(f"seed={s} must be in [0, 2**32); pass a smaller seed.")
-    return s
 
 
 def _make_plan(
@@ -166,30 +152,6 @@ def _make_plan(
     return _Plan(w, k, b, sharding, pool, num_epochs), s
 
 
-def _as_round(round_index: Any) -> jax.Array:
-    """`round_index` (int or scalar integer array) as a scalar `int32` array."""
-    if isinstance(round_index, bool) or not (
-        isinstance(round_index, (int, np.integer, np.ndarray, jax.Array))
-    ):
-        raise ValueError(
-            f"round_index={round_index!r} must be an int or a scalar integer array."
-        )
-    if isinstance(round_index, (int, np.integer)):
-        if not 0 <= round_index < 2**31:
-            raise ValueError(f"round_index={round_index} must be in [0, 2**31).")
-        return jnp.asarray(round_index, jnp.int32)
-    if round_index.shape != () or not jnp.issubdtype(round_index.dtype, jnp.integer):
-        raise ValueError(
-            f"round_index must be a scalar integer, got shape {round_index.shape} "
-            f"dtype {round_index.dtype}; pass an int or jnp.int32 scalar."
-        )
-    return jnp.asarray(round_index).astype(jnp.int32)
-
-
-def _is_traced(x: Any) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
 def make_index_fn(
     num_examples: int,
     *,
@@ -211,7 +173,7 @@ def make_index_fn(
     * stream: worker `w` reads pool positions
       `p = round_index * K * B + arange(K * B)`, epoch `e = p // P`, and takes
       `pool_w[perm_{w,e}[p % P]]`, `perm_{w,e} = permutation(fold_in(fold_in(
-      fold_in(PRNGKey(seed), _STREAM_TAG), w), e), P)`.
+      fold_in(PRNGKey(seed), STREAM_TAG), w), e), P)`.
 
     A round touches at most `(P - gcd(K*B, P) + K*B - 1) // P + 1` epochs
     (<= `ceil(K*B / P) + 1`); that many permutations of `P` are built per

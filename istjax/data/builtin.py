@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from istjax.data.dataset import Dataset, _cache_dir, _check_positive, _finalise
+from istjax.core.streams import check_positive as _check_positive
+from istjax.data.dataset import Dataset, _cache_dir, _finalise
 
 __all__ = [
     "load_digits",

@@ -19,13 +19,13 @@ on-disk cache of generated and derived datasets.
 
 from __future__ import annotations
 
-import operator
 import os
 import pathlib
 import zipfile
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
+
 
 __all__ = [
     "Dataset",
@@ -151,19 +151,6 @@ def _finalise(
     for a in arrays:
         a.flags.writeable = False
     return Dataset(name, *arrays, num_classes=int(num_classes))
-
-
-def _check_positive(field: str, value: Any, minimum: int = 1) -> int:
-    """Return `value` as an int, raising a ValueError naming `field` if < minimum."""
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ValueError(
-            f"{field}={value!r} must be an integer >= {minimum}; pass an int."
-        ) from None
-    if v < minimum:
-        raise ValueError(f"{field}={v} must be >= {minimum}; pass {field}>={minimum}.")
-    return v
 
 
 def _cache_dir() -> pathlib.Path:

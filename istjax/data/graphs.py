@@ -84,7 +84,8 @@ from typing import Any, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 
-from istjax.data.dataset import Dataset, _check_positive, _damaged_file
+from istjax.core.streams import check_positive as _check_positive
+from istjax.data.dataset import Dataset, _damaged_file
 from istjax.data.images import DataNotFoundError
 from istjax.graph.graph import Graph, from_edges
 

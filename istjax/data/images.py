@@ -27,7 +27,8 @@ from typing import Optional, Union
 
 import numpy as np
 
-from istjax.data.dataset import Dataset, _check_positive, _damaged_file, _finalise
+from istjax.core.streams import check_positive as _check_positive
+from istjax.data.dataset import Dataset, _damaged_file, _finalise
 
 __all__ = [
     "FASHION_MNIST_CLASSES",

@@ -25,8 +25,9 @@ import hashlib
 import jax
 import numpy as np
 
+from istjax.core.streams import check_positive as _check_positive
 from istjax.data.audio import PAPER, speech_features
-from istjax.data.dataset import Dataset, _cache_dir, _check_positive, _finalise, _read_cache, _write_cache
+from istjax.data.dataset import Dataset, _cache_dir, _finalise, _read_cache, _write_cache
 
 __all__ = ["ACCENTS", "TEST_VARIANTS", "VARIANTS", "WORDS", "Synthesiser", "load_spoken_keywords"]
 

@@ -40,8 +40,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.data.batching import _SHARD_TAG, _as_round, _is_traced, _stream_key, check_seed
-from istjax.data.dataset import _check_positive
+from istjax.core.streams import SHARD_TAG as _SHARD_TAG
+from istjax.core.streams import as_round as _as_round
+from istjax.core.streams import check_positive as _check_positive
+from istjax.core.streams import check_seed
+from istjax.core.streams import is_traced as _is_traced
+from istjax.core.streams import stream_key as _stream_key
 from istjax.graph.graph import Graph
 
 __all__ = [
