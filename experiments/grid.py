@@ -186,9 +186,11 @@ def _train_one(config, run_dir: pathlib.Path, cache: pathlib.Path) -> int:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     t0 = time.perf_counter()
     print(f"== {config.seed} -> {run_dir}", file=sys.stderr, flush=True)
+    from istjax.experiment.config import ConfigError
+
     try:
         driver.train_and_evaluate(config, run_dir)
-    except driver.TrainingError as e:
+    except (driver.TrainingError, ConfigError) as e:  # one refused or diverged cell does not end the study
         print(f"== {run_dir} failed: {e}", file=sys.stderr, flush=True)
         return 1
     print(f"== {run_dir} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
