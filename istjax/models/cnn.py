@@ -85,13 +85,13 @@ class BatchStatNorm(nn.Module):
         return channel_batch_norm(x, scale_C, bias_C, self.epsilon)
 
 
-def _is_pos_int(v: Any) -> bool:
+def is_pos_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0
 
 
 def _tuple_of_pos_ints(field: str, value: Any, fix: str) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value \
-            or not all(_is_pos_int(v) for v in value):
+            or not all(is_pos_int(v) for v in value):
         raise ValueError(f"CNN.{field}={value!r}: must be a non-empty sequence of positive ints; {fix}")
     return tuple(int(v) for v in value)
 
@@ -100,7 +100,7 @@ def check_image_model_fields(module: nn.Module) -> None:
     """Validates (and normalises) the fields every image model here shares: ``num_classes``, ``batch_norm``,
     ``bn_momentum`` and ``image_shape``; a ValueError names ``<Class>.<field>``, the value and the fix."""
     owner = type(module).__name__
-    if not _is_pos_int(module.num_classes):
+    if not is_pos_int(module.num_classes):
         raise ValueError(f"{owner}.num_classes={module.num_classes!r}: must be a positive int, e.g. num_classes=10.")
     if module.batch_norm not in BATCH_NORM_KINDS:
         raise ValueError(f"{owner}.batch_norm={module.batch_norm!r}: must be one of {BATCH_NORM_KINDS} ('running' "
@@ -111,7 +111,7 @@ def check_image_model_fields(module: nn.Module) -> None:
     if module.image_shape is not None:
         value = module.image_shape
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 3 \
-                or not all(_is_pos_int(v) for v in value):
+                or not all(is_pos_int(v) for v in value):
             raise ValueError(f"{owner}.image_shape={value!r}: give (height, width, channels) as positive ints, e.g. "
                              f"(32, 32, 3), or None for inputs that are already images [B, H, W, C].")
         object.__setattr__(module, "image_shape", tuple(int(v) for v in value))

@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from istjax.models.resnet import _pos_ints
+import istjax.models.layers as layers
 
 
 def batch_norm(x_BxH: jax.Array, scale_H=None, bias_H=None, eps: float = 1e-5) -> jax.Array:
@@ -52,7 +52,7 @@ class MLP(nn.Module):
 
     def __post_init__(self):
         # A zero width would divide by zero in the initializer (fan-in 0), a negative one fail deep in a trace.
-        hidden = _pos_ints("MLP", "hidden", self.hidden, "e.g. hidden=(512,), or hidden=() for a linear classifier.",
+        hidden = layers.pos_ints("MLP", "hidden", self.hidden, "e.g. hidden=(512,), or hidden=() for a linear classifier.",
                            allow_empty=True)
         object.__setattr__(self, "hidden", hidden)
         super().__post_init__()

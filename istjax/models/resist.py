@@ -23,14 +23,14 @@ with the blocks it does not hold removed (their residual branch set to zero), wh
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from istjax.models.conv_ops import conv
-from istjax.models.resnet import _as_image, _conv, _head, _scaled
+import istjax.models.layers as layers
+from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["DepthResNet"]
 
@@ -186,11 +186,11 @@ class DepthResNet(nn.Module):
         return self
 
     def stage_widths(self) -> tuple[int, ...]:
-        return tuple(_scaled(w, self.width_multiplier) for w in self.widths)
+        return tuple(layers.scaled(w, self.width_multiplier) for w in self.widths)
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
-        x = _as_image(self, x_BxHxWxC)
+        x = layers.as_image(self, x_BxHxWxC)
         widths = self.stage_widths()
         x = _conv(widths[0], 3, "image_channels", "stage_0", "conv_stem")(x)
         if not self.preactivation:
@@ -208,7 +208,7 @@ class DepthResNet(nn.Module):
                               preactivation=self.preactivation, name=f"stage{i}_blocks")(x, None)
         if self.preactivation:
             x = nn.relu(_bn(self.bn_momentum, "bn_final", train)(x))
-        return _head(self.num_classes, None)(jnp.mean(x, axis=(1, 2)))
+        return layers.head(self.num_classes, None)(jnp.mean(x, axis=(1, 2)))
 
     def _first_block(self, i: int, width: int, x: jax.Array, train: bool) -> jax.Array:
         """Block 0 of stage i: changes stride (stages after the first) and width where the stage does; shared, or

@@ -73,8 +73,7 @@ BatchNorm (``batch_norm=``), as in `istjax.models.CNN`:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -82,7 +81,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.models.cnn import BatchStatNorm, _is_pos_int, check_image_model_fields
+import istjax.models.layers as layers
 from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["ResNet", "PreActResNet", "RESNET_PRESETS", "CHANNEL_PARTITIONS", "ACTIVATION_SCALES"]
@@ -98,81 +97,6 @@ RESNET_PRESETS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "resnet56": ((9, 9, 9), (16, 32, 64)),
     "resnet110": ((18, 18, 18), (16, 32, 64)),
 }
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Shared helpers (also used by istjax.models.vgg)
-
-
-def _pos_ints(owner: str, field: str, value: Any, fix: str, *, allow_empty: bool = False) -> tuple[int, ...]:
-    """``value`` as a tuple of positive ints, or a ValueError naming ``owner.field``, the value and ``fix``."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or (not value and not allow_empty) \
-            or not all(_is_pos_int(v) for v in value):
-        what = "a sequence" if allow_empty else "a non-empty sequence"
-        raise ValueError(f"{owner}.{field}={value!r}: must be {what} of positive ints; {fix}")
-    return tuple(int(v) for v in value)
-
-
-def _nested_pos_ints(owner: str, field: str, value: Any, lengths: Sequence[int] | None, fix: str
-                     ) -> tuple[tuple[int, ...], ...]:
-    """A tuple of non-empty tuples of positive ints (``lengths[i]`` entries in row i when given)."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value \
-            or (lengths is not None and len(value) != len(lengths)):
-        need = f"{len(lengths)} entries (one per stage)" if lengths is not None else "a non-empty sequence of stages"
-        raise ValueError(f"{owner}.{field}={value!r}: needs {need}; {fix}")
-    rows = tuple(_pos_ints(owner, f"{field}[{i}]", row, fix) for i, row in enumerate(value))
-    if lengths is not None:
-        for i, (row, n) in enumerate(zip(rows, lengths)):
-            if len(row) != n:
-                raise ValueError(f"{owner}.{field}[{i}]={row!r} has {len(row)} entries but stage {i} has {n} "
-                                 f"block(s); {fix}")
-    return rows
-
-
-def _check_common(module: nn.Module) -> None:
-    """Validates (and normalises) width_multiplier, then the fields every image model shares."""
-    owner = type(module).__name__
-    m = module.width_multiplier
-    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(float(m)) or not m > 0:
-        raise ValueError(f"{owner}.width_multiplier={m!r}: must be a finite number > 0 (every width is scaled by it "
-                         f"and rounded to an int >= 1), e.g. 1.0 for the paper's widths or 0.0625 for a tiny copy.")
-    object.__setattr__(module, "width_multiplier", float(m))
-    check_image_model_fields(module)
-
-
-def _check_choice(owner: str, field: str, value: Any, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{owner}.{field}={value!r}: choose one of {list(choices)}.")
-
-
-def _scaled(width: int, multiplier: float) -> int:
-    """``width * multiplier`` rounded half up, at least 1."""
-    return max(1, int(math.floor(width * multiplier + 0.5)))
-
-
-def _as_image(module: nn.Module, x: jax.Array) -> jax.Array:
-    if module.image_shape is not None:
-        x = x.reshape((x.shape[0],) + tuple(module.image_shape))
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.float32)
-    return x
-
-
-def _batch_norm(module: nn.Module, name: str, group: str, x: jax.Array, train: bool) -> jax.Array:
-    """A BatchNorm named ``name`` whose scale and bias carry logical name ``group`` (running stats follow them)."""
-    if module.batch_norm == "batch":
-        return BatchStatNorm(group=group, name=name)(x)
-    return nn.BatchNorm(
-        use_running_average=not train, momentum=module.bn_momentum, use_scale=True, use_bias=True, name=name,
-        scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
-
-
-def _head(num_classes: int, names_in: str, name: str = "head") -> nn.Dense:
-    return nn.Dense(num_classes, use_bias=True, name=name,
-                    kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), (names_in, "classes")),
-                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -219,17 +143,17 @@ class _ResNetBase(nn.Module):
         owner = type(self).__name__
         if self.activation_scale is None:  # ``--config.model.activation_scale=none`` arrives as None
             object.__setattr__(self, "activation_scale", "none")
-        _check_choice(owner, "channel_partition", self.channel_partition, CHANNEL_PARTITIONS)
-        _check_choice(owner, "activation_scale", self.activation_scale, ACTIVATION_SCALES)
+        layers.check_choice(owner, "channel_partition", self.channel_partition, CHANNEL_PARTITIONS)
+        layers.check_choice(owner, "activation_scale", self.activation_scale, ACTIVATION_SCALES)
         keep = self.test_keep
         if isinstance(keep, bool) or not isinstance(keep, (int, float, np.integer, np.floating)) \
                 or not 0 < float(keep) <= 1:
             raise ValueError(f"{owner}.test_keep={keep!r}: must be a number in (0, 1], the fraction of a block's inner "
                              f"channels one worker holds, e.g. test_keep=0.5 for W = 2.")
         object.__setattr__(self, "test_keep", float(keep))
-        sizes = _pos_ints(owner, "stage_sizes", self.stage_sizes,
+        sizes = layers.pos_ints(owner, "stage_sizes", self.stage_sizes,
                           "give the number of blocks per stage, e.g. stage_sizes=(2, 2, 2, 2) for ResNet-18.")
-        widths = _pos_ints(owner, "widths", self.widths,
+        widths = layers.pos_ints(owner, "widths", self.widths,
                            f"give one channel count per stage, e.g. widths={(64, 128, 256, 512)[:len(sizes)]}.")
         if len(widths) != len(sizes):
             raise ValueError(f"{owner}.widths={self.widths!r} has {len(widths)} entries but stage_sizes="
@@ -238,10 +162,10 @@ class _ResNetBase(nn.Module):
         inner = self.inner
         if inner is not None:
             example = tuple((w,) * n for w, n in zip(widths, sizes))
-            inner = _nested_pos_ints(owner, "inner", inner, sizes,
+            inner = layers.nested_pos_ints(owner, "inner", inner, sizes,
                                      f"give one tuple per stage with one width per block, e.g. inner={example} "
                                      f"(or inner=None for the stage widths).")
-        _check_common(self)
+        layers.check_common(self)
         # Normalise lists to tuples (fields are frozen; flax compares and hashes them).
         object.__setattr__(self, "stage_sizes", sizes)
         object.__setattr__(self, "widths", widths)
@@ -272,7 +196,7 @@ class _ResNetBase(nn.Module):
     @classmethod
     def cifar(cls, depth: int, **fields: Any):
         """He et al.'s CIFAR ResNet of ``depth = 6 n + 2`` layers: stages (n, n, n), widths (16, 32, 64)."""
-        if not _is_pos_int(depth) or depth < 8 or (depth - 2) % 6:
+        if not layers.is_pos_int(depth) or depth < 8 or (depth - 2) % 6:
             raise ValueError(f"{cls.__name__}.cifar(depth={depth!r}): a CIFAR ResNet has depth 6n + 2 for n >= 1 "
                              f"(8, 14, 20, 32, 44, 56, 110, ...).")
         n = (depth - 2) // 6
@@ -297,12 +221,12 @@ class _ResNetBase(nn.Module):
 
     def stage_widths(self) -> tuple[int, ...]:
         """The residual stream width of every stage after ``width_multiplier``."""
-        return tuple(_scaled(w, self.width_multiplier) for w in self.widths)
+        return tuple(layers.scaled(w, self.width_multiplier) for w in self.widths)
 
     def inner_widths(self) -> tuple[tuple[int, ...], ...]:
         """``inner_widths()[i][j]``: block j of stage i's inner channels after ``width_multiplier``."""
         if self.inner is not None:
-            return tuple(tuple(_scaled(c, self.width_multiplier) for c in row) for row in self.inner)
+            return tuple(tuple(layers.scaled(c, self.width_multiplier) for c in row) for row in self.inner)
         return tuple((w,) * n for w, n in zip(self.stage_widths(), self.stage_sizes))
 
     def partition_rules(self) -> dict[str, str | None]:
@@ -378,23 +302,23 @@ class ResNet(_ResNetBase):
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
-        x = _as_image(self, x_BxHxWxC)
+        x = layers.as_image(self, x_BxHxWxC)
         x = _conv(self.stage_widths()[0], 3, "image_channels", "stage_0", "conv_stem")(x)
-        x = nn.relu(_batch_norm(self, "bn_stem", "stage_0", x, train))
+        x = nn.relu(layers.batch_norm(self, "bn_stem", "stage_0", x, train))
         for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
             pre = f"stage{i}_block{j}"
             h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride)(x)
-            h = self._inner(i, j, nn.relu(_batch_norm(self, f"{pre}_bn1", g_inner, h, train)))
+            h = self._inner(i, j, nn.relu(layers.batch_norm(self, f"{pre}_bn1", g_inner, h, train)))
             h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2")(h)
-            h = _batch_norm(self, f"{pre}_bn2", g_out, h, train)
+            h = layers.batch_norm(self, f"{pre}_bn2", g_out, h, train)
             if projection:
                 shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride)(x)
-                shortcut = _batch_norm(self, f"{pre}_proj_bn", g_out, shortcut, train)
+                shortcut = layers.batch_norm(self, f"{pre}_proj_bn", g_out, shortcut, train)
             else:
                 shortcut = x
             x = nn.relu(shortcut + h)  # both carry logical name g_out (see tied_axes)
         x_BxF = jnp.mean(x, axis=(1, 2))
-        return _head(self.num_classes, f"stage_{len(self.stage_sizes) - 1}")(x_BxF)
+        return layers.head(self.num_classes, f"stage_{len(self.stage_sizes) - 1}")(x_BxF)
 
 
 class PreActResNet(_ResNetBase):
@@ -411,17 +335,17 @@ class PreActResNet(_ResNetBase):
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
-        x = _as_image(self, x_BxHxWxC)
+        x = layers.as_image(self, x_BxHxWxC)
         x = _conv(self.stage_widths()[0], 3, "image_channels", "stage_0", "conv_stem")(x)
         for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
             pre = f"stage{i}_block{j}"
-            a = nn.relu(_batch_norm(self, f"{pre}_bn1", g_in, x, train))
+            a = nn.relu(layers.batch_norm(self, f"{pre}_bn1", g_in, x, train))
             shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride)(a) if projection else x
             h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride)(a)
-            h = self._inner(i, j, nn.relu(_batch_norm(self, f"{pre}_bn2", g_inner, h, train)))
+            h = self._inner(i, j, nn.relu(layers.batch_norm(self, f"{pre}_bn2", g_inner, h, train)))
             h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2")(h)
             x = shortcut + h  # both carry logical name g_out (see tied_axes)
         last = f"stage_{len(self.stage_sizes) - 1}"
-        x = nn.relu(_batch_norm(self, "bn_final", last, x, train))
+        x = nn.relu(layers.batch_norm(self, "bn_final", last, x, train))
         x_BxF = jnp.mean(x, axis=(1, 2))
-        return _head(self.num_classes, last)(x_BxF)
+        return layers.head(self.num_classes, last)(x_BxF)

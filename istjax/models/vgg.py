@@ -27,14 +27,13 @@ empty). BatchNorm (``batch_norm="running"`` or ``"batch"``), ``bn_momentum`` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from istjax.models.resnet import (_as_image, _batch_norm, _check_common, _conv, _head, _nested_pos_ints,
-                                  _pos_ints, _scaled)
+import istjax.models.layers as layers
+from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["VGG"]
 
@@ -63,22 +62,22 @@ class VGG(nn.Module):
     image_shape: tuple[int, ...] | None = None
 
     def __post_init__(self):
-        features = _nested_pos_ints("VGG", "features", self.features, None, "give one tuple of conv widths per "
+        features = layers.nested_pos_ints("VGG", "features", self.features, None, "give one tuple of conv widths per "
                                     "stage, e.g. features=((64,), (128,), (256, 256)).")
-        hidden = _pos_ints("VGG", "hidden", self.hidden, "e.g. hidden=(512,), or hidden=() for a linear classifier.",
+        hidden = layers.pos_ints("VGG", "hidden", self.hidden, "e.g. hidden=(512,), or hidden=() for a linear classifier.",
                            allow_empty=True)
-        _check_common(self)
+        layers.check_common(self)
         object.__setattr__(self, "features", features)
         object.__setattr__(self, "hidden", hidden)
         super().__post_init__()
 
     def conv_widths(self) -> tuple[tuple[int, ...], ...]:
         """``features`` after ``width_multiplier``."""
-        return tuple(tuple(_scaled(c, self.width_multiplier) for c in row) for row in self.features)
+        return tuple(tuple(layers.scaled(c, self.width_multiplier) for c in row) for row in self.features)
 
     def hidden_widths(self) -> tuple[int, ...]:
         """``hidden`` after ``width_multiplier``."""
-        return tuple(_scaled(h, self.width_multiplier) for h in self.hidden)
+        return tuple(layers.scaled(h, self.width_multiplier) for h in self.hidden)
 
     def partition_rules(self) -> dict[str, str | None]:
         """Logical axis name -> neuron group: every ``conv_i_j`` and ``fc_k`` is a group; image channels and classes
@@ -110,13 +109,13 @@ class VGG(nn.Module):
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
-        x = _as_image(self, x_BxHxWxC)
+        x = layers.as_image(self, x_BxHxWxC)
         group = "image_channels"
         for i, row in enumerate(self.conv_widths()):
             for j, width in enumerate(row):
                 prev, group = group, f"conv_{i}_{j}"
                 x = _conv(width, 3, prev, group, f"conv{i}_{j}")(x)
-                x = nn.relu(_batch_norm(self, f"bn{i}_{j}", group, x, train))
+                x = nn.relu(layers.batch_norm(self, f"bn{i}_{j}", group, x, train))
             x = nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME")
         x = jnp.mean(x, axis=(1, 2))
         for k, width in enumerate(self.hidden_widths()):
@@ -125,4 +124,4 @@ class VGG(nn.Module):
                          kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(), (prev, group)),
                          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
             x = nn.relu(x)
-        return _head(self.num_classes, group)(x)
+        return layers.head(self.num_classes, group)(x)
