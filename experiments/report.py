@@ -757,7 +757,7 @@ def _images_ablation(d):
     return markdown_table(
         ["step", "test accuracy (mean ± std over seeds)", "min-max", "train loss", "paper (CIFAR-10)",
          "bytes per worker per round"],
-        [[r["step"], accuracy(r), _spread(r), fixed(r["train_loss_mean"], 3), r["paper"],
+        [[r["step"], accuracy(r), _spread(r), fixed(r["train_loss_mean"], 3), f"{r['paper']:.1f}",
           nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in result_rows(d)])
 
 
@@ -855,6 +855,33 @@ def _headline_resnet(d):
                f"IST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
     return (f"{at(2)}; {at(4)}; IST moves {_bytes_vs('ist_W2', 'local_sgd_W2')(d)} (W = 2) and "
             f"{_bytes_vs('ist_W4', 'local_sgd_W4')(d)} (W = 4) of local SGD's bytes; {verdict}")
+
+
+@headline_row("ResIST vs local SGD, pre-activation ResNet (2-2-9 blocks, 4-16 channels), Fashion-MNIST, 64,000 "
+              "samples per worker (`python experiments/images/studies.py resist`)", "`docs/images.md`", RESIST)
+def _headline_resist(d):
+    by = {r["label"]: r for r in result_rows(d)}
+    parts, gaps = [], []
+    for w in (2, 4):
+        res, loc = by[f"resist_W{w}"], by[f"local_sgd_W{w}"]
+        gaps.append(res["test_accuracy_mean"] - loc["test_accuracy_mean"])
+        parts.append(f"W = {w}: ResIST {accuracy(res)}, local SGD {accuracy(loc)}, "
+                     f"{_bytes_vs(f'resist_W{w}', f'local_sgd_W{w}')(d)} of its bytes")
+    verdict = ("within 1 point of local SGD: the target is met" if min(gaps) >= -0.01 else
+               f"ResIST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
+    return "; ".join(parts) + f"; {verdict}"
+
+
+@headline_row("ResIST's five ablation steps in miniature, W = 2, 150 rounds "
+              "(`python experiments/images/studies.py ablation`)", "`docs/images.md`", ABLATION)
+def _headline_ablation(d):
+    rows = result_rows(d)
+    ours = " -> ".join(f"{r['test_accuracy_mean']:.3f}" for r in rows)
+    paper = " -> ".join(str(r["paper"]) for r in rows)
+    n = min(len(r["seeds"]) for r in rows)
+    rises = all(b["test_accuracy_mean"] > a["test_accuracy_mean"] for a, b in zip(rows, rows[1:]))
+    return (f"{ours} (mean of {n} seeds; the paper, CIFAR-10: {paper}); "
+            + ("every step helps, as in the paper" if rises else "not every step helps here (docs/images.md says why)"))
 
 
 def _headline_gist(d) -> str:
