@@ -16,7 +16,7 @@ Command::
 
     istjax train --config=experiments/configs/fmnist_resist.py --workdir=runs/fmnist_resist
 
-Result: ``experiments/images/results/resist.json`` (ResIST vs local SGD at W = 2, 4 and two variants, 200 rounds,
+Result: ``experiments/images/results/resist.json`` (ResIST vs local SGD at W = 2, 4 and one variant, 200 rounds,
 three seeds per cell; ``python experiments/images/studies.py resist``), rendered in docs/images.md.
 """
 
