@@ -117,6 +117,16 @@ def check_image_model_fields(module: nn.Module) -> None:
         object.__setattr__(module, "image_shape", tuple(int(v) for v in value))
 
 
+def batch_norm(module: nn.Module, name: str, group: str, x: jax.Array, train: bool) -> jax.Array:
+    """A BatchNorm named ``name`` whose scale and bias carry logical name ``group`` (running stats follow them)."""
+    if module.batch_norm == "batch":
+        return BatchStatNorm(group=group, name=name)(x)
+    return nn.BatchNorm(
+        use_running_average=not train, momentum=module.bn_momentum, use_scale=True, use_bias=True, name=name,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
+
+
 class CNN(nn.Module):
     """Residual CNN with BatchNorm, partitioned over channels (see the module docstring).
 
@@ -196,12 +206,7 @@ class CNN(nn.Module):
         return self.clone(widths=widths, inner=inner)
 
     def _bn(self, name: str, group: str, x: jax.Array, train: bool) -> jax.Array:
-        if self.batch_norm == "batch":
-            return BatchStatNorm(group=group, name=name)(x)
-        return nn.BatchNorm(
-            use_running_average=not train, momentum=self.bn_momentum, use_scale=True, use_bias=True, name=name,
-            scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
+        return batch_norm(self, name, group, x, train)
 
     @staticmethod
     def _conv(features: int, names_in: str, names_out: str, name: str, strides: int = 1) -> nn.Conv:

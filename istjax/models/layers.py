@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.models.cnn import BatchStatNorm, check_image_model_fields, is_pos_int
+from istjax.models.cnn import batch_norm, check_image_model_fields, is_pos_int
 
 __all__ = ["as_image", "batch_norm", "check_choice", "check_common", "head", "is_pos_int", "nested_pos_ints", "pos_ints",
            "scaled"]
@@ -72,16 +72,6 @@ def as_image(module: nn.Module, x: jax.Array) -> jax.Array:
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.float32)
     return x
-
-
-def batch_norm(module: nn.Module, name: str, group: str, x: jax.Array, train: bool) -> jax.Array:
-    """A BatchNorm named ``name`` whose scale and bias carry logical name ``group`` (running stats follow them)."""
-    if module.batch_norm == "batch":
-        return BatchStatNorm(group=group, name=name)(x)
-    return nn.BatchNorm(
-        use_running_average=not train, momentum=module.bn_momentum, use_scale=True, use_bias=True, name=name,
-        scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
 
 
 def head(num_classes: int, names_in: str, name: str = "head") -> nn.Dense:
