@@ -104,6 +104,5 @@ def test_benchmark_worker_profiles_ist_and_times_the_allreduce():
     phases = rows["ist"]["phases_by_rank"]
     assert len(phases) == 2 and all(set(p) >= {"distribute", "scatter", "local", "gather", "collect"} for p in phases)
     assert all(p["local"] > 0 for p in phases)
-    assert len(rows["ist"]["step_matmuls_s_by_rank"]) == 2 and all(t > 0 for t in rows["ist"]["step_matmuls_s_by_rank"])
     dp = rows["data_parallel"]
-    assert dp["allreduce_bytes"] >= 4 * (16 * 32 + 32 * 35) and dp["allreduce_vs_plain"] > 0  # at least the kernels
+    assert dp["allreduce_bytes"] >= 4 * (16 * 32 + 32 * 35) and dp["allreduce_vs_plain"] > 0 and dp["standalone_vs_plain"] > 0  # at least the kernels

@@ -7,8 +7,9 @@ runtime measured from the buffers it handed to MPI. With ``--profile``, IST's ro
 timed on every rank (`istjax.runtimes.mpi.MPIRuntime.phases`): ``phases_by_rank`` holds each rank's mean seconds per
 phase. For data parallel it also times the gradient all-reduce (every leaf, as the runtime's compiled local phase
 sends them) against a plain ``MPI.Allreduce`` of the same bytes: ``allreduce_vs_plain`` (`allreduce_vs_plain`).
-With ``--profile`` every rank also times the matmuls of its workers' training step alone (`measure.phase_matmuls`,
-K times; the same core, the same shapes): ``step_matmuls_s_by_rank``, the yardstick of the local phase.
+(An earlier version also timed each rank's step matmuls alone as a yardstick of the local phase; called one by one
+from Python they paid per-call costs the compiled loop does not, so the local phase read 1.35 of them: a yardstick
+that could not fail. It was removed; study 1 measures the local phase against the dense matmul rate instead.)
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import time
 
 import jax
 
-from experiments.benchmarks import measure
-from experiments.benchmarks.run import Workload, _worker_kernel_shapes
+from experiments.benchmarks.run import Workload
 
 
 def allreduce_vs_plain(comm, tree, reps: int, steps: int = 10) -> dict:
@@ -65,24 +65,6 @@ def allreduce_vs_plain(comm, tree, reps: int, steps: int = 10) -> dict:
             "allreduce_vs_plain": t_plain / t_loop, "standalone_s": t_one, "standalone_vs_plain": t_plain / t_one}
 
 
-def step_matmuls_s(comm, alg, batch: int, reps: int) -> float:
-    """Seconds of this rank's local phase's matmuls alone: forward, weight and input gradients of its L workers'
-    sub-network, K steps (median of ``reps``, every rank timing at once, as in a round)."""
-    params = jax.eval_shape(alg.init, jax.random.key(0)).params
-    lanes = alg.num_workers // comm.Get_size()
-    own, args = measure.phase_matmuls(_worker_kernel_shapes(alg, params), lanes, batch)
-    jax.block_until_ready(own(*args))
-    out = []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(alg.local_steps):
-            r = own(*args)
-        jax.block_until_ready(r)
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
-
-
 def main() -> None:
     from mpi4py import MPI
 
@@ -119,9 +101,8 @@ def main() -> None:
             jax.block_until_ready(metrics)
             comm.Barrier()
             times.append(time.perf_counter() - t0)
-        phases, own = None, None
+        phases = None
         if a.profile and name == "ist":
-            own = comm.gather(step_matmuls_s(comm, rt.algorithm, wl.batch, a.reps), root=0)
             rt.phases = {}
             for _ in range(a.reps):
                 comm.Barrier()
@@ -142,7 +123,7 @@ def main() -> None:
                 "measured_bytes_received": float(metrics.get("measured_bytes_received", float("nan"))),
                 "measured_bytes_sent": float(metrics.get("measured_bytes_sent", float("nan"))),
                 "timings": {"samples_s": times}, "phases_by_rank": phases,
-                "step_matmuls_s_by_rank": own, **exchange}), flush=True)
+                **exchange}), flush=True)
 
 
 if __name__ == "__main__":

@@ -386,8 +386,7 @@ WIRE_PHASES = ("scatter", "gather")  # the parameter server's exchanges: transfe
 def mpi_vs_simulate(rows: list[dict]) -> list[dict]:
     """Adds to each MPI row its samples/s over the simulate row of the same algorithm and W (``vs_simulate``) and,
     where the round was profiled, ``overhead_share``: the largest share of a rank's round spent on anything but
-    the local steps and the exchanges (batches, distribute, collect, metrics), and ``local_vs_step_matmuls``: the
-    smallest over ranks of (the step's matmuls alone on that rank's core, K times) / (its local phase)."""
+    the local steps and the exchanges (batches, distribute, collect, metrics)."""
     sim = {(r["algorithm"], r["W"]): r["samples_per_s"] for r in rows if r.get("backend") == "simulate"}
     for r in rows:
         if not str(r.get("backend", "")).startswith("mpi") or "samples_per_s" not in r:
@@ -400,9 +399,6 @@ def mpi_vs_simulate(rows: list[dict]) -> list[dict]:
                       / sum(p.values()) for p in phases]
             r["overhead_share"] = max(shares)
             r["local_share"] = min(p.get("local", 0.0) / sum(p.values()) for p in phases)
-            own = r.get("step_matmuls_s_by_rank")
-            if own:  # each rank's local phase against its step's matmuls alone on its core (>= 0.9 wanted)
-                r["local_vs_step_matmuls"] = min(o / p["local"] for o, p in zip(own, phases) if p.get("local"))
     return rows
 
 
@@ -572,7 +568,7 @@ TABLE_COLUMNS = {
                          "distribute_collect_s", "overhead_share", "overhead_share_parts", "overhead_share_residual",
                          "overhead_share_at_K20"],
     "4_throughput": ["model", "algorithm", "backend", "W", "K", "B", "round_s", "samples_per_s", "vs_simulate",
-                     "overhead_share", "local_share", "local_vs_step_matmuls", "allreduce_vs_plain", "measured_bytes_received", "measured_bytes_sent",
+                     "overhead_share", "local_share", "allreduce_vs_plain", "standalone_vs_plain", "measured_bytes_received", "measured_bytes_sent",
                      "note"],
     "5_communication": ["model", "W", "K", "model_bytes", "ist_bytes", "local_sgd_bytes", "data_parallel_bytes",
                         "ist_fraction_of_model", "1/W", "1/W^2", "local_sgd_over_ist", "data_parallel_over_ist"],
@@ -594,10 +590,12 @@ TARGETS = [  # (study, what, column, worst-case reduction, comparison, bound, ro
      0.9, {"algorithm": "ist"}),
     ("4_throughput", "IST per-rank overhead share of a round under MPI (mpi_overhead_share)", "overhead_share", max,
      "<=", 0.10, {"algorithm": "ist"}),
-    ("4_throughput", "IST local phase under MPI / its step's matmuls alone on the rank's core", "local_vs_step_matmuls",
-     min, ">=", 0.9, {"algorithm": "ist"}),
-    ("4_throughput", "data parallel's gradient all-reduce / a plain MPI.Allreduce of the same bytes",
-     "allreduce_vs_plain", min, ">=", 0.5, {"algorithm": "data_parallel"}),
+    # The all-reduce goal as first measured: one standalone call against a plain MPI.Allreduce of the same bytes;
+    # and as the local phase runs it, inside the compiled loop (docs/distributed.md says why both are kept).
+    ("4_throughput", "data parallel's gradient all-reduce, one standalone call / a plain MPI.Allreduce of the same "
+     "bytes", "standalone_vs_plain", min, ">=", 0.5, {"algorithm": "data_parallel"}),
+    ("4_throughput", "data parallel's gradient all-reduce inside its compiled loop / a plain MPI.Allreduce of the "
+     "same bytes", "allreduce_vs_plain", min, ">=", 0.5, {"algorithm": "data_parallel"}),
     ("6_compilation", "compilations after the first round", "later_round_compilations", max, "<=", 0, None),
 ]
 
