@@ -400,6 +400,40 @@ def _mpi_phases(d):
                             *(f"{1e3 * p[k]:.0f}" for k in PHASES)] for i, p in enumerate(ist["phases_by_rank"])])
 
 
+COMM_MEMORY = "experiments/distributed/results/comm_and_memory.json"
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2 ** 20:.1f}"
+
+
+@table("distributed_comm_memory", COMM_MEMORY)
+def _comm_memory(d):
+    """Bytes per worker per round (analytic and measured) and each rank's memory, per rank count and mode."""
+    rows = [[cell(r["procs"]), r["algorithm"], r["mode"] if r["algorithm"] == "ist" else "replicated (allreduce)",
+             f"{_mib(r['analytic_received'])} / {_mib(r['analytic_sent'])}",
+             f"{_mib(r['measured_received'])} / {_mib(r['measured_sent'])}",
+             " ".join(_mib(x) for x in r["max_rss"]), " ".join(_mib(x) for x in r["largest_array"])]
+            for r in d["rows"]]
+    return (f"{d['model']} speech MLP, batch {d['batch']}, K = {d['local_steps']}, W = P workers; full model "
+            f"{_mib(d['rows'][0]['full_model_bytes'])} MiB\n\n" + markdown_table(
+                ["P", "algorithm", "mode", "analytic recv/sent per worker per round (MiB)", "measured recv/sent (MiB)",
+                 "peak RSS per rank (MiB)", "largest array per rank (MiB)"], rows))
+
+
+def _largest(d, procs: int, mode: str) -> list[int]:
+    return next(r["largest_array"] for r in d["rows"]
+                if r["procs"] == procs and r["algorithm"] == "ist" and r["mode"] == mode)
+
+
+scalar("distributed.server_extra", COMM_MEMORY, lambda d: span(
+    [(r["max_rss"][0] - max(r["max_rss"][1:])) / 2 ** 20 for r in d["rows"]
+     if r["algorithm"] == "ist" and r["mode"] == "parameter_server"], lambda x: f"{x:.0f}", "-"))
+scalar("distributed.sharded_largest", COMM_MEMORY, lambda d: " / ".join(
+    f"{max(_largest(d, r['procs'], 'sharded')) / 2 ** 20:.0f}" for r in d["rows"]
+    if r["algorithm"] == "ist" and r["mode"] == "sharded"))
+
+
 @table("mpi_goals", BENCH)
 def _mpi_goals(d):
     """The MPI runtime's four goals (study 4) against the latest run."""
@@ -522,8 +556,11 @@ def _per_round(d):
         runs.setdefault((r["model"], r["ranks"], r["link"], r["algorithm"]), []).append(r)
     algs, several = ("ist", "data_parallel", "local_sgd"), len(_seeds(d)) > 1
 
-    def each(key, fn):
-        return " / ".join(fn(runs[key + (a,)]) if key + (a,) in runs else "-" for a in algs)
+    def each(key, fn, finished_only=True):  # a run that failed (killed at its timeout) has rounds, no times
+        def one(rs):
+            done = [r for r in rs if "time_per_round_s" in r] if finished_only else rs
+            return fn(done) if done else "-"
+        return " / ".join(one(runs[key + (a,)]) if key + (a,) in runs else "-" for a in algs)
 
     def mean(rs, value, fmt):
         return fmt(sum(value(r) for r in rs) / len(rs))
@@ -531,7 +568,8 @@ def _per_round(d):
     rows = []
     for e in d["speedups"]:
         key = (e["model"], e["ranks"], e["link"])
-        rows.append([f"{e['model']}-layer", e["ranks"], link_name(e["link"]), each(key, _rounds_over_seeds),
+        rows.append([f"{e['model']}-layer", e["ranks"], link_name(e["link"]),
+                     each(key, _rounds_over_seeds, finished_only=False),
                      each(key, lambda rs: _over_seeds([r["time_per_round_s"] for r in rs], fixed)),
                      each(key, lambda rs: mean(rs, lambda r: r["bytes_sent_per_worker_per_round"] / 1e6,
                                                lambda x: f"{x:,.1f}")),
@@ -583,15 +621,15 @@ def _lsgd_range(d) -> str:
 
 # The speedups the prose of docs/network.md quotes: (file, model, ranks, link, against).
 for _name, _src, _cells in (
-        ("fsdd", FSDD, [("2", 2, "100mbit", "dp"), ("2", 2, "1gbit", "dp"), ("2", 2, "10gbit", "dp"),
-                        ("2", 4, "1gbit", "dp"), ("3", 2, "1gbit", "dp"), ("3", 4, "1gbit", "dp"),
-                        ("2", 4, "1gbit", "lsgd")]),
-        ("keywords", KEYWORDS, [("2", 2, "1gbit", "dp"), ("3", 2, "1gbit", "dp"), ("2", 2, "1gbit", "lsgd"),
-                                ("2", 2, "10gbit", "lsgd"), ("3", 2, "1gbit", "lsgd")])):
+        ("fsdd", FSDD, [("2", 2, "1gbit", "dp"), ("2", 2, "10gbit", "dp"), ("2", 4, "1gbit", "dp"),
+                        ("3", 2, "1gbit", "dp"), ("3", 2, "10gbit", "dp"), ("2", 4, "1gbit", "lsgd")]),
+        ("keywords", KEYWORDS, [("2", 2, "1gbit", "dp"), ("2", 2, "10gbit", "dp"), ("2", 2, "1gbit", "lsgd"),
+                                ("2", 2, "10gbit", "lsgd")])):
     for _m, _r, _l, _tag in _cells:
         scalar(f"{_name}.{_tag}.{_m}layer.{_r}ranks.{_l}", _src, lambda d, m=_m, r=_r, l=_l, t=_tag: _speedup(
             d, m, r, l, "data_parallel" if t == "dp" else "local_sgd"))
     scalar(f"{_name}.lsgd_range", _src, _lsgd_range)
+    scalar(f"{_name}.wall_min", _src, lambda d: f"{sum(r['job_wall_s'] for r in d['runs']) / 60:.0f}")
 scalar("keywords.target", KEYWORDS, lambda d: cell(d["target"]).rstrip("0"))
 
 
@@ -603,7 +641,8 @@ def _rounds_to_target(d, model, algorithm):
 
 for _m in ("2", "3"):
     for _a in ("ist", "data_parallel", "local_sgd"):
-        scalar(f"keywords.rounds.{_m}layer.{_a}", KEYWORDS, lambda d, m=_m, a=_a: _rounds_to_target(d, m, a))
+        for _name, _src in (("fsdd", FSDD), ("keywords", KEYWORDS)):
+            scalar(f"{_name}.rounds.{_m}layer.{_a}", _src, lambda d, m=_m, a=_a: _rounds_to_target(d, m, a))
 
 
 def _per_round_speedup(d, model, ranks, link):
@@ -620,13 +659,22 @@ def _per_round_speedup(d, model, ranks, link):
 
 
 scalar("fsdd.per_round_dp.3layer.2ranks.1gbit", FSDD, lambda d: _per_round_speedup(d, "3", 2, "1gbit"))
-scalar("fsdd.per_round_dp.3layer.4ranks.1gbit", FSDD, lambda d: _per_round_speedup(d, "3", 4, "1gbit"))
+scalar("fsdd.per_round_dp.2layer.2ranks.1gbit", FSDD, lambda d: _per_round_speedup(d, "2", 2, "1gbit"))
 scalar("fsdd.dp_megabits_2layer", FSDD, lambda d: count(8 * next(
-    r["bytes_sent_per_worker_per_round"] for r in d["runs"] if r["model"] == "2" and r["algorithm"] == "data_parallel")
+    r["bytes_sent_per_worker_per_round"] for r in d["runs"] if r["model"] == "2" and r["algorithm"] == "data_parallel"
+    and "bytes_sent_per_worker_per_round" in r)
     / 1e6))
 scalar("fsdd.ist_megabits_2layer", FSDD, lambda d: count(8 * next(
     r["bytes_sent_per_worker_per_round"] for r in d["runs"] if r["model"] == "2" and r["ranks"] == 2
     and r["algorithm"] == "ist") / 1e6))
+def _dp_link_share(d) -> str:
+    """Data parallel's megabits sent per worker per round over the fit's megabits: the share of the link it reaches."""
+    sent = next(r["bytes_sent_per_worker_per_round"] for r in d["runs"] if r["model"] == "2"
+                and r["algorithm"] == "data_parallel" and "bytes_sent_per_worker_per_round" in r)
+    return percent(8 * sent / 1e6 / d["catch_up"][0]["fits"]["data_parallel"]["megabits"])
+
+
+scalar("fsdd.dp_link_share_2layer", FSDD, _dp_link_share)
 scalar("fsdd.dp_fit_megabits_2layer", FSDD, lambda d: count(d["catch_up"][0]["fits"]["data_parallel"]["megabits"]))
 scalar("fsdd.infinite_link_2layer", FSDD, lambda d: ratio(
     (lambda c: c["fits"]["data_parallel"]["compute_s"] * c["rounds"]["data_parallel"]
@@ -645,6 +693,7 @@ def _overlap(d):
 DIAGNOSIS = "experiments/images/results/diagnosis.json"
 DIGITS = "experiments/mlp/results/digits.json"
 MNIST1D = "experiments/mlp/results/mnist1d.json"
+KEYWORDS_GEN = "experiments/mlp/results/keywords.json"
 
 
 def _spread(r: dict[str, Any]) -> str:
@@ -787,11 +836,43 @@ results_table("graphs_recipe", GIST_RECIPE, [
     ("min-max", _spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 4))])
 for _label in ("recipe", "layer_norm", "steps300", "optimizer_reset", "before", "paper_width"):
     scalar(f"graphs.recipe.{_label}", GIST_RECIPE, _diagnosis_accuracy(_label))
+GIST_WIDTH = "experiments/graphs/results/gist_width.json"
+
+
+@table("graphs_width", GIST_WIDTH)
+def _graphs_width(d):
+    """Each W's worker step against the budget, and the seeds' accuracy at the smallest W that fits."""
+    memory = markdown_table(
+        ["W", "hidden per worker", "worker parameters", "worker step peak (MiB)", "fits"],
+        [[cell(r["W"]), cell(d["hidden"] // r["W"]), cell(r["worker_params"]), f"{r['worker_peak_bytes'] / 2 ** 20:.1f}",
+          "yes" if r["fits"] else "no"] for r in d["memory"]])
+    trained = markdown_table(
+        ["GIST", "rounds", "test accuracy (mean ± std over seeds)", "min-max", "s of training per seed"],
+        [[f"W = {r['num_workers']}", cell(r["rounds"]), accuracy(r), _spread(r), f"{r['train_s_mean']:.0f}"]
+         for r in result_rows(d)])
+    runs = markdown_table(
+        ["seed", "test accuracy", "test loss (full-width model)", "workers' training loss, last round"],
+        [[cell(r["seed"]), fixed(r["test_accuracy"], 3), fixed(r["test_loss"], 3), fixed(r["train_loss_last_round"], 3)]
+         for r in d["runs"]])
+    return f"Budget {d['budget_mib']:g} MiB per worker, {d['graph']}.\n\n{memory}\n\n{trained}\n\n{runs}"
+
+
+def _width_fit(d) -> tuple[dict, dict]:
+    full = next(r for r in d["memory"] if r["W"] == 1)
+    return full, next(r for r in d["memory"] if r["W"] == result_rows(d)[0]["num_workers"])
+
+
+scalar("graphs.width.full_peak", GIST_WIDTH, lambda d: f"{_width_fit(d)[0]['worker_peak_bytes'] / 2 ** 20:.0f}")
+scalar("graphs.width.over_budget", GIST_WIDTH,
+       lambda d: fixed(_width_fit(d)[0]["worker_peak_bytes"] / 2 ** 20 / d["budget_mib"], 1))
+scalar("graphs.width.worker_peak", GIST_WIDTH, lambda d: f"{_width_fit(d)[1]['worker_peak_bytes'] / 2 ** 20:.0f}")
+scalar("graphs.width.accuracy", GIST_WIDTH, lambda d: accuracy(result_rows(d)[0]))
+scalar("graphs.width.halving", GIST_WIDTH, lambda d: fixed(
+    next(r for r in d["memory"] if r["W"] == 2)["worker_peak_bytes"] / _width_fit(d)[0]["worker_peak_bytes"]))
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The README's headline table: one row per result that has a committed file behind it. The rows whose files are
-# still to come are listed below it by hand (README, "Not yet backed by committed results").
+# The README's headline table: one row per result that has a committed file behind it.
 
 # (what, where, source, fn(loaded) -> result); ``what`` a string or ``what(loaded) -> str``
 HEADLINE: list[tuple[str | Callable[[Any], str], str, str, Callable[[Any], str]]] = []
@@ -820,6 +901,21 @@ def _three_way(d) -> str:
     return f"{acc} test accuracy (mean ± std, {n} seeds); {moved} per worker per round each way"
 
 
+results_table("keywords_generalisation", KEYWORDS_GEN, [
+    "algorithm", "num_workers", "test_accuracy", ("min-max", _spread),
+    ("train loss", lambda r: fixed(r["train_loss_mean"], 3)), ("samples (all workers)", lambda r: cell(r["samples_seen"])),
+    ("bytes per worker per round", lambda r: nbytes(r["bytes_per_worker_per_round"], binary=False)),
+    ("s per round (simulate)", lambda r: fixed(r["time_per_round_s_mean"]))])
+
+
+def _keywords_gap(d) -> float:
+    by = {r["algorithm"]: r for r in result_rows(d)}
+    return by["ist"]["test_accuracy_mean"] - by["data_parallel"]["test_accuracy_mean"]
+
+
+scalar("keywords.gen_gap", KEYWORDS_GEN, lambda d: f"{100 * _keywords_gap(d):+.1f}")
+
+
 scalar("digits.ist", DIGITS, lambda d: accuracy([r for r in result_rows(d) if r["algorithm"] == "ist"][0]))
 
 
@@ -827,6 +923,15 @@ scalar("digits.ist", DIGITS, lambda d: accuracy([r for r in result_rows(d) if r[
               "(`python experiments/mlp/studies.py digits`)", "`experiments/mlp/results/digits.json`", DIGITS)
 def _headline_digits(d):
     return _three_way(d)
+
+
+@headline_row("generalisation on the synthesised keywords (35 words, test voices unseen in training), 2-layer speech "
+              "MLP, W = 2, 204,800 samples: IST / data parallel (`python experiments/mlp/studies.py keywords`)",
+              "`docs/network.md`", KEYWORDS_GEN)
+def _headline_keywords_generalisation(d):
+    gap = _keywords_gap(d)
+    return (_three_way(d) + f"; IST {'above' if gap > 0 else 'below'} data parallel by {100 * abs(gap):.1f} points "
+            "(the paper, real Speech Commands: .8153 vs .7938)")
 
 
 @headline_row("MNIST-1D, W = 4, 192,000 samples: IST / data parallel / local SGD, a negative result "
@@ -874,6 +979,10 @@ def _headline_resist(d):
                      f"{_bytes_vs(f'resist_W{w}', f'local_sgd_W{w}')(d)} of its bytes")
     verdict = ("within 1 point of local SGD: the target is met" if min(gaps) >= -0.01 else
                f"ResIST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
+    best = by.get("resist_W2_momentum_carried")
+    if best is not None:
+        verdict += (f"; best setting found, momentum carried across repartitions: {accuracy(best)} at W = 2 "
+                    f"({_bytes_vs('resist_W2_momentum_carried', 'local_sgd_W2')(d)} of local SGD's bytes)")
     return "; ".join(parts) + f"; {verdict}"
 
 
@@ -904,6 +1013,25 @@ for _dataset, _name in (("cora", "Cora"), ("citeseer", "Citeseer")):
     headline_row(f"GIST on {_name} (public split), 256 hidden features split among W workers, 3 seeds "
                  f"(`python experiments/graphs/studies.py {_dataset}`)", "`docs/graphs.md`",
                  GIST_FILES[_dataset])(_headline_gist)
+
+
+@headline_row("GIST width scaling: GraphSAGE 2048-2048 on a generated graph of 100,000 nodes, 128 MiB per worker "
+              "(`python experiments/graphs/studies.py width`)", "`docs/graphs.md`", GIST_WIDTH)
+def _headline_width(d):
+    full, fit = _width_fit(d)
+    r = result_rows(d)[0]
+    return (f"the full model's step needs {full['worker_peak_bytes'] / 2 ** 20:.0f} MiB (does not fit); GIST at "
+            f"W = {r['num_workers']}: {fit['worker_peak_bytes'] / 2 ** 20:.0f} MiB per worker, test accuracy "
+            f"{accuracy(r)} after {r['rounds']} rounds")
+
+
+@headline_row("sharded MPI, 2-layer speech MLP (4096-4096-35), one worker per rank: the largest array a rank holds "
+              "(`python experiments/distributed/comm_and_memory.py`)", "`docs/distributed.md`", COMM_MEMORY)
+def _headline_sharded(d):
+    procs = sorted({r["procs"] for r in d["rows"]})
+    return "; ".join(f"P = {p}: {max(_largest(d, p, 'sharded')) / 2 ** 20:.0f} MiB sharded, "
+                     f"{max(_largest(d, p, 'parameter_server')) / 2 ** 20:.0f} MiB on the parameter server's rank 0"
+                     for p in procs) + f" (the full model: {_mib(d['rows'][0]['full_model_bytes'])} MiB)"
 
 
 @headline_row("2-layer speech MLP (4096-4096-35), bytes per worker per round each way, W = 2, under "

@@ -190,18 +190,23 @@ def test_report_rounds_table_over_seeds():
 def test_report_headline_says_one_run_or_the_seeds():
     (fsdd,) = [h for h in report.HEADLINE if h[2] == report.FSDD]
     what, _, _, fn = fsdd
-    committed = json.loads((report.ROOT / report.FSDD).read_text())
-    assert "one run each" in what(committed)
+    assert "one run each" in what(_one_run_result())
     d = _result(_rows())
     assert "mean ± std over 3 seeds" in what(d)
     assert "2-layer, 2 ranks: 5.5x ± 0.7 (2 of 3 seeds) at 1 Gbit/s" in fn(d)
     assert "sooner than local SGD 2.2x (means over 3 seeds; 2.0x-2.5x seed by seed)" in fn(d)
 
 
-def test_report_renders_the_committed_one_run_files_as_before():
-    for source in (report.FSDD, report.KEYWORDS):
-        d = json.loads((report.ROOT / source).read_text())
+def _one_run_result():
+    """A file as written before ``--seeds``: one run per cell, no ``seed``, no ``compile_time_s``."""
+    rows = [{k: v for k, v in r.items() if k not in ("seed", "compile_time_s")} for r in _rows() if r["seed"] == 0]
+    return _result(rows)
+
+
+def test_report_renders_one_run_files_as_before():
+    for d in (_one_run_result(),):
         assert _entry("network_fsdd", d) == tta.markdown(d).strip()
         assert "±" not in tta.markdown(d) and "±" not in _entry("network_fsdd_rounds", d)
-    d = json.loads((report.ROOT / report.FSDD).read_text())
-    assert _entry("fsdd.dp.2layer.2ranks.100mbit", d) == "15.9x"
+    one = _one_run_result()
+    e = one["speedups"][0]
+    assert _entry("fsdd.dp.2layer.2ranks.1gbit", one) == f"{e['speedup_vs_data_parallel']:.1f}x"  # no spread

@@ -7,7 +7,10 @@ Command (launches every mpiexec run itself and prints one table):
     .venv/bin/python experiments/distributed/comm_and_memory.py [--procs 2 4] [--rounds 1]
 
 Each (processes, algorithm, mode) is its own ``mpiexec -n P`` launch, so ``ru_maxrss`` (the peak resident memory of
-a process) belongs to that configuration alone. Data are random (bytes and memory do not depend on them).
+a process) belongs to that configuration alone. Data are random (bytes and memory do not depend on them). The rows,
+with the command, commit and machine, go to ``experiments/distributed/results/comm_and_memory.json`` (``--out``),
+which `experiments.report` renders into docs/distributed.md and the README. Bytes and array sizes are exact; the
+peak resident memory is one measurement per launch (it moves by tens of MiB between launches).
 """
 
 import argparse
@@ -19,6 +22,7 @@ import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve()
+REPO = HERE.parents[2]
 CONFIGS = [("ist", "parameter_server"), ("ist", "sharded"), ("data_parallel", "parameter_server"),
            ("local_sgd", "parameter_server")]
 D, H, C, B, K = 4096, 4096, 35, 128, 20
@@ -67,10 +71,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--procs", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--out", type=pathlib.Path,
+                    default=REPO / "experiments" / "distributed" / "results" / "comm_and_memory.json")
     ap.add_argument("--child", nargs=2, metavar=("ALGORITHM", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(*args.child, args.rounds)
+    sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
+    from experiments.grid import commit, machine
     mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     rows = []
@@ -84,17 +92,14 @@ def main():
                 sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
             rows.append(json.loads(line[0][len("RESULT "):]))
             print(f"done: P={n} {algorithm} {mode}", file=sys.stderr, flush=True)
-    mib = lambda b: f"{b / 2**20:.1f}"
-    print(f"2-layer speech MLP {D}-{H}-{C} (BatchNorm), batch {B}, K={K}, W = P workers; full model "
-          f"{mib(rows[0]['full_model_bytes'])} MiB")
-    print("| P | algorithm | mode | analytic recv/sent per worker per round (MiB) | measured recv/sent (MiB) | "
-          "peak RSS per rank (MiB) | largest array per rank (MiB) |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        mode = r["mode"] if r["algorithm"] == "ist" else "replicated (allreduce)"
-        print(f"| {r['procs']} | {r['algorithm']} | {mode} | {mib(r['analytic_received'])} / {mib(r['analytic_sent'])} "
-              f"| {mib(r['measured_received'])} / {mib(r['measured_sent'])} | "
-              f"{' '.join(mib(x) for x in r['max_rss'])} | {' '.join(mib(x) for x in r['largest_array'])} |")
+    command = "python experiments/distributed/comm_and_memory.py" + (
+        f" --procs {' '.join(map(str, args.procs))}" if args.procs != [2, 4] else "") + (
+        f" --rounds {args.rounds}" if args.rounds != 1 else "")
+    doc = {"study": "comm_and_memory", "command": command, "commit": commit(), "machine": machine(),
+           "model": f"{D}-{H}-{C}", "batch": B, "local_steps": K, "rounds": args.rounds, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ A thin script over the library::
     python experiments/graphs/studies.py cora       # GCN and GraphSAGE, W = 1, 2, 4, 8, three seeds
     python experiments/graphs/studies.py citeseer   # the same on Citeseer
     python experiments/graphs/studies.py recipe     # Cora, W = 1: the recipe's changes one at a time
-    python experiments/graphs/studies.py width --workdir=runs/graphs/width   # 10^5 nodes, wide GraphSAGE
+    python experiments/graphs/studies.py width      # 10^5 nodes, wide GraphSAGE, three seeds
 
 ``cora``, ``citeseer`` and ``recipe`` are grids (`experiments.grid`): every cell trains once per seed (``--seeds``,
 default 0,1,2) into ``runs/graphs/<study>/<cell>/s<seed>`` (a finished run with the same config is reused), and
@@ -28,7 +28,10 @@ compiles one worker's local training step (K Cluster-GCN steps of GraphSAGE with
 features, Adam) for W = 1, 2, 4, 8, reading each step's peak memory from XLA's memory analysis
 (`experiments.benchmarks.measure.memory_stats`: arguments + outputs + temporaries). Against an explicit per-worker
 budget (``--budget-mib``) the full model (W = 1) does not fit; GIST then trains the network at the smallest W that
-fits, each worker holding 1/W of the width, and evaluates the full-width model on the whole graph.
+fits, each worker holding 1/W of the width, once per seed of ``--seeds`` (the seed draws the initial weights, the
+partitions and the cluster batches; the graph is the same), and evaluates the full-width model on the whole graph.
+It writes ``experiments/graphs/results/gist_width.json`` (the memory rows, each seed's run, their mean and spread,
+the command, commit and machine), which `experiments.report` renders into docs/graphs.md and the README.
 """
 
 from __future__ import annotations
@@ -167,8 +170,9 @@ def _worker_memory(task, shared, w: int, k: int, budget_mib: float) -> dict:
             "fits": mem["peak_bytes"] <= budget_mib * 2 ** 20, **mem}
 
 
-def _train(task, data, full, shared, w: int, k: int, rounds: int) -> dict:
-    """GIST at W=w for ``rounds`` rounds of cluster batches, then the full-width model on the whole graph."""
+def _train(task, data, full, shared, w: int, k: int, rounds: int, seed: int) -> dict:
+    """GIST at W=w for ``rounds`` rounds of cluster batches drawn with ``seed`` (as are the initial weights and the
+    partitions), then the full-width model on the whole graph."""
     import jax
     import numpy as np
     import optax
@@ -177,8 +181,8 @@ def _train(task, data, full, shared, w: int, k: int, rounds: int) -> dict:
     from istjax.graph import task as graph_task
 
     alg = istjax.ist(task, optax.adam(LEARNING_RATE), num_workers=w, local_steps=k)
-    batches = graph_task.cluster_batch_fn(shared, num_workers=w, local_steps=k, clusters_per_step=1, seed=0)
-    state = jax.jit(alg.init)(jax.random.key(0))
+    batches = graph_task.cluster_batch_fn(shared, num_workers=w, local_steps=k, clusters_per_step=1, seed=seed)
+    state = jax.jit(alg.init)(jax.random.key(seed))
     step = jax.jit(lambda s, r: alg.round(s, batches.apply(batches.data, r), shared))
     t1 = time.time()
     for r in range(rounds):
@@ -187,9 +191,10 @@ def _train(task, data, full, shared, w: int, k: int, rounds: int) -> dict:
     train_s = time.time() - t1
     loss, aux = graph_task.evaluate_full_graph(task, state.params, state.model_state, data.test_idx,
                                                data.labels[data.test_idx], full)
-    print(f"GIST at W={w}: test accuracy {float(aux['accuracy']):.4f} after {rounds} rounds ({train_s:.0f} s)")
-    return {"W": w, "rounds": rounds, "train_s": train_s, "test_loss": float(loss),
-            "test_accuracy": float(aux["accuracy"])}
+    print(f"GIST at W={w}, seed {seed}: test accuracy {float(aux['accuracy']):.4f} after {rounds} rounds "
+          f"({train_s:.0f} s)", flush=True)
+    return {"W": w, "seed": seed, "rounds": rounds, "train_s": train_s, "test_loss": float(loss),
+            "train_loss_last_round": float(metrics["train_loss"]), "test_accuracy": float(aux["accuracy"])}
 
 
 def _width_table(result: dict) -> str:
@@ -197,31 +202,52 @@ def _width_table(result: dict) -> str:
              f"MiB per worker, K={result['local_steps']} Cluster-GCN steps per round", "",
              "| W | hidden per worker | worker parameters | worker step peak (MiB) | fits |", "|---|---|---|---|---|"]
     lines += [f"| {r['W']} | {result['hidden'] // r['W']} | {r['worker_params']:,} | "
-              f"{r['worker_peak_bytes'] / 2 ** 20:.1f} | {'yes' if r['fits'] else 'no'} |" for r in result["rows"]]
-    if "trained" in result:
-        t = result["trained"]
-        lines += ["", f"Trained with GIST at W={t['W']}: test accuracy {t['test_accuracy']:.4f} after {t['rounds']} "
-                      f"rounds ({t['train_s']:.0f} s of training)."]
+              f"{r['worker_peak_bytes'] / 2 ** 20:.1f} | {'yes' if r['fits'] else 'no'} |" for r in result["memory"]]
+    if result["rows"]:
+        t = result["rows"][0]
+        lines += ["", f"Trained with GIST at W={t['num_workers']}: test accuracy {t['test_accuracy_mean']:.4f} ± "
+                      f"{t['test_accuracy_std'] or 0:.4f} over seeds {t['seeds']} after {t['rounds']} rounds."]
     return "\n".join(lines) + "\n"
 
 
-def width(workdir: pathlib.Path, hidden: int, budget_mib: float, workers: Sequence[int], rounds: int,
-          num_nodes: int) -> int:
-    """The width-scaling study (see the module docstring); writes ``width.json`` and ``width.md``."""
+def _write_width(result: dict) -> None:
+    result["written"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS / "gist_width.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(RESULTS / "gist_width.json")
+
+
+def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, num_nodes: int,
+          seeds: Sequence[int], command: str) -> int:
+    """The width-scaling study (see the module docstring); writes ``experiments/graphs/results/gist_width.json``."""
+    import statistics
+
+    from experiments.grid import commit, machine
     from istjax.graph import task as graph_task
     from istjax.models import GraphSAGE
 
     data, full, shared = _graph(num_nodes)
     task = graph_task.cluster_classifier(GraphSAGE(hidden=(hidden, hidden), num_classes=10, layer_norm=True), shared)
     k = 5
-    rows = [_worker_memory(task, shared, w, k, budget_mib) for w in workers]
-    result = {"graph": repr(data), "hidden": hidden, "budget_mib": budget_mib, "local_steps": k, "rows": rows}
-    fitting = [r["W"] for r in rows if r["fits"]]
-    if fitting:
-        result["trained"] = _train(task, data, full, shared, min(fitting), k, rounds)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "width.json").write_text(json.dumps(result, indent=2) + "\n")
-    (workdir / "width.md").write_text(_width_table(result))
+    memory = [_worker_memory(task, shared, w, k, budget_mib) for w in workers]
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    result = {"study": "width", "command": command, "commit": commit(), "machine": machine(), "started": started,
+              "graph": repr(data), "num_nodes": num_nodes, "hidden": hidden, "budget_mib": budget_mib,
+              "local_steps": k, "memory": memory, "rows": [], "runs": []}
+    fitting = [r["W"] for r in memory if r["fits"]]
+    for seed in seeds if fitting else ():
+        result["runs"].append(_train(task, data, full, shared, min(fitting), k, rounds, seed))
+        accs = [r["test_accuracy"] for r in result["runs"]]
+        result["rows"] = [{"label": f"gist_W{min(fitting)}", "algorithm": "ist", "num_workers": min(fitting),
+                           "rounds": rounds, "seeds": [r["seed"] for r in result["runs"]],
+                           "test_accuracy_mean": statistics.fmean(accs),
+                           "test_accuracy_std": statistics.stdev(accs) if len(accs) > 1 else None,
+                           "test_accuracy_min": min(accs), "test_accuracy_max": max(accs),
+                           "train_s_mean": statistics.fmean(r["train_s"] for r in result["runs"])}]
+        _write_width(result)  # after every seed, so a cut-short study keeps what it measured
+    if not fitting:
+        _write_width(result)
     print(_width_table(result))
     return 0
 
@@ -240,10 +266,15 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--num-nodes", type=int, default=100_000, help="width: nodes of the generated graph")
     args = parser.parse_args(argv)
     workdir = args.workdir or REPO / "runs" / "graphs" / args.study
-    if args.study == "width":
-        return width(workdir, args.hidden, args.budget_mib, [int(w) for w in args.workers.split(",")],
-                     args.rounds, args.num_nodes)
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    if args.study == "width":
+        command = "python experiments/graphs/studies.py width" + "".join(
+            f" {flag}={value}" for flag, value, default in (
+                ("--hidden", args.hidden, 2048), ("--budget-mib", args.budget_mib, 128.0),
+                ("--workers", args.workers, "1,2,4,8"), ("--rounds", args.rounds, 20),
+                ("--num-nodes", args.num_nodes, 100_000), ("--seeds", args.seeds, "0,1,2")) if value != default)
+        return width(args.hidden, args.budget_mib, [int(w) for w in args.workers.split(",")], args.rounds,
+                     args.num_nodes, seeds, command)
     only = [x for x in args.only.split(",") if x]
     return grid_main(args.study, workdir, seeds, only, args.plot)
 

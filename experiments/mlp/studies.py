@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
-from experiments.grid import Cell, run_grid  # noqa: E402
+from experiments.grid import Cell, plot, run_grid  # noqa: E402
 
 RESULTS = REPO / "experiments" / "mlp" / "results"
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
@@ -44,7 +44,11 @@ def main(argv: Sequence[str]) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     workdir = args.workdir or REPO / "runs" / "mlp" / args.study
     command = f"python experiments/mlp/studies.py {args.study} --seeds {','.join(map(str, seeds))}"
-    return run_grid(args.study, cells(args.study), seeds, workdir, RESULTS / f"{args.study}.json", command)
+    status = run_grid(args.study, cells(args.study), seeds, workdir, RESULTS / f"{args.study}.json", command)
+    if args.study == "keywords" and (RESULTS / "keywords.json").exists():
+        plot(RESULTS / "keywords.json", REPO / "docs" / "figures" / "keywords_generalisation.png",
+             "Synthesised keywords, unseen voices: IST vs data parallel, W = 2, 204,800 samples", "data_parallel")
+    return status
 
 
 if __name__ == "__main__":
