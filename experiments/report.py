@@ -701,6 +701,26 @@ def _spread(r: dict[str, Any]) -> str:
     return "-" if len(r["seeds"]) < 2 else f"{r['test_accuracy_min']:.3f}-{r['test_accuracy_max']:.3f}"
 
 
+IMAGE_BYTES = "experiments/images/results/bytes.json"
+
+
+@table("images_bytes", IMAGE_BYTES)
+def _images_bytes(d):
+    """ResIST's analytic bytes per worker per round over local SGD's, per model and W."""
+    return markdown_table(["model", "local SGD moves (M floats)", *(f"W={w}" for w in d["workers"])],
+                          [[m["model"], f"{m['local_sgd_floats'] / 1e6:.2f} M",
+                            *(fixed(m["resist_over_local_sgd"][str(w)]) for w in d["workers"])] for m in d["models"]])
+
+
+def _bytes_row(d, prefix: str) -> str:
+    m = next(m for m in d["models"] if m["model"].startswith(prefix))
+    return ", ".join(fixed(m["resist_over_local_sgd"][str(w)]) for w in d["workers"])
+
+
+scalar("images.bytes.paper_layout", IMAGE_BYTES, lambda d: _bytes_row(d, "3-4-23-3 basic blocks, 64-512 ch, stage 2"))
+scalar("images.bytes.study", IMAGE_BYTES, lambda d: _bytes_row(d, "fmnist_resist.py"))
+
+
 results_table("images_diagnosis", DIAGNOSIS, [
     ("group", lambda r: r["group"]), ("cell", lambda r: f"`{r['label']}`"), ("what", lambda r: r["what"]),
     "num_workers", "test_accuracy", ("min-max", _spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 3)),

@@ -176,8 +176,12 @@ BYTES_MODELS = {
 }
 
 
-def bytes_table(workers: Sequence[int] = (2, 4, 8)) -> str:
-    """Analytic bytes one worker receives per round, ResIST over local SGD (the whole model), per model and W."""
+def bytes_study(workers: Sequence[int] = (2, 4, 8)) -> dict:
+    """Analytic bytes one worker receives per round, ResIST over local SGD (the whole model), per model and W:
+    ``experiments/images/results/bytes.json`` (`experiments.report` renders docs/images.md's table from it)."""
+    import json
+
+    from experiments.grid import commit, machine
     import jax.numpy as jnp
     import optax
 
@@ -185,8 +189,7 @@ def bytes_table(workers: Sequence[int] = (2, 4, 8)) -> str:
     from istjax.models import DepthResNet
 
     x = jnp.zeros((2, 32, 32, 3))
-    lines = ["| model | local SGD moves (M floats) | " + " | ".join(f"W={w}" for w in workers) + " |",
-             "|---|---|" + "---|" * len(workers)]
+    rows = []
     for name, fields in BYTES_MODELS.items():
         model = DepthResNet(num_classes=10, **fields)
         ratios = []
@@ -195,9 +198,16 @@ def bytes_table(workers: Sequence[int] = (2, 4, 8)) -> str:
             rs = istjax.resist(model, x, optax.sgd(0.1), num_workers=w, local_steps=1, min_depth=min_depth)
             ls = istjax.local_sgd(rs.task, optax.sgd(0.1), num_workers=w, local_steps=1)
             ratios.append(rs.comm.received / ls.comm.received)
-        lines.append(f"| {name} | {ls.comm.received / 4 / 1e6:.2f} M | " + " | ".join(f"{r:.2f}" for r in ratios)
-                     + " |")
-    return "\n".join(lines)
+        rows.append({"model": name, "fields": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
+                     "local_sgd_floats": ls.comm.received / 4,
+                     "resist_over_local_sgd": {str(w): r for w, r in zip(workers, ratios)}})
+    doc = {"study": "bytes", "command": "python experiments/images/studies.py bytes", "commit": commit(),
+           "machine": machine(), "workers": list(workers), "models": rows}
+    out = RESULTS / "bytes.json"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(rows, indent=1))
+    print(f"wrote {out}")
+    return doc
 
 
 def main(argv: Sequence[str]) -> int:
@@ -211,7 +221,7 @@ def main(argv: Sequence[str]) -> int:
                         "process (default 1; on a GPU machine, several)")
     args, overrides = parser.parse_known_args(argv)
     if args.study == "bytes":
-        print(bytes_table())
+        bytes_study()
         return 0
     if overrides:
         parser.error(f"{args.study}: a grid study takes no overrides ({' '.join(overrides)}); its cells are "
