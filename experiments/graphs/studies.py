@@ -197,19 +197,6 @@ def _train(task, data, full, shared, w: int, k: int, rounds: int, seed: int) -> 
             "train_loss_last_round": float(metrics["train_loss"]), "test_accuracy": float(aux["accuracy"])}
 
 
-def _width_table(result: dict) -> str:
-    lines = [f"GraphSAGE {result['hidden']}-{result['hidden']} on {result['graph']}; budget {result['budget_mib']} "
-             f"MiB per worker, K={result['local_steps']} Cluster-GCN steps per round", "",
-             "| W | hidden per worker | worker parameters | worker step peak (MiB) | fits |", "|---|---|---|---|---|"]
-    lines += [f"| {r['W']} | {result['hidden'] // r['W']} | {r['worker_params']:,} | "
-              f"{r['worker_peak_bytes'] / 2 ** 20:.1f} | {'yes' if r['fits'] else 'no'} |" for r in result["memory"]]
-    if result["rows"]:
-        t = result["rows"][0]
-        lines += ["", f"Trained with GIST at W={t['num_workers']}: test accuracy {t['test_accuracy_mean']:.4f} ± "
-                      f"{t['test_accuracy_std'] or 0:.4f} over seeds {t['seeds']} after {t['rounds']} rounds."]
-    return "\n".join(lines) + "\n"
-
-
 def _write_width(result: dict) -> None:
     result["written"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -248,7 +235,10 @@ def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, n
         _write_width(result)  # after every seed, so a cut-short study keeps what it measured
     if not fitting:
         _write_width(result)
-    print(_width_table(result))
+    for r in result["rows"]:
+        print(f"GIST at W={r['num_workers']}: test accuracy {r['test_accuracy_mean']:.4f} ± "
+              f"{r['test_accuracy_std'] or 0:.4f} over seeds {r['seeds']}")
+    print(f"wrote {RESULTS / 'gist_width.json'}; `python -m experiments.report` renders its table into docs/graphs.md")
     return 0
 
 
