@@ -11,6 +11,7 @@ The package's folders tell its architecture:
 * ``istjax.runtimes``: where workers run (simulate, devices, MPI).
 * ``istjax.models``: Flax modules by name, each with its partition rules.
 * ``istjax.data``: loaders, the dataset registry and the batching plan.
+* ``istjax.graph``: the sparse `Graph`, its aggregation ops, graph clusters and the GIST task.
 * ``istjax.experiment``: config, driver, checkpoints, metrics, plots, comparisons and the CLI.
 * ``istjax.theory``: the convergence toolkit.
 """
@@ -53,17 +54,9 @@ __version__ = "0.2.0"
 _LAZY = {"train_and_evaluate": ("istjax.experiment.driver", "train_and_evaluate"),
          "default_config": ("istjax.experiment.config", "default_config")}
 
-# `istjax.<name>` for every subpackage, and the wave-1 module names where they moved (`istjax.config` ...).
+# `istjax.<name>` for every subpackage, without a separate import (`istjax.data.load_dataset(...)`).
 _SUBMODULES = {name: f"istjax.{name}" for name in
-               ("algorithms", "core", "data", "experiment", "models", "runtimes", "theory")}
-_SUBMODULES.update({
-    "spec": "istjax.core.spec", "partition": "istjax.core.partition", "subnet": "istjax.core.subnet",
-    "comm": "istjax.core.comm", "task": "istjax.core.task", "reference": "istjax.algorithms.reference",
-    "backends": "istjax.runtimes", "distributed": "istjax.runtimes", "audio": "istjax.data.audio",
-    "tfds_data": "istjax.data.tfds", "config": "istjax.experiment.config", "train": "istjax.experiment.driver",
-    "checkpoint": "istjax.experiment.checkpoint", "metrics": "istjax.experiment.metrics",
-    "plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare", "cli": "istjax.experiment.cli",
-})
+               ("algorithms", "core", "data", "experiment", "graph", "models", "runtimes", "theory")}
 
 
 def __getattr__(name):
@@ -72,7 +65,7 @@ def __getattr__(name):
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
-    if name in _SUBMODULES:  # `istjax.data.load_dataset(...)` without a separate import
+    if name in _SUBMODULES:
         return importlib.import_module(_SUBMODULES[name])
     raise AttributeError(f"module 'istjax' has no attribute {name!r}")
 

@@ -189,7 +189,7 @@ class _CallsSystem:
 @pytest.mark.parametrize("protocol", [2, 4])
 def test_restricted_unpickler_reads_sparse_matrices_written_by_python3(tmp_path, fmt, protocol):
     sp = pytest.importorskip("scipy.sparse")
-    from istjax.data.graphs import _dense_matrix
+    from istjax.data.graphs.planetoid import _dense_matrix
 
     m = sp.random(6, 5, density=0.4, format=fmt, random_state=0, dtype=np.float32)
     path = tmp_path / "ind.toy.x"

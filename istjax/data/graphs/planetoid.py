@@ -1,11 +1,5 @@
-"""Graph datasets for node classification: Planetoid (Cora, Citeseer, Pubmed), ``.npz`` files and a generator.
+"""Planetoid files (Cora, Citeseer, Pubmed): the restricted unpickler, the reader and the verified download.
 
-Every reader returns a :class:`GraphData`: one :class:`~istjax.graph.graph.Graph` (undirected edges stored in both
-directions, no self-loops, no duplicates; see `istjax.graph.graph.from_edges`), ``int32`` node labels and the
-train / validation / test node indices of a transductive split.  :func:`load_graph` picks the reader by name.
-
-Planetoid files
----------------
 The format of Yang, Cohen and Salakhutdinov ("Revisiting semi-supervised learning with graph embeddings", ICML
 2016), read as Kipf and Welling's GCN code reads it.  A dataset ``<name>`` is eight files in one folder::
 
@@ -40,30 +34,7 @@ rebuilt by scipy: a stand-in records their arrays, which are checked and densifi
 version nor its code is involved).  :func:`fetch_planetoid` downloads the files where a machine is online and
 checks each file's sha256 (:data:`PLANETOID_SHA256`).
 
-``.npz`` files
---------------
-:func:`read_npz` reads one ``.npz`` (``np.savez``, opened with ``allow_pickle=False``) holding::
-
-    features     [N, F] real          node features (stored as float32; must be finite)
-    labels       [N] integer          class of each node, in [0, num_classes); -1 marks an unknown label,
-                                      allowed only outside the three splits (stored as 0, like Planetoid's)
-    edges        [M, 2] integer       node index pairs in [0, N), undirected (either or both directions;
-                                      self-loops and duplicates are dropped)
-    train_idx    [n_train] integer    node indices, distinct, in [0, N), at least one
-    val_idx      [n_val] integer      node indices (may be empty), disjoint from train
-    test_idx     [n_test] integer     node indices (may be empty), disjoint from train and val
-    num_classes  [] integer           optional; default max(labels) + 1
-
-:func:`save_npz` writes a :class:`GraphData` in this format.
-
-Contextual stochastic block model
----------------------------------
-:func:`csbm` generates a graph whose labels are balanced blocks, whose edges fall inside blocks with a chosen
-frequency (``homophily`` = expected fraction of edges inside a block) and whose features are a class mean plus
-standard normal noise.  It samples edge counts and then edges, never an N x N matrix: 100,000 nodes take
-about a second.
-
-Nothing here touches the network except :func:`fetch_planetoid`.
+Nothing else in `istjax.data.graphs` touches the network; :func:`fetch_planetoid` does.
 """
 
 from __future__ import annotations
@@ -71,7 +42,6 @@ from __future__ import annotations
 import codecs
 import collections
 import hashlib
-import math
 import os
 import pathlib
 import pickle
@@ -79,32 +49,19 @@ import re
 import urllib.error
 import urllib.request
 import warnings
-import zipfile
-from typing import Any, Mapping, NamedTuple, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
 from istjax.core.streams import check_positive as _check_positive
-from istjax.data.dataset import Dataset, _damaged_file
+from istjax.data.dataset import _damaged_file
 from istjax.data.images import DataNotFoundError
-from istjax.graph.graph import Graph, from_edges
+from istjax.graph.graph import Graph
+from istjax.graph.graph import from_edges
 
-__all__ = [
-    "GRAPH_DATASETS",
-    "PLANETOID_FILES",
-    "PLANETOID_NAMES",
-    "PLANETOID_SHA256",
-    "PLANETOID_URL",
-    "GraphData",
-    "csbm",
-    "fetch_planetoid",
-    "load_graph",
-    "planetoid_dir",
-    "read_npz",
-    "read_planetoid",
-    "read_planetoid_pickle",
-    "save_npz",
-]
+from istjax.data.graphs.container import GraphData
+from istjax.data.graphs.container import _MAX_DENSE
+from istjax.data.graphs.container import _row_normalize
 
 PLANETOID_NAMES = ("cora", "citeseer", "pubmed")
 """The Planetoid datasets :func:`load_graph` knows by name."""
@@ -155,10 +112,6 @@ files (the GCN repository, tkipf/gcn, holds the same bytes), Pubmed's from the P
 ``None``: no digest known (``ind.pubmed.allx``, a large file that copy lacked); such a file is downloaded
 unverified, with a warning."""
 
-_MAX_DENSE = 1 << 31
-"""Most elements a feature or label matrix may densify to (8 GiB of float32): a guard against a file whose
-header claims an absurd shape."""
-
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -170,59 +123,6 @@ def _how_to_get(name: str) -> str:
         f"eight files ({files}) from the Planetoid repository (kimiyoung/planetoid, folder data/) into a folder and "
         f"pass data_dir=<that folder>, or set ISTJAX_DATA_DIR so that $ISTJAX_DATA_DIR/planetoid holds them."
     )
-
-
-# --------------------------------------------------------------------------
-# The container
-# --------------------------------------------------------------------------
-
-
-class GraphData(NamedTuple):
-    """One graph with node labels and a transductive train / val / test split.
-
-    Fields:
-      name: the dataset's name (``"cora"``, ``"csbm"``, the ``.npz`` file's stem, ...).
-      graph: the :class:`~istjax.graph.graph.Graph`, features ``[N, F] float32``, every undirected edge stored in
-        both directions (unless read with ``read_npz(..., symmetric=False)``), no padding.
-      labels: ``[N] int32`` in ``[0, num_classes)``; nodes without a known label (outside every split) hold 0.
-      train_idx: ``[n_train] int32`` node indices, sorted.
-      val_idx: ``[n_val] int32`` node indices, sorted, disjoint from train.
-      test_idx: ``[n_test] int32`` node indices, sorted, disjoint from train and val.
-      num_classes: number of classes.
-    """
-
-    name: str
-    graph: Graph
-    labels: np.ndarray
-    train_idx: np.ndarray
-    val_idx: np.ndarray
-    test_idx: np.ndarray
-    num_classes: int
-
-    @property
-    def num_nodes(self) -> int:
-        return self.graph.num_nodes
-
-    @property
-    def num_features(self) -> int:
-        return int(self.graph.nodes.shape[1])
-
-    def __repr__(self) -> str:
-        return (
-            f"GraphData(name={self.name!r}, nodes={self.num_nodes}, features={self.num_features}, "
-            f"edges={self.graph.num_edges}, classes={self.num_classes}, split={len(self.train_idx)}/"
-            f"{len(self.val_idx)}/{len(self.test_idx)})"
-        )
-
-
-def _row_normalize(features: np.ndarray) -> np.ndarray:
-    """Each row divided by its sum (summed in float64), as GCN preprocesses features; rows summing to 0 stay as
-    they are."""
-    sums = features.sum(axis=1, dtype=np.float64)
-    scale = np.divide(1.0, sums, out=np.zeros_like(sums), where=sums != 0)
-    scale[sums == 0] = 1.0
-    return features.astype(np.float32) * scale.astype(np.float32)[:, None]
-
 
 # --------------------------------------------------------------------------
 # Restricted unpickling of the Planetoid files
@@ -670,411 +570,3 @@ def fetch_planetoid(
             continue
         _download_one(name, f"{base_url.rstrip('/')}/{fname}", target, expected, timeout)
     return directory
-
-
-# --------------------------------------------------------------------------
-# .npz files
-# --------------------------------------------------------------------------
-
-_NPZ_FIELDS = ("features", "labels", "edges", "train_idx", "val_idx", "test_idx")
-
-
-def _npz_index(path: pathlib.Path, field: str, arr: np.ndarray, num_nodes: int) -> np.ndarray:
-    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise ValueError(f"{path}: {field} must be a 1-D integer array of node indices, got {arr.dtype} "
-                         f"{arr.shape}.")
-    arr = arr.astype(np.int64)
-    bad = arr[(arr < 0) | (arr >= num_nodes)]
-    if bad.size:
-        raise ValueError(f"{path}: {field} holds node index {int(bad[0])} outside [0, {num_nodes}) ({bad.size} in "
-                         f"all); features has {num_nodes} rows. Fix the indices or the features.")
-    if np.unique(arr).size != arr.size:
-        raise ValueError(f"{path}: {field} lists {arr.size - np.unique(arr).size} node(s) more than once; each "
-                         f"split must list distinct nodes.")
-    return np.sort(arr).astype(np.int32)
-
-
-def _load_npz_arrays(path: pathlib.Path) -> tuple[dict[str, np.ndarray], Optional[np.ndarray]]:
-    """`({field: array} of the six required fields, num_classes or None)` from the file, all fields present."""
-    try:
-        npz = np.load(path, allow_pickle=False)
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("a single .npy array, not an .npz archive")
-        with npz:
-            present = sorted(npz.files)
-            arrays = {f: npz[f] for f in _NPZ_FIELDS if f in present}
-            declared = npz["num_classes"] if "num_classes" in present else None
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
-        raise ValueError(f"{path}: not a readable .npz of plain arrays ({type(e).__name__}: {e}). Write it with "
-                         f"np.savez (no object arrays) or istjax.data.graphs.save_npz.") from None
-    missing = [f for f in _NPZ_FIELDS if f not in arrays]
-    if missing:
-        raise ValueError(f"{path}: missing field(s) {missing}; the file holds {present} but needs "
-                         f"{list(_NPZ_FIELDS)} (num_classes optional). See istjax.data.graphs for the format.")
-    return arrays, declared
-
-
-def _check_npz_features(path: pathlib.Path, features: np.ndarray) -> np.ndarray:
-    """The features as a finite `[N, F] float32` matrix with N >= 1."""
-    if features.ndim != 2 or features.dtype.kind not in "biuf":
-        raise ValueError(f"{path}: features must be a real [N, F] matrix, got {features.dtype} {features.shape}.")
-    features = features.astype(np.float32)
-    if not np.isfinite(features).all():
-        row = int(np.argwhere(~np.isfinite(features))[0, 0])
-        raise ValueError(f"{path}: features holds NaN or infinite values (first in row {row}); fix the file.")
-    if features.shape[0] < 1:
-        raise ValueError(f"{path}: features has 0 rows; a graph needs at least one node.")
-    return features
-
-
-def _check_npz_labels(path: pathlib.Path, labels: np.ndarray, num_nodes: int) -> np.ndarray:
-    """The labels as `[N] int64`, each a class id >= 0 or -1 (unknown)."""
-    if labels.ndim != 1 or labels.dtype.kind not in "iu":
-        raise ValueError(f"{path}: labels must be a 1-D integer array [N], got {labels.dtype} {labels.shape}.")
-    if labels.shape[0] != num_nodes:
-        raise ValueError(f"{path}: labels has {labels.shape[0]} entries but features has {num_nodes} rows; both "
-                         f"must have one per node.")
-    labels = labels.astype(np.int64)
-    if labels.size and labels.min() < -1:
-        raise ValueError(f"{path}: labels holds {int(labels.min())}; labels are class ids >= 0, or -1 for unknown.")
-    return labels
-
-
-def _check_npz_splits(path: pathlib.Path, arrays: dict[str, np.ndarray], num_nodes: int) -> dict[str, np.ndarray]:
-    """`{"train_idx", "val_idx", "test_idx"}` as sorted int32 node indices: valid, disjoint, train not empty."""
-    splits = {f: _npz_index(path, f, arrays[f], num_nodes) for f in ("train_idx", "val_idx", "test_idx")}
-    if splits["train_idx"].size == 0:
-        raise ValueError(f"{path}: train_idx is empty; the split needs at least one training node.")
-    for a, b in (("train_idx", "val_idx"), ("train_idx", "test_idx"), ("val_idx", "test_idx")):
-        both = np.intersect1d(splits[a], splits[b])
-        if both.size:
-            raise ValueError(f"{path}: {a} and {b} share {both.size} node(s) (first: {int(both[0])}); the splits "
-                             f"must be disjoint.")
-    return splits
-
-
-def _npz_num_classes(path: pathlib.Path, labels: np.ndarray, declared: Optional[np.ndarray]) -> int:
-    """The number of classes: `declared` (checked) or max(labels) + 1; every known label below it."""
-    known = labels[labels >= 0]
-    if declared is not None:
-        if declared.ndim != 0 or declared.dtype.kind not in "iu" or int(declared) < 1:
-            raise ValueError(f"{path}: num_classes must be a positive integer scalar, got {declared.dtype} "
-                             f"{declared.shape} {declared.tolist()}.")
-        num_classes = int(declared)
-    else:
-        num_classes = int(known.max()) + 1 if known.size else 0
-    if known.size and known.max() >= num_classes:
-        raise ValueError(f"{path}: labels holds class {int(known.max())} but num_classes is {num_classes}; fix "
-                         f"num_classes or the labels.")
-    return num_classes
-
-
-def _check_npz_split_labels(path: pathlib.Path, labels: np.ndarray, splits: dict[str, np.ndarray]) -> None:
-    """A ValueError if a node of a split has an unknown label (-1)."""
-    for field, idx in splits.items():
-        unknown = idx[labels[idx] < 0]
-        if unknown.size:
-            raise ValueError(f"{path}: labels missing (-1) for {unknown.size} node(s) of {field} (first: node "
-                             f"{int(unknown[0])}); every node of a split needs a label. Fix labels or {field}.")
-
-
-def _check_npz_edges(path: pathlib.Path, edges: np.ndarray) -> np.ndarray:
-    """The edges as an integer `[M, 2]` array (an empty array of any numeric shape as `[0, 2]`)."""
-    if edges.size == 0 and edges.dtype.kind in "iuf":
-        edges = np.zeros((0, 2), np.int64)
-    if edges.ndim != 2 or edges.shape[1] != 2 or edges.dtype.kind not in "iu":
-        raise ValueError(f"{path}: edges must be integer node pairs [M, 2], got {edges.dtype} {edges.shape}.")
-    return edges
-
-
-def read_npz(path: Union[str, os.PathLike], *, normalize_features: bool = False, symmetric: bool = True,
-             name: Optional[str] = None) -> GraphData:
-    """A graph dataset from one ``.npz`` file in the format of the module docstring (see :func:`save_npz`).
-
-    Args:
-      path: the ``.npz`` file (read with ``allow_pickle=False``).
-      normalize_features: divide each feature row by its sum (zero rows stay zero); default: as stored.
-      symmetric: store every edge in both directions (default); False keeps the edges as directed.
-      name: the ``GraphData.name``; default the file's stem.
-
-    Raises:
-      DataNotFoundError: the file does not exist; also a ValueError.
-      ValueError: naming the file and the field: a missing field, a wrong shape or dtype, an edge or split index
-        outside ``[0, N)``, labels missing (``-1``) or out of range for split nodes, overlapping splits.
-    """
-    path = pathlib.Path(path).expanduser()
-    if not path.is_file():
-        raise DataNotFoundError(f"graph file {path} does not exist; pass the path of an .npz holding "
-                                f"{', '.join(_NPZ_FIELDS)} (istjax.data.graphs.save_npz writes one).")
-    arrays, declared = _load_npz_arrays(path)
-    features = _check_npz_features(path, arrays["features"])
-    labels = _check_npz_labels(path, arrays["labels"], features.shape[0])
-    splits = _check_npz_splits(path, arrays, features.shape[0])
-    num_classes = _npz_num_classes(path, labels, declared)
-    _check_npz_split_labels(path, labels, splits)
-    edges = _check_npz_edges(path, arrays["edges"])
-    features = _row_normalize(features) if normalize_features else features
-    graph = from_edges(features, edges, symmetric=symmetric, where=f"{path}: edges")
-    labels = np.where(labels >= 0, labels, 0).astype(np.int32)
-    return GraphData(path.stem if name is None else name, graph, labels, splits["train_idx"], splits["val_idx"],
-                     splits["test_idx"], num_classes)
-
-
-def save_npz(path: Union[str, os.PathLike], data: GraphData) -> pathlib.Path:
-    """Write ``data`` as an ``.npz`` that :func:`read_npz` reads back to the same graph, labels and split.
-
-    The edges are written as the graph stores them (both directions); the features as they are (normalised or
-    not).  Padded graphs (a False ``node_mask`` / ``edge_mask``) are refused: write the unpadded one.
-    """
-    graph = data.graph
-    if not (np.all(np.asarray(graph.node_mask)) and np.all(np.asarray(graph.edge_mask))):
-        raise ValueError(f"save_npz: {data.name!r} has padded nodes or edges (a False mask); save the unpadded "
-                         f"graph.")
-    path = pathlib.Path(path).expanduser()
-    with open(path, "wb") as f:  # a file object, so numpy does not append ".npz" to the name
-        np.savez(f, features=np.asarray(graph.nodes, np.float32), labels=np.asarray(data.labels, np.int64),
-                 edges=np.stack([np.asarray(graph.senders), np.asarray(graph.receivers)], axis=1).astype(np.int64),
-                 train_idx=np.asarray(data.train_idx, np.int64), val_idx=np.asarray(data.val_idx, np.int64),
-                 test_idx=np.asarray(data.test_idx, np.int64), num_classes=np.int64(data.num_classes))
-    return path
-
-
-# --------------------------------------------------------------------------
-# Contextual stochastic block model
-# --------------------------------------------------------------------------
-
-
-def _sample_pairs(rng: np.random.Generator, target: int, draw: Any) -> np.ndarray:
-    """`target` distinct int64 pair keys: repeatedly `draw(k)` candidates, deduplicate, keep a random `target`."""
-    keys = np.zeros(0, np.int64)
-    while keys.size < target:
-        need = target - keys.size
-        keys = np.unique(np.concatenate([keys, draw(need + need // 16 + 16)]))
-    if keys.size > target:
-        keys = np.sort(rng.choice(keys, size=target, replace=False))
-    return keys
-
-
-def _check_csbm_args(num_nodes: int, num_classes: int, num_features: int, avg_degree: float, homophily: float,
-                     snr: float, seed: int, train_per_class: int, num_val: int,
-                     num_test: int) -> tuple[int, int, int, int, int, int, int]:
-    """`(n, c, f, train_per_class, num_val, num_test, seed)` as checked ints; a ValueError naming a bad argument."""
-    n = _check_positive("num_nodes", num_nodes, 2)
-    c = _check_positive("num_classes", num_classes, 2)
-    f = _check_positive("num_features", num_features, 1)
-    train_per_class = _check_positive("train_per_class", train_per_class, 1)
-    num_val = _check_positive("num_val", num_val, 0)
-    num_test = _check_positive("num_test", num_test, 0)
-    seed = _check_positive("seed", seed, 0)
-    for field, value, low, high in (("avg_degree", avg_degree, 0.0, float(n - 1)), ("homophily", homophily, 0.0, 1.0),
-                                    ("snr", snr, 0.0, math.inf)):
-        if not isinstance(value, (int, float, np.integer, np.floating)) or not low <= float(value) <= high:
-            raise ValueError(f"{field}={value!r} must be a number in [{low}, {high}].")
-    if c > n:
-        raise ValueError(f"num_classes={c} is more than num_nodes={n}; each block needs nodes.")
-    if c * train_per_class + num_val + num_test > n:
-        raise ValueError(f"the split needs {c} x {train_per_class} train + {num_val} val + {num_test} test = "
-                         f"{c * train_per_class + num_val + num_test} nodes, more than num_nodes={n}; pass fewer.")
-    if train_per_class > n // c:
-        raise ValueError(f"train_per_class={train_per_class} is more than the smallest block ({n // c} nodes).")
-    return n, c, f, train_per_class, num_val, num_test, seed
-
-
-def _csbm_edge_counts(rng: np.random.Generator, n: int, p_in_pairs: int, avg_degree: float,
-                      homophily: float) -> tuple[int, int]:
-    """`(m_in, m_out)`: edge counts inside / across blocks, drawn from their binomials (two draws from `rng`)."""
-    p_out_pairs = n * (n - 1) // 2 - p_in_pairs
-    m = n * float(avg_degree) / 2.0
-    p_in = float(homophily) * m / p_in_pairs if p_in_pairs else 0.0
-    p_out = (1.0 - float(homophily)) * m / p_out_pairs
-    if p_in > 0.5 or p_out > 0.5 or (homophily > 0 and p_in_pairs == 0):
-        raise ValueError(f"avg_degree={avg_degree} with homophily={homophily} needs edge probabilities p_in={p_in:.3g}"
-                         f", p_out={p_out:.3g}; this generator is for sparse graphs (both <= 0.5): lower avg_degree, "
-                         f"move homophily toward 1/num_classes, or add nodes.")
-    m_in = int(rng.binomial(p_in_pairs, p_in)) if p_in > 0 else 0
-    m_out = int(rng.binomial(p_out_pairs, p_out)) if p_out > 0 else 0
-    return m_in, m_out
-
-
-def _csbm_edges(rng: np.random.Generator, labels: np.ndarray, c: int, avg_degree: float,
-                homophily: float) -> np.ndarray:
-    """`[M, 2]` int64 distinct undirected edges (u < v) of the block model over `labels`."""
-    n = labels.shape[0]
-    members = np.argsort(labels, kind="stable")  # nodes grouped by block
-    sizes = np.bincount(labels, minlength=c).astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    pairs_in_block = sizes * (sizes - 1) // 2
-    p_in_pairs = int(pairs_in_block.sum())
-    m_in, m_out = _csbm_edge_counts(rng, n, p_in_pairs, avg_degree, homophily)
-
-    def key(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """The int64 key of each undirected pair."""
-        return np.minimum(u, v) * n + np.maximum(u, v)
-
-    def draw_in(k: int) -> np.ndarray:
-        """`k` pair keys uniform over the pairs inside blocks."""
-        block = rng.choice(c, size=k, p=pairs_in_block / p_in_pairs)
-        size = sizes[block]
-        i = rng.integers(0, size)
-        j = (i + rng.integers(1, size)) % size  # a different member of the same block
-        return key(members[starts[block] + i], members[starts[block] + j])
-
-    def draw_out(k: int) -> np.ndarray:
-        """Pair keys uniform over the pairs across blocks, by rejection among `k` and a few more candidates."""
-        u, v = rng.integers(0, n, size=(2, k + k // max(c - 1, 1)))
-        keep = labels[u] != labels[v]
-        return key(u[keep], v[keep])
-
-    keys = np.concatenate([_sample_pairs(rng, m_in, draw_in), _sample_pairs(rng, m_out, draw_out)])
-    return np.stack([keys // n, keys % n], axis=1)
-
-
-def _csbm_features(rng: np.random.Generator, labels: np.ndarray, c: int, f: int, snr: float) -> np.ndarray:
-    """`[N, f] float32` features: each node's class mean (`snr` times a random unit vector) plus N(0, 1) noise."""
-    directions = rng.standard_normal((c, f))
-    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    means = (float(snr) * directions).astype(np.float32)
-    features = rng.standard_normal((labels.shape[0], f), dtype=np.float32)
-    features += means[labels]
-    return features
-
-
-def _csbm_split(rng: np.random.Generator, labels: np.ndarray, c: int, train_per_class: int, num_val: int,
-                num_test: int) -> list[np.ndarray]:
-    """`[train, val, test]` sorted int32 node indices: `train_per_class` random nodes a class, then random others."""
-    order = rng.permutation(labels.shape[0])
-    by_class = labels[order]
-    train = np.concatenate([order[by_class == k][:train_per_class] for k in range(c)])
-    rest = order[~np.isin(order, train)]
-    return [np.sort(a).astype(np.int32) for a in (train, rest[:num_val], rest[num_val:num_val + num_test])]
-
-
-def csbm(
-    num_nodes: int = 10_000,
-    num_classes: int = 5,
-    num_features: int = 64,
-    avg_degree: float = 10.0,
-    homophily: float = 0.8,
-    snr: float = 1.0,
-    seed: int = 0,
-    *,
-    train_per_class: int = 20,
-    num_val: int = 500,
-    num_test: int = 1000,
-) -> GraphData:
-    """A contextual stochastic block model: blocks as labels, homophilous edges, Gaussian features.
-
-    Labels are ``num_classes`` balanced blocks (sizes differ by at most one), assigned to nodes in a random
-    order.  Each pair of nodes in the same block is an edge with probability ``p_in``, each pair in different
-    blocks with ``p_out``, chosen so that the expected degree is ``avg_degree`` and the expected fraction of edges
-    inside blocks is ``homophily``: ``p_in = homophily * M / P_in`` and ``p_out = (1 - homophily) * M / P_out``
-    with ``M = N * avg_degree / 2`` and ``P_in``, ``P_out`` the numbers of pairs inside / across blocks.  So
-    ``homophily = 1 / num_classes`` is an Erdos-Renyi graph, larger is homophilous, smaller heterophilous.  The
-    edge counts are drawn from their binomials and the edges uniformly among the pairs, so the cost is linear in
-    the number of edges (never an N x N matrix).  Features: class ``c`` has mean ``snr * u_c``, ``u_c`` a random
-    unit vector in ``R^num_features``; a node's features are its class mean plus standard normal noise.
-
-    The split: ``train_per_class`` random nodes of each class, then ``num_val`` and ``num_test`` random nodes of
-    the rest.  The same arguments (``seed`` included) give the same dataset.
-
-    Raises:
-      ValueError: an argument out of range, naming it: too few nodes for the split, ``avg_degree`` or
-        ``homophily`` that would need an edge probability above 1/2.
-    """
-    n, c, f, train_per_class, num_val, num_test, seed = _check_csbm_args(
-        num_nodes, num_classes, num_features, avg_degree, homophily, snr, seed, train_per_class, num_val, num_test)
-    rng = np.random.default_rng(seed)  # one stream, drawn in this order: labels, edges, features, split
-    labels = rng.permutation(np.arange(n) % c).astype(np.int32)
-    edges = _csbm_edges(rng, labels, c, avg_degree, homophily)
-    features = _csbm_features(rng, labels, c, f, snr)
-    splits = _csbm_split(rng, labels, c, train_per_class, num_val, num_test)
-    graph = from_edges(features, edges, symmetric=True, where="csbm")
-    return GraphData("csbm", graph, labels, *splits, num_classes=c)
-
-
-# --------------------------------------------------------------------------
-# By name
-# --------------------------------------------------------------------------
-
-
-def planetoid_dir(data_dir: Optional[Union[str, os.PathLike]] = None, name: str = "cora") -> pathlib.Path:
-    """The folder :func:`load_graph` reads Planetoid files from: ``data_dir`` if given, else
-    ``$ISTJAX_DATA_DIR/planetoid``; with neither, a DataNotFoundError saying how to get the files."""
-    if data_dir is not None:
-        if not isinstance(data_dir, (str, os.PathLike)) or not str(data_dir):
-            raise ValueError(f"data_dir={data_dir!r} must be a folder path (a non-empty str) or None.")
-        return pathlib.Path(data_dir).expanduser()
-    env = os.environ.get("ISTJAX_DATA_DIR")
-    if env:
-        return pathlib.Path(env).expanduser() / "planetoid"
-    raise DataNotFoundError(f"Planetoid dataset {name!r}: no folder given; pass data_dir=<folder holding "
-                            f"ind.{name}.*> or set ISTJAX_DATA_DIR (files in $ISTJAX_DATA_DIR/planetoid). "
-                            f"{_how_to_get(name)}")
-
-
-def load_graph(name: str, data_dir: Optional[Union[str, os.PathLike]] = None, *,
-               path: Optional[Union[str, os.PathLike]] = None, **kwargs: Any) -> GraphData:
-    """A node-classification graph dataset by name.
-
-    Args:
-      name: ``"cora"``, ``"citeseer"``, ``"pubmed"`` (Planetoid files, standard split), ``"npz"`` (a file in
-        the :func:`read_npz` format) or ``"csbm"`` (generated by :func:`csbm`).
-      data_dir: Planetoid only: the folder holding ``ind.<name>.*``; default ``$ISTJAX_DATA_DIR/planetoid``.
-      path: ``"npz"`` only: the file.
-      **kwargs: passed on: to :func:`read_planetoid` (``normalize_features``, ``num_val``), :func:`read_npz`
-        (``normalize_features``, ``symmetric``) or :func:`csbm` (all its arguments).
-
-    Raises:
-      DataNotFoundError: Planetoid files or the npz file are missing (says how to get them); also a ValueError.
-      ValueError: an unknown name, a misplaced argument, or a bad file (see the readers).
-    """
-    key = name.lower() if isinstance(name, str) else name
-    if key not in GRAPH_DATASETS:
-        raise ValueError(f"unknown graph dataset {name!r}; choose one of {list(GRAPH_DATASETS)}.")
-    if key != "npz" and path is not None:
-        raise ValueError(f"path= is for name='npz'; {key!r} takes "
-                         f"{'data_dir=' if key in PLANETOID_NAMES else 'generator arguments'}.")
-    if key != "npz" and key not in PLANETOID_NAMES and data_dir is not None:
-        raise ValueError(f"data_dir= is for the Planetoid datasets {list(PLANETOID_NAMES)}, not {key!r}.")
-    if key in PLANETOID_NAMES:
-        _only(key, kwargs, ("normalize_features", "num_val"))
-        return read_planetoid(key, planetoid_dir(data_dir, key), **kwargs)
-    if key == "npz":
-        if path is None:
-            path = data_dir
-        if path is None:
-            raise ValueError("load_graph('npz') needs path=<the .npz file>.")
-        _only(key, kwargs, ("normalize_features", "symmetric", "name"))
-        return read_npz(path, **kwargs)
-    return csbm(**kwargs)
-
-
-def _only(key: str, kwargs: dict, allowed: tuple[str, ...]) -> None:
-    extra = sorted(set(kwargs) - set(allowed))
-    if extra:
-        raise ValueError(f"load_graph({key!r}) got unexpected argument(s) {extra}; it takes {list(allowed)}.")
-
-
-# --------------------------------------------------------------------------
-# As an istjax Dataset
-# --------------------------------------------------------------------------
-
-
-def as_dataset(data: GraphData) -> Dataset:
-    """The `istjax.data.Dataset` a GIST run trains on: examples are *node indices* and the graph is shared.
-
-    ``train_x`` / ``test_x`` are the train / test node indices (``[n] float32``: exact below 2**24 nodes; the
-    model casts them back), ``train_y`` / ``test_y`` their labels, and ``shared = {"graph": Graph}`` with the
-    graph's arrays on the device once, read by every worker each round and never stacked per worker. The node
-    features are the graph's (row-normalised for Planetoid), not re-standardised.
-    """
-    if data.num_nodes >= 2 ** 24:
-        raise ValueError(f"{data.name}: {data.num_nodes} nodes; node indices travel as float32 examples, exact "
-                         f"only below 2**24 = 16,777,216 nodes.")
-    import jax
-
-    graph = Graph(*(jax.device_put(np.asarray(a)) for a in data.graph))
-    ids = lambda idx: np.asarray(idx, np.float32)  # noqa: E731
-    return Dataset(name=data.name, train_x=ids(data.train_idx), train_y=np.asarray(data.labels[data.train_idx]),
-                   test_x=ids(data.test_idx), test_y=np.asarray(data.labels[data.test_idx]),
-                   num_classes=int(data.num_classes), shared={"graph": graph})
