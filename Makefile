@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test results clean
+.PHONY: install demo test test-slow results clean
 
 install:
 	@bash scripts/setup_env.sh
@@ -11,8 +11,13 @@ install:
 demo: install
 	$(VENV)/bin/istjax train
 
+# The default suite: every test but those marked slow (long end-to-end runs, MPI matrices, docs that run); under
+# 10 minutes on a 2-core machine. `make test-slow` runs the slow ones; CI (.ci/run) runs both.
 test: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 # Rewrites every table between <!-- report:NAME --> markers in README.md and docs/ from the committed results JSON
 # (python -m experiments.report --check only compares; tests/test_report.py runs it).

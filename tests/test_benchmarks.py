@@ -139,6 +139,7 @@ def test_matmul_shapes_script_runs(capsys):
     assert all(r > 0 for r in rates.values()) and "GFLOP/s" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_conv_yardstick_records_every_conv_of_a_resnet():
     """The conv benchmark's yardstick runs exactly the sub-network's convolutions: stem + 2 per block + one 1x1
     projection per stage that changes width or stride, with the shapes the model runs them at."""
@@ -155,6 +156,7 @@ def test_conv_yardstick_records_every_conv_of_a_resnet():
     assert out[1][2].shape == args[2].shape  # an input gradient, shaped like the conv's input
 
 
+@pytest.mark.slow
 def test_graph_benchmark_runs_at_quick_size(tmp_path):
     """The GIST benchmark end to end at its CI size: every study reports, the targets are computed from them."""
     from experiments.benchmarks import graph

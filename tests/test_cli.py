@@ -117,6 +117,7 @@ def test_default_workdir_and_exit_codes(tmp_path, monkeypatch, capsys):
     assert "non-finite loss in round 3" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_exits_143(tmp_path):
     workdir = tmp_path / "run"
     args = [*TINY, "--config.num_rounds=100000", "--config.eval_every=1", "--config.checkpoint_every=1000000",
@@ -144,6 +145,7 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.skipif(not pathlib.Path(sys.executable).with_name("mpiexec").exists(), reason="mpiexec not installed")
+@pytest.mark.slow
 def test_mpiexec_run_matches_simulate(tmp_path):
     """``mpiexec -n 2 istjax train --config.backend=mpi``: rank 0 records and checkpoints; the result is the
     simulate backend's, and the bytes recorded are the ones the MPI runtime measured."""

@@ -68,6 +68,7 @@ def test_compare_runs_writes_table_and_plot(runs, tmp_path, capsys):
     assert (out / "comparison.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_compare_trains_under_one_budget(tmp_path, capsys):
     """End to end on digits: two algorithms at W=2 with the same rounds, K and B, then the table."""
     argv = ["--algorithms", "ist,local_sgd", "--workers", "2", "--workdir", str(tmp_path),

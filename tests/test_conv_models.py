@@ -157,6 +157,7 @@ def _close(a, b, what):
 
 
 @pytest.mark.parametrize("kind", list(TINY))
+@pytest.mark.slow
 def test_ist_round_equals_reference_loop(kind):
     W, K, B = 2, 2, 8  # batches of 8: BatchNorm on fewer examples is ill-conditioned in float32
     task = istjax.classifier(TINY[kind](), X)
@@ -342,6 +343,7 @@ def test_test_time_scaling_is_conv2_scaled_by_test_keep(kind):
 
 @pytest.mark.parametrize("kind", list(RESNETS))
 @pytest.mark.parametrize("layout", ["all", "inner"])
+@pytest.mark.slow
 def test_ist_with_one_worker_equals_full_model_training(kind, layout):
     """W = 1 channel IST is plain SGD with momentum on the full network, BatchNorm statistics updated step by
     step: a round of K steps equals K hand-written optax steps."""

@@ -106,6 +106,7 @@ def _batches(W, K, B=2):
             "y": jnp.asarray(rng.integers(0, 3, (W, K, B)), jnp.int32)}
 
 
+@pytest.mark.slow
 def test_sequential_and_vmapped_rounds_agree():
     task = _resnet_task()
     W, K = 2, 2
@@ -120,6 +121,7 @@ def test_sequential_and_vmapped_rounds_agree():
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_auto_picks_sequential_only_for_non_communicating_conv_steps_on_cpu():
     task = _resnet_task()
     W, K = 2, 1

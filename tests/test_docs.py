@@ -12,6 +12,7 @@ PAGES = sorted(p for p in DOCS.glob("*.md") if "```python" in p.read_text())
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.slow
 def test_page_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # pages that write files write them here
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)

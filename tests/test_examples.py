@@ -13,6 +13,7 @@ BIN = pathlib.Path(sys.executable).parent
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["sharded", "parameter_server"])
+@pytest.mark.slow
 def test_mpi_example_script(mode):
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([str(BIN / "mpiexec"), "-n", "2", sys.executable,

@@ -57,6 +57,7 @@ def test_cnn_task_has_running_statistics_partitioned_like_their_scale():
 
 
 @pytest.mark.parametrize("sampler,w", [(istjax.uniform(), 2), (MIXED, 4), (istjax.overlapping(2), 3)])
+@pytest.mark.slow
 def test_merge_of_extract_is_identity_on_params_and_model_state(sampler, w):
     task = _cnn_task(inner=((2,), (8,)))
     params, state = task.init(jax.random.key(1)), task.init_state(jax.random.key(1))
@@ -87,6 +88,7 @@ def test_per_group_sampler_serves_a_group_smaller_than_w():
 
 @pytest.mark.parametrize("sampler,w,policy", [(istjax.uniform(), 2, "carry"), (MIXED, 4, "carry"),
                                               (istjax.uniform(), 2, "recompute")])
+@pytest.mark.slow
 def test_cnn_ist_round_equals_reference_loop(sampler, w, policy):
     task = _cnn_task(inner=((2,), (8,)))
     alg = istjax.ist(task, optax.sgd(0.1), num_workers=w, local_steps=K, sampler=sampler, model_state=policy)
@@ -126,6 +128,7 @@ def test_cnn_replicated_rounds_equal_reference_loop(name):
 
 
 @pytest.mark.parametrize("name", ["ist", "data_parallel", "local_sgd"])
+@pytest.mark.slow
 def test_cnn_simulate_equals_devices(name):
     task = _cnn_task()
     make = getattr(istjax, name)
@@ -229,6 +232,7 @@ def _cnn_config(**model):
     return c
 
 
+@pytest.mark.slow
 def test_cnn_trains_from_a_config_by_name(tmp_path):
     c = _cnn_config()
     summary = istjax.train_and_evaluate(c, tmp_path / "run")

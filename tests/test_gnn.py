@@ -121,6 +121,7 @@ def test_graphsage_subnetwork_equals_full_model_without_the_other_features():
 @pytest.mark.parametrize("model", [GCN(hidden=(8, 6), num_classes=C, layer_norm=True),
                                    GraphSAGE(hidden=(8, 6), num_classes=C, layer_norm=True)],
                          ids=["gcn", "sage"])
+@pytest.mark.slow
 def test_gist_round_equals_reference_loop_and_devices(model):
     g = _graph()
     task = _task(model, g)
@@ -147,6 +148,7 @@ def test_bad_hidden_widths_are_refused():
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
 
 
+@pytest.mark.slow
 def test_cluster_minibatch_round_equals_reference_and_covers_training_nodes():
     """Cluster-GCN mini-batches: each step trains on the subgraph of its clusters (loss over their training
     nodes); the vectorised round equals the plain loop, and the driver-facing batch function is pure in the round."""
@@ -171,6 +173,7 @@ def test_cluster_minibatch_round_equals_reference_and_covers_training_nodes():
         graph_task.cluster_classifier(GraphSAGE(hidden=(8,), num_classes=C), {"graph": g})
 
 
+@pytest.mark.slow
 def test_gist_from_configs_full_graph_and_clusters(tmp_path):
     """`istjax train` on a graph: full-graph GCN (GIST) and Cluster-GCN GraphSAGE on a generated CSBM graph, and
     the config errors for graph batching."""
@@ -202,6 +205,7 @@ def test_gist_from_configs_full_graph_and_clusters(tmp_path):
         config_lib.validate(c)
 
 
+@pytest.mark.slow
 def test_dropout_draws_from_the_step_key_the_batch_carries(tmp_path):
     """Dropout in training only, from the per-(worker, step) key `with_step_keys` adds: the same keys give the same
     round (and the plain loop agrees), other keys another round; the driver adds the keys when the rate is > 0."""

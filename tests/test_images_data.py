@@ -405,6 +405,7 @@ def test_augment_batches_on_make_batch_fn_output(tmp_path):
     np.testing.assert_array_equal(D.augment_batches(0, 0, batch, pad=0, flip=False)["x"], batch["x"])
 
 
+@pytest.mark.slow
 def test_augmented_batch_fn_through_the_driver_resumes_exactly(tmp_path):
     """`--config.augment=True` on Fashion-MNIST with a CNN: batches differ from the plain ones, are a pure function
     of (seed, round) (an interrupted and resumed run equals an uninterrupted one), and the fused round uses them."""

@@ -25,6 +25,7 @@ def _mpiexec(n, script, *args, timeout=540, devices=1):
 
 
 @pytest.mark.parametrize("n,w,extra", [(2, 4, ("--full",)), (3, 3, ()), (4, 4, ())])
+@pytest.mark.slow
 def test_mpi_equals_simulate_bytes_and_sharded_memory(n, w, extra):
     """simulate (== devices, n=2) == MPI parameter server == MPI sharded; measured == analytic bytes; 1/W and 1/W^2
     per leaf; a sharded rank never holds more than 1/N of the largest partitioned weight."""
@@ -52,6 +53,7 @@ def test_worker_count_that_does_not_fit_is_refused_on_every_rank():
     assert (out.stdout + out.stderr).count("does not fit 2 MPI processes") == 2, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_model_state_and_shared_inputs_on_mpi():
     """A CNN with BatchNorm statistics (IST in both modes, data parallel, local SGD; ``backend="mpi"`` from Python)
     and a graph model with a shared adjacency: MPI == simulate, measured bytes == analytic (statistics included)."""
@@ -66,6 +68,7 @@ def test_model_state_and_shared_inputs_on_mpi():
         assert check in out.stdout, check
 
 
+@pytest.mark.slow
 def test_sharded_mode_checkpoints_and_resumes_bit_identically(tmp_path):
     """Sharded MPI mode: SIGTERM after round 2 commits every rank's shard (no rank gathers the model); the same
     command resumes, and every shard of the final checkpoint equals an uninterrupted run's bit for bit; a checkpoint
@@ -89,6 +92,7 @@ def test_an_error_every_rank_meets_is_printed_once_by_rank_0(tmp_path):
     assert "every one of the 2 ranks stopped" in text, text
 
 
+@pytest.mark.slow
 def test_benchmark_worker_profiles_ist_and_times_the_allreduce():
     """`experiments.benchmarks.mpi_worker` under mpiexec -n 2 (tiny model): IST's round profiled phase by phase on
     both ranks, and data parallel's gradient all-reduce timed against a plain MPI.Allreduce of the same bytes."""

@@ -127,6 +127,7 @@ def _slow_net(tmp_path, *args, timeout=300):
 
 @needs_net_admin
 @needs_mpi
+@pytest.mark.slow
 def test_ist_across_two_namespaces_crosses_the_links(tmp_path):
     """Two rounds of IST under mpiexec -n 2, one rank per namespace: every byte the runtime hands to MPI crosses
     the shaped veth links (their kernel counters grow by at least that much), and nothing is left behind."""
@@ -147,6 +148,7 @@ def test_ist_across_two_namespaces_crosses_the_links(tmp_path):
 
 @needs_net_admin
 @needs_mpi
+@pytest.mark.slow
 def test_a_killed_rank_ends_the_job_and_the_namespaces_go(tmp_path):
     """A rank killed mid-run: the job ends within 30 s with a message naming the rank; the namespaces are removed."""
     out, report = _slow_net(tmp_path, "--hosts", "2", "--tag", "tst2", "--", sys.executable, "tests/mpi/crash.py",

@@ -213,6 +213,7 @@ def _as_if_launched_by_mpiexec(monkeypatch, ranks: int):
 
 @pytest.mark.mpi
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed")
+@pytest.mark.slow
 def test_sharded_mpi_with_the_default_sampler_says_the_command_line_fix(tmp_path):
     args = ["train", "--config.backend=mpi", "--config.mpi_mode=sharded", "--config.progress=False"]
     p = run_istjax(*args, f"--workdir={tmp_path / 'a'}", mpi_ranks=2)
@@ -303,6 +304,7 @@ def test_unknown_sampler_for_a_group_lists_the_samplers(capsys):
             "group_samplers.hidden_0='overlaping'", "did you mean 'overlapping'", "choose one of")
 
 
+@pytest.mark.slow
 def test_resume_takes_a_tuple_override_like_a_new_run(tmp_path, capsys):
     """A resumed config comes from JSON (lists); a tuple override of it was refused in ml_collections' words."""
     assert cli.main(["istjax", "train", f"--workdir={tmp_path}", "--config.num_rounds=1", *TINY]) == 0
@@ -317,17 +319,22 @@ def test_resume_takes_a_tuple_override_like_a_new_run(tmp_path, capsys):
 
 
 def _start(workdir: pathlib.Path) -> subprocess.Popen:
-    """A long run in ``workdir``, returned once its first round is recorded and checkpointed."""
-    proc = subprocess.Popen(istjax_command() + ["train", *LONG_RUN, f"--workdir={workdir}"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    """A long run in ``workdir``, returned once its first round is recorded and checkpointed. Its output goes to
+    files beside the workdir, never to a pipe nobody reads (a full pipe would stall the run)."""
+    log = workdir.parent / "first.log"
+    with log.open("w") as err:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(istjax_command() + ["train", *LONG_RUN, f"--workdir={workdir}"],
+                                stdout=subprocess.DEVNULL, stderr=err, text=True, env=subprocess_env())
+    proc.log = log
     deadline = time.monotonic() + 600  # a first round (compilation included) on a loaded 2-core CI machine
     while not (workdir / "checkpoints" / "1").is_dir():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no round finished in time"
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "no round finished in time: " + log.read_text()[-3000:]
         time.sleep(0.2)
     return proc
 
 
+@pytest.mark.slow
 def test_a_second_train_on_a_running_workdir_is_refused(tmp_path):
     workdir = tmp_path / "run"
     first = _start(workdir)
@@ -341,7 +348,8 @@ def test_a_second_train_on_a_running_workdir_is_refused(tmp_path):
         refused((overwrite.returncode, overwrite.stderr), f"process {first.pid} on ")
         assert read_metrics(workdir)[0]["round"] == 1 and (workdir / "checkpoints").is_dir()  # nothing deleted
         first.send_signal(signal.SIGTERM)
-        _, err = first.communicate(timeout=120)
+        first.wait(timeout=120)
+        err = first.log.read_text()
     finally:
         first.kill()
     assert first.returncode == 143, err
@@ -349,11 +357,12 @@ def test_a_second_train_on_a_running_workdir_is_refused(tmp_path):
     assert rounds == list(range(1, len(rounds) + 1)), rounds  # each round once, in order: one writer
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_killed_run_does_not_block_resume(tmp_path):
     workdir = tmp_path / "run"
     first = _start(workdir)
     first.kill()  # kill -9: no handler runs, the lock file stays behind
-    first.communicate(timeout=60)
+    first.wait(timeout=60)
     stale = json.loads((workdir / lock.LOCK_FILE).read_text())
     assert stale["pid"] == first.pid
     last = max(int(d.name) for d in (workdir / "checkpoints").iterdir() if d.name.isdigit())
@@ -363,6 +372,7 @@ def test_a_lock_left_by_a_killed_run_does_not_block_resume(tmp_path):
     assert [r["round"] for r in read_metrics(workdir)][-1] == last + 2
 
 
+@pytest.mark.slow
 def test_eval_reads_a_workdir_a_run_holds_and_train_waits_its_turn(tmp_path, capsys):
     assert cli.main(["istjax", "train", f"--workdir={tmp_path}", "--config.num_rounds=1", *TINY]) == 0
     held = lock.lock_workdir(tmp_path)

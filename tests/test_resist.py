@@ -35,7 +35,7 @@ def _close(a, b, what=""):
 
 
 def test_blocks_are_the_only_neuron_groups():
-    alg = istjax.resist(_model(), X, optax.sgd(0.1), num_workers=2, local_steps=K)
+    alg = istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=2, local_steps=K)
     assert alg.name == "resist" and alg.exchange == "subnetworks"
     assert alg.task.spec.group_sizes == {"blocks_0": 2, "blocks_1": 3}
     shared = [leaf for leaf in jax.tree.leaves(alg.task.spec.leaves) if leaf.shared]
@@ -46,10 +46,11 @@ def test_blocks_are_the_only_neuron_groups():
 
 
 @pytest.mark.parametrize("w,min_depth", [(2, 0), (3, 2), (4, 1)])
+@pytest.mark.slow
 def test_resist_round_equals_reference_loop(w, min_depth):
     """Disjoint (3 blocks on 2 workers: padded), a minimum depth (overlapping blocks averaged by count), and more
     workers than a stage's blocks with overlap; parameters and BatchNorm statistics."""
-    alg = istjax.resist(_model(), X, optax.sgd(0.1, momentum=0.9), num_workers=w, local_steps=K,
+    alg = istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1, momentum=0.9), num_workers=w, local_steps=K,
                         min_depth=min_depth)
     state = alg.init(jax.random.key(0))
     for r in range(2):
@@ -61,6 +62,7 @@ def test_resist_round_equals_reference_loop(w, min_depth):
         state = fast
 
 
+@pytest.mark.slow
 def test_sub_resnet_equals_full_network_without_the_other_blocks():
     """Worker w's shallow sub-ResNet computes what the full network computes when the blocks w does not hold are
     removed (their residual branch zeroed: the last conv of each such block set to 0)."""
@@ -88,6 +90,7 @@ def test_sub_resnet_equals_full_network_without_the_other_blocks():
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_test_time_branch_scaling():
     """At test time every partitioned block's residual branch is scaled by 1/S (S = num_workers); training never
     scales; with the switch off the test-time network is the trained one."""
@@ -95,8 +98,9 @@ def test_test_time_branch_scaling():
     task = istjax.classifier(model, X)
     params, stats = task.init(jax.random.key(3)), task.init_state(jax.random.key(3))
     x = _batches(1)["x"][0, 0]
-    alg = istjax.resist(model, X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
-    off = istjax.resist(model, X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1, test_scale=False)
+    alg = istjax.resist(istjax.classifier(model, X), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
+    off = istjax.resist(istjax.classifier(model, X), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1,
+                        test_scale=False)
     batch = {"x": x, "y": jnp.zeros((B,), jnp.int32)}
     scaled = model.clone(test_branch_scale=0.25).apply({"params": params, **stats}, x, train=False)
     plain = model.apply({"params": params, **stats}, x, train=False)
@@ -106,7 +110,7 @@ def test_test_time_branch_scaling():
            istjax.classifier(model.clone(test_branch_scale=(0.5, 1 / 3)), X).evaluate(params, stats, batch)[0])
     # Blocks that divide evenly among the workers: the paper's 1/S.
     deeper = _model(stage_sizes=(3, 5))
-    even = istjax.resist(deeper, X, optax.sgd(0.1), num_workers=2, local_steps=K)
+    even = istjax.resist(istjax.classifier(deeper, X), optax.sgd(0.1), num_workers=2, local_steps=K)
     p2, s2 = even.task.init(jax.random.key(4)), even.task.init_state(jax.random.key(4))
     _close(even.task.evaluate(p2, s2, batch)[0],
            istjax.classifier(deeper.clone(test_branch_scale=0.5), X).evaluate(p2, s2, batch)[0])
@@ -124,12 +128,13 @@ def test_test_time_branch_scaling():
            model.apply({"params": params, **stats}, x, train=True, mutable=["batch_stats"])[0])
 
 
+@pytest.mark.slow
 def test_naive_ablation_deals_first_blocks_and_matches_the_reference():
     """ResIST's ablation models: post-activation blocks, and first (strided) blocks dealt as one-unit groups.
     The round equals the plain loop, and the worker dealt a first block's padding slot computes the network whose
     first-block branch is removed (its shortcut alone)."""
     model = _model(preactivation=False, partition_strided=True)
-    alg = istjax.resist(model, X, optax.sgd(0.1, momentum=0.9), num_workers=2, local_steps=K)
+    alg = istjax.resist(istjax.classifier(model, X), optax.sgd(0.1, momentum=0.9), num_workers=2, local_steps=K)
     assert alg.task.spec.group_sizes == {"blocks_0": 2, "blocks_1": 3, "first_0": 1, "first_1": 1}
     state = alg.init(jax.random.key(5))
     b = _batches(2, seed=3)
@@ -164,9 +169,11 @@ def test_naive_ablation_deals_first_blocks_and_matches_the_reference():
     assert sum(holders) == 1  # one worker holds the strided block's branch, the other its padding
 
 
+@pytest.mark.slow
 def test_resist_simulate_equals_devices():
-    sim = istjax.resist(_model(), X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
-    dev = istjax.resist(_model(), X, optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1, backend="devices")
+    sim = istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
+    dev = istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1,
+                        backend="devices")
     s1 = s2 = sim.init(jax.random.key(0))
     for r in range(2):
         b = _batches(4, seed=r)
@@ -178,22 +185,30 @@ def test_resist_simulate_equals_devices():
 
 def test_bad_resist_input_is_refused_before_compiling():
     with pytest.raises(ValueError, match=r"num_workers=4 is more than the 2 partitioned block\(s\) of 'blocks_0'"):
-        istjax.resist(_model(), X, optax.sgd(0.1), num_workers=4, local_steps=1)
+        istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=4, local_steps=1)
     with pytest.raises(ValueError, match=r"min_depth=3: stage group 'blocks_0' has only 2"):
-        istjax.resist(_model(), X, optax.sgd(0.1), num_workers=2, local_steps=1, min_depth=3)
+        istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=2, local_steps=1, min_depth=3)
     with pytest.raises(ValueError, match=r"stage 5 does not exist; the stages are 0 .. 1"):
         _model(partitioned_stages=(5,))
     with pytest.raises(ValueError, match=r"stage 0 has 1 block\(s\)"):
         _model(stage_sizes=(1, 4), partitioned_stages=(0,))
     with pytest.raises(ValueError, match=r"model_state='recompute', test_scale=True\): recomputed statistics"):
-        istjax.resist(_model(), X, optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute")
-    istjax.resist(_model(), X, optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
+        istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=2, local_steps=1,
+                      model_state="recompute")
+    istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
                   test_scale=False)  # consistent: the unscaled network is evaluated
+    with pytest.raises(TypeError, match=r"takes a task, as every algorithm factory does.*istjax.classifier"):
+        istjax.resist(_model(), optax.sgd(0.1), num_workers=2, local_steps=1)  # the module, not a task
+    with pytest.raises(ValueError, match=r"needs a depth-split ResNet"):
+        istjax.resist(istjax.classifier(istjax.models.MLP(hidden=(8,), num_classes=3), jnp.zeros((2, 4))),
+                      optax.sgd(0.1), num_workers=2, local_steps=1)
     # Partitioning one section only (the ablation): the other stage's blocks are shared.
-    one = istjax.resist(_model(partitioned_stages=(1,)), X, optax.sgd(0.1), num_workers=2, local_steps=1)
+    one = istjax.resist(istjax.classifier(_model(partitioned_stages=(1,)), X), optax.sgd(0.1), num_workers=2,
+                        local_steps=1)
     assert one.task.spec.group_sizes == {"blocks_1": 3}
 
 
+@pytest.mark.slow
 def test_resist_from_a_config(tmp_path):
     import ml_collections
 

@@ -90,6 +90,7 @@ def _tiny(**fields):
     return tiny_config(**{"num_rounds": 4, "checkpoint_every": 1, "target_accuracy": None, **fields})
 
 
+@pytest.mark.slow
 def test_config_schedule_fields_and_resume(tmp_path):
     c = _tiny(optimizer="momentum", weight_decay=5e-4, lr_schedule="step", lr_decay_at=(0.5,))
     driver.train_and_evaluate(c, tmp_path / "run")

@@ -51,6 +51,7 @@ def test_mock_other_images_and_max_examples(tmp_path, name, shape, classes):
     assert ds.train_y.min() >= 0 and ds.train_y.max() < classes
 
 
+@pytest.mark.slow
 def test_mock_cifar10_trains_a_resnet_with_channel_ist_from_a_config(tmp_path):
     """The CIFAR path a user with prepared data takes: ``dataset='tfds:cifar10'``, a ResNet with channels
     partitioned, augmentation on; runs through the driver and evaluates with running BatchNorm statistics."""

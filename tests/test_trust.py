@@ -114,6 +114,7 @@ def test_flipped_bytes_are_caught_and_training_resumes_from_the_previous_checkpo
     assert_same(a, b)  # equal to the uninterrupted run: round 3 was recomputed from the verified round 2
 
 
+@pytest.mark.slow
 def test_truncated_checkpoint_is_one_line_not_pages(tmp_path):
     workdir = tmp_path / "run"
     args = [str(ROOT / ".venv/bin/istjax") if (ROOT / ".venv/bin/istjax").exists() else sys.executable, "train",

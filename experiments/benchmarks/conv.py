@@ -77,7 +77,8 @@ class ConvWorkload:
         W, K = num_workers or self.num_workers, local_steps or self.local_steps
         opt = optax.sgd(self.lr, momentum=0.9)
         if name == "resist":
-            return istjax.resist(self.model(), self.example(), opt, num_workers=W, local_steps=K, backend=backend)
+            return istjax.resist(istjax.classifier(self.model(), self.example()), opt, num_workers=W, local_steps=K,
+                                 backend=backend)
         return suite.ALGORITHMS[name](task or self.task(), opt, num_workers=W, local_steps=K, backend=backend)
 
     def batches(self, num_workers: int, local_steps: int, seed: int = 0) -> dict[str, jax.Array]:

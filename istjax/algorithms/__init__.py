@@ -6,6 +6,8 @@
 * `istjax.algorithms.reference`: the plain Python-loop rounds every runtime is tested against.
 """
 
+from typing import NamedTuple
+
 from istjax.algorithms.base import Algorithm as Algorithm
 from istjax.algorithms.base import apply_update as apply_update
 from istjax.algorithms.base import local_train as local_train
@@ -14,4 +16,28 @@ from istjax.algorithms.replicated import data_parallel as data_parallel
 from istjax.algorithms.replicated import local_sgd as local_sgd
 from istjax.algorithms.resist import resist as resist
 
-__all__ = ["Algorithm", "apply_update", "data_parallel", "ist", "local_sgd", "local_train", "resist"]
+from istjax.core.registry import Registry
+
+
+class AlgorithmEntry(NamedTuple):
+    """A registered algorithm: its factory ``(task, optimizer, *, num_workers, local_steps, backend, **options)``
+    and the keyword options it takes beyond those (a config supplies each by that name: ``sampler``,
+    ``optimizer_state``, ``model_state``, ``min_depth``, ``test_scale``)."""
+
+    factory: object
+    options: tuple[str, ...] = ()
+    description: str = ""
+
+
+ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
+    "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state"),
+                          "Independent Subnetwork Training: neurons split among workers every round"),
+    "data_parallel": AlgorithmEntry(data_parallel, ("model_state",), "gradients averaged every step"),
+    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state"),
+                                "whole replicas trained K steps, then averaged"),
+    "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "min_depth", "test_scale"),
+                             "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
+}, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
+
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "apply_update", "data_parallel", "ist", "local_sgd",
+           "local_train", "resist"]

@@ -83,12 +83,28 @@ class _Slicer:
 
 def _train_one(loss, optimizer, worker: WorkerState, batches_K, num_steps, shared) -> WorkerState:
     """K plain optimizer steps: the loss's gradient, one optax update, the model state the loss returned."""
+    step = _step_fn(loss, optimizer)
     for k in range(num_steps):
-        batch = jax.tree.map(lambda b: b[k], batches_K)
-        grads, (_, model_state) = jax.grad(lambda p: _loss_and_state(loss, p, worker.model_state, batch, shared),
-                                           has_aux=True)(worker.params)
-        worker = apply_update(optimizer, grads, worker)._replace(model_state=model_state)
+        worker = step(worker, jax.tree.map(lambda b: b[k], batches_K), shared)
     return worker
+
+
+def _step_fn(loss, optimizer):
+    """One plain step, compiled on its own: the loop around it stays in Python (a step run op by op would re-trace
+    every `lax.scan` of the model at every call, minutes for a small ResNet, and computes the same numbers)."""
+
+    @jax.jit
+    def step(worker: WorkerState, batch, shared):
+        grads, (_, model_state) = _grad_fn(loss)(worker.params, worker.model_state, batch, shared)
+        return apply_update(optimizer, grads, worker)._replace(model_state=model_state)
+
+    return step
+
+
+def _grad_fn(loss):
+    """``(params, model_state, batch, shared) -> (grads, (aux, model_state))``."""
+    return jax.grad(lambda p, model_state, batch, shared: _loss_and_state(loss, p, model_state, batch, shared),
+                    has_aux=True)
 
 
 def _loss_and_state(loss, params, model_state, batch, shared):
@@ -130,15 +146,14 @@ def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainSta
 def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
     key, _ = jax.random.split(state.key)
-    loss = alg.task.train_loss(None)
+    grad = jax.jit(_grad_fn(alg.task.train_loss(None)))
     replica = WorkerState(state.params, state.model_state, at_round(state.opt_state, state.round))
     worker_states = [state.model_state] * W
     for k in range(K):
         grads = []
         for w in range(W):
-            batch = jax.tree.map(lambda b: b[w, k], batches)
-            g, (_, worker_states[w]) = jax.grad(
-                lambda p: _loss_and_state(loss, p, worker_states[w], batch, shared), has_aux=True)(replica.params)
+            g, (_, worker_states[w]) = grad(replica.params, worker_states[w],
+                                            jax.tree.map(lambda b: b[w, k], batches), shared)
             grads.append(g)
         replica = apply_update(alg.optimizer, _mean(grads), replica)
     model_state = _policy(alg, replica.params, _mean(worker_states), batches, shared)

@@ -19,15 +19,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Union
 
-import jax
+import flax.linen as nn
 import optax
 
 from istjax.algorithms.base import Algorithm
 from istjax.algorithms.ist import ist
 from istjax.core import partition as partition_lib
-from istjax.core.task import classifier
+from istjax.core.task import Task, classifier
 
-__all__ = ["resist", "resist_from_task", "resist_sampler"]
+__all__ = ["resist", "resist_sampler"]
 
 
 def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: int = 0,
@@ -53,15 +53,15 @@ def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: in
                                     **{g: partition_lib.uniform(pad=True, idle=True) for g in first_blocks}})
 
 
-def resist(model, example_x: jax.Array, optimizer: optax.GradientTransformation, *, num_workers: int,
-           local_steps: int, min_depth: int = 0, test_scale: bool = True, optimizer_state: str = "reset",
-           model_state: str = "carry", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
+           min_depth: int = 0, test_scale: bool = True, optimizer_state: str = "reset", model_state: str = "carry",
+           backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """ResIST on a depth-split ResNet.
 
     Args:
-      model: a `istjax.models.resist.DepthResNet` (or any module with ``block_groups()``, ``partition_rules()``,
-        ``subnet()`` and a ``test_branch_scale`` field).
-      example_x: `[B, ...]` an input batch (shape and dtype only).
+      task: ``istjax.classifier(model, example_x)`` of a `istjax.models.resist.DepthResNet` (or any module with
+        ``block_groups()``, ``partition_rules()``, ``subnet()`` and a ``test_branch_scale`` field); every algorithm
+        factory takes a task first.
       optimizer: any optax transformation (the paper: SGD with momentum, re-created every round, which is
         ``optimizer_state="reset"``).
       num_workers: S, the number of sub-ResNets per round.
@@ -72,6 +72,7 @@ def resist(model, example_x: jax.Array, optimizer: optax.GradientTransformation,
         worker trains (slots / blocks; the paper's 1/S when blocks divide evenly); False turns it off (the ablation).
       optimizer_state, model_state, backend, backend_options: as `istjax.ist`.
     """
+    model = _depth_split_module(task)
     if test_scale and model_state == "recompute":
         raise ValueError("resist(model_state='recompute', test_scale=True): recomputed statistics describe the full, "
                          "unscaled network, but the test-time network scales its partitioned branches, so its "
@@ -86,26 +87,28 @@ def resist(model, example_x: jax.Array, optimizer: optax.GradientTransformation,
     slots = sampler.slots({**groups, **first}, num_workers)
     scales = tuple(slots[f"blocks_{i}"] / groups[f"blocks_{i}"] if f"blocks_{i}" in groups else 1.0
                    for i in range(len(model.stage_sizes)))
-    eval_model = model.clone(test_branch_scale=scales) if test_scale else model
-    task = classifier(model, example_x, eval_model=eval_model)
+    if test_scale:
+        task = classifier(model, task.example_x, eval_model=model.clone(test_branch_scale=scales))
     algorithm = ist(task, optimizer, num_workers=num_workers, local_steps=local_steps, sampler=sampler,
                     optimizer_state=optimizer_state, model_state=model_state, backend=backend, **backend_options)
     return dataclasses.replace(algorithm, name="resist")
 
 
+def _depth_split_module(task: Any):
+    """The depth-split module a ResIST task was built from, or a TypeError / ValueError that says what to pass."""
+    if isinstance(task, nn.Module):
+        raise TypeError(f"resist(task, optimizer, ...) takes a task, as every algorithm factory does, not the module "
+                        f"{type(task).__name__}: pass istjax.classifier(model, example_x).")
+    if not isinstance(task, Task):
+        raise TypeError(f"resist(task=...): need an istjax.Task built by istjax.classifier(model, example_x), not "
+                        f"{type(task).__name__}.")
+    if task.module is None or not callable(getattr(task.module, "block_groups", None)):
+        raise ValueError("resist() needs a depth-split ResNet (istjax.models.DepthResNet, model.name='depth_resnet' "
+                         "in a config): its residual blocks are the neuron groups ResIST deals to workers. Build the "
+                         "task with istjax.classifier(DepthResNet(...), example_x).")
+    return task.module
+
+
 def _first_blocks(model) -> dict[str, int]:
     first = getattr(model, "first_block_groups", None)
     return first() if callable(first) else {}
-
-
-def resist_from_task(task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
-                     min_depth: int = 0, test_scale: bool = True, optimizer_state: str = "reset",
-                     model_state: str = "carry", backend: Union[str, Any] = "simulate",
-                     **backend_options: Any) -> Algorithm:
-    """`resist` for a task `istjax.classifier` built from a depth-split model (how the config driver calls it)."""
-    if task.module is None or not callable(getattr(task.module, "block_groups", None)):
-        raise ValueError("algorithm='resist' needs a depth-split ResNet (model.name='depth_resnet'): its residual "
-                         "blocks are the neuron groups ResIST deals to workers.")
-    return resist(task.module, task.example_x, optimizer, num_workers=num_workers, local_steps=local_steps,
-                  min_depth=min_depth, test_scale=test_scale, optimizer_state=optimizer_state,
-                  model_state=model_state, backend=backend, **backend_options)

@@ -30,7 +30,9 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Partition", "Sampler", "uniform", "stratified", "overlapping", "uneven", "nested", "per_group",
+from istjax.core.registry import Registry
+
+__all__ = ["Partition", "Sampler", "SamplerEntry", "SAMPLERS", "uniform", "stratified", "overlapping", "uneven", "nested", "per_group",
            "disjoint_groups", "check_partition"]
 
 
@@ -60,6 +62,10 @@ class Sampler(NamedTuple):
       name: for messages and metrics.
       group_disjoint: ``group -> bool``, the ``disjoint`` flag of each group where they differ between groups
         (`per_group`); None when ``disjoint`` holds for every group. Read it through `disjoint_groups`.
+      owners: how many owners of contiguous shards the partition serves with a fixed-size exchange (every worker
+        gets the same number of units from each owner's shard of every group): `stratified` declares its
+        ``num_owners``; None for a strategy that makes no such promise. The sharded MPI mode with P processes
+        needs ``owners == P``.
     """
 
     sample: Callable[[jax.Array, Mapping[str, int], int], Partition]
@@ -67,6 +73,7 @@ class Sampler(NamedTuple):
     disjoint: bool
     name: str
     group_disjoint: Optional[Callable[[str], bool]] = None
+    owners: Optional[int] = None
 
 
 def disjoint_groups(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[str, bool]:
@@ -177,7 +184,7 @@ def stratified(num_owners: int) -> Sampler:
             indices[g], mask[g] = idx.astype(jnp.int32), jnp.ones(idx.shape, bool)
         return Partition(indices, mask)
 
-    return Sampler(sample, slots, disjoint=True, name=f"stratified{num_owners}")
+    return Sampler(sample, slots, disjoint=True, name=f"stratified{num_owners}", owners=num_owners)
 
 
 def overlapping(min_units: int | Mapping[str, int]) -> Sampler:
@@ -368,3 +375,30 @@ def check_partition(partition: Partition, group_sizes: Mapping[str, int]) -> Non
             raise AssertionError(f"group {g!r}: indices {idx.shape} and mask {m.shape} must both be [W, n]")
         if bool(jnp.any((idx < 0) | (idx > n))) or bool(jnp.any(m != (idx < n))):
             raise AssertionError(f"group {g!r}: indices out of range or mask not equal to indices < size")
+
+
+# --------------------------------------------------------------------------
+# The registry: a config's ``sampler`` / ``group_samplers`` names
+# --------------------------------------------------------------------------
+
+
+class SamplerEntry(NamedTuple):
+    """A registered strategy: ``build(options) -> Sampler`` from the options it reads (a config's
+    ``sampler_args``), and the names of those options, for messages."""
+
+    build: Callable[[Mapping[str, object]], Sampler]
+    options: tuple[str, ...] = ()
+    description: str = ""
+
+
+SAMPLERS: Registry[SamplerEntry] = Registry("sampler", field="sampler", entries={
+    "uniform": SamplerEntry(lambda o: uniform(pad=False), (), "equal disjoint blocks; uneven sizes refused"),
+    "uniform_pad": SamplerEntry(lambda o: uniform(pad=True), (), "equal disjoint blocks, uneven sizes padded"),
+    "overlapping": SamplerEntry(lambda o: overlapping(int(o["min_units"])), ("min_units",),
+                                "at least min_units units per worker, overlaps averaged"),
+    "stratified": SamplerEntry(lambda o: stratified(int(o["num_owners"])), ("num_owners",),
+                               "equal units from each of num_owners shards (the sharded MPI mode)"),
+    "uneven": SamplerEntry(lambda o: uneven(tuple(o["weights"])), ("weights",), "shares proportional to weights"),
+    "nested": SamplerEntry(lambda o: nested(tuple(o["fractions"])), ("fractions",),
+                           "worker w the first fractions[w] of one order"),
+}, hint="Add one with istjax.core.partition.SAMPLERS.register(name, SamplerEntry(build, options)).")

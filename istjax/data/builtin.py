@@ -257,6 +257,47 @@ def _speech_split(
 
 
 @functools.lru_cache(maxsize=2)
+def _speech_shape(num_features: int, num_frames: int | None, max_shift: int | None) -> tuple[int, int, int]:
+    """``(M mels, T frames, max_shift)`` of `load_synthetic_speech`'s examples, checked."""
+    num_features = _check_positive("num_features", num_features)
+    if num_frames is None:
+        num_frames = _speech_num_frames(num_features)
+    num_frames = _check_positive("num_frames", num_frames)
+    if num_features % num_frames:
+        raise ValueError(
+            f"num_frames={num_frames} does not divide num_features={num_features}; "
+            f"pass a divisor of num_features or num_frames=None to pick one."
+        )
+    if max_shift is None:
+        max_shift = max(1, num_frames // 8)
+    return num_features // num_frames, num_frames, _check_positive("max_shift", max_shift, minimum=0)
+
+
+def _speech_prototypes(rng: np.random.Generator, num_classes: int, num_mels: int, num_frames: int, max_shift: int,
+                       class_sep: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The class prototypes `[C, M, T + 2S]`, the background `[M, T]` and the low-rank noise bases `[16, M * T]` of
+    `load_synthetic_speech`, drawn from ``rng`` in this order."""
+    ext = num_frames + 2 * max_shift
+    rank = 3
+    mel_f = max(2, min(8, num_mels))
+    frame_f = max(2, min(6, ext))
+
+    def low_rank(shape: tuple[int, ...]) -> np.ndarray:
+        a = _smooth_curves(rng, (*shape, rank), num_mels, mel_f)  # [..., R, M]
+        b = _smooth_curves(rng, (*shape, rank), ext, frame_f)  # [..., R, T+2S]
+        return np.einsum("...rm,...rt->...mt", a, b) / math.sqrt(rank)
+
+    shared = low_rank(())
+    own = low_rank((num_classes,))
+    protos = (shared[None] + class_sep * own).astype(np.float32)  # [C, M, T+2S]
+    tilt = -np.linspace(0.0, 2.0, num_mels)[:, None]  # darker high mels
+    background = (tilt + 0.5 * low_rank(())[:, max_shift : max_shift + num_frames]).astype(np.float32)
+    q = 16
+    noise_bases = low_rank((q,))[..., max_shift : max_shift + num_frames]
+    noise_bases = (noise_bases.reshape(q, -1) / math.sqrt(q)).astype(np.float32)
+    return protos, background, noise_bases
+
+
 def load_synthetic_speech(
     *,
     num_train: int = 20000,
@@ -303,46 +344,15 @@ def load_synthetic_speech(
     """
     num_train = _check_positive("num_train", num_train)
     num_test = _check_positive("num_test", num_test)
-    num_features = _check_positive("num_features", num_features)
     num_classes = _check_positive("num_classes", num_classes, minimum=2)
     seed = operator.index(seed)
-    if num_frames is None:
-        num_frames = _speech_num_frames(num_features)
-    num_frames = _check_positive("num_frames", num_frames)
-    if num_features % num_frames:
-        raise ValueError(
-            f"num_frames={num_frames} does not divide num_features={num_features}; "
-            f"pass a divisor of num_features or num_frames=None to pick one."
-        )
-    num_mels = num_features // num_frames
-    if max_shift is None:
-        max_shift = max(1, num_frames // 8)
-    max_shift = _check_positive("max_shift", max_shift, minimum=0)
+    num_mels, num_frames, max_shift = _speech_shape(num_features, num_frames, max_shift)
     if not (class_sep > 0):
         raise ValueError(f"class_sep={class_sep} must be > 0; try the default 0.25.")
     if not (noise_scale >= 0):
         raise ValueError(f"noise_scale={noise_scale} must be >= 0; try the default 1.2.")
-
-    rng = np.random.default_rng([seed, 0])
-    ext = num_frames + 2 * max_shift
-    rank = 3
-    mel_f = max(2, min(8, num_mels))
-    frame_f = max(2, min(6, ext))
-
-    def low_rank(shape: tuple[int, ...]) -> np.ndarray:
-        a = _smooth_curves(rng, (*shape, rank), num_mels, mel_f)  # [..., R, M]
-        b = _smooth_curves(rng, (*shape, rank), ext, frame_f)  # [..., R, T+2S]
-        return np.einsum("...rm,...rt->...mt", a, b) / math.sqrt(rank)
-
-    shared = low_rank(())
-    own = low_rank((num_classes,))
-    protos = (shared[None] + class_sep * own).astype(np.float32)  # [C, M, T+2S]
-    tilt = -np.linspace(0.0, 2.0, num_mels)[:, None]  # darker high mels
-    background = (tilt + 0.5 * low_rank(())[:, max_shift : max_shift + num_frames]).astype(np.float32)
-    q = 16
-    noise_bases = low_rank((q,))[..., max_shift : max_shift + num_frames]
-    noise_bases = (noise_bases.reshape(q, -1) / math.sqrt(q)).astype(np.float32)
-
+    protos, background, noise_bases = _speech_prototypes(np.random.default_rng([seed, 0]), num_classes, num_mels,
+                                                         num_frames, max_shift, class_sep)
     kw = dict(num_frames=num_frames, max_shift=max_shift, noise_scale=noise_scale)
     tx, ty = _speech_split(np.random.default_rng([seed, 1]), num_train, protos, background, noise_bases, **kw)
     vx, vy = _speech_split(np.random.default_rng([seed, 2]), num_test, protos, background, noise_bases, **kw)

@@ -64,7 +64,6 @@ from istjax.experiment.plot import BANDS, PlotError, Run, group_runs, load_run, 
 __all__ = ["Cell", "Comparison", "Row", "Stat", "cells", "default_target", "format_table", "main", "rows",
            "run_comparison", "stat", "write_outputs"]
 
-ALGORITHMS = ("ist", "data_parallel", "local_sgd", "resist")
 DEFAULT_ALGORITHMS = ("ist", "data_parallel", "local_sgd")  # what a comparison trains unless --algorithms says
 
 
@@ -233,11 +232,11 @@ def row(run: Run, target: Optional[float], note: Optional[str] = None) -> Row:
         samples_to_target=None if hit is None else hit.get("samples_seen"))
 
 
-_ORDER = {a: i for i, a in enumerate(ALGORITHMS)}
-
-
 def _sort_key(r: Row | Cell):
-    return (r.num_workers or 0, _ORDER.get(r.algorithm, len(_ORDER)), r.algorithm)
+    from istjax.algorithms import ALGORITHMS  # the registry's order: IST first, then its baselines
+
+    order = list(ALGORITHMS)
+    return (r.num_workers or 0, order.index(r.algorithm) if r.algorithm in order else len(order), r.algorithm)
 
 
 def _norm(path: str | os.PathLike) -> str:
@@ -481,6 +480,12 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
     return Comparison(runs, failed)
 
 
+def _algorithm_names() -> list[str]:
+    from istjax.algorithms import ALGORITHMS
+
+    return list(ALGORITHMS)
+
+
 def _csv(kind, values: str, allowed=None, minimum: int = 1):
     out = [v.strip() for v in values.split(",") if v.strip()]
     if not out:
@@ -508,7 +513,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="istjax compare", description=__doc__.split("::")[0].strip(),
         epilog="Any other --config.FIELD=VALUE flag overrides that field of the config (as for `istjax train`).")
-    p.add_argument("--algorithms", type=lambda s: _csv("algorithms", s, ALGORITHMS), default=list(DEFAULT_ALGORITHMS),
+    p.add_argument("--algorithms", type=lambda s: _csv("algorithms", s, _algorithm_names()),
+                   default=list(DEFAULT_ALGORITHMS),
                    help="comma-separated algorithms from ist,data_parallel,local_sgd,resist (default: ist,data_parallel,local_sgd)")
     p.add_argument("--workers", type=lambda s: _csv("workers", s), default=[2, 4],
                    help="comma-separated worker counts W (default: 2,4)")

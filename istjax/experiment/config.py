@@ -30,6 +30,9 @@ import ml_collections
 import numpy as np
 from ml_collections import config_dict
 
+from istjax.algorithms import ALGORITHMS
+from istjax.core.partition import SAMPLERS
+
 __all__ = [
     "ALGORITHMS",
     "OPTIMIZERS",
@@ -52,9 +55,7 @@ __all__ = [
     "close_matches",
 ]
 
-ALGORITHMS = ("ist", "data_parallel", "local_sgd", "resist")
 OPTIMIZERS = ("sgd", "momentum", "adam")
-SAMPLERS = ("uniform", "uniform_pad", "overlapping", "stratified", "uneven", "nested")
 
 # Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
 # more rounds). Every other field must match the checkpoint's config exactly.
@@ -108,7 +109,13 @@ def default_config() -> ml_collections.ConfigDict:
     # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
     # channels they belong to) | "recompute" (recomputed on the merged model after every round).
     c.model_state = "carry"
-    # How it is trained.
+    _training_fields(c)
+    _run_fields(c)
+    return c
+
+
+def _training_fields(c: ml_collections.ConfigDict) -> None:
+    """`default_config`'s fields for how the model is trained: W, K, B, the optimizer, its schedule, the partition."""
     c.num_workers = 4  # W
     c.local_steps = 10  # K, optimizer steps per round (every algorithm consumes [W, K, B] examples per round)
     c.batch_size = 32  # B, examples per worker per step
@@ -139,6 +146,10 @@ def default_config() -> ml_collections.ConfigDict:
     # overlap) and the 1/S scaling of partitioned residual branches at test time.
     c.resist_min_depth = 0
     c.resist_test_scale = True
+
+
+def _run_fields(c: ml_collections.ConfigDict) -> None:
+    """`default_config`'s fields for where it runs and what a run records: runtime, seed, evaluation, checkpoints."""
     c.backend = "simulate"  # where workers run; any name in istjax.runtimes.names() ("mpi": under mpiexec)
     c.mpi_mode = "parameter_server"  # backend="mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
     c.seed = 0  # seeds the initial parameters, the partitions and the data streams
@@ -152,7 +163,6 @@ def default_config() -> ml_collections.ConfigDict:
     c.target_accuracy = config_dict.FieldReference(0.95, field_type=float)
     c.stop_at_target = False  # stop after the first evaluation at or above target_accuracy (time-to-accuracy runs)
     c.progress = True  # tqdm progress bar
-    return c
 
 
 def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
@@ -294,21 +304,7 @@ def run_control_fields(config_dict: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _one_sampler(name: str, args):
-    from istjax.core import partition
-
-    if name == "uniform":
-        return partition.uniform(pad=False)
-    if name == "uniform_pad":
-        return partition.uniform(pad=True)
-    if name == "overlapping":
-        return partition.overlapping(int(args.min_units))
-    if name == "stratified":
-        return partition.stratified(int(args.num_owners))
-    if name == "uneven":
-        return partition.uneven(tuple(args.weights))
-    if name == "nested":
-        return partition.nested(tuple(args.fractions))
-    raise ValueError(f"sampler={name!r}: choose one of {SAMPLERS}.")
+    return SAMPLERS.get(name).build(args)
 
 
 def make_sampler(config: ml_collections.ConfigDict):
@@ -347,6 +343,37 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+class _Problems:
+    """The problems `validate` collects, and the checks that add to them (each names the field and the value)."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        self.config, self.list = config, []
+
+    def add(self, problem: str) -> None:
+        self.list.append(problem)
+
+    def bad(self, field: str, msg: str) -> None:
+        self.list.append(f"{field}={_get(self.config, field)!r}: {msg}")
+
+    def choice(self, field: str, options) -> bool:
+        value = _get(self.config, field)
+        if value not in options:
+            self.bad(field, f"unknown{close_matches(str(value), list(options))}; choose one of {list(options)}.")
+            return False
+        return True
+
+    def positive(self, field: str) -> bool:
+        v = _get(self.config, field)
+        if not _is_int(v) or v < 1:
+            self.bad(field, "must be a positive integer.")
+            return False
+        return True
+
+    def raise_any(self) -> None:
+        if self.list:
+            raise ConfigError(self.list)
+
+
 def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     """Checks ``config`` before anything is compiled; raises `ConfigError` listing every problem found.
 
@@ -358,117 +385,125 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     Returns:
       The loaded `istjax.data.Dataset` (None when ``load_data`` is False or the dataset could not be loaded).
     """
-    import istjax.data as data_lib
-    import istjax.models as models
-    import istjax.runtimes as runtimes
+    p = _Problems(config)
+    _check_known_fields(config, p)
+    p.raise_any()  # a missing field would fail every check below
+    names_ok = _check_names(config, p)
+    counts_ok = _check_numbers(config, p)
+    dataset = _check_data(config, p, load_data and names_ok["dataset"], counts_ok)
+    model_ok = _check_model_fields(config, p)
+    if dataset is not None and model_ok:
+        _check_groups(config, dataset, p.list, names_ok["algorithm"] and names_ok["sampler"] and counts_ok)
+    p.raise_any()
+    return dataset
 
-    problems: list[str] = []
 
-    def bad(field, msg):
-        value = _get(config, field)
-        problems.append(f"{field}={value!r}: {msg}")
-
-    # Unknown fields (a typo in a config file would otherwise be silently ignored).
+def _check_known_fields(config, p: _Problems) -> None:
+    """Unknown fields (a typo in a config file would otherwise be silently ignored) and missing ones."""
     known = flat_dict(to_dict(default_config()))
     given = flat_dict(to_dict(config))
     for k in sorted(set(given) - set(known)):
         if k.startswith(("dataset_kwargs.", "model.", "group_samplers.")):
-            continue  # checked against the loader, the model's fields and the model's groups below
-        problems.append(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; "
-                        f"known fields are listed in istjax.experiment.config.default_config().")
+            continue  # checked against the loader, the model's fields and the model's groups
+        p.add(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; known fields "
+              f"are listed in istjax.experiment.config.default_config().")
     missing = sorted(k for k in set(known) - set(given)
                      if not k.startswith(("dataset_kwargs.", "sampler_args.", "model.")) or k == "model.name")
     for k in missing:
-        problems.append(f"{k}: missing from the config; start your get_config() from "
-                        f"istjax.experiment.config.default_config() so every field has its default.")
-    if missing:
-        raise ConfigError(problems)
+        p.add(f"{k}: missing from the config; start your get_config() from "
+              f"istjax.experiment.config.default_config() so every field has its default.")
 
-    def choice(field, options):
-        if _get(config, field) not in options:
-            bad(field, f"unknown{close_matches(str(_get(config, field)), list(options))}; choose one of "
-                       f"{list(options)}.")
-            return False
-        return True
 
-    def positive(field):
-        v = _get(config, field)
-        if not _is_int(v) or v < 1:
-            bad(field, "must be a positive integer.")
-            return False
-        return True
+def _check_names(config, p: _Problems) -> dict[str, bool]:
+    """Every field that names a registry entry or a policy; which of the algorithm, dataset and sampler are known."""
+    import istjax.data as data_lib
 
-    algo_ok = choice("algorithm", ALGORITHMS)
-    dataset_ok = str(config.dataset).startswith("tfds:") or choice("dataset", data_lib.DATASETS)
-    choice("sharding", data_lib.SHARDINGS)
-    choice("optimizer", OPTIMIZERS)
-    choice("optimizer_state", ("reset", "carry"))
-    choice("model_state", ("carry", "recompute"))
-    sampler_ok = choice("sampler", SAMPLERS)
+    ok = {"algorithm": p.choice("algorithm", ALGORITHMS.names()),
+          "dataset": str(config.dataset).startswith("tfds:") or p.choice("dataset", data_lib.DATASETS),
+          "sampler": p.choice("sampler", SAMPLERS.names())}
+    p.choice("sharding", data_lib.SHARDINGS)
+    p.choice("optimizer", OPTIMIZERS)
+    p.choice("optimizer_state", ("reset", "carry"))
+    p.choice("model_state", ("carry", "recompute"))
     for g, s in config.group_samplers.items():
         if s not in SAMPLERS:
-            bad(f"group_samplers.{g}", f"unknown sampler{close_matches(str(s), list(SAMPLERS))}; choose one of "
-                                       f"{list(SAMPLERS)}.")
-            sampler_ok = False
-    ok = {f: positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
-                                   "checkpoint_every", "max_to_keep", "eval_batch_size")}
-    if choice("backend", runtimes.names()) and config.backend == "mpi":
-        _check_mpi(config, problems, choice, workers_ok=ok["num_workers"])
+            p.bad(f"group_samplers.{g}", f"unknown sampler{close_matches(str(s), SAMPLERS.names())}; choose one "
+                                         f"of {SAMPLERS.names()}.")
+            ok["sampler"] = False
+    return ok
+
+
+def _check_numbers(config, p: _Problems) -> bool:
+    """Counts, the learning rate and its schedule, the target, the runtime's own fields. True when num_workers and
+    batch_size are positive integers (the checks that divide by them can run)."""
+    import istjax.runtimes as runtimes
+
+    ok = {f: p.positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
+                                     "checkpoint_every", "max_to_keep", "eval_batch_size")}
+    if p.choice("backend", runtimes.names()) and runtimes.get(config.backend).multi_process:
+        _check_mpi(config, p.list, p.choice, workers_ok=ok["num_workers"])
     if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:
-        bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
+        p.bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
     if not _is_int(config.seed):
-        bad("seed", "must be an integer.")
+        p.bad("seed", "must be an integer.")
     lr = config.learning_rate
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
-        bad("learning_rate", "must be a positive finite number, e.g. 0.1.")
+        p.bad("learning_rate", "must be a positive finite number, e.g. 0.1.")
     if not isinstance(config.momentum, (int, float)) or not 0 <= config.momentum < 1:
-        bad("momentum", "must be in [0, 1), e.g. 0.9.")
-    _check_schedule(config, bad, choice)
+        p.bad("momentum", "must be in [0, 1), e.g. 0.9.")
+    _check_schedule(config, p.bad, p.choice)
     t = config.target_accuracy
     if t is not None and (not isinstance(t, (int, float)) or not 0 < t <= 1):
-        bad("target_accuracy", "must be a fraction in (0, 1], e.g. 0.95, or unset.")
+        p.bad("target_accuracy", "must be a fraction in (0, 1], e.g. 0.95, or unset.")
     if not isinstance(config.stop_at_target, bool):
-        bad("stop_at_target", "must be True or False.")
+        p.bad("stop_at_target", "must be True or False.")
     elif config.stop_at_target and t is None:
-        bad("stop_at_target", "needs a target: set --config.target_accuracy=0.9 (or leave stop_at_target False).")
+        p.bad("stop_at_target", "needs a target: set --config.target_accuracy=0.9 (or leave stop_at_target False).")
+    return ok["num_workers"] and ok["batch_size"]
+
+
+def _check_data(config, p: _Problems, load_data: bool, counts_ok: bool):
+    """The dataset loaded (with ``load_data``) and checked against augmentation, graph batching and the batch size;
+    the dataset the run trains on (with its cluster table under graph_batches='clusters'), or None."""
+    import istjax.data as data_lib
 
     dataset = None
-    if load_data and dataset_ok:
+    if load_data:
         try:
             dataset = data_lib.load_dataset(config.dataset, **dict(config.dataset_kwargs))
         except (ValueError, TypeError) as e:
-            problems.append(f"dataset_kwargs={to_dict(config.dataset_kwargs)!r} for dataset={config.dataset!r}: {e}")
+            p.add(f"dataset_kwargs={to_dict(config.dataset_kwargs)!r} for dataset={config.dataset!r}: {e}")
     if not isinstance(config.augment, bool):
-        bad("augment", "must be True or False.")
+        p.bad("augment", "must be True or False.")
     if not _is_int(config.augment_pad) or config.augment_pad < 0:
-        bad("augment_pad", "must be an integer >= 0 (pixels of zero padding before the random crop).")
+        p.bad("augment_pad", "must be an integer >= 0 (pixels of zero padding before the random crop).")
     if dataset is not None and config.augment is True and np.ndim(dataset.train_x) != 4:
-        bad("augment", f"crops and flips images [N, H, W, C], but dataset={config.dataset!r} holds "
-                       f"{np.shape(dataset.train_x)[1:]}-shaped examples. Use an image dataset (e.g. fashion_mnist) "
-                       f"or augment=False.")
-    clusters = _check_graph_batches(config, dataset, bad, choice)
+        p.bad("augment", f"crops and flips images [N, H, W, C], but dataset={config.dataset!r} holds "
+                         f"{np.shape(dataset.train_x)[1:]}-shaped examples. Use an image dataset (e.g. fashion_mnist) "
+                         f"or augment=False.")
+    clusters = _check_graph_batches(config, dataset, p.bad, p.choice)
     if clusters is not None:
-        dataset = clusters
-    elif dataset is not None and ok["num_workers"] and ok["batch_size"]:
+        return clusters
+    if dataset is not None and counts_ok:
         n, w, b = len(dataset.train_y), config.num_workers, config.batch_size
         shard = n // w if config.sharding == "disjoint" else n
         if b > shard:
-            problems.append(
-                f"batch_size={b}: larger than a worker's shard ({n} training examples / num_workers={w} = {shard} "
-                f"with sharding={config.sharding!r}). Use batch_size <= {shard}, fewer workers, or "
-                f"sharding='shared'.")
-    model_ok = True
-    try:
-        fields = model_fields(config)
-        models.build_model(config.model.name, fields, num_classes=2)  # fields and values, before the data is known
-    except ValueError as e:
-        problems.append(str(e))
-        model_ok = False
-    if dataset is not None and model_ok:
-        _check_groups(config, dataset, problems, algo_ok and sampler_ok and ok["num_workers"])
-    if problems:
-        raise ConfigError(problems)
+            p.add(f"batch_size={b}: larger than a worker's shard ({n} training examples / num_workers={w} = {shard} "
+                  f"with sharding={config.sharding!r}). Use batch_size <= {shard}, fewer workers, or "
+                  f"sharding='shared'.")
     return dataset
+
+
+def _check_model_fields(config, p: _Problems) -> bool:
+    """The model's name and fields, before the data is known (num_classes stands in)."""
+    import istjax.models as models
+
+    try:
+        models.build_model(config.model.name, model_fields(config), num_classes=2)
+    except ValueError as e:
+        p.add(str(e))
+        return False
+    return True
 
 
 def _check_graph_batches(config, dataset, bad, choice):

@@ -49,10 +49,8 @@ import numpy as np
 
 import istjax.data as data_lib
 import istjax.experiment.config as config_lib
+from istjax.algorithms import ALGORITHMS
 from istjax.algorithms.base import Algorithm, init_state
-from istjax.algorithms.ist import ist
-from istjax.algorithms.replicated import data_parallel, local_sgd
-from istjax.algorithms.resist import resist_from_task
 from istjax.core.state import TrainState
 from istjax.core.task import Task
 from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
@@ -66,9 +64,6 @@ __all__ = ["train_and_evaluate", "evaluate_run", "build", "make_train_step", "ma
 # What a run directory holds (removed by ``overwrite``).
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "tensorboard", "checkpoints", "checkpoints_corrupt")
 
-# config.algorithm -> factory; every factory takes (task, optimizer, num_workers=, local_steps=, backend=, ...).
-ALGORITHMS: dict[str, Callable[..., Algorithm]] = {"ist": ist, "data_parallel": data_parallel, "local_sgd": local_sgd,
-                                                   "resist": resist_from_task}
 
 
 class TrainingError(RuntimeError):
@@ -98,19 +93,30 @@ class Interrupted(Exception):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _factory_options(config: ml_collections.ConfigDict, factory: Callable[..., Algorithm]) -> dict[str, Any]:
-    """The config values of the keyword arguments ``factory`` takes beyond the common ones (read from its
-    signature, so a new factory needs no entry here), and the runtime's options."""
-    import inspect
+# The config value behind each option an algorithm entry declares (`istjax.algorithms.AlgorithmEntry.options`).
+_OPTION_VALUES: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
+    "sampler": config_lib.make_sampler,
+    "optimizer_state": lambda config: config.optimizer_state,
+    "model_state": lambda config: config.model_state,
+    "min_depth": lambda config: int(config.resist_min_depth),
+    "test_scale": lambda config: bool(config.resist_test_scale),
+}
 
-    available = {"sampler": lambda: config_lib.make_sampler(config), "optimizer_state": lambda: config.optimizer_state,
-                 "model_state": lambda: config.model_state, "min_depth": lambda: int(config.resist_min_depth),
-                 "test_scale": lambda: bool(config.resist_test_scale)}
-    takes = inspect.signature(factory).parameters
-    options = {name: make() for name, make in available.items() if name in takes}
-    if config.backend == "mpi":
-        options.update(mode=config.mpi_mode)
-    return options
+
+def _factory_options(config: ml_collections.ConfigDict, options: tuple[str, ...]) -> dict[str, Any]:
+    """The config values of the options an algorithm declares, and the runtime's options."""
+    import istjax.runtimes as runtimes
+
+    values = {name: _OPTION_VALUES[name](config) for name in options}
+    values.update({option: config[field] for option, field in runtimes.get(config.backend).config_options})
+    return values
+
+
+def _runtime_fields(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+    """The config fields the run's runtime reads (``mpi_mode`` for MPI), for messages."""
+    import istjax.runtimes as runtimes
+
+    return tuple(field for _, field in runtimes.get(config.backend).config_options)
 
 
 def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple[Task, Algorithm, data_lib.BatchFn]:
@@ -120,10 +126,10 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
     """
     try:
         task = config_lib.make_task(config, dataset)
-        factory = ALGORITHMS[config.algorithm]
-        algorithm = factory(task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
-                            local_steps=int(config.local_steps), backend=config.backend,
-                            **_factory_options(config, factory))
+        entry = ALGORITHMS.get(config.algorithm)
+        algorithm = entry.factory(task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
+                                  local_steps=int(config.local_steps), backend=config.backend,
+                                  **_factory_options(config, entry.options))
         # The algorithm's own task: the one it trains, and the one to evaluate (ResIST's carries the test-time
         # network whose partitioned branches are scaled).
         task = algorithm.task
@@ -143,7 +149,7 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
         if float(getattr(task.module, "dropout", 0) or 0) > 0:  # a step key per worker and step for dropout
             batch_fn = data_lib.with_step_keys(batch_fn, int(config.seed))
     except (TypeError, ValueError) as e:
-        where = f"backend={config.backend!r}" + (f", mpi_mode={config.mpi_mode!r}" if config.backend == "mpi" else "")
+        where = ", ".join(f"{f}={config[f]!r}" for f in ("backend", *_runtime_fields(config)))
         raise ConfigError([f"{config.algorithm} on {where}: {e}"]) from e
     return task, algorithm, batch_fn
 

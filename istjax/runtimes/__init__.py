@@ -5,9 +5,11 @@
 * ``"mpi"`` (`istjax.runtimes.mpi`): workers split across ``mpiexec`` processes (mpi4py and mpi4jax are imported
   only when it is used).
 
-``get(name)`` gives a `Runtime`; ``register`` adds one (a runtime is ``(name, build, description)``).
+`RUNTIMES` is the registry (a config's ``backend``); ``get(name)`` gives a `Runtime`, ``register`` adds one (a
+runtime is ``(name, build, description, config_options, multi_process)``).
 """
 
+from istjax.core.registry import Registry
 from istjax.runtimes import devices as _devices
 from istjax.runtimes import mpi as _mpi
 from istjax.runtimes import simulate as _simulate
@@ -23,27 +25,24 @@ from istjax.runtimes.mpi import mpi_runtime as mpi_runtime
 from istjax.runtimes.mpi import rank as rank
 from istjax.runtimes.mpi import size as size
 
-_REGISTRY: dict[str, Runtime] = {r.name: r for r in (_simulate.RUNTIME, _devices.RUNTIME, _mpi.RUNTIME)}
+RUNTIMES: Registry[Runtime] = Registry(
+    "runtime", field="backend", entries={r.name: r for r in (_simulate.RUNTIME, _devices.RUNTIME, _mpi.RUNTIME)},
+    hint="Add one with istjax.runtimes.register(Runtime(name, build, description)).")
 
 
 def register(runtime: Runtime) -> Runtime:
     """Adds ``runtime`` (replacing one of the same name); returns it."""
-    _REGISTRY[runtime.name] = runtime
-    return runtime
+    return RUNTIMES.register(runtime.name, runtime)
 
 
 def names() -> tuple[str, ...]:
-    return tuple(sorted(_REGISTRY))
+    return tuple(RUNTIMES.names())
 
 
 def get(name) -> Runtime:
     """The runtime called ``name`` (or ``name`` itself when it is a `Runtime`)."""
-    if isinstance(name, Runtime):
-        return name
-    if name not in _REGISTRY:
-        raise ValueError(f"backend={name!r} is not known; choose one of {sorted(_REGISTRY)}.")
-    return _REGISTRY[name]
+    return name if isinstance(name, Runtime) else RUNTIMES.get(name)
 
 
-__all__ = ["DEVICES", "MODES", "MPIRuntime", "Runtime", "RuntimeHandle", "abort_on_error", "check_fit",
+__all__ = ["DEVICES", "MODES", "MPIRuntime", "RUNTIMES", "Runtime", "RuntimeHandle", "abort_on_error", "check_fit",
            "devices_used", "get", "is_primary", "mpi_runtime", "names", "rank", "register", "size"]

@@ -60,11 +60,22 @@ def local_handle(name: str) -> RuntimeHandle:
 
 
 class Runtime(NamedTuple):
-    """A runtime: ``build(algorithm, **options) -> algorithm`` with ``init``, ``round`` and ``runtime`` bound."""
+    """A runtime: ``build(algorithm, **options) -> algorithm`` with ``init``, ``round`` and ``runtime`` bound.
+
+    Attributes:
+      name: its registry name (a config's ``backend``).
+      build: ``(algorithm, **options) -> algorithm``.
+      description: one line, for listings.
+      config_options: ``build`` option -> the config field that supplies it (the MPI runtime's ``mode`` comes from
+        ``mpi_mode``); the driver passes exactly these.
+      multi_process: whether its workers span processes (it runs under ``mpiexec``; every process builds the run).
+    """
 
     name: str
     build: Callable[..., Any]
     description: str
+    config_options: tuple[tuple[str, str], ...] = ()
+    multi_process: bool = False
 
 
 def check_batches(batches: Any, num_workers: int, local_steps: int) -> None:

@@ -583,12 +583,13 @@ def _owner_axis(leaf: LeafSpec) -> Optional[int]:
 
 
 def _check_sharded(alg, n: int):
-    want = f"stratified{n}"
-    if alg.sampler is None or alg.sampler.name != want:
+    if alg.sampler is None or alg.sampler.owners != n:
         got = None if alg.sampler is None else alg.sampler.name
+        serves = "" if alg.sampler is None or alg.sampler.owners is None else f", which serves {alg.sampler.owners}"
         raise ValueError(
-            f"mode='sharded' with {n} processes needs the partition sampler istjax.stratified(num_owners={n}) (so each "
-            f"round's exchange is a fixed-size all-to-all); the algorithm samples with {got!r}. Build it with "
+            f"mode='sharded' with {n} processes needs a partition sampler that serves {n} owners, such as "
+            f"istjax.stratified(num_owners={n}) (so each round's exchange is a fixed-size all-to-all); the algorithm "
+            f"samples with {got!r}{serves}. Build it with "
             f"istjax.ist(..., sampler=istjax.stratified(num_owners={n})), or use mode='parameter_server'.")
     if alg.carries_optimizer_state:
         raise ValueError("mode='sharded' supports optimizer_state='reset' only (a carried optimizer state would be "
@@ -610,95 +611,148 @@ def _sharded_spec(alg) -> dict:
     return {"params": alg.task.spec.leaves, "model_state": alg.task.state_spec.leaves}
 
 
-def _sharded(rt: MPIRuntime):
-    alg, comm = rt.algorithm, rt.comm
-    n, me, lanes, w = rt.size, rt.rank, rt.workers_per_rank, alg.num_workers
-    _check_sharded(alg, n)
-    x = _Exchange(comm)
-    sampler = alg.sampler
-    sizes = dict(alg.task.spec.group_sizes)
-    leaves_spec = _sharded_spec(alg)
-    train = _lane_step(alg, lanes, me * lanes, reset_optimizer=True)
-    spares = _Spares()  # the all-to-alls' and the allreduce's results, reused round after round
+@dataclasses.dataclass(frozen=True)
+class _Owner:
+    """What a rank of the sharded mode knows: it owns shard ``me`` of ``n`` of every partitioned leaf and runs
+    ``lanes`` of the ``w`` workers."""
 
-    def shard_of(leaf: LeafSpec, v, owner):
+    alg: Any
+    n: int
+    me: int
+    lanes: int
+    w: int
+    sizes: dict
+    spec: dict  # `_sharded_spec`: one spec tree over {"params", "model_state"}
+
+    def shard_of(self, leaf: LeafSpec, v, owner: int):
         a = _owner_axis(leaf)
         if a is None:
             return v
-        s = v.shape[a] // n
+        s = v.shape[a] // self.n
         return jax.lax.slice_in_dim(v, owner * s, (owner + 1) * s, axis=a)
 
-    def owned_view(leaf: LeafSpec, p):
+    def owned_view(self, leaf: LeafSpec, p):
         """The leaf's spec and partition as this owner sees its shard: the owner axis indexes shard-local units."""
         a = _owner_axis(leaf)
         g = leaf.axes[a].group
-        shard, per = sizes[g] // n, sizes[g] // (n * w)
-        local = p.indices[g][:, me * per:(me + 1) * per] - me * shard  # [W, per], stratified: owner blocks in order
+        shard, per = self.sizes[g] // self.n, self.sizes[g] // (self.n * self.w)
+        local = p.indices[g][:, self.me * per:(self.me + 1) * per] - self.me * shard  # [W, per], owner blocks in order
         axes = tuple(GroupAxis(_OWNED, 1) if i == a else ax for i, ax in enumerate(leaf.axes))
         part = type(p)({**p.indices, _OWNED: local}, {**p.mask, _OWNED: jnp.ones(local.shape, bool)})
-        return LeafSpec(axes), part, {**sizes, _OWNED: shard}
+        return LeafSpec(axes), part, {**self.sizes, _OWNED: shard}
 
-    def init(key):
-        # One jit: XLA computes only this rank's slice of every initialiser (the full leaves are never outputs).
-        def owned(k):
-            full = alg.init(k)
-            mine = jax.tree.map(lambda s, v: shard_of(s, v, me), leaves_spec,
-                                {"params": full.params, "model_state": full.model_state})
-            return TrainState(mine["params"], mine["model_state"], (), full.key, full.round)
 
-        return jax.jit(owned)(key)
+def _tree(state) -> dict:
+    return {"params": state.params, "model_state": state.model_state}
 
-    @jax.jit
+
+def _sharded_init(o: _Owner) -> Callable:
+    """``key -> TrainState`` holding this rank's shard. One jit: XLA computes only this rank's slice of every
+    initialiser (the full leaves are never outputs)."""
+
+    def owned(k):
+        full = o.alg.init(k)
+        mine = jax.tree.map(lambda s, v: o.shard_of(s, v, o.me), o.spec, _tree(full))
+        return TrainState(mine["params"], mine["model_state"], (), full.key, full.round)
+
+    return jax.jit(owned)
+
+
+def _sharded_outbound(o: _Owner) -> Callable:
+    """``state -> (key, partition, pieces)``: sample the round's partition (every rank, same key) and cut this owner's
+    pieces for every worker, ``[N(dest rank), L, ..per.., ...]`` per partitioned leaf."""
+
     def outbound(state):
-        """Sample the round's partition (every rank, same key) and cut this owner's pieces for every worker."""
         key, round_key = jax.random.split(state.key)
-        p = sampler.sample(round_key, sizes, w)
+        p = o.alg.sampler.sample(round_key, o.sizes, o.w)
 
         def piece(leaf, v):
             if leaf.shared:
                 return None
-            s, part, sz = owned_view(leaf, p)
-            return _split_ranks(extract_leaf(v, s, part, sz, w), n)  # [N(dest rank), L, ..per.., ...]
+            s, part, sz = o.owned_view(leaf, p)
+            return _split_ranks(extract_leaf(v, s, part, sz, o.w), o.n)
 
-        return key, p, jax.tree.map(piece, leaves_spec, {"params": state.params, "model_state": state.model_state})
+        return key, p, jax.tree.map(piece, o.spec, _tree(state))
 
-    @jax.jit
-    def assemble(tree, received):
-        """[N(owner), L, ..., per@a, ...] -> [L, ..., N*per@a, ...]; shared leaves broadcast to [L, ...]."""
+    return jax.jit(outbound)
 
-        def one(leaf, v, got):
-            if leaf.shared:
-                return broadcast_workers(v, lanes)
-            a = 1 + _owner_axis(leaf)
-            moved = jnp.moveaxis(got, 0, a)  # [L, ..., N, per, ...]
-            return moved.reshape(moved.shape[:a] + (moved.shape[a] * moved.shape[a + 1],) + moved.shape[a + 2:])
 
-        return jax.tree.map(one, leaves_spec, tree, received)
+def _sharded_assemble(o: _Owner) -> Callable:
+    """``(tree, received) -> workers``: [N(owner), L, ..., per@a, ...] -> [L, ..., N*per@a, ...]; shared leaves
+    broadcast to [L, ...]."""
 
-    @jax.jit
-    def outgoing(sub):
-        """[L, ..., N*per@a, ...] -> [N(owner), L, ..., per@a, ...] for partitioned leaves; shared as they are."""
+    def one(leaf, v, got):
+        if leaf.shared:
+            return broadcast_workers(v, o.lanes)
+        a = 1 + _owner_axis(leaf)
+        moved = jnp.moveaxis(got, 0, a)  # [L, ..., N, per, ...]
+        return moved.reshape(moved.shape[:a] + (moved.shape[a] * moved.shape[a + 1],) + moved.shape[a + 2:])
 
-        def one(leaf, v):
-            if leaf.shared:
-                return None
-            a = 1 + _owner_axis(leaf)
-            split = v.reshape(v.shape[:a] + (n, v.shape[a] // n) + v.shape[a + 1:])
-            return jnp.moveaxis(split, a, 0)
+    return jax.jit(lambda tree, received: jax.tree.map(one, o.spec, tree, received))
 
-        return jax.tree.map(one, leaves_spec, sub)
 
-    @jax.jit
+def _sharded_outgoing(o: _Owner) -> Callable:
+    """``workers -> pieces``: [L, ..., N*per@a, ...] -> [N(owner), L, ..., per@a, ...] for partitioned leaves."""
+
+    def one(leaf, v):
+        if leaf.shared:
+            return None
+        a = 1 + _owner_axis(leaf)
+        split = v.reshape(v.shape[:a] + (o.n, v.shape[a] // o.n) + v.shape[a + 1:])
+        return jnp.moveaxis(split, a, 0)
+
+    return jax.jit(lambda sub: jax.tree.map(one, o.spec, sub))
+
+
+def _sharded_write_back(o: _Owner) -> Callable:
+    """``(state, partition, key, returned, common_sums) -> state``: the returned pieces merged into this owner's
+    shard, the shared leaves the mean of the workers' (summed by an allreduce)."""
+
     def write_back(state, p, key, returned, common_sums):
         def one(leaf, v, got, total):
             if leaf.shared:
-                return _mean_of_sum(jnp.sum(total, axis=0), w, v.dtype)
-            s, part, sz = owned_view(leaf, p)
+                return _mean_of_sum(jnp.sum(total, axis=0), o.w, v.dtype)
+            s, part, sz = o.owned_view(leaf, p)
             return merge_leaf(v, _join_ranks(got), s, part, sz, disjoint=True)
 
-        tree = jax.tree.map(one, leaves_spec, {"params": state.params, "model_state": state.model_state}, returned,
-                            common_sums)
+        tree = jax.tree.map(one, o.spec, _tree(state), returned, common_sums)
         return TrainState(tree["params"], tree["model_state"], (), key, state.round + 1)
+
+    return jax.jit(write_back)
+
+
+def _sharded_gather(o: _Owner, x: "_Exchange") -> Callable:
+    """``state -> TrainState`` of the whole model on the root (None elsewhere)."""
+
+    def gather(state):
+        def one(leaf, v):
+            got = x.gather(v)  # root: [N, ...]
+            if o.me != ROOT:
+                return None
+            if leaf.shared:
+                return got[0]  # replicas agree (averaged by an allreduce)
+            return jnp.concatenate(list(got), axis=_owner_axis(leaf))
+
+        full = jax.tree.map(one, o.spec, _tree(state))
+        if o.me != ROOT:
+            return None
+        return TrainState(full["params"], full["model_state"], (), state.key, state.round)
+
+    return gather
+
+
+def _sharded(rt: MPIRuntime):
+    """The sharded mode: every rank owns 1/N of every partitioned leaf; a round is two all-to-alls (pieces out to
+    the workers' ranks and back) and one allreduce of the shared leaves."""
+    alg = rt.algorithm
+    _check_sharded(alg, rt.size)
+    o = _Owner(alg, rt.size, rt.rank, rt.workers_per_rank, alg.num_workers, dict(alg.task.spec.group_sizes),
+               _sharded_spec(alg))
+    x = _Exchange(rt.comm)
+    train = _lane_step(alg, o.lanes, o.me * o.lanes, reset_optimizer=True)
+    spares = _Spares()  # the all-to-alls' and the allreduce's results, reused round after round
+    outbound, assemble, outgoing, write_back = (_sharded_outbound(o), _sharded_assemble(o), _sharded_outgoing(o),
+                                                _sharded_write_back(o))
 
     def round_fn(state, batches, shared=None):
         _check_batches(batches, rt)
@@ -707,36 +761,23 @@ def _sharded(rt: MPIRuntime):
         key, p, pieces = outbound(state)
         received = x.alltoall_into(spares.take("received", pieces), pieces)
         traffic.add(received=received, leaf_paths=True)
-        sub = assemble({"params": state.params, "model_state": state.model_state}, received)
+        sub = assemble(_tree(state), received)
         trained, metrics = train(WorkerState(sub["params"], sub["model_state"], ()), batches, shared, state.round)
-        trained_tree = {"params": trained.params, "model_state": trained.model_state}
+        trained_tree = _tree(trained)
         back = outgoing(trained_tree)
         traffic.add(sent=back, leaf_paths=True)
         returned = x.alltoall_into(spares.take("returned", back), back)
-        common = jax.tree.map(lambda leaf, v: v if leaf.shared else None, leaves_spec, trained_tree)
+        common = jax.tree.map(lambda leaf, v: v if leaf.shared else None, o.spec, trained_tree)
         traffic.add(sent=common, received=common, leaf_paths=True)  # allreduce: in and out, one buffer per worker
         common_sums = x.allreduce_into(spares.take("common", common), common)
         rt._track(state, pieces, received, sub, trained, back, returned)
         state = write_back(state, p, key, returned, common_sums)
         spares.keep(received=received, returned=returned, common=common_sums)
-        return state, _finish(rt, traffic, metrics, comm)
+        return state, _finish(rt, traffic, metrics, rt.comm)
 
-    def gather(state):
-        def one(leaf, v):
-            got = x.gather(v)  # root: [N, ...]
-            if me != ROOT:
-                return None
-            if leaf.shared:
-                return got[0]  # replicas agree (averaged by an allreduce)
-            return jnp.concatenate(list(got), axis=_owner_axis(leaf))
-
-        full = jax.tree.map(one, leaves_spec, {"params": state.params, "model_state": state.model_state})
-        if me != ROOT:
-            return None
-        return TrainState(full["params"], full["model_state"], (), state.key, state.round)
-
-    rt.init, rt.round, rt.gather = init, round_fn, gather
+    rt.init, rt.round, rt.gather = _sharded_init(o), round_fn, _sharded_gather(o, x)
 
 
 RUNTIME = Runtime("mpi", build, "workers split across the processes of mpiexec (parameter server or sharded); "
-                                "options: mode='parameter_server' | 'sharded'")
+                                "options: mode='parameter_server' | 'sharded'",
+                  config_options=(("mode", "mpi_mode"),), multi_process=True)

@@ -80,8 +80,8 @@ cases = {
         cnn, round_scheduled(optax.sgd(0.1), make_schedule("step", num_rounds=2, decay_at=(0.5,))), num_workers=W,
         local_steps=K, sampler=istjax.stratified(num_owners=N), backend=b, **o), {"mode": "sharded"}),
     # ResIST: a depth-split pre-activation ResNet, blocks dealt with a minimum depth (overlaps averaged).
-    "resist parameter_server": (lambda b, **o: istjax.resist(
-        DepthResNet(stage_sizes=(3, 3), widths=(8, 16), num_classes=C), jnp.zeros((B, 6, 6, 2)), optax.sgd(0.1),
+    "resist parameter_server": (lambda b, **o: istjax.resist(istjax.classifier(
+        DepthResNet(stage_sizes=(3, 3), widths=(8, 16), num_classes=C), jnp.zeros((B, 6, 6, 2))), optax.sgd(0.1),
         num_workers=W, local_steps=K, min_depth=1, backend=b, **o), {"mode": "parameter_server"}),
     "data_parallel": (lambda b, **o: istjax.data_parallel(cnn, optax.sgd(0.1), num_workers=W, local_steps=K,
                                                           backend=b, **o), {"mode": "parameter_server"}),
