@@ -102,3 +102,50 @@ def test_no_function_is_longer_than_a_screen():
                 if lines > MAX_LINES and (rel, node.name) not in CLOSURE_FACTORIES:
                     long.append(f"{rel}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, "split into named steps: " + "; ".join(long)
+
+
+# --- The model contract (istjax.core.contract) -------------------------------------------------------------------
+
+
+def _dense(**methods):
+    import flax.linen as nn
+
+    class Dense(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            w = self.param("w", nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("in", "out")), (4, 2))
+            return x @ w
+
+    for name, fn in methods.items():
+        setattr(Dense, name, fn)
+    return Dense()
+
+
+def test_the_stock_models_provide_the_contract():
+    from istjax.core.contract import Partitionable
+
+    for name, cls in MODELS.items():
+        assert issubclass(cls, Partitionable), name
+
+
+def test_a_module_missing_part_of_the_contract_is_refused_when_the_task_is_built():
+    import jax.numpy as jnp
+    import optax
+
+    from istjax.core.contract import ContractError
+
+    x = jnp.zeros((2, 4))
+    with pytest.raises(ContractError, match=r"Dense has no partition_rules\(\) method and no rules= were given"):
+        istjax.classifier(_dense(), x)
+    with pytest.raises(ContractError, match=r"partition_rules\(\) returned \['in'\]; it must return a dict"):
+        istjax.classifier(_dense(partition_rules=lambda self: ["in"]), x)
+    with pytest.raises(ContractError, match=r"tied_axes\(\) holds 'in'; it must return a sequence of tuples"):
+        istjax.classifier(_dense(partition_rules=lambda self: {"in": None, "out": "h"},
+                                 tied_axes=lambda self: ("in",)), x)
+    with pytest.raises(ContractError, match=r"eval_module\(\) returned int"):
+        istjax.classifier(_dense(partition_rules=lambda self: {"in": None, "out": "h"}, eval_module=lambda self: 3), x)
+    # Partition rules but no subnet(): the replicated baselines train it; IST is refused at build, naming the fix.
+    task = istjax.classifier(_dense(partition_rules=lambda self: {"in": None, "out": "h"}), x)
+    istjax.local_sgd(task, optax.sgd(0.1), num_workers=2, local_steps=1)
+    with pytest.raises(ContractError, match=r"no subnet\(units\) method, which IST needs"):
+        istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)

@@ -15,7 +15,7 @@ from istjax.algorithms.base import Algorithm, bind, check_common, finish_round, 
 from istjax.core import partition as partition_lib
 from istjax.core.comm import ist_bytes
 from istjax.core.schedule import at_round
-from istjax.core.state import WORKERS, RoundPlan, WorkerState
+from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys
 from istjax.core.subnet import extract, extract_tree, merge, merge_tree
 from istjax.core.task import Task
 
@@ -60,7 +60,7 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     carry = optimizer_state == "carry"
 
     def distribute(state):
-        key, round_key = jax.random.split(state.key)
+        key, round_key = round_keys(state.key)
         p = sampler.sample(round_key, spec.group_sizes, num_workers)
         sub = extract(state.params, p, spec)
         sub_state = extract(state.model_state, p, state_spec)

@@ -21,7 +21,7 @@ import numpy as np
 from istjax.algorithms.base import Algorithm, apply_update
 from istjax.core.schedule import at_round
 from istjax.core.spec import tile_positions
-from istjax.core.state import TrainState, WorkerState
+from istjax.core.state import TrainState, WorkerState, round_keys
 
 __all__ = ["reference_round"]
 
@@ -125,7 +125,7 @@ def _policy(alg: Algorithm, params, model_state, batches, shared):
 
 def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     spec, state_spec, W, K = alg.task.spec, alg.task.state_spec, alg.num_workers, alg.local_steps
-    key, round_key = jax.random.split(state.key)
+    key, round_key = round_keys(state.key)
     part = alg.sampler.sample(round_key, spec.group_sizes, W)
     idx = {g: np.asarray(v) for g, v in part.indices.items()}
     slots = alg.sampler.slots(spec.group_sizes, W)
@@ -145,7 +145,7 @@ def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainSta
 
 def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
-    key, _ = jax.random.split(state.key)
+    key, _ = round_keys(state.key)
     grad = jax.jit(_grad_fn(alg.task.train_loss(None)))
     replica = WorkerState(state.params, state.model_state, at_round(state.opt_state, state.round))
     worker_states = [state.model_state] * W
@@ -162,7 +162,7 @@ def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState
 
 def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
-    key, _ = jax.random.split(state.key)
+    key, _ = round_keys(state.key)
     loss = alg.task.train_loss(None)
     results = []
     for w in range(W):

@@ -14,15 +14,15 @@ import optax
 from istjax.algorithms.base import Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train
 from istjax.core.comm import replicated_bytes
 from istjax.core.schedule import at_round
-from istjax.core.state import WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, worker_mean
+from istjax.core.state import (WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, round_keys,
+                               worker_mean)
 from istjax.core.task import Task
 
 __all__ = ["data_parallel", "local_sgd"]
 
 
 def _next_key(state):
-    key, _ = jax.random.split(state.key)  # same key schedule as IST: a resumed run sees the same keys
-    return key
+    return round_keys(state.key)[0]  # the key schedule of every algorithm
 
 
 def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,

@@ -24,6 +24,7 @@ import optax
 
 from istjax.algorithms.base import Algorithm
 from istjax.algorithms.ist import ist
+from istjax.core import contract
 from istjax.core import partition as partition_lib
 from istjax.core.task import Task, classifier
 
@@ -102,7 +103,7 @@ def _depth_split_module(task: Any):
     if not isinstance(task, Task):
         raise TypeError(f"resist(task=...): need an istjax.Task built by istjax.classifier(model, example_x), not "
                         f"{type(task).__name__}.")
-    if task.module is None or not callable(getattr(task.module, "block_groups", None)):
+    if task.module is None or contract.block_groups(task.module) is None:
         raise ValueError("resist() needs a depth-split ResNet (istjax.models.DepthResNet, model.name='depth_resnet' "
                          "in a config): its residual blocks are the neuron groups ResIST deals to workers. Build the "
                          "task with istjax.classifier(DepthResNet(...), example_x).")
@@ -110,5 +111,4 @@ def _depth_split_module(task: Any):
 
 
 def _first_blocks(model) -> dict[str, int]:
-    first = getattr(model, "first_block_groups", None)
-    return first() if callable(first) else {}
+    return contract.first_block_groups(model)

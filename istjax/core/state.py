@@ -15,6 +15,7 @@ from istjax.core.partition import Partition
 
 __all__ = [
     "WORKERS",
+    "round_keys",
     "TrainState",
     "WorkerState",
     "RoundPlan",
@@ -62,6 +63,14 @@ class RoundPlan(NamedTuple):
 
     key: jax.Array
     partition: Optional[Partition]
+
+
+def round_keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(next state's key, this round's key)``: the one key schedule of every algorithm, runtime and reference
+    loop (the round's key samples the partition; algorithms that sample nothing still advance the key alike, so a
+    resumed run of any of them sees the same keys)."""
+    key, round_key = jax.random.split(key)
+    return key, round_key
 
 
 def summarize(metrics_WxK: dict) -> dict:

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from istjax.core import contract
 from istjax.core.spec import SubnetSpec, spec_for_state, spec_from_logical
 
 __all__ = ["Task", "classifier", "stateless", "EMPTY_SPEC", "MIN_BATCH_STATISTICS_EVAL"]
@@ -129,35 +130,6 @@ def _takes(fn: Callable, name: str) -> bool:
         return False
 
 
-def _check_module(model: nn.Module, rules) -> Mapping[str, Any]:
-    """What `classifier` needs from a module, checked before anything is traced."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"classifier(model={model!r}): need a flax.linen Module instance.")
-    if rules is None:
-        if not callable(getattr(model, "partition_rules", None)):
-            raise TypeError(f"classifier: {type(model).__name__} has no partition_rules() method and no rules= "
-                            f"were given. Pass rules={{logical axis name: neuron group or None}}, or give the module "
-                            f"a partition_rules(self) method (see istjax.models.MLP).")
-        rules = model.partition_rules()
-    _check_tied(model, rules)
-    return rules
-
-
-def _check_tied(model: nn.Module, rules: Mapping[str, Any]) -> None:
-    """A residual addition joins tensors whose channels must be one neuron group: a module lists the logical axis
-    names it adds together in ``tied_axes()``; rules that map them to different groups would add mismatched
-    channels in every sub-network."""
-    tied = getattr(model, "tied_axes", None)
-    if not callable(tied):
-        return
-    for names in tied():
-        groups = {n: rules.get(n) for n in names}
-        if len({None if g is None else str(g) for g in groups.values()}) > 1:
-            raise ValueError(f"{type(model).__name__}: a residual connection adds the channels of logical axes "
-                             f"{tuple(names)}, but the rules map them to different neuron groups {groups}; every "
-                             f"worker would add mismatched channels. Map them to one group (or all to None).")
-
-
 def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[str, Any]] = None, *,
                example_shared: Any = None, eval_model: Optional[nn.Module] = None) -> Task:
     """A classification Task (softmax cross-entropy on integer labels) for a Flax module.
@@ -167,17 +139,18 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
     Collections other than ``params`` are the model state: updated in training (``mutable``), read at test time.
 
     Args:
-      model: a Flax module. For IST it needs ``subnet(units) -> module``, the module at a worker's widths.
+      model: a Flax module providing the model contract (`istjax.core.contract.Partitionable`: partition rules and,
+        for IST, ``subnet(units) -> module``, the module at a worker's widths); checked here, before tracing.
       example_x: `[B, ...]` an input batch (only its shape and dtype matter).
       rules: logical axis name -> neuron group, see `istjax.spec_from_logical` (default: ``model.partition_rules()``).
       example_shared: an example of the shared input, when the model reads one.
       eval_model: the module evaluated at test time (default: ``model.eval_module()`` when the module defines it,
         else the module itself), e.g. a ResNet whose partitioned residual branches are scaled.
     """
-    rules = _check_module(model, rules)
+    rules = contract.check_module(model, rules)
     takes_train = _takes(type(model).__call__, "train")
     if eval_model is None:
-        eval_model = model.eval_module() if callable(getattr(model, "eval_module", None)) else model
+        eval_model = contract.eval_module(model)
 
     def call(module, variables, batch_x, shared, train, mutable=False, rngs=None):
         args = (batch_x,) if shared is None else (batch_x, shared)
@@ -208,11 +181,8 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
     def train_loss(units):
         if units is None:
             module = model
-        elif not callable(getattr(model, "subnet", None)):
-            raise TypeError(f"{type(model).__name__} has no subnet(units) method, which IST needs to build a worker's "
-                            f"narrower network: add `def subnet(self, units): return self.clone(<width fields from "
-                            f"units>)` (see istjax.models.MLP.subnet).")
         else:
+            contract.check_module(model, rules, needs_subnet=True)
             module = model.subnet(units)
 
         def loss(params, model_state, batch, shared=None):
@@ -228,7 +198,7 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
 
         return loss
 
-    min_eval_batch = MIN_BATCH_STATISTICS_EVAL if _batch_statistics_at_test(eval_model) else 1
+    min_eval_batch = MIN_BATCH_STATISTICS_EVAL if contract.batch_statistics_at_test(eval_model) else 1
 
     def evaluate(params, model_state, batch, shared=None):
         size = jax.tree.leaves(batch["x"])[0].shape[0]
@@ -242,7 +212,7 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
         return scores(logits, batch["y"])
 
     recompute_state = None
-    if collections and hasattr(model, "bn_momentum"):
+    if collections and contract.recomputable(model):
         fresh = model.clone(bn_momentum=0.0)  # momentum 0: the "running" statistics become this batch's statistics
 
         def recompute_state(params, model_state, batches_NxB, shared=None):
@@ -255,10 +225,3 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
                 example_x=example_x)
-
-
-def _batch_statistics_at_test(model: nn.Module) -> bool:
-    """Whether ``model`` declares (``test_batch_statistics()``) that it normalises with batch statistics at test
-    time."""
-    declared = getattr(model, "test_batch_statistics", None)
-    return bool(declared()) if callable(declared) else False

@@ -256,7 +256,6 @@ def _speech_split(
     return x, y
 
 
-@functools.lru_cache(maxsize=2)
 def _speech_shape(num_features: int, num_frames: int | None, max_shift: int | None) -> tuple[int, int, int]:
     """``(M mels, T frames, max_shift)`` of `load_synthetic_speech`'s examples, checked."""
     num_features = _check_positive("num_features", num_features)
@@ -298,6 +297,7 @@ def _speech_prototypes(rng: np.random.Generator, num_classes: int, num_mels: int
     return protos, background, noise_bases
 
 
+@functools.lru_cache(maxsize=2)
 def load_synthetic_speech(
     *,
     num_train: int = 20000,

@@ -226,7 +226,8 @@ def train_main(argv: Sequence[str]) -> int:
         import inspect
 
         print("config fields, defaults and meaning (istjax.experiment.config.default_config):")
-        for line in inspect.getsource(config_lib.default_config).splitlines():
+        sections = (config_lib.default_config, config_lib._training_fields, config_lib._run_fields)
+        for line in "\n".join(inspect.getsource(f) for f in sections).splitlines():
             if line.strip().startswith(("c.", "# ")):
                 print("  " + line.strip().removeprefix("c."))
         return EXIT_OK

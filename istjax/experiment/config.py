@@ -609,8 +609,10 @@ def _check_schedule(config, bad, choice) -> None:
 
 def _check_resist(config, task, problems: list[str]) -> None:
     from istjax.algorithms.resist import resist_sampler
+    from istjax.core import contract
 
-    if not callable(getattr(task.module, "block_groups", None)):
+    groups = contract.block_groups(task.module)
+    if groups is None:
         problems.append(f"algorithm='resist' with model.name={config.model.name!r}: ResIST deals residual blocks, "
                         f"so it needs model.name='depth_resnet'.")
         return
@@ -618,7 +620,7 @@ def _check_resist(config, task, problems: list[str]) -> None:
         problems.append(f"resist_min_depth={config.resist_min_depth!r}: must be an integer >= 0.")
         return
     try:
-        resist_sampler(task.module.block_groups(), int(config.num_workers), int(config.resist_min_depth))
+        resist_sampler(groups, int(config.num_workers), int(config.resist_min_depth))
     except ValueError as e:
         problems.append(f"model.stage_sizes={tuple(task.module.stage_sizes)!r} with num_workers={config.num_workers} "
                         f"and resist_min_depth={config.resist_min_depth}: {e}")

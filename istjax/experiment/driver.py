@@ -51,6 +51,7 @@ import istjax.data as data_lib
 import istjax.experiment.config as config_lib
 from istjax.algorithms import ALGORITHMS
 from istjax.algorithms.base import Algorithm, init_state
+from istjax.core import contract
 from istjax.core.state import TrainState
 from istjax.core.task import Task
 from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
@@ -146,7 +147,7 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
                                               sharding=config.sharding)
         if config.augment:
             batch_fn = data_lib.augmented(batch_fn, pad=int(config.augment_pad))
-        if float(getattr(task.module, "dropout", 0) or 0) > 0:  # a step key per worker and step for dropout
+        if contract.dropout_rate(task.module) > 0:  # a step key per worker and step for dropout
             batch_fn = data_lib.with_step_keys(batch_fn, int(config.seed))
     except (TypeError, ValueError) as e:
         where = ", ".join(f"{f}={config[f]!r}" for f in ("backend", *_runtime_fields(config)))

@@ -24,12 +24,12 @@ before anything is built, and `register_model` adds a user's module (see ``docs/
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
 
+from istjax.core.registry import Registry, close_matches
 from istjax.models.cnn import CNN as CNN
 from istjax.models.gnn import GCN as GCN
 from istjax.models.gnn import GraphSAGE as GraphSAGE
@@ -43,8 +43,11 @@ from istjax.models.vgg import VGG as VGG
 __all__ = ["CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG", "batch_norm", "build_model", "model_fields",
            "register_model"]
 
-MODELS: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet,
-                                      "vgg": VGG, "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE}
+MODELS: Registry[type[nn.Module]] = Registry(
+    "model", field="model.name",
+    entries={"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet, "vgg": VGG,
+             "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE},
+    hint="Add yours with istjax.models.register_model(name, ModuleClass).")
 
 # Fields the library fills in from the data, never from the config.
 _FROM_DATA = ("num_classes",)
@@ -58,8 +61,7 @@ def register_model(name: str, module: type[nn.Module]) -> type[nn.Module]:
         raise TypeError(f"register_model({name!r}, {module.__name__}): the module lacks {missing}; a model gives "
                         f"partition_rules(self) (logical axis name -> neuron group) and subnet(self, units) (the "
                         f"module at a worker's widths). See istjax.models.MLP.")
-    MODELS[name] = module
-    return module
+    return MODELS.register(name, module)
 
 
 def model_fields(name: str) -> dict[str, Any]:
@@ -70,12 +72,7 @@ def model_fields(name: str) -> dict[str, Any]:
 
 
 def _lookup(name: str) -> type[nn.Module]:
-    if name not in MODELS:
-        close = difflib.get_close_matches(str(name), list(MODELS), n=2)
-        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-        raise ValueError(f"model.name={name!r} is not a known model{hint}; choose one of {sorted(MODELS)}, or add "
-                         f"yours with istjax.models.register_model(name, ModuleClass).")
-    return MODELS[name]
+    return MODELS.get(name)
 
 
 def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int) -> nn.Module:
@@ -89,10 +86,8 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int) -> nn
     values = {k: tuple(_tuples(v)) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
     unknown = sorted(set(fields) - set(known))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], list(known), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"model.{unknown[0]}={values[unknown[0]]!r}: model {name!r} has no field "
-                         f"{unknown[0]!r}{hint}; its fields are {sorted(known)}. Remove or rename it (a config that "
+                         f"{unknown[0]!r}{close_matches(unknown[0], known)}; its fields are {sorted(known)}. Remove or rename it (a config that "
                          f"switches model.name must drop the old model's fields).")
     try:
         return cls(**values, num_classes=int(num_classes))

@@ -60,7 +60,7 @@ import numpy as np
 
 from istjax.core.schedule import at_round
 from istjax.core.spec import GroupAxis, LeafSpec, path_str
-from istjax.core.state import TrainState, WorkerState, broadcast_workers, summarize
+from istjax.core.state import TrainState, WorkerState, broadcast_workers, round_keys, summarize
 from istjax.core.subnet import extract_leaf, merge_leaf
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
@@ -353,11 +353,6 @@ class _Spares:
         self._bufs.update(bufs)
 
 
-def _next_key(key):
-    """The key of the next state; every algorithm's ``distribute`` splits ``key -> (next, round_key)``."""
-    return jax.random.split(key)[0]
-
-
 def _summary(metrics_LxK: dict, comm) -> dict:
     """`istjax.core.state.summarize` of every worker's metrics, allgathered; the same dict on every rank."""
     mine = {k: np.asarray(v) for k, v in metrics_LxK.items()}
@@ -498,7 +493,7 @@ def _server(rt: MPIRuntime):
         if root:
             state = collect(state, gathered, plan, full, shared)
         else:
-            state = TrainState((), (), (), _next_key(state.key), state.round + 1)
+            state = TrainState((), (), (), round_keys(state.key)[0], state.round + 1)
         t = rt._phase("collect", t, state)
         out = _finish(rt, traffic, metrics, comm)
         rt._phase("metrics", t)
@@ -663,7 +658,7 @@ def _sharded_outbound(o: _Owner) -> Callable:
     pieces for every worker, ``[N(dest rank), L, ..per.., ...]`` per partitioned leaf."""
 
     def outbound(state):
-        key, round_key = jax.random.split(state.key)
+        key, round_key = round_keys(state.key)
         p = o.alg.sampler.sample(round_key, o.sizes, o.w)
 
         def piece(leaf, v):

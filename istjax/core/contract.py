@@ -1,0 +1,153 @@
+"""The model contract: what a Flax module provides so that IST can split it, written down and checked once.
+
+A module trained by istjax is an ordinary ``flax.linen.Module`` whose parameters carry logical axis names
+(``nn.with_logical_partitioning``) and which returns ``[N, num_classes]`` logits. `Partitionable` lists what it must
+add; `OPTIONAL` lists what it may add. `check_module` checks both when a task is built (`istjax.classifier`), before
+anything is traced, and names what is missing or malformed; the rest of the library reads the optional parts only
+through the functions here (`eval_module`, `tied_axes`, `batch_statistics_at_test`, ...), never with ``getattr``.
+
+Required (`Partitionable`):
+
+``partition_rules() -> {logical axis name: neuron group or None}``
+    which logical axes are split among workers (a group name) and which every worker holds whole (None).
+``subnet(units: {group: slots}) -> Module``
+    the same module at a worker's widths (``units[g]`` slots of group ``g``); IST and ResIST call it, the
+    replicated baselines never do.
+
+Optional (`OPTIONAL`):
+
+``tied_axes() -> ((name, name, ...), ...)``
+    the logical axis names a residual addition joins (their channels are added together, so the rules must map
+    them to one group, or all to None).
+``eval_module() -> Module``
+    the module evaluated at test time when it differs (ResIST's scaled residual branches).
+``test_batch_statistics() -> bool``
+    True when the module normalises with the statistics of the batch it is given at test time (evaluation then
+    needs batches of at least `istjax.core.task.MIN_BATCH_STATISTICS_EVAL`).
+``bn_momentum`` (a field)
+    present on modules whose BatchNorm running statistics can be recomputed (``model_state="recompute"``).
+``dropout`` (a field)
+    a dropout rate; above 0, every step receives its own key (``batch["rng"]``).
+``block_groups()``, ``first_block_groups()``
+    a depth-split ResNet's residual-block groups (ResIST; `istjax.models.DepthResNet`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional, Protocol, runtime_checkable
+
+__all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "eval_module", "tied_axes",
+           "batch_statistics_at_test", "recomputable", "dropout_rate", "block_groups", "first_block_groups"]
+
+
+@runtime_checkable
+class Partitionable(Protocol):
+    """A Flax module IST can split (see the module docstring for the optional parts)."""
+
+    def partition_rules(self) -> Mapping[str, Optional[str]]: ...
+
+    def subnet(self, units: Mapping[str, int]) -> Any: ...
+
+
+# name -> what it is, for messages and docs; every optional part is read through a function below.
+OPTIONAL = {
+    "tied_axes": "method: the logical axis names each residual addition joins",
+    "eval_module": "method: the module evaluated at test time",
+    "test_batch_statistics": "method: True when test time normalises with batch statistics",
+    "bn_momentum": "field: BatchNorm momentum (statistics can be recomputed)",
+    "dropout": "field: dropout rate (a step key per step when > 0)",
+    "block_groups": "method: ResIST's residual-block groups",
+    "first_block_groups": "method: ResIST's one-block groups of a stage's first block",
+}
+
+
+class ContractError(TypeError):
+    """A module that does not provide what the model contract asks, named with the fix."""
+
+
+def _method(model, name: str):
+    attr = getattr(type(model), name, None)
+    return getattr(model, name) if callable(attr) else None
+
+
+def check_module(model, rules: Optional[Mapping[str, Any]] = None, *, needs_subnet: bool = False) -> Mapping:
+    """The partition rules of ``model`` (``rules`` when given), after checking the contract; raises
+    `ContractError` naming the missing or malformed part and the fix."""
+    import flax.linen as nn
+
+    name = type(model).__name__
+    if not isinstance(model, nn.Module):
+        raise ContractError(f"classifier(model={model!r}): need a flax.linen Module instance.")
+    if rules is None:
+        if _method(model, "partition_rules") is None:
+            raise ContractError(f"{name} has no partition_rules() method and no rules= were given. Pass rules="
+                                f"{{logical axis name: neuron group or None}}, or give the module a "
+                                f"partition_rules(self) method (see istjax.models.MLP and istjax.core.contract).")
+        rules = model.partition_rules()
+    if not isinstance(rules, Mapping) or not all(isinstance(k, str) for k in rules):
+        raise ContractError(f"{name}.partition_rules() returned {rules!r}; it must return a dict mapping each "
+                            f"logical axis name (str) to a neuron group name or None.")
+    if needs_subnet and _method(model, "subnet") is None:
+        raise ContractError(f"{name} has no subnet(units) method, which IST needs to build a worker's narrower "
+                            f"network: add `def subnet(self, units): return self.clone(<width fields from units>)` "
+                            f"(see istjax.models.MLP.subnet).")
+    _check_tied(model, rules)
+    if _method(model, "eval_module") is not None and not isinstance(model.eval_module(), nn.Module):
+        raise ContractError(f"{name}.eval_module() returned {type(model.eval_module()).__name__}; it must return the "
+                            f"flax Module evaluated at test time.")
+    return rules
+
+
+def _check_tied(model, rules: Mapping[str, Any]) -> None:
+    """A residual addition joins tensors whose channels must be one neuron group."""
+    name = type(model).__name__
+    for names in tied_axes(model):
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise ContractError(f"{name}.tied_axes() holds {names!r}; it must return a sequence of tuples of logical "
+                                f"axis names, e.g. (('embed', 'stage0_out'),).")
+        groups = {n: rules.get(n) for n in names}
+        if len({None if g is None else str(g) for g in groups.values()}) > 1:
+            raise ValueError(f"{name}: a residual connection adds the channels of logical axes {tuple(names)}, but "
+                             f"the rules map them to different neuron groups {groups}; every worker would add "
+                             f"mismatched channels. Map them to one group (or all to None).")
+
+
+def tied_axes(model) -> tuple:
+    """The module's ``tied_axes()``, or ``()``."""
+    method = _method(model, "tied_axes")
+    return tuple(method()) if method is not None else ()
+
+
+def eval_module(model):
+    """The module evaluated at test time: ``model.eval_module()`` when declared, else ``model``."""
+    method = _method(model, "eval_module")
+    return method() if method is not None else model
+
+
+def batch_statistics_at_test(model) -> bool:
+    """Whether the module declares that it normalises with batch statistics at test time."""
+    method = _method(model, "test_batch_statistics")
+    return bool(method()) if method is not None else False
+
+
+def recomputable(model) -> bool:
+    """Whether the module's BatchNorm statistics can be recomputed (it has a ``bn_momentum`` field)."""
+    return hasattr(model, "bn_momentum")
+
+
+def dropout_rate(model) -> float:
+    """The module's ``dropout`` field (0 when it has none)."""
+    return float(getattr(model, "dropout", 0) or 0)
+
+
+def block_groups(model) -> Optional[dict]:
+    """A depth-split ResNet's residual-block groups, or None for a module that is not depth-split."""
+    method = _method(model, "block_groups")
+    return method() if method is not None else None
+
+
+def first_block_groups(model) -> dict:
+    """A depth-split ResNet's one-block groups (``{}`` when it declares none)."""
+    method = _method(model, "first_block_groups")
+    return method() if method is not None else {}
