@@ -169,6 +169,9 @@ def test_mpiexec_run_matches_simulate(tmp_path):
     (record,) = json.loads((tmp_path / "mpi" / "metrics.jsonl").read_text().splitlines()[0]),
     assert record["bytes_sent_per_worker"] == algorithm.comm.sent
     assert record["bytes_received_per_worker"] == algorithm.comm.received
+    peaks = json.loads((tmp_path / "mpi" / "summary.json").read_text())["peak_rss_mib_per_process"]
+    assert len(peaks) == 2 and all(50 < m < 24 * 1024 for m in peaks), peaks  # every rank's, rank 0 first
+    assert "peak resident memory" in p.stdout and "per process, rank 0 first" in p.stdout
 
 
 def test_new_dataset_kwargs_from_the_command_line():

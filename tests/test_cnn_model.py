@@ -19,7 +19,7 @@ HALF = {"stage_0": 2, "stage_1": 4, "block_0_0": 3, "block_0_1": 2, "block_1_0":
 @pytest.fixture(scope="module")
 def running():
     model = CNN(**FULL)
-    return model, model.init(jax.random.key(0), X, train=False)
+    return model, jax.jit(lambda key, x: model.init(key, x, train=False))(jax.random.key(0), X)  # eager: 2x slower
 
 
 def _boxed_leaves(tree):

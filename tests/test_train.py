@@ -87,6 +87,8 @@ def test_end_to_end_metrics_schema(tmp_path):
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert summary["test_accuracy"] == records[-1]["test_accuracy"]
     assert summary["samples_seen"] == 4 * W * K * B
+    (peak,) = summary["peak_rss_mib_per_process"]  # one process; its peak resident memory, measured
+    assert 50 < peak < 24 * 1024
     assert summary["round_to_target"] == 2  # the first evaluation beats a 1% target
     assert json.loads((tmp_path / "summary.json").read_text())["rounds"] == 4
     assert [s for s in sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir())] == [2, 4]

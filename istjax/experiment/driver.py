@@ -57,7 +57,8 @@ from istjax.core.task import Task
 from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
 from istjax.experiment.config import ConfigError
 from istjax.experiment.lock import WorkdirLock, lock_workdir
-from istjax.experiment.metrics import MetricWriter, format_bytes, is_primary, read_metrics, truncate_metrics
+from istjax.experiment.metrics import (MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
+                                      truncate_metrics)
 
 __all__ = ["train_and_evaluate", "evaluate_run", "build", "make_train_step", "make_evaluator", "TrainingError",
            "EnvironmentFailure", "Interrupted", "ConfigError", "RUN_FILES", "ALGORITHMS"]
@@ -597,12 +598,14 @@ def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: in
     """Evaluates a run that had nothing left to train, writes and prints the summary (step 5)."""
     # The same decision on every process, since gathering the state is collective under MPI.
     whole = run.algorithm.runtime.gather(state) if start >= int(run.config.num_rounds) else None
+    if run.primary and whole is not None:
+        records.append({"round": start, **evaluate(whole)})
+    peak_rss = run.algorithm.runtime.allgather(peak_rss_mib())  # collective: every process, in rank order
     if not run.primary:
         return {"workdir": str(run.workdir), "rounds": max(start, int(run.config.num_rounds)), "primary": False}
-    if whole is not None:
-        records.append({"round": start, **evaluate(whole)})
     summary = _summary(run.config, run.algorithm, records, run.workdir, compile_time=run.compile_time,
                        wall=run.wall, bytes_total=run.bytes_total)
+    summary["peak_rss_mib_per_process"] = peak_rss
     (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(_summary_text(summary), flush=True)
     return summary
@@ -732,6 +735,10 @@ def _summary_text(s: dict[str, Any]) -> str:
         else:
             lines.append(f"  reached test accuracy {s['target_accuracy']} at round {s['round_to_target']} "
                          f"({s['samples_to_target']:,} samples, {s['time_to_target_s']:.1f} s of training)")
+    if s.get("peak_rss_mib_per_process"):
+        per = s["peak_rss_mib_per_process"]
+        lines.append(f"  peak resident memory {max(per):,.0f} MiB" + (
+            f" (per process, rank 0 first: {', '.join(f'{m:,.0f}' for m in per)})" if len(per) > 1 else ""))
     lines.append(f"  results: {s['workdir']} (metrics.jsonl, summary.json, tensorboard/, checkpoints/); plot with "
                  f"`istjax plot {s['workdir']}`")
     return "\n".join(lines)

@@ -84,6 +84,15 @@ def process_count() -> int:
     return _launcher_int(_SIZE_VARS, 1)
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, in MiB (``getrusage``; Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+
+
 def is_primary() -> bool:
     """True in the process that writes files: MPI rank 0, or the only process."""
     return process_index() == 0

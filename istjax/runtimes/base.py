@@ -42,6 +42,8 @@ class RuntimeHandle(NamedTuple):
       whole_state: the state each process holds is the whole `TrainState` (False for sharded MPI, whose pieces
         are gathered for evaluation and checkpointed shard by shard).
       rank, size: this process and the process count.
+      allgather: ``value -> [value of every process]`` in rank order (collective under MPI), for small Python
+        values such as each process's peak memory.
     """
 
     name: str
@@ -52,6 +54,7 @@ class RuntimeHandle(NamedTuple):
     whole_state: bool = True
     rank: int = 0
     size: int = 1
+    allgather: Callable[[Any], list] = lambda value: [value]
 
 
 def local_handle(name: str) -> RuntimeHandle:

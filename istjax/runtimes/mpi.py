@@ -225,7 +225,8 @@ class MPIRuntime:
     def handle(self) -> RuntimeHandle:
         sharded = self.mode == "sharded" and self.algorithm.exchange == "subnetworks"
         return RuntimeHandle(name="mpi", fusable=False, primary=self.is_primary, gather=self.gather,
-                             agree=self.agree, whole_state=not sharded, rank=self.rank, size=self.size)
+                             agree=self.agree, whole_state=not sharded, rank=self.rank, size=self.size,
+                             allgather=self.comm.allgather)
 
     def as_algorithm(self):
         """The algorithm with this runtime's ``init``, ``round`` and handle: a drop-in for code that takes one."""
