@@ -15,7 +15,7 @@ from istjax.algorithms.base import Algorithm, bind, check_common, finish_round, 
 from istjax.core import partition as partition_lib
 from istjax.core.comm import ist_bytes
 from istjax.core.schedule import at_round
-from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys
+from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys, worker_init
 from istjax.core.subnet import extract, extract_tree, merge, merge_tree
 from istjax.core.task import Task
 
@@ -64,8 +64,9 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
         p = sampler.sample(round_key, spec.group_sizes, num_workers)
         sub = extract(state.params, p, spec)
         sub_state = extract(state.model_state, p, state_spec)
-        opt = extract_tree(state.opt_state, params_treedef, p, spec) if carry else jax.vmap(optimizer.init)(sub)
-        return WorkerState(sub, sub_state, at_round(opt, state.round)), RoundPlan(key, p)
+        opt = (at_round(extract_tree(state.opt_state, params_treedef, p, spec), state.round) if carry
+               else worker_init(optimizer, sub, state.round))
+        return WorkerState(sub, sub_state, opt), RoundPlan(key, p)
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally
         del axis_name, reduce

@@ -15,7 +15,7 @@ from istjax.algorithms.base import Algorithm, apply_update, bind, check_common, 
 from istjax.core.comm import replicated_bytes
 from istjax.core.schedule import at_round
 from istjax.core.state import (WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, round_keys,
-                               worker_mean)
+                               worker_init, worker_mean)
 from istjax.core.task import Task
 
 __all__ = ["data_parallel", "local_sgd"]
@@ -92,8 +92,9 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
 
     def distribute(state):
         params = broadcast_workers(state.params, num_workers)
-        opt = broadcast_workers(state.opt_state, num_workers) if carry else jax.vmap(optimizer.init)(params)
-        return (WorkerState(params, broadcast_workers(state.model_state, num_workers), at_round(opt, state.round)),
+        opt = (at_round(broadcast_workers(state.opt_state, num_workers), state.round) if carry
+               else worker_init(optimizer, params, state.round))
+        return (WorkerState(params, broadcast_workers(state.model_state, num_workers), opt),
                 RoundPlan(_next_key(state), None))
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally

@@ -12,10 +12,12 @@ import jax
 import jax.numpy as jnp
 
 from istjax.core.partition import Partition
+from istjax.core.schedule import at_round
 
 __all__ = [
     "WORKERS",
     "round_keys",
+    "worker_init",
     "TrainState",
     "WorkerState",
     "RoundPlan",
@@ -71,6 +73,14 @@ def round_keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     resumed run of any of them sees the same keys)."""
     key, round_key = jax.random.split(key)
     return key, round_key
+
+
+def worker_init(optimizer, params_W: PyTree, round_index) -> PyTree:
+    """The optimizer state `[W, ...]` workers start a round from when it is not carried: ``optimizer.init`` of each
+    worker's parameters, stamped with the round (so a round-counted schedule reads the right step). The one place
+    this is written: algorithms call it in ``distribute``, runtimes that rebuild it on a worker instead of sending it
+    (`istjax.runtimes.mpi`) call it there."""
+    return at_round(jax.vmap(optimizer.init)(params_W), round_index)
 
 
 def summarize(metrics_WxK: dict) -> dict:

@@ -58,9 +58,8 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.core.schedule import at_round
 from istjax.core.spec import GroupAxis, LeafSpec, path_str
-from istjax.core.state import TrainState, WorkerState, broadcast_workers, round_keys, summarize
+from istjax.core.state import TrainState, WorkerState, broadcast_workers, round_keys, summarize, worker_init
 from istjax.core.subnet import extract_leaf, merge_leaf
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
@@ -415,7 +414,7 @@ def _lane_step(alg, lanes: int, first: int, reset_optimizer: bool, reduce=None):
         mine = jax.tree.map(lambda x: x if x.shape[0] == lanes else jax.lax.slice_in_dim(x, first, first + lanes),
                             batches)
         if reset_optimizer:  # rebuilt here rather than sent; stamped with the round for round-counted schedules
-            workers = workers._replace(opt_state=at_round(jax.vmap(opt.init)(workers.params), round_index))
+            workers = workers._replace(opt_state=worker_init(opt, workers.params, round_index))
         return run(workers, mine, shared)
 
     return jax.jit(step, donate_argnums=0)
