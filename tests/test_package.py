@@ -149,3 +149,33 @@ def test_a_module_missing_part_of_the_contract_is_refused_when_the_task_is_built
     istjax.local_sgd(task, optax.sgd(0.1), num_workers=2, local_steps=1)
     with pytest.raises(ContractError, match=r"no subnet\(units\) method, which IST needs"):
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
+
+
+def test_capabilities_are_typed_and_checked_where_declared():
+    from istjax.algorithms import Capabilities, Exchange, ModelNeeds
+
+    assert ALGORITHMS["ist"].capabilities.sharded and ALGORITHMS["ist"].capabilities.samples_partition
+    assert ALGORITHMS["resist"].capabilities.needs is ModelNeeds.DEPTH_SPLIT
+    assert "residual blocks" in ALGORITHMS["resist"].capabilities.not_sharded_because
+    assert Capabilities("replicas").exchange is Exchange.REPLICAS  # a string value is converted
+    with pytest.raises(ValueError, match="'swapping' is not a valid Exchange"):
+        Capabilities("swapping")
+    with pytest.raises(ValueError, match="say why in not_sharded_because"):
+        Capabilities(Exchange.SUBNETWORKS)
+    with pytest.raises(TypeError, match="ModelNeeds member"):
+        Capabilities(Exchange.GRADIENTS, needs="groups")
+
+
+def test_an_algorithm_declaring_an_unknown_exchange_is_refused():
+    import dataclasses
+
+    import jax.numpy as jnp
+    import optax
+
+    task = istjax.classifier(istjax.models.MLP(hidden=(4,), num_classes=3), jnp.zeros((2, 4)))
+    alg = istjax.local_sgd(task, optax.sgd(0.1), num_workers=2, local_steps=1)
+    assert alg.exchange == "replicas" and f"{alg.exchange}" == "replicas"  # reads as its plain name
+    with pytest.raises(ValueError, match=r"exchange='swapping'; choose one of \('subnetworks'"):
+        dataclasses.replace(alg, exchange="swapping")
+    with pytest.raises(ValueError, match=r"model_state_policy='keep'; choose one of"):
+        dataclasses.replace(alg, model_state_policy="keep")

@@ -9,6 +9,9 @@
 from typing import NamedTuple
 
 from istjax.algorithms.base import Algorithm as Algorithm
+from istjax.algorithms.base import Capabilities as Capabilities
+from istjax.algorithms.base import Exchange as Exchange
+from istjax.algorithms.base import ModelNeeds as ModelNeeds
 from istjax.algorithms.base import apply_update as apply_update
 from istjax.algorithms.base import local_train as local_train
 from istjax.algorithms.ist import ist as ist
@@ -20,24 +23,32 @@ from istjax.core.registry import Registry
 
 
 class AlgorithmEntry(NamedTuple):
-    """A registered algorithm: its factory ``(task, optimizer, *, num_workers, local_steps, backend, **options)``
-    and the keyword options it takes beyond those (a config supplies each by that name: ``sampler``,
-    ``optimizer_state``, ``model_state``, ``min_depth``, ``test_scale``)."""
+    """A registered algorithm: its factory ``(task, optimizer, *, num_workers, local_steps, backend, **options)``,
+    the keyword options it takes beyond those (a config supplies each by that name: ``sampler``,
+    ``optimizer_state``, ``model_state``, ``min_depth``, ``test_scale``) and what it is (`Capabilities`)."""
 
     factory: object
-    options: tuple[str, ...] = ()
+    options: tuple[str, ...]
+    capabilities: Capabilities
     description: str = ""
 
 
+_RESIST_NOT_SHARDED = "ResIST deals whole residual blocks, which no rank can own a 1/N slice of"
+
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
     "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state"),
+                          Capabilities(Exchange.SUBNETWORKS, ModelNeeds.NEURON_GROUPS, samples_partition=True,
+                                       sharded=True),
                           "Independent Subnetwork Training: neurons split among workers every round"),
-    "data_parallel": AlgorithmEntry(data_parallel, ("model_state",), "gradients averaged every step"),
-    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state"),
+    "data_parallel": AlgorithmEntry(data_parallel, ("model_state",), Capabilities(Exchange.GRADIENTS),
+                                    "gradients averaged every step"),
+    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state"), Capabilities(Exchange.REPLICAS),
                                 "whole replicas trained K steps, then averaged"),
     "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "min_depth", "test_scale"),
+                             Capabilities(Exchange.SUBNETWORKS, ModelNeeds.DEPTH_SPLIT,
+                                          not_sharded_because=_RESIST_NOT_SHARDED),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
-}, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
+}, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options, capabilities)).")
 
-__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "apply_update", "data_parallel", "ist", "local_sgd",
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Capabilities", "Exchange", "ModelNeeds", "apply_update", "data_parallel", "ist", "local_sgd",
            "local_train", "resist"]

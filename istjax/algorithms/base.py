@@ -40,6 +40,7 @@ Runtimes (`istjax.runtimes`) decide where the W copies of ``local`` run; the alg
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -54,7 +55,10 @@ from istjax.core.task import Task
 
 __all__ = [
     "Algorithm",
+    "Capabilities",
     "EXCHANGES",
+    "Exchange",
+    "ModelNeeds",
     "MODEL_STATE_POLICIES",
     "OPTIMIZER_STATE_POLICIES",
     "apply_update",
@@ -70,6 +74,56 @@ PyTree = Any
 OPTIMIZER_STATE_POLICIES = ("reset", "carry")
 MODEL_STATE_POLICIES = ("carry", "recompute")
 EXCHANGES = ("subnetworks", "replicas", "gradients")
+
+
+class Exchange(str, enum.Enum):
+    """What crosses between workers and the server (module docstring); equal to its string value."""
+
+    SUBNETWORKS = "subnetworks"
+    REPLICAS = "replicas"
+    GRADIENTS = "gradients"
+
+    def __str__(self) -> str:  # messages, metrics and f-strings show the plain name
+        return self.value
+
+    __format__ = str.__format__
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class ModelNeeds(enum.Enum):
+    """What an algorithm needs of the model: any model, one with neuron groups, or a depth-split ResNet."""
+
+    ANY = "any"
+    NEURON_GROUPS = "neuron groups (partition_rules() mapping an axis to a group)"
+    DEPTH_SPLIT = "a depth-split ResNet (block_groups(); model.name='depth_resnet')"
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a registered algorithm is, for the validator and the runtimes, instead of its name.
+
+    Attributes:
+      exchange: what crosses between workers and the server.
+      needs: what it needs of the model.
+      samples_partition: it reads a sampler (``config.sampler`` / ``group_samplers``).
+      sharded: it can run in the MPI runtime's sharded mode; when it cannot, ``not_sharded_because`` says why.
+    """
+
+    exchange: Exchange
+    needs: ModelNeeds = ModelNeeds.ANY
+    samples_partition: bool = False
+    sharded: bool = False
+    not_sharded_because: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "exchange", Exchange(self.exchange))  # a ValueError naming the value
+        if not isinstance(self.needs, ModelNeeds):
+            raise TypeError(f"Capabilities(needs={self.needs!r}): use an istjax.algorithms.base.ModelNeeds member.")
+        if self.exchange is Exchange.SUBNETWORKS and not self.sharded and not self.not_sharded_because:
+            raise ValueError("Capabilities(sharded=False) of an algorithm exchanging subnetworks: say why in "
+                             "not_sharded_because (the validator shows it).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +157,19 @@ class Algorithm:
     optimizer: optax.GradientTransformation
     sampler: Optional[Sampler] = None
     local_fused: Optional[Callable[..., tuple[WorkerState, dict]]] = None
-    exchange: str = "subnetworks"
+    exchange: Exchange = Exchange.SUBNETWORKS
     carries_optimizer_state: bool = False
     model_state_policy: str = "carry"
     runtime: Any = None
+
+    def __post_init__(self):  # the declarations are checked where they are made
+        try:
+            object.__setattr__(self, "exchange", Exchange(self.exchange))
+        except ValueError:
+            raise ValueError(f"Algorithm {self.name!r}: exchange={self.exchange!r}; choose one of {EXCHANGES}.") from None
+        if self.model_state_policy not in MODEL_STATE_POLICIES:
+            raise ValueError(f"Algorithm {self.name!r}: model_state_policy={self.model_state_policy!r}; choose one of "
+                             f"{MODEL_STATE_POLICIES}.")
 
 
 def apply_update(optimizer: optax.GradientTransformation, grads: PyTree, worker: WorkerState) -> WorkerState:

@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 from ml_collections import config_dict
 
-from istjax.algorithms import ALGORITHMS
+from istjax.algorithms import ALGORITHMS, ModelNeeds
 from istjax.core.partition import SAMPLERS
 
 __all__ = [
@@ -563,17 +563,23 @@ def _check_mpi(config, problems: list[str], choice, *, workers_ok: bool) -> None
             check_fit(int(config.num_workers), n, fix="--config.num_workers=")
         except ValueError as e:
             problems.append(str(e))
-    if config.mpi_mode == "sharded" and config.algorithm in ("ist", "resist"):
+    if config.mpi_mode == "sharded" and config.algorithm in ALGORITHMS:
         _check_sharded(config, problems, n)
 
 
 def _check_sharded(config, problems: list[str], n: int) -> None:
-    """mpi_mode='sharded' (IST only): every rank owns 1/N of every group, so the sampler must deal equal shares of
-    each owner's units (stratified, num_owners=N), and the optimizer state cannot travel with the parameters."""
+    """mpi_mode='sharded' for an algorithm that exchanges subnetworks: every rank owns 1/N of every group, so the
+    sampler must deal equal shares of each owner's units (stratified, num_owners=N), and the optimizer state cannot
+    travel with the parameters. Algorithms that exchange replicas or gradients run in it as they are."""
+    from istjax.algorithms import Exchange
+
+    caps = ALGORITHMS.get(config.algorithm).capabilities
+    if caps.exchange is not Exchange.SUBNETWORKS:
+        return
     other = "or --config.mpi_mode=parameter_server"
-    if config.algorithm == "resist":
-        problems.append(f"algorithm='resist' with mpi_mode='sharded': ResIST deals whole residual blocks, which no "
-                        f"rank can own a 1/{n} slice of. Use --config.mpi_mode=parameter_server.")
+    if not caps.sharded:
+        problems.append(f"algorithm={config.algorithm!r} with mpi_mode='sharded': "
+                        f"{caps.not_sharded_because.replace('1/N', f'1/{n}')}. Use --config.mpi_mode=parameter_server.")
         return
     stratified, per_group = config.sampler == "stratified", len(config.group_samplers) > 0
     if not stratified or config.sampler_args.num_owners != n or per_group:
@@ -661,14 +667,17 @@ def _check_groups(config, dataset, problems: list[str], sampler_ok: bool) -> Non
     for g in unknown:
         problems.append(f"group_samplers.{g}={config.group_samplers[g]!r}: model {config.model.name!r} has no neuron "
                         f"group {g!r}{close_matches(g, sorted(groups))}; its groups are {sorted(groups)}.")
-    if config.algorithm == "ist" and not groups:
-        problems.append(f"algorithm='ist' with model.name={config.model.name!r}: the model has no neuron group (its "
-                        f"partition_rules() map no axis to a group), so IST would be local SGD. Use "
-                        f"algorithm='local_sgd' or give the model partitioned axes.")
-    if config.algorithm == "resist":
+    if not sampler_ok:  # an unknown algorithm or sampler is reported already
+        return
+    caps = ALGORITHMS.get(config.algorithm).capabilities
+    if caps.needs is ModelNeeds.NEURON_GROUPS and not groups:
+        problems.append(f"algorithm={config.algorithm!r} with model.name={config.model.name!r}: the model has no "
+                        f"neuron group (its partition_rules() map no axis to a group), so it would train as local "
+                        f"SGD. Use algorithm='local_sgd' or give the model partitioned axes.")
+    if caps.needs is ModelNeeds.DEPTH_SPLIT:
         _check_resist(config, task, problems)
         return
-    if config.algorithm != "ist" or not sampler_ok or unknown or not groups:
+    if not caps.samples_partition or unknown or not groups:
         return
     try:
         make_sampler(config).slots(groups, int(config.num_workers))
