@@ -50,5 +50,5 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options, capabilities)).")
 
-__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Capabilities", "Exchange", "ModelNeeds", "apply_update", "data_parallel", "ist", "local_sgd",
-           "local_train", "resist"]
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Capabilities", "Exchange", "ModelNeeds", "apply_update",
+           "data_parallel", "ist", "local_sgd", "local_train", "resist"]

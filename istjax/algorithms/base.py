@@ -166,7 +166,8 @@ class Algorithm:
         try:
             object.__setattr__(self, "exchange", Exchange(self.exchange))
         except ValueError:
-            raise ValueError(f"Algorithm {self.name!r}: exchange={self.exchange!r}; choose one of {EXCHANGES}.") from None
+            raise ValueError(f"Algorithm {self.name!r}: exchange={self.exchange!r}; choose one of "
+                             f"{EXCHANGES}.") from None
         if self.model_state_policy not in MODEL_STATE_POLICIES:
             raise ValueError(f"Algorithm {self.name!r}: model_state_policy={self.model_state_policy!r}; choose one of "
                              f"{MODEL_STATE_POLICIES}.")
