@@ -32,7 +32,8 @@ import jax.numpy as jnp
 
 from istjax.core.registry import Registry
 
-__all__ = ["Partition", "Sampler", "SamplerEntry", "SAMPLERS", "uniform", "stratified", "overlapping", "uneven", "nested", "per_group",
+__all__ = ["Partition", "Sampler", "SamplerEntry", "SAMPLERS", "uniform", "stratified", "overlapping", "uneven",
+           "nested", "per_group",
            "disjoint_groups", "check_partition"]
 
 
