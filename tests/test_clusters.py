@@ -10,15 +10,8 @@ import numpy as np
 import pytest
 
 from istjax.graph import Graph, from_edges
-from istjax.graph.clusters import (
-    ClusterTable,
-    cluster_batches,
-    cluster_table,
-    edge_cut,
-    partition_nodes,
-    steps_per_epoch,
-    subgraph,
-)
+from istjax.data.cluster_batches import cluster_batches, steps_per_epoch
+from istjax.graph.clusters import ClusterTable, cluster_table, edge_cut, partition_nodes, subgraph
 
 
 def _two_cliques(m: int = 10) -> np.ndarray:

@@ -9,6 +9,7 @@ import pytest
 
 import istjax
 from istjax.algorithms.reference import reference_round
+from istjax.data.cluster_batches import cluster_batch_fn
 from istjax.graph import Graph, from_edges, ops
 from istjax.models.gnn import GCN, GraphSAGE, keep_fraction, keep_mask
 
@@ -161,7 +162,7 @@ def test_cluster_minibatch_round_equals_reference_and_covers_training_nodes():
                                       method="metis")
     task = graph_task.cluster_classifier(GraphSAGE(hidden=(8,), num_classes=C, layer_norm=True), shared)
     alg = istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=3)
-    batches = graph_task.cluster_batch_fn(shared, num_workers=2, local_steps=3, clusters_per_step=2, seed=0)
+    batches = cluster_batch_fn(shared, num_workers=2, local_steps=3, clusters_per_step=2, seed=0)
     b = batches(0)
     assert b["x"].shape == (2, 3, 2) and b["x"].dtype == jnp.int32
     np.testing.assert_array_equal(np.asarray(batches(5)["x"]), np.asarray(batches.apply(batches.data, 5)["x"]))

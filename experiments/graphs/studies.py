@@ -178,10 +178,11 @@ def _train(task, data, full, shared, w: int, k: int, rounds: int, seed: int) -> 
     import optax
 
     import istjax
+    from istjax.data.cluster_batches import cluster_batch_fn
     from istjax.graph import task as graph_task
 
     alg = istjax.ist(task, optax.adam(LEARNING_RATE), num_workers=w, local_steps=k)
-    batches = graph_task.cluster_batch_fn(shared, num_workers=w, local_steps=k, clusters_per_step=1, seed=seed)
+    batches = cluster_batch_fn(shared, num_workers=w, local_steps=k, clusters_per_step=1, seed=seed)
     state = jax.jit(alg.init)(jax.random.key(seed))
     step = jax.jit(lambda s, r: alg.round(s, batches.apply(batches.data, r), shared))
     t1 = time.time()

@@ -136,7 +136,7 @@ def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple
         # network whose partitioned branches are scaled).
         task = algorithm.task
         if dataset.shared and "clusters" in dataset.shared:  # Cluster-GCN mini-batches (graph_batches="clusters")
-            from istjax.graph.task import cluster_batch_fn
+            from istjax.data.cluster_batches import cluster_batch_fn
 
             batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
                                         local_steps=int(config.local_steps),

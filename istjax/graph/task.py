@@ -10,13 +10,12 @@ labels and the training mask (`with_clusters`). A batch is ``{"x": cluster ids [
 clusters' induced subgraph on device (`istjax.graph.clusters.subgraph`), runs the model over it and averages the
 loss over its training nodes. Evaluation still runs over the full graph (sparse, so it fits where training steps
 would not). Every worker draws its own clusters as a pure function of (seed, round, worker)
-(`cluster_batch_fn`), covering every training node once per epoch.
+(`istjax.data.cluster_batches.cluster_batch_fn`), covering every training node once per epoch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +26,7 @@ from istjax.core.task import Task, classifier
 from istjax.graph import clusters as clusters_lib
 from istjax.graph.graph import Graph
 
-__all__ = ["ClusterBatchFn", "cluster_batch_fn", "cluster_classifier", "node_classifier", "with_clusters"]
+__all__ = ["cluster_classifier", "node_classifier", "with_clusters"]
 
 
 def node_classifier(model, shared: dict, batch_size: int = 2) -> Task:
@@ -75,31 +74,6 @@ def cluster_classifier(model, shared: dict) -> Task:
         return loss
 
     return dataclasses.replace(base, train_loss=train_loss, example_x=jnp.zeros((2,), jnp.int32))
-
-
-class ClusterBatchFn:
-    """The `istjax.data.BatchFn` interface over `istjax.graph.clusters.cluster_batches`: ``batches(round) ->
-    {"x": cluster ids [W, K, q] int32, "y": zeros [W, K, q]}`` (``y`` is unused; labels come from the shared
-    input), and ``apply(data, round)`` with ``data = {"key": stream key}`` for fused, traced use."""
-
-    def __init__(self, inner: clusters_lib.ClusterBatches):
-        self.inner = inner
-        self.data = {"key": inner.key}
-
-    def apply(self, data: dict, round_index: Any) -> dict:
-        ids = self.inner.apply(data["key"], round_index)
-        return {"x": ids, "y": jnp.zeros_like(ids)}
-
-    def __call__(self, round_index: Any) -> dict:
-        return self.apply(self.data, round_index)
-
-
-def cluster_batch_fn(shared: dict, *, num_workers: int, local_steps: int, clusters_per_step: int,
-                     seed: int) -> ClusterBatchFn:
-    """Per-worker cluster batches over ``shared["clusters"]`` (every cluster once per epoch per worker)."""
-    table = shared["clusters"]
-    return ClusterBatchFn(clusters_lib.cluster_batches(int(table.num_clusters), num_workers, local_steps,
-                                                       clusters_per_step, seed))
 
 
 def evaluate_full_graph(task: Task, params, model_state, node_ids, labels, shared) -> tuple[jax.Array, dict]:

@@ -116,6 +116,7 @@ for mode in M.MODES:
     say(f"OK shared input ({mode}): the adjacency reached every rank's workers; mpi == simulate")
 # GIST: GraphSAGE (tiled [self, neighbour] groups) full-graph on a shared Graph, and GCN on Cluster-GCN batches.
 from istjax.graph import from_edges  # noqa: E402
+from istjax.data.cluster_batches import cluster_batch_fn  # noqa: E402
 from istjax.graph import task as graph_task  # noqa: E402
 from istjax.models import GCN, GraphSAGE  # noqa: E402
 
@@ -133,7 +134,7 @@ def node_ids(r):
 
 clustered = graph_task.with_clusters(full, rng.integers(0, C, size=30), np.arange(0, 30, 2), 4, method="metis")
 gcn = graph_task.cluster_classifier(GCN(hidden=(8,), num_classes=C), clustered)
-cluster_ids = graph_task.cluster_batch_fn(clustered, num_workers=W, local_steps=K, clusters_per_step=2, seed=3)
+cluster_ids = cluster_batch_fn(clustered, num_workers=W, local_steps=K, clusters_per_step=2, seed=3)
 # GraphSAGE's tiled axis is the first partitioned axis of its hidden kernels, which sharded mode refuses (clearly,
 # before compiling); it runs in parameter-server mode.
 for label, task, data, sh, modes in (("graphsage full graph", sage, node_ids, full, ("parameter_server",)),
