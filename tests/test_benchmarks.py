@@ -80,6 +80,7 @@ def test_compilation_study_compiles_each_function_once():
     assert any("round" in k for k in row["by_name"])
 
 
+@pytest.mark.slow
 def test_studies_run_at_tiny_size():
     reps = 1
     # per step and worker: [8, 2] layer 2 passes * 2*2*8*2 = 128, [2, 3] layer 3 passes * 2*2*2*3 = 72; x W=2 x K=2

@@ -97,6 +97,7 @@ def test_compare_errors(tmp_path, capsys):
     assert "unknown ['sgd']" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_compare_keeps_going_when_a_run_fails(tmp_path, capsys):
     """A diverging run is reported and kept in the table with a note; the others still train; exit 1."""
     argv = ["--algorithms", "ist,local_sgd", "--workers", "2", "--workdir", str(tmp_path),
@@ -182,6 +183,7 @@ def test_compare_runs_groups_seeds_and_writes_csv(tmp_path, capsys):
     assert "--seeds trains" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_compare_trains_seeds(tmp_path, capsys):
     """End to end on digits: IST at W=2 with two seeds: two runs, one cell with mean, std and n, one band."""
     argv = ["--algorithms", "ist", "--workers", "2", "--seeds", "0,1", "--workdir", str(tmp_path),

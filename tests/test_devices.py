@@ -60,6 +60,7 @@ def test_devices_equals_simulate(name, w):
     assert alg.round.mesh.axis_names == (DEVICES,) and alg.round.mesh.devices.size == 4
 
 
+@pytest.mark.slow
 def test_data_parallel_averages_over_all_workers_not_per_device():
     """With 2 workers per device, a per-device mean would differ from the mean over all 8 workers."""
     task = _task()

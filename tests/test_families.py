@@ -43,6 +43,7 @@ def _close(a, b, rtol=2e-5, atol=2e-6, what=""):
 MIXED = istjax.per_group({"block_0_0": istjax.overlapping(1)}, default=istjax.uniform())
 
 
+@pytest.mark.slow
 def test_cnn_task_has_running_statistics_partitioned_like_their_scale():
     task = _cnn_task()
     state = task.init_state(jax.random.key(0))
@@ -106,6 +107,7 @@ def test_cnn_ist_round_equals_reference_loop(sampler, w, policy):
     assert not np.allclose(np.asarray(jax.tree.leaves(state.model_state)[0]), np.asarray(jax.tree.leaves(init)[0]))
 
 
+@pytest.mark.slow
 def test_recompute_policy_sets_statistics_of_the_merged_model():
     task = _cnn_task()
     alg = istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=K, model_state="recompute")

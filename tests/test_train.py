@@ -147,6 +147,7 @@ def test_non_finite_loss_stops_with_round_and_worker(tmp_path):
     assert all(r["round"] < bad_round for r in read_metrics(tmp_path))
 
 
+@pytest.mark.slow
 def test_workdir_with_different_config_is_refused(tmp_path):
     train.train_and_evaluate(tiny_config(num_rounds=2), tmp_path)
     other = tiny_config(num_rounds=2, learning_rate=0.05)

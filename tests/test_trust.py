@@ -54,6 +54,7 @@ def assert_same(a, b):
 # --- 1. Resume means resume ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_reads_the_runs_own_config(tmp_path, capsys):
     workdir = str(tmp_path / "m1d")
     assert cli.main(["istjax", "train", f"--workdir={workdir}", "--config.num_rounds=2", *TINY]) == 0
@@ -96,6 +97,7 @@ def _flip_bytes(step_dir: pathlib.Path, count: int = 400):
     target.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 def test_flipped_bytes_are_caught_and_training_resumes_from_the_previous_checkpoint(tmp_path, capsys):
     config = tiny(num_rounds=3)
     driver.train_and_evaluate(config, tmp_path / "ref")
@@ -209,6 +211,7 @@ def test_full_disk_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch)
     assert step == 2  # and it verifies: restore_latest checked its digests
 
 
+@pytest.mark.slow
 def test_full_disk_on_a_real_small_file_system(tmp_path, capsys):
     small = tmp_path / "small"
     if not _mount_tmpfs(small, "size=400k"):
