@@ -12,6 +12,8 @@ state. It dispatches on what the algorithm declares (its ``exchange``), never on
 
 from __future__ import annotations
 
+import collections
+
 from typing import Any
 
 import jax
@@ -81,9 +83,8 @@ class _Slicer:
         return jax.tree.unflatten(self.treedef, [jnp.asarray(v) for v in new])
 
 
-def _train_one(loss, optimizer, worker: WorkerState, batches_K, num_steps, shared) -> WorkerState:
+def _train_one(step, worker: WorkerState, batches_K, num_steps, shared) -> WorkerState:
     """K plain optimizer steps: the loss's gradient, one optax update, the model state the loss returned."""
-    step = _step_fn(loss, optimizer)
     for k in range(num_steps):
         worker = step(worker, jax.tree.map(lambda b: b[k], batches_K), shared)
     return worker
@@ -99,6 +100,26 @@ def _step_fn(loss, optimizer):
         return apply_update(optimizer, grads, worker)._replace(model_state=model_state)
 
     return step
+
+
+_COMPILED: collections.OrderedDict = collections.OrderedDict()
+
+
+def _compiled(alg: Algorithm, units, kind: str):
+    """The compiled step (``kind="step"``) or gradient (``"grad"``) of ``alg`` at ``units``, built once and reused
+    by every worker and round (a few recent algorithms are kept; the algorithm itself is kept with its entry, so
+    an id is never mistaken for another's)."""
+    key = (id(alg), kind, None if units is None else tuple(sorted(units.items())))
+    hit = _COMPILED.get(key)
+    if hit is not None and hit[0] is alg:
+        _COMPILED.move_to_end(key)
+        return hit[1]
+    loss = alg.task.train_loss(units)
+    fn = _step_fn(loss, alg.optimizer) if kind == "step" else jax.jit(_grad_fn(loss))
+    _COMPILED[key] = (alg, fn)
+    while len(_COMPILED) > 8:
+        _COMPILED.popitem(last=False)
+    return fn
 
 
 def _grad_fn(loss):
@@ -129,13 +150,13 @@ def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainSta
     part = alg.sampler.sample(round_key, spec.group_sizes, W)
     idx = {g: np.asarray(v) for g, v in part.indices.items()}
     slots = alg.sampler.slots(spec.group_sizes, W)
-    loss = alg.task.train_loss(slots)
+    step = _compiled(alg, slots, "step")
     params, stats = _Slicer(state.params, spec, idx, slots), _Slicer(state.model_state, state_spec, idx, slots)
     for w in range(W):
         # The worker's sub-network and model state: slices of partitioned leaves (zero padding past its units).
         sub = params.extract(w)
         worker = WorkerState(sub, stats.extract(w), at_round(alg.optimizer.init(sub), state.round))
-        worker = _train_one(loss, alg.optimizer, worker, jax.tree.map(lambda b: b[w], batches), K, shared)
+        worker = _train_one(step, worker, jax.tree.map(lambda b: b[w], batches), K, shared)
         params.add(w, worker.params)
         stats.add(w, worker.model_state)
     new_params = params.merged()
@@ -146,7 +167,7 @@ def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainSta
 def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
     key, _ = round_keys(state.key)
-    grad = jax.jit(_grad_fn(alg.task.train_loss(None)))
+    grad = _compiled(alg, None, "grad")
     replica = WorkerState(state.params, state.model_state, at_round(state.opt_state, state.round))
     worker_states = [state.model_state] * W
     for k in range(K):
@@ -163,11 +184,11 @@ def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState
 def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
     key, _ = round_keys(state.key)
-    loss = alg.task.train_loss(None)
+    step = _compiled(alg, None, "step")
     results = []
     for w in range(W):
         start = WorkerState(state.params, state.model_state, at_round(alg.optimizer.init(state.params), state.round))
-        results.append(_train_one(loss, alg.optimizer, start, jax.tree.map(lambda b: b[w], batches), K, shared))
+        results.append(_train_one(step, start, jax.tree.map(lambda b: b[w], batches), K, shared))
     params = _mean([r.params for r in results])
     model_state = _policy(alg, params, _mean([r.model_state for r in results]), batches, shared)
     return TrainState(params, model_state, (), key, state.round + 1)
