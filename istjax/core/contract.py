@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional, Protocol, runtime_checkable
 
-__all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "eval_module", "tied_axes",
+__all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "eval_module", "tied_axes",
            "batch_statistics_at_test", "recomputable", "dropout_rate", "block_groups", "first_block_groups"]
 
 
@@ -71,9 +71,10 @@ def _method(model, name: str):
     return getattr(model, name) if callable(attr) else None
 
 
-def check_module(model, rules: Optional[Mapping[str, Any]] = None, *, needs_subnet: bool = False) -> Mapping:
+def check_module(model, rules: Optional[Mapping[str, Any]] = None) -> Mapping:
     """The partition rules of ``model`` (``rules`` when given), after checking the contract; raises
-    `ContractError` naming the missing or malformed part and the fix."""
+    `ContractError` naming the missing or malformed part and the fix. ``subnet`` is checked where it is needed
+    (`require_subnet`, when a task builds a worker's network): the replicated baselines never call it."""
     import flax.linen as nn
 
     name = type(model).__name__
@@ -88,15 +89,19 @@ def check_module(model, rules: Optional[Mapping[str, Any]] = None, *, needs_subn
     if not isinstance(rules, Mapping) or not all(isinstance(k, str) for k in rules):
         raise ContractError(f"{name}.partition_rules() returned {rules!r}; it must return a dict mapping each "
                             f"logical axis name (str) to a neuron group name or None.")
-    if needs_subnet and _method(model, "subnet") is None:
-        raise ContractError(f"{name} has no subnet(units) method, which IST needs to build a worker's narrower "
-                            f"network: add `def subnet(self, units): return self.clone(<width fields from units>)` "
-                            f"(see istjax.models.MLP.subnet).")
     _check_tied(model, rules)
     if _method(model, "eval_module") is not None and not isinstance(model.eval_module(), nn.Module):
         raise ContractError(f"{name}.eval_module() returned {type(model.eval_module()).__name__}; it must return the "
                             f"flax Module evaluated at test time.")
     return rules
+
+
+def require_subnet(model) -> None:
+    """A `ContractError` with the fix unless ``model`` has ``subnet(units)`` (IST and ResIST build workers with it)."""
+    if _method(model, "subnet") is None:
+        raise ContractError(f"{type(model).__name__} has no subnet(units) method, which IST needs to build a worker's "
+                            f"narrower network: add `def subnet(self, units): return self.clone(<width fields from "
+                            f"units>)` (see istjax.models.MLP.subnet).")
 
 
 def _check_tied(model, rules: Mapping[str, Any]) -> None:

@@ -56,12 +56,10 @@ class Registry(Mapping[str, T], Generic[T]):
         self._entries[name] = entry
         return entry
 
-    def get(self, name, default=None) -> T:  # noqa: D417 -- ``default`` only to satisfy Mapping's signature
+    def get(self, name) -> T:  # unlike Mapping.get, never a silent default: an unknown name is an error
         """The entry called ``name``; an `UnknownName` listing the known names when there is none."""
         if isinstance(name, str) and name in self._entries:
             return self._entries[name]
-        if default is not None:
-            return default
         raise UnknownName(f"{self.field}={name!r} is not a known {self.kind}{close_matches(name, self._entries)}; "
                           f"choose one of {self.names()}.{(' ' + self.hint) if self.hint else ''}")
 

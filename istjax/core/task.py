@@ -182,7 +182,7 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
         if units is None:
             module = model
         else:
-            contract.check_module(model, rules, needs_subnet=True)
+            contract.require_subnet(model)
             module = model.subnet(units)
 
         def loss(params, model_state, batch, shared=None):
