@@ -12,8 +12,8 @@ demo: install
 	$(VENV)/bin/istjax train
 
 # The default suite: every test but those marked slow (long end-to-end runs, MPI matrices, docs that run), on two
-# pytest-xdist workers; 9 min 56 s on a fresh clone on a 2-core machine. `make test-slow` runs the slow ones one at a
-# time (they launch mpiexec ranks and child processes of their own; 33 min); CI (.ci/run) runs both.
+# pytest-xdist workers (the issue's budget: under 10 minutes on a 2-core machine). `make test-slow` runs the slow
+# ones one at a time (they launch mpiexec ranks and child processes of their own); CI (.ci/run) runs both.
 test: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
 
