@@ -156,7 +156,7 @@ def test_capabilities_are_typed_and_checked_where_declared():
 
     assert ALGORITHMS["ist"].capabilities.sharded and ALGORITHMS["ist"].capabilities.samples_partition
     assert ALGORITHMS["resist"].capabilities.needs is ModelNeeds.DEPTH_SPLIT
-    assert "residual blocks" in ALGORITHMS["resist"].capabilities.not_sharded_because
+    assert ALGORITHMS["resist"].capabilities.sharded and "num_owners" in ALGORITHMS["resist"].options
     assert Capabilities("replicas").exchange is Exchange.REPLICAS  # a string value is converted
     with pytest.raises(ValueError, match="'swapping' is not a valid Exchange"):
         Capabilities("swapping")

@@ -230,7 +230,7 @@ def test_sharded_mpi_with_the_default_sampler_says_the_command_line_fix(tmp_path
 def test_sharded_mpi_fix_speaks_python_from_python_and_flags_from_the_cli(monkeypatch):
     task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((4, 5)))
     with pytest.raises(ValueError, match=r"istjax.ist\(\.\.\., sampler=istjax.stratified\(num_owners=2\)\)"):
-        mpi._check_sharded(istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1), 2)
+        mpi.sharded_layout(istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1), 2, 0)
     _as_if_launched_by_mpiexec(monkeypatch, 2)
     config = config_lib.default_config()
     config.backend, config.mpi_mode = "mpi", "sharded"
@@ -241,10 +241,11 @@ def test_sharded_mpi_fix_speaks_python_from_python_and_flags_from_the_cli(monkey
 
 
 @pytest.mark.parametrize("fields,words", [
-    ({"sampler": "stratified", "sampler_args.num_owners": 3}, "with num_owners=3. Add --config.sampler=stratified"),
-    ({"sampler": "stratified", "sampler_args.num_owners": 2, "optimizer_state": "carry"},
-     "Use --config.optimizer_state=reset or --config.mpi_mode=parameter_server"),
-    ({"algorithm": "resist"}, "Use --config.mpi_mode=parameter_server"),
+    ({"sampler": "stratified", "sampler_args.num_owners": 3}, "with num_owners=3, which deals none that way. Add --config.sampler=stratified"),
+    ({"sampler": "stratified", "sampler_args.num_owners": 2, "model_state": "recompute"},
+     "Use --config.model_state=carry or --config.mpi_mode=parameter_server"),
+    ({"algorithm": "resist"}, "Add --config.sampler_args.num_owners=2, or --config.mpi_mode=parameter_server"),
+    ({"group_samplers.hidden_0": "uniform"}, "deals none that way. Add --config.sampler=stratified"),
 ])
 def test_other_sharded_mpi_misfits_speak_the_command_line(monkeypatch, capsys, fields, words):
     _as_if_launched_by_mpiexec(monkeypatch, 2)

@@ -25,15 +25,14 @@ from istjax.core.registry import Registry
 class AlgorithmEntry(NamedTuple):
     """A registered algorithm: its factory ``(task, optimizer, *, num_workers, local_steps, backend, **options)``,
     the keyword options it takes beyond those (a config supplies each by that name: ``sampler``,
-    ``optimizer_state``, ``model_state``, ``min_depth``, ``test_scale``) and what it is (`Capabilities`)."""
+    ``optimizer_state``, ``model_state``, ``min_depth``, ``test_scale``, ``num_owners``) and what it is
+    (`Capabilities`)."""
 
     factory: object
     options: tuple[str, ...]
     capabilities: Capabilities
     description: str = ""
 
-
-_RESIST_NOT_SHARDED = "ResIST deals whole residual blocks, which no rank can own a 1/N slice of"
 
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
     "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state"),
@@ -44,9 +43,8 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                                     "gradients averaged every step"),
     "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state"), Capabilities(Exchange.REPLICAS),
                                 "whole replicas trained K steps, then averaged"),
-    "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "min_depth", "test_scale"),
-                             Capabilities(Exchange.SUBNETWORKS, ModelNeeds.DEPTH_SPLIT,
-                                          not_sharded_because=_RESIST_NOT_SHARDED),
+    "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "min_depth", "test_scale", "num_owners"),
+                             Capabilities(Exchange.SUBNETWORKS, ModelNeeds.DEPTH_SPLIT, sharded=True),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options, capabilities)).")
 

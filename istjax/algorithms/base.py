@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +56,7 @@ from istjax.core.task import Task
 __all__ = [
     "Algorithm",
     "Capabilities",
+    "OwnerSide",
     "EXCHANGES",
     "Exchange",
     "ModelNeeds",
@@ -126,6 +127,33 @@ class Capabilities:
                              "not_sharded_because (the validator shows it).")
 
 
+class OwnerSide(NamedTuple):
+    """An algorithm that exchanges subnetworks, as the owners of a sharded model run its round (the MPI runtime's
+    sharded mode; the owner-side arithmetic is `istjax.core.shard`). ``distribute`` and ``collect`` are the
+    algorithm's own, done by each owner on its part of the model.
+
+    Attributes:
+      sampler: deals the neuron groups; the groups it stratifies by owner are held in shards.
+      spec: the `LeafSpec` tree of ``held(state)``.
+      held: ``state -> dict``, the part of a `TrainState` a round deals out and merges back (parameters, model state,
+        a carried optimizer state), full or one owner's part of it.
+      plan: ``state -> RoundPlan``, the round's next key and partition (every owner computes the same).
+      distribute: ``(layout, held, plan) -> (outbound, local)``: `istjax.core.shard.owner_distribute`.
+      start: ``(assembled, round_index) -> WorkerState``, a worker's starting state from its assembled ``held``
+        pieces (a reset optimizer state is built here, a carried one stamped with the round).
+      collect: ``(layout, state, plan, returned, gathered, sums) -> TrainState``: `istjax.core.shard.owner_collect`
+        and the round's end.
+    """
+
+    sampler: Sampler
+    spec: Any
+    held: Callable[[TrainState], dict]
+    plan: Callable[[TrainState], Any]
+    distribute: Callable[..., tuple[Any, Any]]
+    start: Callable[[dict, jax.Array], WorkerState]
+    collect: Callable[..., TrainState]
+
+
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
     """An algorithm: ``init`` and ``round`` for users; its pieces and declarations for runtimes and drivers.
@@ -142,6 +170,8 @@ class Algorithm:
       task, optimizer, sampler: what it was built from (``sampler`` None for algorithms without a partition).
       exchange, carries_optimizer_state, model_state_policy: declarations (module docstring).
       runtime: the `istjax.runtimes.RuntimeHandle` it runs on: process role, whole-state gather, signal agreement.
+      owner_side: its round as the owners of a sharded model run it (`OwnerSide`), for algorithms that exchange
+        subnetworks and can run sharded; None otherwise.
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -161,6 +191,7 @@ class Algorithm:
     carries_optimizer_state: bool = False
     model_state_policy: str = "carry"
     runtime: Any = None
+    owner_side: Optional[OwnerSide] = None
 
     def __post_init__(self):  # the declarations are checked where they are made
         try:

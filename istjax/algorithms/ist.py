@@ -11,10 +11,13 @@ from typing import Any, Optional, Union
 import jax
 import optax
 
-from istjax.algorithms.base import Algorithm, bind, check_common, finish_round, init_state, local_train
+from istjax.algorithms.base import (Algorithm, OwnerSide, bind, check_common, finish_round, init_state,
+                                    local_train)
 from istjax.core import partition as partition_lib
+from istjax.core import shard
 from istjax.core.comm import ist_bytes
 from istjax.core.schedule import at_round
+from istjax.core.spec import LeafSpec
 from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys, worker_init
 from istjax.core.subnet import extract, extract_tree, merge, merge_tree
 from istjax.core.task import Task
@@ -59,9 +62,12 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     params_treedef = jax.tree.structure(abstract_params)
     carry = optimizer_state == "carry"
 
-    def distribute(state):
+    def plan(state):
         key, round_key = round_keys(state.key)
-        p = sampler.sample(round_key, spec.group_sizes, num_workers)
+        return RoundPlan(key, sampler.sample(round_key, spec.group_sizes, num_workers))
+
+    def distribute(state):
+        key, p = plan(state)
         sub = extract(state.params, p, spec)
         sub_state = extract(state.model_state, p, state_spec)
         opt = (at_round(extract_tree(state.opt_state, params_treedef, p, spec), state.round) if carry
@@ -84,8 +90,43 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     abstract_opt = jax.eval_shape(optimizer.init, abstract_params) if carry else ()
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
     comm = ist_bytes(abstract_params, abstract_opt, params_treedef, spec, slots, abstract_state, state_spec)
+    owner_side = _owner_side(task, optimizer, sampler, plan, disjoint, abstract_opt, params_treedef, carry,
+                             model_state)
     algorithm = Algorithm(init=init_state(task, optimizer, carry), round=None, distribute=distribute, local=local,
                           collect=collect, name="ist", num_workers=num_workers, local_steps=local_steps, comm=comm,
                           task=task, optimizer=optimizer, sampler=sampler, exchange="subnetworks",
-                          carries_optimizer_state=carry, model_state_policy=model_state)
+                          carries_optimizer_state=carry, model_state_policy=model_state, owner_side=owner_side)
     return bind(algorithm, backend, **backend_options)
+
+
+def _owner_side(task, optimizer, sampler, plan, disjoint, abstract_opt, params_treedef, carry, policy) -> OwnerSide:
+    """IST's round as the owners of a sharded model run it: the same plan, extract and merge, on each owner's part
+    (`istjax.core.shard`); a carried optimizer state is held and dealt like the parameters it belongs to."""
+
+    def params_like(t):
+        return jax.tree.structure(t) == params_treedef
+
+    opt_spec = jax.tree.map(lambda t: task.spec.leaves if params_like(t) else LeafSpec((None,) * len(t.shape)),
+                            abstract_opt, is_leaf=params_like)
+    spec_tree = {"params": task.spec.leaves, "model_state": task.state_spec.leaves,
+                 **({"opt_state": opt_spec} if carry else {})}
+
+    def held(state):
+        return {"params": state.params, "model_state": state.model_state,
+                **({"opt_state": state.opt_state} if carry else {})}
+
+    def distribute(layout, tree, round_plan):
+        return shard.owner_distribute(layout, spec_tree, tree, round_plan.partition)
+
+    def start(tree, round_index):
+        opt = (at_round(tree["opt_state"], round_index) if carry
+               else worker_init(optimizer, tree["params"], round_index))
+        return WorkerState(tree["params"], tree["model_state"], opt)
+
+    def collect(layout, state, round_plan, returned, gathered, sums):
+        tree = shard.owner_collect(layout, spec_tree, held(state), round_plan.partition, returned, gathered, sums,
+                                   disjoint)
+        return finish_round(task, policy, state, tree["params"], tree["model_state"], tree.get("opt_state", ()),
+                            round_plan.key)
+
+    return OwnerSide(sampler, spec_tree, held, plan, distribute, start, collect)

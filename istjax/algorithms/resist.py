@@ -32,15 +32,22 @@ __all__ = ["resist", "resist_sampler"]
 
 
 def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: int = 0,
-                   first_blocks: tuple[str, ...] = ()) -> partition_lib.Sampler:
+                   first_blocks: tuple[str, ...] = (), num_owners: int = 1) -> partition_lib.Sampler:
     """How ResIST deals each stage's blocks: disjoint and even when every worker can get one (``min_depth=0``;
     uneven counts padded), or every worker at least ``min_depth`` blocks, overlapping blocks averaged by count.
     The one-unit groups ``first_blocks`` (a stage's dealt first block, `DepthResNet.first_block_groups`) go to one
-    worker each round; the others hold padding, which skips the block's branch.
+    worker each round; the others hold padding, which skips the block's branch. ``num_owners > 1`` deals the blocks
+    stratified by that many owners (`istjax.stratified`): the MPI sharded mode on ``num_owners`` processes then holds
+    each stage's blocks in shards (the first blocks are held whole by every process).
 
-    Raises ValueError, naming the stage and the fix, for more workers than blocks without overlap and for a minimum
-    depth above a stage's blocks.
+    Raises ValueError, naming the stage and the fix, for more workers than blocks without overlap, for a minimum
+    depth above a stage's blocks, and for owners that cannot get equal shares of a stage.
     """
+    if not isinstance(num_owners, int) or num_owners < 1:
+        raise ValueError(f"num_owners={num_owners!r}: need a positive integer (1: blocks not stratified by owner).")
+    if num_owners > 1 and min_depth:
+        raise ValueError(f"num_owners={num_owners} with min_depth={min_depth}: blocks dealt stratified by owner do not "
+                         f"overlap. Use min_depth=0 for the sharded mode, or num_owners=1.")
     for g, n in block_groups.items():
         if min_depth > n:
             raise ValueError(f"min_depth={min_depth}: stage group {g!r} has only {n} partitioned block(s); use "
@@ -49,14 +56,18 @@ def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: in
             raise ValueError(f"num_workers={num_workers} is more than the {n} partitioned block(s) of {g!r}: without "
                              f"overlap some worker would train no block of it. Pass min_depth >= 1 (blocks then "
                              f"overlap and are averaged), use at most {n} workers, or deepen the stage.")
-    per = partition_lib.overlapping(min_depth) if min_depth else partition_lib.uniform(pad=True)
+    if num_owners > 1:
+        per = partition_lib.stratified(num_owners)
+        per.slots(block_groups, num_workers)  # equal shares of every owner's blocks, or a ValueError naming the stage
+    else:
+        per = partition_lib.overlapping(min_depth) if min_depth else partition_lib.uniform(pad=True)
     return partition_lib.per_group({**{g: per for g in block_groups},
                                     **{g: partition_lib.uniform(pad=True, idle=True) for g in first_blocks}})
 
 
 def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
            min_depth: int = 0, test_scale: bool = True, optimizer_state: str = "reset", model_state: str = "carry",
-           backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+           num_owners: int = 1, backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """ResIST on a depth-split ResNet.
 
     Args:
@@ -71,6 +82,8 @@ def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
         of every partitioned stage (overlaps averaged).
       test_scale: scale every partitioned block's residual branch at test time by the fraction of its stage a
         worker trains (slots / blocks; the paper's 1/S when blocks divide evenly); False turns it off (the ablation).
+      num_owners: deal each stage's blocks stratified by this many owners (`resist_sampler`), as the MPI runtime's
+        sharded mode on that many processes needs (``backend="mpi", mode="sharded"``); 1 (default): not stratified.
       optimizer_state, model_state, backend, backend_options: as `istjax.ist`.
     """
     model = _depth_split_module(task)
@@ -84,7 +97,7 @@ def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     if not groups:
         raise ValueError("resist(): the model partitions no stage (partitioned_stages is empty); name at least one.")
     first = _first_blocks(model)
-    sampler = resist_sampler(groups, num_workers, min_depth, tuple(first))
+    sampler = resist_sampler(groups, num_workers, min_depth, tuple(first), num_owners)
     slots = sampler.slots({**groups, **first}, num_workers)
     scales = tuple(slots[f"blocks_{i}"] / groups[f"blocks_{i}"] if f"blocks_{i}" in groups else 1.0
                    for i in range(len(model.stage_sizes)))

@@ -34,7 +34,7 @@ from istjax.core.registry import Registry
 
 __all__ = ["Partition", "Sampler", "SamplerEntry", "SAMPLERS", "uniform", "stratified", "overlapping", "uneven",
            "nested", "per_group",
-           "disjoint_groups", "check_partition"]
+           "disjoint_groups", "owner_counts", "check_partition"]
 
 
 class Partition(NamedTuple):
@@ -66,7 +66,9 @@ class Sampler(NamedTuple):
       owners: how many owners of contiguous shards the partition serves with a fixed-size exchange (every worker
         gets the same number of units from each owner's shard of every group): `stratified` declares its
         ``num_owners``; None for a strategy that makes no such promise. The sharded MPI mode with P processes
-        needs ``owners == P``.
+        holds a group in shards when it is dealt by a strategy with ``owners == P`` (`owner_counts`).
+      group_owners: ``group -> owners`` where it differs between groups (`per_group`); None when ``owners`` holds
+        for every group. Read it through `owner_counts`.
     """
 
     sample: Callable[[jax.Array, Mapping[str, int], int], Partition]
@@ -75,6 +77,7 @@ class Sampler(NamedTuple):
     name: str
     group_disjoint: Optional[Callable[[str], bool]] = None
     owners: Optional[int] = None
+    group_owners: Optional[Callable[[str], Optional[int]]] = None
 
 
 def disjoint_groups(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[str, bool]:
@@ -82,6 +85,14 @@ def disjoint_groups(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[st
     if sampler.group_disjoint is None:
         return {g: sampler.disjoint for g in group_sizes}
     return {g: bool(sampler.group_disjoint(g)) for g in group_sizes}
+
+
+def owner_counts(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[str, Optional[int]]:
+    """``{group: owners}``: how many owners' shards each group is dealt from with a fixed-size exchange (None: not
+    stratified by owner). The sharded MPI mode on P processes holds the groups with ``owners == P`` in shards."""
+    if sampler.group_owners is None:
+        return {g: sampler.owners for g in group_sizes}
+    return {g: sampler.group_owners(g) for g in group_sizes}
 
 
 def _check_workers(group_sizes: Mapping[str, int], num_workers: int, *, allow_more_workers: bool = False):
@@ -365,7 +376,11 @@ def per_group(samplers: Mapping[str, Sampler], default: Optional[Sampler] = None
     def group_disjoint(g: str) -> bool:  # groups the default serves are known only from the model
         return samplers[g].disjoint if g in samplers else default.disjoint
 
-    return Sampler(sample, slots, disjoint=all_disjoint, name=f"per_group({name})", group_disjoint=group_disjoint)
+    def group_owners(g: str) -> Optional[int]:
+        return owner_counts(samplers[g] if g in samplers else default, {g: 0})[g]
+
+    return Sampler(sample, slots, disjoint=all_disjoint, name=f"per_group({name})", group_disjoint=group_disjoint,
+                   group_owners=group_owners)
 
 
 def check_partition(partition: Partition, group_sizes: Mapping[str, int]) -> None:

@@ -568,12 +568,15 @@ def _check_mpi(config, problems: list[str], choice, *, workers_ok: bool) -> None
 
 
 def _check_sharded(config, problems: list[str], n: int) -> None:
-    """mpi_mode='sharded' for an algorithm that exchanges subnetworks: every rank owns 1/N of every group, so the
-    sampler must deal equal shares of each owner's units (stratified, num_owners=N), and the optimizer state cannot
-    travel with the parameters. Algorithms that exchange replicas or gradients run in it as they are."""
+    """mpi_mode='sharded' for an algorithm that exchanges subnetworks: each process holds 1/N of the groups dealt
+    stratified by N owners, so the algorithm must deal some that way: through the sampler it reads (IST:
+    ``sampler=stratified``, ``num_owners=N``, for every group or some in ``group_samplers``) or its own
+    ``num_owners`` option (ResIST). Algorithms that exchange replicas or gradients run in it as they are."""
     from istjax.algorithms import Exchange
+    from istjax.core.partition import owner_counts
 
-    caps = ALGORITHMS.get(config.algorithm).capabilities
+    entry = ALGORITHMS.get(config.algorithm)
+    caps = entry.capabilities
     if caps.exchange is not Exchange.SUBNETWORKS:
         return
     other = "or --config.mpi_mode=parameter_server"
@@ -581,18 +584,28 @@ def _check_sharded(config, problems: list[str], n: int) -> None:
         problems.append(f"algorithm={config.algorithm!r} with mpi_mode='sharded': "
                         f"{caps.not_sharded_because.replace('1/N', f'1/{n}')}. Use --config.mpi_mode=parameter_server.")
         return
-    stratified, per_group = config.sampler == "stratified", len(config.group_samplers) > 0
-    if not stratified or config.sampler_args.num_owners != n or per_group:
+    if config.model_state == "recompute":
+        problems.append(f"model_state='recompute' with mpi_mode='sharded': recomputing the statistics is a forward "
+                        f"pass of the whole merged model, which no rank holds. Use --config.model_state=carry {other}.")
+    if "num_owners" in entry.options:  # the algorithm stratifies its own groups (ResIST's blocks)
+        if config.sampler_args.num_owners != n:
+            problems.append(f"mpi_mode='sharded' on {n} processes: algorithm={config.algorithm!r} deals its groups "
+                            f"stratified by sampler_args.num_owners={config.sampler_args.num_owners} owners; each "
+                            f"process owns 1/{n}. Add --config.sampler_args.num_owners={n}, {other}.")
+        return
+    try:
+        sampler = make_sampler(config)
+    except ValueError:
+        return  # reported by the sampler's own check
+    groups = dict.fromkeys([*config.group_samplers, "(any other group)"], 0)
+    if n not in owner_counts(sampler, groups).values():
+        stratified = config.sampler == "stratified"
         has = f"sampler={config.sampler!r}"
         has += f" with num_owners={config.sampler_args.num_owners}" if stratified else ""
-        has += f" and group_samplers={to_dict(config.group_samplers)!r}" if per_group else ""
-        problems.append(f"mpi_mode='sharded' on {n} processes: each process owns 1/{n} of every neuron group, so the "
-                        f"workers must be dealt units stratified by owner, but the config has {has}. Add "
-                        f"--config.sampler=stratified --config.sampler_args.num_owners={n}"
-                        f"{' and drop group_samplers' if per_group else ''}, {other}.")
-    if config.optimizer_state == "carry":
-        problems.append(f"optimizer_state='carry' with mpi_mode='sharded': a carried optimizer state would be sharded "
-                        f"like the parameters (not implemented). Use --config.optimizer_state=reset {other}.")
+        has += f" and group_samplers={to_dict(config.group_samplers)!r}" if len(config.group_samplers) else ""
+        problems.append(f"mpi_mode='sharded' on {n} processes: each process owns 1/{n} of the neuron groups dealt "
+                        f"stratified by {n} owners, but the config has {has}, which deals none that way. Add "
+                        f"--config.sampler=stratified --config.sampler_args.num_owners={n}, {other}.")
 
 
 def _check_schedule(config, bad, choice) -> None:

@@ -102,6 +102,7 @@ _OPTION_VALUES: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
     "model_state": lambda config: config.model_state,
     "min_depth": lambda config: int(config.resist_min_depth),
     "test_scale": lambda config: bool(config.resist_test_scale),
+    "num_owners": lambda config: int(config.sampler_args.num_owners),
 }
 
 

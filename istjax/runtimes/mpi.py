@@ -16,13 +16,17 @@ The runtime never asks which algorithm it runs; it applies the exchange the algo
     (`mpi4jax.scatter`); every rank runs ``local`` on its L workers; rank 0 gathers them back (`mpi4jax.gather`)
     and runs ``collect``. Other ranks hold no parameters (``state.params == ()``).
 ``"subnetworks"``, ``mode="sharded"``
-    no rank ever holds the whole model. Rank ``o`` owns the contiguous slice ``[o * n / N, (o + 1) * n / N)`` of
-    every neuron group and, for every partitioned leaf of the parameters and the model state, that slice along the
-    leaf's first partitioned axis (a hidden-to-hidden `[H1, H2]` weight: rows `[H1 / N, H2]`). The algorithm must
-    sample with ``istjax.stratified(num_owners=N)``: every worker then gets the same number of units from every
-    owner, so each round's exchange is one fixed-size `mpi4jax.alltoall` out (owners -> workers) and one back; this
-    is ``distribute`` / ``collect`` done by the owners with the same extract / merge primitives. Shared leaves are
-    replicated and averaged with an allreduce. Every rank computes the round's partition from the same key.
+    no rank ever holds the whole model in a round. The algorithm gives its round as owners run it
+    (`istjax.Algorithm.owner_side`: IST and ResIST, any model, a carried optimizer state included), and the runtime
+    puts collectives between its pieces; what each rank holds is `istjax.core.shard.Layout`. Rank ``o`` owns slice
+    ``o`` of every neuron group its sampler deals stratified by N owners (``istjax.stratified(num_owners=N)``;
+    ResIST: ``num_owners=N``), and of every leaf indexed by such a group that slice along the first such axis
+    (a hidden-to-hidden `[H1, H2]` weight: rows `[H1 / N, H2]`; a tiled `[self, neighbour]` axis: its units in
+    each tile). Each round every rank computes the same plan; each owner cuts every worker's pieces of its slice
+    (one fixed-size `mpi4jax.alltoall` out and one back); leaves indexed only by groups dealt some other way
+    (ResIST's strided first blocks) are held whole by every rank, their trained pieces all-gathered and merged by
+    every rank; shared leaves are replicated and averaged with an allreduce. The ``recompute`` model-state policy
+    is refused (it is a forward pass of the whole merged model).
 ``"replicas"`` (local SGD), both modes
     every rank holds the global state and runs ``distribute`` for its own workers; after ``local`` the L workers'
     states are summed across ranks (one allreduce buffer per worker) and ``collect`` averages them.
@@ -39,8 +43,8 @@ phase is counted from the traced buffers it hands to MPI, times the K calls the 
 buffer per worker (no pre-reduction of its own workers), so these equal the analytic ``algorithm.comm``. Metrics
 (losses) travel by a small host allgather that is not counted.
 
-Evaluation and checkpoints: `MPIRuntime.gather` assembles the whole `TrainState` on rank 0 (``None`` on the others);
-in sharded mode that is the one moment rank 0 holds the whole model.
+Evaluation: `MPIRuntime.gather` assembles the whole `TrainState` on rank 0 (``None`` on the others); in sharded mode
+that is the one moment rank 0 holds the whole model (checkpoints do not: each rank writes its part).
 """
 
 from __future__ import annotations
@@ -58,19 +62,20 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.core.spec import GroupAxis, LeafSpec, path_str
-from istjax.core.state import TrainState, WorkerState, broadcast_workers, round_keys, summarize, worker_init
-from istjax.core.subnet import extract_leaf, merge_leaf
+from istjax.core import shard as shard_lib
+from istjax.core.partition import owner_counts
+from istjax.core.spec import path_str
+from istjax.core.state import TrainState, WorkerState, round_keys, summarize, worker_init
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
 __all__ = ["MODES", "GRADIENT_BUFFERS", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size",
+           "sharded_layout",
            "is_primary", "abort_on_error"]
 
 PyTree = Any
 MODES = ("parameter_server", "sharded")
 GRADIENT_BUFFERS = ("leaves", "one")
 ROOT = 0
-_OWNED = "@owned"  # the synthetic group name of a leaf's owner axis in sharded mode
 
 
 def _world():
@@ -319,6 +324,7 @@ class _Exchange:
         self.allreduce_into = into(tree_op(lambda x: mpi4jax.allreduce(x, op=MPI.SUM, comm=c)))
         self.gather = jax.jit(tree_op(lambda x: mpi4jax.gather(x, ROOT, comm=c)))
         self.allreduce = jax.jit(tree_op(lambda x: mpi4jax.allreduce(x, op=MPI.SUM, comm=c)))
+        self.allgather = jax.jit(tree_op(lambda x: mpi4jax.allgather(x, comm=c)))
 
         def allreduce_sum(x):  # for use inside a traced function
             return mpi4jax.allreduce(x, op=MPI.SUM, comm=c)
@@ -360,21 +366,6 @@ def _summary(metrics_LxK: dict, comm) -> dict:
     return {k: np.asarray(v) for k, v in summarize({k: np.concatenate([d[k] for d in everyone]) for k in mine}).items()}
 
 
-def _split_ranks(tree, n):
-    """Leaves `[W, ...]` -> `[N, L, ...]` (worker ``w`` is on rank ``w // L``)."""
-    return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), tree)
-
-
-def _join_ranks(tree):
-    return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), tree)
-
-
-def _mean_of_sum(total, count, like_dtype):
-    if jnp.issubdtype(like_dtype, jnp.integer):
-        return jnp.round(total / count).astype(like_dtype)
-    return (total / count).astype(like_dtype)
-
-
 def _my_rows(batches, rt):
     """Checks that ``batches`` hold all W workers' rows or this rank's L; returns them unchanged: the train step
     slices this rank's rows inside its jit (`_lane_step`), so no eager copy of the batch is made."""
@@ -400,21 +391,29 @@ def _full_batches(batches, rt):
     return batches if lead == {rt.algorithm.num_workers} else None
 
 
-def _lane_step(alg, lanes: int, first: int, reset_optimizer: bool, reduce=None):
+def _reset_optimizer(alg) -> Callable:
+    """``(workers, round_index) -> workers`` with a fresh optimizer state, rebuilt on the worker rather than sent;
+    stamped with the round for round-counted schedules."""
+    return lambda workers, round_index: workers._replace(
+        opt_state=worker_init(alg.optimizer, workers.params, round_index))
+
+
+def _lane_step(alg, lanes: int, first: int, start: Optional[Callable] = None, reduce=None):
     """The device step: this rank's L workers through `map_workers`, as the single-process runtimes run theirs.
 
     ``step(workers, batches, shared, round_index)``: ``batches`` are all W workers' (this rank's rows, from worker
-    ``first``, are sliced inside the jit) or this rank's L. ``workers`` is donated: every caller passes a buffer
-    the runtime owns (a received or freshly cut worker state), and the trained state is written into it.
+    ``first``, are sliced inside the jit) or this rank's L. ``start(workers, round_index) -> WorkerState`` turns
+    what arrived into the workers' starting states (default: as they are). ``workers`` is donated: every caller
+    passes a buffer the runtime owns (a received or freshly cut worker state), and the trained state is written
+    into it.
     """
     run = map_workers(alg.local, lanes, reduce=reduce, communicates=communicates(alg))
-    opt = alg.optimizer
 
-    def step(workers: WorkerState, batches, shared, round_index):
+    def step(workers, batches, shared, round_index):
         mine = jax.tree.map(lambda x: x if x.shape[0] == lanes else jax.lax.slice_in_dim(x, first, first + lanes),
                             batches)
-        if reset_optimizer:  # rebuilt here rather than sent; stamped with the round for round-counted schedules
-            workers = workers._replace(opt_state=worker_init(opt, workers.params, round_index))
+        if start is not None:
+            workers = start(workers, round_index)
         return run(workers, mine, shared)
 
     return jax.jit(step, donate_argnums=0)
@@ -447,7 +446,7 @@ def _server(rt: MPIRuntime):
     all_shapes = _moved(abstract_workers, carry)  # [W, ...]
     lane_shapes = _lane_shapes(all_shapes, lanes)
     template = None if root else _zeros_like(lane_shapes)  # a non-root rank's (unread) scatter input
-    train = _lane_step(alg, lanes, rt.rank * lanes, reset_optimizer=not carry)
+    train = _lane_step(alg, lanes, rt.rank * lanes, start=None if carry else _reset_optimizer(alg))
     # Buffers this rank owns between rounds: "lanes" [L, ...] (the received workers, trained in place, then sent
     # back) and "all" (root: [W, ...], the cut workers, scattered, then the gathered ones; elsewhere [L, ...],
     # gather's unread result).
@@ -525,7 +524,7 @@ def _replicas(rt: MPIRuntime):
         return jax.tree.map(lambda g: jax.lax.pmean(g, axis_name) / n, total) if axis_name else \
             jax.tree.map(lambda g: g / n, total)
 
-    train = _lane_step(alg, lanes, me * lanes, reset_optimizer=False, reduce=reduce if gradients else None)
+    train = _lane_step(alg, lanes, me * lanes, reduce=reduce if gradients else None)
     lane_shapes = _lane_shapes(jax.eval_shape(alg.distribute, jax.eval_shape(alg.init, jax.random.key(0)))[0], lanes)
 
     spares = _Spares()  # "lanes": this rank's workers (cut, trained in place); "sums": the all-reduce's result
@@ -570,207 +569,110 @@ def _replicas(rt: MPIRuntime):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# "subnetworks", sharded.
+# "subnetworks", sharded: the algorithm's owner side (`Algorithm.owner_side`, `istjax.core.shard`) between collectives.
 
 
-def _owner_axis(leaf: LeafSpec) -> Optional[int]:
-    return leaf.partitioned_axes[0] if not leaf.shared else None
-
-
-def _check_sharded(alg, n: int):
-    if alg.sampler is None or alg.sampler.owners != n:
-        got = None if alg.sampler is None else alg.sampler.name
-        serves = "" if alg.sampler is None or alg.sampler.owners is None else f", which serves {alg.sampler.owners}"
+def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
+    """Which groups this job holds in shards; a ValueError naming the fix when the algorithm cannot run sharded."""
+    side = alg.owner_side
+    if side is None:
+        raise ValueError(f"mode='sharded': algorithm {alg.name!r} exchanges subnetworks but gives no owner side "
+                         f"(Algorithm.owner_side), so it cannot run with the model split over ranks. Use "
+                         f"mode='parameter_server'.")
+    sizes = dict(alg.task.spec.group_sizes)
+    owners = owner_counts(side.sampler, sizes)
+    owned = frozenset(g for g, o in owners.items() if o == n)
+    if not owned:
+        served = sorted({o for o in owners.values() if o is not None})
+        also = f" (it serves {served} owners)" if served else ""
         raise ValueError(
-            f"mode='sharded' with {n} processes needs a partition sampler that serves {n} owners, such as "
-            f"istjax.stratified(num_owners={n}) (so each round's exchange is a fixed-size all-to-all); the algorithm "
-            f"samples with {got!r}{serves}. Build it with "
-            f"istjax.ist(..., sampler=istjax.stratified(num_owners={n})), or use mode='parameter_server'.")
-    if alg.carries_optimizer_state:
-        raise ValueError("mode='sharded' supports optimizer_state='reset' only (a carried optimizer state would be "
-                         "sharded like the parameters; not implemented). Use optimizer_state='reset' or "
-                         "mode='parameter_server'.")
+            f"mode='sharded' with {n} processes needs a partition sampler that deals the neuron groups stratified "
+            f"by {n} owners, such as istjax.stratified(num_owners={n}) (so each round's exchange is a fixed-size "
+            f"all-to-all); the algorithm samples with {side.sampler.name!r}{also}. Build it with "
+            f"istjax.ist(..., sampler=istjax.stratified(num_owners={n})) (ResIST: istjax.resist(..., "
+            f"num_owners={n})), or use mode='parameter_server'.")
     if alg.model_state_policy == "recompute" and alg.task.has_state:
-        raise ValueError("mode='sharded' supports model_state='carry' only (recomputing statistics needs the whole "
-                         "model on one process). Use model_state='carry' or mode='parameter_server'.")
-    for path, leaf in jax.tree_util.tree_flatten_with_path(_sharded_spec(alg))[0]:
-        a = _owner_axis(leaf)
-        if a is not None and leaf.axes[a].tiles != 1:
-            raise ValueError(f"{path_str(path)!r}: its first partitioned axis holds {leaf.axes[a].tiles} tiles of "
-                             f"group {leaf.axes[a].group!r}; mode='sharded' needs tiles == 1 there. Use "
-                             f"mode='parameter_server'.")
+        raise ValueError("mode='sharded' supports model_state='carry' only: recomputing the statistics is a forward "
+                         "pass of the whole merged model, which no rank holds. Use model_state='carry' or "
+                         "mode='parameter_server'.")
+    return shard_lib.Layout(n, me, alg.num_workers, sizes, owned)
 
 
-def _sharded_spec(alg) -> dict:
-    """One spec tree over ``{"params": ..., "model_state": ...}``: both are owned and exchanged alike."""
-    return {"params": alg.task.spec.leaves, "model_state": alg.task.state_spec.leaves}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Owner:
-    """What a rank of the sharded mode knows: it owns shard ``me`` of ``n`` of every partitioned leaf and runs
-    ``lanes`` of the ``w`` workers."""
-
-    alg: Any
-    n: int
-    me: int
-    lanes: int
-    w: int
-    sizes: dict
-    spec: dict  # `_sharded_spec`: one spec tree over {"params", "model_state"}
-
-    def shard_of(self, leaf: LeafSpec, v, owner: int):
-        a = _owner_axis(leaf)
-        if a is None:
-            return v
-        s = v.shape[a] // self.n
-        return jax.lax.slice_in_dim(v, owner * s, (owner + 1) * s, axis=a)
-
-    def owned_view(self, leaf: LeafSpec, p):
-        """The leaf's spec and partition as this owner sees its shard: the owner axis indexes shard-local units."""
-        a = _owner_axis(leaf)
-        g = leaf.axes[a].group
-        shard, per = self.sizes[g] // self.n, self.sizes[g] // (self.n * self.w)
-        local = p.indices[g][:, self.me * per:(self.me + 1) * per] - self.me * shard  # [W, per], owner blocks in order
-        axes = tuple(GroupAxis(_OWNED, 1) if i == a else ax for i, ax in enumerate(leaf.axes))
-        part = type(p)({**p.indices, _OWNED: local}, {**p.mask, _OWNED: jnp.ones(local.shape, bool)})
-        return LeafSpec(axes), part, {**self.sizes, _OWNED: shard}
-
-
-def _tree(state) -> dict:
-    return {"params": state.params, "model_state": state.model_state}
-
-
-def _sharded_init(o: _Owner) -> Callable:
-    """``key -> TrainState`` holding this rank's shard. One jit: XLA computes only this rank's slice of every
+def _sharded_init(alg, layout) -> Callable:
+    """``key -> TrainState`` holding this rank's part. One jit: XLA computes only this rank's slice of every owned
     initialiser (the full leaves are never outputs)."""
+    side = alg.owner_side
 
     def owned(k):
-        full = o.alg.init(k)
-        mine = jax.tree.map(lambda s, v: o.shard_of(s, v, o.me), o.spec, _tree(full))
-        return TrainState(mine["params"], mine["model_state"], (), full.key, full.round)
+        full = alg.init(k)
+        mine = jax.tree.map(layout.shard, side.spec, side.held(full))
+        return TrainState(mine["params"], mine["model_state"], mine.get("opt_state", ()), full.key, full.round)
 
     return jax.jit(owned)
 
 
-def _sharded_outbound(o: _Owner) -> Callable:
-    """``state -> (key, partition, pieces)``: sample the round's partition (every rank, same key) and cut this owner's
-    pieces for every worker, ``[N(dest rank), L, ..per.., ...]`` per partitioned leaf."""
-
-    def outbound(state):
-        key, round_key = round_keys(state.key)
-        p = o.alg.sampler.sample(round_key, o.sizes, o.w)
-
-        def piece(leaf, v):
-            if leaf.shared:
-                return None
-            s, part, sz = o.owned_view(leaf, p)
-            return _split_ranks(extract_leaf(v, s, part, sz, o.w), o.n)
-
-        return key, p, jax.tree.map(piece, o.spec, _tree(state))
-
-    return jax.jit(outbound)
-
-
-def _sharded_assemble(o: _Owner) -> Callable:
-    """``(tree, received) -> workers``: [N(owner), L, ..., per@a, ...] -> [L, ..., N*per@a, ...]; shared leaves
-    broadcast to [L, ...]."""
-
-    def one(leaf, v, got):
-        if leaf.shared:
-            return broadcast_workers(v, o.lanes)
-        a = 1 + _owner_axis(leaf)
-        moved = jnp.moveaxis(got, 0, a)  # [L, ..., N, per, ...]
-        return moved.reshape(moved.shape[:a] + (moved.shape[a] * moved.shape[a + 1],) + moved.shape[a + 2:])
-
-    return jax.jit(lambda tree, received: jax.tree.map(one, o.spec, tree, received))
-
-
-def _sharded_outgoing(o: _Owner) -> Callable:
-    """``workers -> pieces``: [L, ..., N*per@a, ...] -> [N(owner), L, ..., per@a, ...] for partitioned leaves."""
-
-    def one(leaf, v):
-        if leaf.shared:
-            return None
-        a = 1 + _owner_axis(leaf)
-        split = v.reshape(v.shape[:a] + (o.n, v.shape[a] // o.n) + v.shape[a + 1:])
-        return jnp.moveaxis(split, a, 0)
-
-    return jax.jit(lambda sub: jax.tree.map(one, o.spec, sub))
-
-
-def _sharded_write_back(o: _Owner) -> Callable:
-    """``(state, partition, key, returned, common_sums) -> state``: the returned pieces merged into this owner's
-    shard, the shared leaves the mean of the workers' (summed by an allreduce)."""
-
-    def write_back(state, p, key, returned, common_sums):
-        def one(leaf, v, got, total):
-            if leaf.shared:
-                return _mean_of_sum(jnp.sum(total, axis=0), o.w, v.dtype)
-            s, part, sz = o.owned_view(leaf, p)
-            return merge_leaf(v, _join_ranks(got), s, part, sz, disjoint=True)
-
-        tree = jax.tree.map(one, o.spec, _tree(state), returned, common_sums)
-        return TrainState(tree["params"], tree["model_state"], (), key, state.round + 1)
-
-    return jax.jit(write_back)
-
-
-def _sharded_gather(o: _Owner, x: "_Exchange") -> Callable:
-    """``state -> TrainState`` of the whole model on the root (None elsewhere)."""
+def _sharded_gather(alg, layout, x: "_Exchange") -> Callable:
+    """``state -> TrainState`` of the whole model on the root (None elsewhere): owned leaves gathered and joined,
+    the others the root's own copy (owners agree on them)."""
+    side = alg.owner_side
 
     def gather(state):
         def one(leaf, v):
+            if layout.role(leaf) != shard_lib.OWNED:
+                return v if layout.owner == ROOT else None
             got = x.gather(v)  # root: [N, ...]
-            if o.me != ROOT:
-                return None
-            if leaf.shared:
-                return got[0]  # replicas agree (averaged by an allreduce)
-            return jnp.concatenate(list(got), axis=_owner_axis(leaf))
+            return shard_lib.unshard(layout, leaf, got) if layout.owner == ROOT else None
 
-        full = jax.tree.map(one, o.spec, _tree(state))
-        if o.me != ROOT:
+        full = jax.tree.map(one, side.spec, side.held(state))
+        if layout.owner != ROOT:
             return None
-        return TrainState(full["params"], full["model_state"], (), state.key, state.round)
+        return TrainState(full["params"], full["model_state"], full.get("opt_state", ()), state.key, state.round)
 
     return gather
 
 
 def _sharded(rt: MPIRuntime):
-    """The sharded mode: every rank owns 1/N of every partitioned leaf; a round is two all-to-alls (pieces out to
-    the workers' ranks and back) and one allreduce of the shared leaves."""
+    """The sharded mode: every rank holds its part of the model (`istjax.core.shard`); a round is the algorithm's
+    owner-side distribute, an all-to-all out, the local steps, an all-to-all back (plus an all-gather of leaves held
+    whole and an allreduce of shared ones) and its owner-side collect."""
     alg = rt.algorithm
-    _check_sharded(alg, rt.size)
-    o = _Owner(alg, rt.size, rt.rank, rt.workers_per_rank, alg.num_workers, dict(alg.task.spec.group_sizes),
-               _sharded_spec(alg))
+    layout = sharded_layout(alg, rt.size, rt.rank)
+    side = alg.owner_side
     x = _Exchange(rt.comm)
-    train = _lane_step(alg, o.lanes, o.me * o.lanes, reset_optimizer=True)
-    spares = _Spares()  # the all-to-alls' and the allreduce's results, reused round after round
-    outbound, assemble, outgoing, write_back = (_sharded_outbound(o), _sharded_assemble(o), _sharded_outgoing(o),
-                                                _sharded_write_back(o))
+    train = _lane_step(alg, layout.lanes, layout.owner * layout.lanes, start=side.start)
+    spares = _Spares()  # the collectives' results, reused round after round
+
+    @jax.jit
+    def outbound(state):
+        round_plan = side.plan(state)
+        return (round_plan,) + side.distribute(layout, side.held(state), round_plan)
+
+    assemble = jax.jit(functools.partial(shard_lib.worker_assemble, layout, side.spec))
+    give_back = jax.jit(functools.partial(shard_lib.worker_return, layout, side.spec))
+    collect = jax.jit(functools.partial(side.collect, layout))
 
     def round_fn(state, batches, shared=None):
         _check_batches(batches, rt)
         batches = _my_rows(batches, rt)
         traffic = Traffic()
-        key, p, pieces = outbound(state)
+        round_plan, pieces, local = outbound(state)
         received = x.alltoall_into(spares.take("received", pieces), pieces)
         traffic.add(received=received, leaf_paths=True)
-        sub = assemble(_tree(state), received)
-        trained, metrics = train(WorkerState(sub["params"], sub["model_state"], ()), batches, shared, state.round)
-        trained_tree = _tree(trained)
-        back = outgoing(trained_tree)
-        traffic.add(sent=back, leaf_paths=True)
+        sub = assemble(received, local)
+        trained, metrics = train(sub, batches, shared, state.round)
+        back, whole, sums = give_back(side.held(trained))
         returned = x.alltoall_into(spares.take("returned", back), back)
-        common = jax.tree.map(lambda leaf, v: v if leaf.shared else None, o.spec, trained_tree)
-        traffic.add(sent=common, received=common, leaf_paths=True)  # allreduce: in and out, one buffer per worker
-        common_sums = x.allreduce_into(spares.take("common", common), common)
-        rt._track(state, pieces, received, sub, trained, back, returned)
-        state = write_back(state, p, key, returned, common_sums)
-        spares.keep(received=received, returned=returned, common=common_sums)
+        gathered = x.allgather(whole)
+        totals = x.allreduce_into(spares.take("sums", sums), sums)
+        traffic.add(sent=back, leaf_paths=True)
+        traffic.add(sent=whole, received=gathered, leaf_paths=True)  # all-gather: a worker's piece out, all W in
+        traffic.add(sent=sums, received=sums, leaf_paths=True)  # allreduce: in and out, one buffer per worker
+        rt._track(state, pieces, received, sub, trained, back, returned, gathered)
+        state = collect(state, round_plan, returned, gathered, totals)
+        spares.keep(received=received, returned=returned, sums=totals)
         return state, _finish(rt, traffic, metrics, rt.comm)
 
-    rt.init, rt.round, rt.gather = _sharded_init(o), round_fn, _sharded_gather(o, x)
+    rt.init, rt.round, rt.gather = _sharded_init(alg, layout), round_fn, _sharded_gather(alg, layout, x)
 
 
 RUNTIME = Runtime("mpi", build, "workers split across the processes of mpiexec (parameter server or sharded); "

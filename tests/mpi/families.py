@@ -1,7 +1,8 @@
 """Run under ``mpiexec -n 2``: the wave-2 core on MPI: model state, shared inputs, ``backend="mpi"`` from Python.
 
-* A residual CNN with running-statistics BatchNorm (`istjax.models.CNN`): IST (parameter server and sharded), data
-  parallel and local SGD bound with ``backend="mpi"`` equal simulate after 2 rounds, parameters and model state;
+* A residual CNN with running-statistics BatchNorm (`istjax.models.CNN`): IST (parameter server; sharded with a
+  round-counted learning-rate schedule), ResIST, data parallel and local SGD bound with ``backend="mpi"`` equal
+  simulate after 2 rounds, parameters and model state;
   measured bytes equal the analytic ones (which count the BatchNorm statistics).
 * A graph model reading a shared adjacency: every rank passes the same ``shared``; IST on MPI equals simulate.
 
@@ -69,9 +70,6 @@ cnn = istjax.classifier(CNN(widths=(8, 16), blocks=(1, 1), num_classes=C), jnp.z
 cases = {
     "ist parameter_server": (lambda b, **o: istjax.ist(cnn, optax.sgd(0.1), num_workers=W, local_steps=K,
                                                          backend=b, **o), {"mode": "parameter_server"}),
-    "ist sharded": (lambda b, **o: istjax.ist(cnn, optax.sgd(0.1), num_workers=W, local_steps=K,
-                                              sampler=istjax.stratified(num_owners=N), backend=b, **o),
-                    {"mode": "sharded"}),
     # A schedule counted in rounds: round 1 at a tenth of the learning rate; ranks rebuild a reset optimizer state.
     "ist parameter_server (step lr schedule)": (lambda b, **o: istjax.ist(
         cnn, round_scheduled(optax.sgd(0.1), make_schedule("step", num_rounds=2, decay_at=(0.5,))), num_workers=W,
@@ -135,10 +133,9 @@ def node_ids(r):
 clustered = graph_task.with_clusters(full, rng.integers(0, C, size=30), np.arange(0, 30, 2), 4, method="metis")
 gcn = graph_task.cluster_classifier(GCN(hidden=(8,), num_classes=C), clustered)
 cluster_ids = cluster_batch_fn(clustered, num_workers=W, local_steps=K, clusters_per_step=2, seed=3)
-# GraphSAGE's tiled axis is the first partitioned axis of its hidden kernels, which sharded mode refuses (clearly,
-# before compiling); it runs in parameter-server mode.
+# The sharded mode of every family (GraphSAGE's tiled groups, GCN, ResIST, carried Adam) is sharded_families.py's.
 for label, task, data, sh, modes in (("graphsage full graph", sage, node_ids, full, ("parameter_server",)),
-                                     ("gcn cluster batches", gcn, cluster_ids, clustered, M.MODES)):
+                                     ("gcn cluster batches", gcn, cluster_ids, clustered, ("parameter_server",))):
     for mode in modes:
         sampler = istjax.stratified(num_owners=N) if mode == "sharded" else None
         # Plain SGD: Adam divides each update by the root of its squared-gradient average, so a last-bit difference

@@ -1,4 +1,6 @@
-"""Run under ``mpiexec -n 2 python sharded_resume.py WORKDIR``: sharded MPI mode checkpoints and resumes exactly.
+"""Run under ``mpiexec -n 2 python sharded_resume.py WORKDIR [FAMILY]``: sharded MPI mode checkpoints and resumes
+exactly. FAMILY: ``mlp`` (default: BatchNorm statistics held in shards with the weights), ``resist`` (a depth-split
+ResNet: blocks held in shards, the strided first blocks held whole) or ``graphsage`` (tiled groups, on a graph).
 
 1. An uninterrupted sharded run of 4 rounds (workdir ``full``).
 2. The same run stopped by SIGTERM after round 2 (every rank signals itself), which commits a sharded checkpoint
@@ -23,10 +25,13 @@ import orbax.checkpoint as ocp
 
 import istjax.experiment.driver as driver
 from istjax.experiment.checkpoint import Checkpointer
+from istjax.core import shard as shard_lib
+from istjax.experiment import config as config_lib
 from istjax.experiment.config import ConfigError, default_config
 from istjax.runtimes import mpi as M
 
 ROOT = pathlib.Path(sys.argv[1])
+FAMILY = sys.argv[2] if len(sys.argv) > 2 else "mlp"
 N, ME = M.size(), M.rank()
 
 
@@ -44,6 +49,16 @@ def config():
     c.num_workers, c.local_steps, c.batch_size = 2 * N, 2, 16
     c.num_rounds, c.eval_every, c.checkpoint_every, c.progress = 4, 2, 10, False
     c.target_accuracy = None
+    if FAMILY == "resist":  # N * W = 4 partitioned blocks per stage, one of each owner's per worker
+        c.algorithm, c.num_workers = "resist", N
+        c.model = ml_collections.ConfigDict({"name": "depth_resnet", "stage_sizes": (N * N + 1, N * N + 1),
+                                             "widths": (4, 8), "image_shape": (8, 8, 1), "partition_strided": True})
+    elif FAMILY == "graphsage":
+        c.dataset = "csbm"
+        c.dataset_kwargs = ml_collections.ConfigDict({"num_nodes": 200, "num_classes": 3, "num_features": 8,
+                                                      "num_val": 40, "num_test": 80, "seed": 1})
+        c.model = ml_collections.ConfigDict({"name": "graphsage", "hidden": (4 * N, 4 * N), "layer_norm": True})
+        c.num_workers, c.sharding = N, "shared"
     return c
 
 
@@ -94,11 +109,19 @@ for a, b in zip(fa, sa):
 assert full["meta"]["digests"] == split["meta"]["digests"]
 say(f"OK resumed sharded run == uninterrupted run, bit for bit, on every rank's shard ({len(fa)} arrays each)")
 
-# No file of either run holds a whole partitioned weight: the largest array in a shard is 1/N of the full one.
-full_params = json.loads((ROOT / "full" / "config.json").read_text())["model"]["hidden"]
-largest = max(int(np.prod(np.shape(a))) for a in fa)
-assert largest <= 64 * full_params[0] // N + 1, largest  # the first layer [64, 16] is the largest weight
-say(f"OK largest array in a rank's shard: {largest} elements (whole first-layer weight: {64 * full_params[0]})")
+# No file of either run holds a whole owned leaf: the rank's arrays are its shard, less than the whole model.
+_, alg, _ = driver.build(config(), config_lib.validate(config()))
+layout = M.sharded_layout(alg, N, ME)
+full = jax.eval_shape(lambda k: {"params": alg.task.init(k), "model_state": alg.task.init_state(k)},
+                      jax.random.key(0))
+spec = {"params": alg.owner_side.spec["params"], "model_state": alg.owner_side.spec["model_state"]}
+owned = [int(np.prod(x.shape)) for leaf, x in zip(jax.tree.leaves(spec), jax.tree.leaves(full))
+         if layout.role(leaf) == shard_lib.OWNED]
+sizes = [int(np.prod(np.shape(a))) for a in sa]
+assert owned and max(owned) not in sizes, (max(owned), sorted(sizes))
+assert sum(sizes) < sum(int(np.prod(x.shape)) for x in jax.tree.leaves(full)), sum(sizes)
+say(f"OK {FAMILY}: a rank's checkpoint holds {sum(sizes)} elements, no whole owned leaf ({len(owned)} owned, the "
+    f"largest {max(owned)} elements)")
 
 M._world().Barrier()
 if ME == 0:  # pretend the checkpoints came from a job with one more rank
