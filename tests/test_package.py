@@ -179,3 +179,23 @@ def test_an_algorithm_declaring_an_unknown_exchange_is_refused():
         dataclasses.replace(alg, exchange="swapping")
     with pytest.raises(ValueError, match=r"model_state_policy='keep'; choose one of"):
         dataclasses.replace(alg, model_state_policy="keep")
+
+
+def test_build_makes_every_piece_once(monkeypatch):
+    """`driver.build(config) -> Experiment`: the config is checked (every problem at once) and the task the check
+    built is the one the algorithm trains; nothing is built twice."""
+    import istjax.experiment.config as config_lib
+    import istjax.experiment.driver as driver
+
+    calls = []
+    real = config_lib.make_task
+    monkeypatch.setattr(config_lib, "make_task", lambda *a, **k: calls.append(1) or real(*a, **k))
+    c = config_lib.default_config()
+    c.model.hidden, c.num_workers = (8,), 2
+    experiment = driver.build(c)
+    assert len(calls) == 1
+    assert experiment.algorithm.task is experiment.task and experiment.dataset.name == "digits"
+    assert experiment.batch_fn(0)["x"].shape[:2] == (2, c.local_steps)
+    c.num_workers = 3  # 8 units do not split 3 ways: refused by the check, before anything is built
+    with pytest.raises(config_lib.ConfigError, match="num_workers=3"):
+        driver.build(c)

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from istjax.experiment import config as config_lib
-from istjax import data as data_lib
 from istjax.experiment import driver as train
 from istjax.experiment.checkpoint import Checkpointer
 from istjax.experiment.metrics import RECORD_FIELDS, read_metrics
@@ -46,7 +45,7 @@ def tiny_config(**overrides):
 
 def final_state(config, workdir):
     """The newest checkpoint of a run (restored with a fresh init as the abstract target)."""
-    _, algorithm, _ = train.build(config, data_lib.load_dataset(config.dataset))
+    algorithm = train.build(config).algorithm
     like = jax.jit(algorithm.init)(jax.random.key(0))
     with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
         state, _, step = ckpt.restore_latest(like)
@@ -66,7 +65,7 @@ def assert_states_equal(a, b):
 def test_end_to_end_metrics_schema(tmp_path):
     config = tiny_config(target_accuracy=0.01)
     summary = train.train_and_evaluate(config, tmp_path)
-    _, algorithm, _ = train.build(config, data_lib.load_dataset("digits"))
+    algorithm = train.build(config).algorithm
     W, K, B = 2, 2, 16
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]

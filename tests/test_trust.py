@@ -38,7 +38,7 @@ def tiny(**fields):
 
 
 def final_params(workdir, config):
-    task, alg, _ = driver.build(config, istjax.data.load_dataset(config.dataset))
+    alg = driver.build(config).algorithm
     like = jax.jit(alg.init)(jax.random.key(0))
     with Checkpointer(pathlib.Path(workdir) / "checkpoints", enabled=False) as ck:
         state, _, step = ck.restore_latest(like)

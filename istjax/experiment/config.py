@@ -24,7 +24,7 @@ import json
 import math
 import pathlib
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import ml_collections
 import numpy as np
@@ -42,6 +42,8 @@ __all__ = [
     "default_config",
     "get_config",
     "validate",
+    "check",
+    "Checked",
     "make_optimizer",
     "schedule_rounds",
     "run_control_fields",
@@ -374,7 +376,21 @@ class _Problems:
             raise ConfigError(self.list)
 
 
+class Checked(NamedTuple):
+    """What checking a config built on the way, for `istjax.experiment.driver.build` to use rather than build again:
+    the loaded dataset (with its cluster table under graph_batches='clusters') and the task of the model on it
+    (None where data was not loaded)."""
+
+    dataset: Any
+    task: Any
+
+
 def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
+    """`check` ``config``, returning only the loaded dataset (None when ``load_data`` is False)."""
+    return check(config, load_data=load_data).dataset
+
+
+def check(config: ml_collections.ConfigDict, *, load_data: bool = True) -> Checked:
     """Checks ``config`` before anything is compiled; raises `ConfigError` listing every problem found.
 
     Static checks: unknown fields (with close matches), names (algorithm, dataset, backend, optimizer, sampler,
@@ -383,7 +399,8 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     check ``dataset_kwargs`` and that a worker's shard holds at least one batch.
 
     Returns:
-      The loaded `istjax.data.Dataset` (None when ``load_data`` is False or the dataset could not be loaded).
+      `Checked`: the loaded `istjax.data.Dataset` and the model's `istjax.Task` on it, built once here (None when
+      ``load_data`` is False).
     """
     p = _Problems(config)
     _check_known_fields(config, p)
@@ -392,10 +409,11 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
     counts_ok = _check_numbers(config, p)
     dataset = _check_data(config, p, load_data and names_ok["dataset"], counts_ok)
     model_ok = _check_model_fields(config, p)
+    task = None
     if dataset is not None and model_ok:
-        _check_groups(config, dataset, p.list, names_ok["algorithm"] and names_ok["sampler"] and counts_ok)
+        task = _check_groups(config, dataset, p.list, names_ok["algorithm"] and names_ok["sampler"] and counts_ok)
     p.raise_any()
-    return dataset
+    return Checked(dataset, task)
 
 
 def _check_known_fields(config, p: _Problems) -> None:
@@ -652,13 +670,19 @@ def _sizes_text(config) -> str:
     return ", ".join(shown) or f"model.name={config.model.name!r}"
 
 
-def _check_groups(config, dataset, problems: list[str], sampler_ok: bool) -> None:
-    """The model's neuron groups (from its spec) against ``group_samplers``, W and the sampler."""
+def _check_groups(config, dataset, problems: list[str], sampler_ok: bool):
+    """The model's task on the data, built once and returned (None when it cannot be built); its neuron groups
+    (from its spec) checked against ``group_samplers``, W and the sampler."""
     try:
         task = make_task(config, dataset)
     except (TypeError, ValueError) as e:
         problems.append(f"model.name={config.model.name!r} on dataset={config.dataset!r}: {e}")
-        return
+        return None
+    _check_task(config, dataset, task, problems, sampler_ok)
+    return task
+
+
+def _check_task(config, dataset, task, problems: list[str], sampler_ok: bool) -> None:
     if int(config.eval_batch_size) < task.min_eval_batch:
         problems.append(f"eval_batch_size={config.eval_batch_size}: model {config.model.name!r} normalises with the "
                         f"statistics of the evaluation batch at test time, so a small batch evaluates another, worse "

@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -122,39 +122,65 @@ def _runtime_fields(config: ml_collections.ConfigDict) -> tuple[str, ...]:
     return tuple(field for _, field in runtimes.get(config.backend).config_options)
 
 
-def build(config: ml_collections.ConfigDict, dataset: data_lib.Dataset) -> tuple[Task, Algorithm, data_lib.BatchFn]:
-    """The task, algorithm (bound to ``config.backend``) and batch function a validated config describes.
+class Experiment(NamedTuple):
+    """Everything a config describes, each piece built once (`build`).
+
+    Attributes:
+      config: the checked config.
+      dataset: the loaded data (with its cluster table under graph_batches='clusters').
+      task: the task the algorithm trains and the driver evaluates (ResIST's carries its scaled test-time network).
+      algorithm: bound to the config's runtime.
+      batch_fn: ``round -> batches`` for every worker.
+    """
+
+    config: ml_collections.ConfigDict
+    dataset: data_lib.Dataset
+    task: Task
+    algorithm: Algorithm
+    batch_fn: data_lib.BatchFn
+
+
+def build(config: ml_collections.ConfigDict, checked: Optional[config_lib.Checked] = None) -> Experiment:
+    """The `Experiment` ``config`` describes: checked (`istjax.experiment.config.check`, every problem at once,
+    before anything compiles), then the algorithm built on the task the check built, bound to the runtime, and the
+    batch function. Pass ``checked`` when the config was checked already.
 
     Errors the factories raise (they check their arguments before tracing) become `ConfigError`.
     """
+    checked = config_lib.check(config) if checked is None else checked
+    dataset, task = checked
     try:
-        task = config_lib.make_task(config, dataset)
         entry = ALGORITHMS.get(config.algorithm)
         algorithm = entry.factory(task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
                                   local_steps=int(config.local_steps), backend=config.backend,
                                   **_factory_options(config, entry.options))
-        # The algorithm's own task: the one it trains, and the one to evaluate (ResIST's carries the test-time
-        # network whose partitioned branches are scaled).
-        task = algorithm.task
-        if dataset.shared and "clusters" in dataset.shared:  # Cluster-GCN mini-batches (graph_batches="clusters")
-            from istjax.data.cluster_batches import cluster_batch_fn
-
-            batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
-                                        local_steps=int(config.local_steps),
-                                        clusters_per_step=int(config.clusters_per_step), seed=int(config.seed))
-        else:
-            batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
-                                              local_steps=int(config.local_steps),
-                                              batch_size=int(config.batch_size), seed=int(config.seed),
-                                              sharding=config.sharding)
-        if config.augment:
-            batch_fn = data_lib.augmented(batch_fn, pad=int(config.augment_pad))
-        if contract.dropout_rate(task.module) > 0:  # a step key per worker and step for dropout
-            batch_fn = data_lib.with_step_keys(batch_fn, int(config.seed))
+        batch_fn = _batch_fn(config, dataset, algorithm.task)
     except (TypeError, ValueError) as e:
         where = ", ".join(f"{f}={config[f]!r}" for f in ("backend", *_runtime_fields(config)))
         raise ConfigError([f"{config.algorithm} on {where}: {e}"]) from e
-    return task, algorithm, batch_fn
+    # The algorithm's own task: the one it trains, and the one to evaluate (ResIST's carries the test-time network
+    # whose partitioned branches are scaled).
+    return Experiment(config, dataset, algorithm.task, algorithm, batch_fn)
+
+
+def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task: Task) -> data_lib.BatchFn:
+    """Every worker's batches for a round: Cluster-GCN subgraphs or examples, augmented, with dropout keys."""
+    if dataset.shared and "clusters" in dataset.shared:  # Cluster-GCN mini-batches (graph_batches="clusters")
+        from istjax.data.cluster_batches import cluster_batch_fn
+
+        batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
+                                    local_steps=int(config.local_steps),
+                                    clusters_per_step=int(config.clusters_per_step), seed=int(config.seed))
+    else:
+        batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
+                                          local_steps=int(config.local_steps),
+                                          batch_size=int(config.batch_size), seed=int(config.seed),
+                                          sharding=config.sharding)
+    if config.augment:
+        batch_fn = data_lib.augmented(batch_fn, pad=int(config.augment_pad))
+    if contract.dropout_rate(task.module) > 0:  # a step key per worker and step for dropout
+        batch_fn = data_lib.with_step_keys(batch_fn, int(config.seed))
+    return batch_fn
 
 
 def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: Any = None, *,
@@ -371,11 +397,11 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, 
     ``config.json`` (step 1). The returned run holds the lock until `Run.close`."""
     if resume and overwrite:
         raise ConfigError(["resume=True and overwrite=True contradict each other; pass one of them."])
-    dataset = config_lib.validate(config)
+    checked = config_lib.check(config)
     workdir = pathlib.Path(workdir).absolute()
     lock, refusal = _claim_workdir(workdir) if is_primary() else (None, None)
     try:
-        run = _build_run(config, dataset, workdir, refusal, resume=resume, overwrite=overwrite)
+        run = _build_run(config, checked, workdir, refusal, resume=resume, overwrite=overwrite)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -384,10 +410,10 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, 
     return run
 
 
-def _build_run(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, workdir: pathlib.Path,
+def _build_run(config: ml_collections.ConfigDict, checked: config_lib.Checked, workdir: pathlib.Path,
                refusal: Optional[Exception], *, resume: bool, overwrite: bool) -> Run:
     """Builds the run once every process knows whether the primary claimed the workdir; checks and claims it."""
-    task, algorithm, batch_fn = build(config, dataset)
+    _, dataset, task, algorithm, batch_fn = build(config, checked)
     if algorithm.runtime.agree(int(refusal is not None)):  # every process stops when the primary was refused
         raise refusal or ConfigError([f"workdir={str(workdir)!r}: the primary process refused it."])
     config_dict = config_lib.to_dict(config)
@@ -622,8 +648,8 @@ def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = Non
     workdir = pathlib.Path(workdir).absolute()
     config = config_lib.load_run_config(workdir)
     config.backend = "simulate"  # the state is whole in a checkpoint; evaluation needs no workers
-    dataset = config_lib.validate(config)
-    task, algorithm, _ = build(config, dataset)
+    experiment = build(config)
+    dataset, task, algorithm = experiment.dataset, experiment.task, experiment.algorithm
     like = jax.jit(init_state(task, algorithm.optimizer, algorithm.carries_optimizer_state))(
         jax.random.key(int(config.seed)))
     with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:

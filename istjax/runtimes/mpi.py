@@ -508,7 +508,7 @@ def _server(rt: MPIRuntime):
 def _replicas(rt: MPIRuntime):
     alg, comm = rt.algorithm, rt.comm
     x = _Exchange(comm)
-    n, lanes, me, w = rt.size, rt.workers_per_rank, rt.rank, alg.num_workers
+    n, lanes, me = rt.size, rt.workers_per_rank, rt.rank
     carry = alg.carries_optimizer_state
     gradients = alg.exchange == "gradients"
     counted: list[PyTree] = []  # buffers the compiled local phase hands to MPI, recorded when it is traced

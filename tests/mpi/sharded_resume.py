@@ -26,7 +26,6 @@ import orbax.checkpoint as ocp
 import istjax.experiment.driver as driver
 from istjax.experiment.checkpoint import Checkpointer
 from istjax.core import shard as shard_lib
-from istjax.experiment import config as config_lib
 from istjax.experiment.config import ConfigError, default_config
 from istjax.runtimes import mpi as M
 
@@ -110,7 +109,7 @@ assert full["meta"]["digests"] == split["meta"]["digests"]
 say(f"OK resumed sharded run == uninterrupted run, bit for bit, on every rank's shard ({len(fa)} arrays each)")
 
 # No file of either run holds a whole owned leaf: the rank's arrays are its shard, less than the whole model.
-_, alg, _ = driver.build(config(), config_lib.validate(config()))
+alg = driver.build(config()).algorithm
 layout = M.sharded_layout(alg, N, ME)
 full = jax.eval_shape(lambda k: {"params": alg.task.init(k), "model_state": alg.task.init_state(k)},
                       jax.random.key(0))
