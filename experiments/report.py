@@ -401,6 +401,7 @@ def _mpi_phases(d):
 
 
 COMM_MEMORY = "experiments/distributed/results/comm_and_memory.json"
+SHARDED_EVAL = "experiments/distributed/results/sharded_eval_memory.json"
 
 
 def _mib(b: float) -> str:
@@ -432,6 +433,15 @@ scalar("distributed.server_extra", COMM_MEMORY, lambda d: span(
 scalar("distributed.sharded_largest", COMM_MEMORY, lambda d: " / ".join(
     f"{max(_largest(d, r['procs'], 'sharded')) / 2 ** 20:.0f}" for r in d["rows"]
     if r["algorithm"] == "ist" and r["mode"] == "sharded"))
+
+
+def _eval_rss(d, way):
+    row = next(r for r in d["rows"] if r["way"] == way)
+    return " / ".join(f"{r / 2 ** 20:,.0f}" for r in row["max_rss"])
+
+
+scalar("distributed.eval_gather_rss", SHARDED_EVAL, lambda d: _eval_rss(d, "gather"))
+scalar("distributed.eval_in_place_rss", SHARDED_EVAL, lambda d: _eval_rss(d, "in_place"))
 
 
 @table("mpi_goals", BENCH)

@@ -30,6 +30,11 @@ Optional (`OPTIONAL`):
     a dropout rate; above 0, every step receives its own key (``batch["rng"]``).
 ``block_groups()``, ``first_block_groups()``
     a depth-split ResNet's residual-block groups (ResIST; `istjax.models.DepthResNet`).
+``owner_logits(variables, x, *, owner, num_owners, reduce) -> logits``
+    the full network's test-time logits computed by ``num_owners`` processes that each hold slice ``owner`` of every
+    neuron group (`istjax.core.shard.Layout`, every group owned), exchanging only activations: ``reduce`` sums a
+    partial result across them (a partitioned sum's partial sums). The MPI runtime's sharded mode then evaluates
+    without gathering the model (`istjax.models.MLP` provides it).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from collections.abc import Mapping
 from typing import Any, Optional, Protocol, runtime_checkable
 
 __all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "eval_module", "tied_axes",
-           "batch_statistics_at_test", "recomputable", "dropout_rate", "block_groups", "first_block_groups"]
+           "batch_statistics_at_test", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
+           "owner_logits"]
 
 
 @runtime_checkable
@@ -59,6 +65,7 @@ OPTIONAL = {
     "dropout": "field: dropout rate (a step key per step when > 0)",
     "block_groups": "method: ResIST's residual-block groups",
     "first_block_groups": "method: ResIST's one-block groups of a stage's first block",
+    "owner_logits": "method: the test-time logits from every owner's slice, partial sums reduced (sharded eval)",
 }
 
 
@@ -150,6 +157,11 @@ def block_groups(model) -> Optional[dict]:
     """A depth-split ResNet's residual-block groups, or None for a module that is not depth-split."""
     method = _method(model, "block_groups")
     return method() if method is not None else None
+
+
+def owner_logits(model):
+    """The module's ``owner_logits`` (bound), or None: evaluation from owners' slices without a gather."""
+    return _method(model, "owner_logits")
 
 
 def first_block_groups(model) -> dict:

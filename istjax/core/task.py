@@ -84,6 +84,9 @@ class Task:
       min_eval_batch: the smallest batch ``evaluate`` accepts: `MIN_BATCH_STATISTICS_EVAL` for a model that
         normalises with the statistics of the batch it is given at test time (a smaller batch, let alone one
         example, gives another and worse model), else 1.
+      owner_evaluate: ``evaluate`` from one owner's slice of the parameters and model state, given ``owner``,
+        ``num_owners`` and ``reduce`` (a sum across the owners), for a module with ``owner_logits``
+        (`istjax.core.contract`); None otherwise. Every owner gets the same result.
     """
 
     init: Callable[[jax.Array], PyTree]
@@ -96,6 +99,7 @@ class Task:
     min_eval_batch: int = 1
     module: Any = None  # the Flax module `classifier` built the task from (None for hand-written tasks)
     example_x: Any = None  # its example input (shape and dtype), so a family can rebuild the task around the module
+    owner_evaluate: Optional[Callable[..., tuple[jax.Array, dict]]] = None
 
     @classmethod
     def from_loss(cls, init: Callable[[jax.Array], PyTree], loss_fn: Callable[[Units], LossFn],
@@ -222,6 +226,15 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
 
             return jax.tree.map(lambda s: jnp.mean(s, axis=0), jax.vmap(one)(batches_NxB["x"]))
 
+    owner_evaluate = None
+    owner_logits = contract.owner_logits(eval_model)
+    if owner_logits is not None:
+        def owner_evaluate(params, model_state, batch, shared=None, *, owner, num_owners, reduce):
+            del shared  # a module with owner_logits reads no shared input
+            logits = owner_logits({"params": params, **model_state}, batch["x"], owner=owner, num_owners=num_owners,
+                                  reduce=reduce)
+            return scores(logits, batch["y"])
+
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
-                example_x=example_x)
+                example_x=example_x, owner_evaluate=owner_evaluate)

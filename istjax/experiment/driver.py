@@ -219,8 +219,8 @@ def step_examples(config: ml_collections.ConfigDict) -> int:
     return int(config.batch_size)
 
 
-def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int,
-                   train_examples: int = 0) -> Callable[[TrainState], dict[str, float]]:
+def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, train_examples: int = 0,
+                   evaluate_fn: Optional[Callable] = None) -> Callable[[TrainState], dict[str, float]]:
     """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model.
 
     The model runs in test mode (`istjax.Task.evaluate`: running statistics where the model keeps them, and any
@@ -228,13 +228,15 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int,
     examples (0: all). Chunks of ``batch_size`` (`istjax.data.eval_batches`) are put on device once; results are
     example-weighted means. Chunks are equal (``len // batch_size`` of them), never shorter than ``batch_size`` nor
     than the task's ``min_eval_batch`` (a model with batch-statistics BatchNorm normalises each chunk with its own
-    statistics).
+    statistics). ``evaluate_fn`` replaces ``task.evaluate`` (a runtime that evaluates a sharded state in place:
+    `istjax.runtimes.RuntimeHandle.evaluate`).
     """
     shared = dataset.shared
+    evaluate_fn = task.evaluate if evaluate_fn is None else evaluate_fn
 
     @jax.jit
     def chunk(params, model_state, x, y):
-        loss, aux = task.evaluate(params, model_state, {"x": x, "y": y}, shared)
+        loss, aux = evaluate_fn(params, model_state, {"x": x, "y": y}, shared)
         return loss, aux["accuracy"]
 
     size = max(int(batch_size), task.min_eval_batch)
@@ -549,16 +551,28 @@ def _check_finite(run: Run, state: TrainState, metrics: dict, r: int) -> None:
                         f"or check the data.")
 
 
+def _evaluated(run: Run, state: TrainState, evaluate) -> Optional[dict]:
+    """``evaluate`` of the whole model on the primary process (None elsewhere); every process must call it. A
+    runtime that evaluates a sharded state in place (`RuntimeHandle.evaluate`) has every process evaluate its part
+    and gathers nothing; otherwise the state is gathered to the primary, which evaluates it."""
+    handle = run.algorithm.runtime
+    if handle.evaluate is not None:
+        results = evaluate(state)  # collective: the partial sums are reduced across the processes
+        return results if handle.primary else None
+    whole = handle.gather(state)
+    return None if whole is None else evaluate(whole)
+
+
 def _record(run: Run, state: TrainState, metrics: dict, done: int, evaluate) -> Optional[dict]:
-    """The evaluation record after round ``done`` (every process gathers; the primary evaluates)."""
+    """The evaluation record after round ``done`` (every process takes part; the primary's is the record)."""
     c = run.config
     W, K, B = int(c.num_workers), int(c.local_steps), step_examples(c)
-    whole = run.algorithm.runtime.gather(state)
-    if whole is None:
+    results = _evaluated(run, state, evaluate)
+    if results is None:
         return None
     sent, received = _round_bytes(metrics, run.algorithm)
     return {"round": done, "step": done * K, "samples_seen": done * W * K * B, "wall_time_s": run.wall,
-            **evaluate(whole), "round_loss": float(metrics["train_loss"]),
+            **results, "round_loss": float(metrics["train_loss"]),
             "round_accuracy": float(metrics.get("train_accuracy", float("nan"))),
             "bytes_sent_per_worker": sent, "bytes_received_per_worker": received,
             "bytes_total": run.bytes_total, "algorithm": run.algorithm.name, "num_workers": W}
@@ -623,10 +637,10 @@ def _reached(record: Optional[dict], target: Optional[float]) -> bool:
 
 def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: int) -> dict[str, Any]:
     """Evaluates a run that had nothing left to train, writes and prints the summary (step 5)."""
-    # The same decision on every process, since gathering the state is collective under MPI.
-    whole = run.algorithm.runtime.gather(state) if start >= int(run.config.num_rounds) else None
-    if run.primary and whole is not None:
-        records.append({"round": start, **evaluate(whole)})
+    # The same decision on every process, since evaluating is collective under MPI.
+    results = _evaluated(run, state, evaluate) if start >= int(run.config.num_rounds) else None
+    if run.primary and results is not None:
+        records.append({"round": start, **results})
     peak_rss = run.algorithm.runtime.allgather(peak_rss_mib())  # collective: every process, in rank order
     if not run.primary:
         return {"workdir": str(run.workdir), "rounds": max(start, int(run.config.num_rounds)), "primary": False}
@@ -708,6 +722,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
             if (run.workdir / "metrics.jsonl").exists():
                 records = read_metrics(run.workdir / "metrics.jsonl")
         evaluate = make_evaluator(run.task, run.dataset, batch_size=int(config.eval_batch_size),
+                                  evaluate_fn=run.algorithm.runtime.evaluate,
                                   train_examples=int(config.eval_train_examples))
         step_fn = compile_step(run, state) if start < int(config.num_rounds) else None
         state = train_loop(run, state, step_fn, evaluate, records)

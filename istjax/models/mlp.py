@@ -75,6 +75,38 @@ class MLP(nn.Module):
         """This module at the widths of one worker's sub-network (``units["hidden_i"]`` units in layer i)."""
         return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))
 
+    def owner_logits(self, variables, x_BxD: jax.Array, *, owner, num_owners: int, reduce) -> jax.Array:
+        """The test-time logits of the full network, computed by ``num_owners`` processes that each hold slice
+        ``owner`` of every hidden layer's units (`istjax.core.shard.Layout`: ``dense_0`` by its columns, every later
+        kernel by its rows, a hidden layer's biases and BatchNorm parameters by its units); equal to ``apply`` on
+        the whole parameters up to summation order.
+
+        Layer 0 gives this owner's units whole. A later layer's pre-activations are a sum over the previous layer's
+        units, so each owner multiplies its units by its rows and ``reduce`` sums the partial products across the
+        owners (`[B, H]`, an activation, not a weight); each owner keeps its units of the sum. BatchNorm with batch
+        statistics is per unit, so it runs on an owner's units alone.
+        """
+        params = variables["params"]
+        x = x_BxD.reshape(x_BxD.shape[0], -1)
+        h = x
+        for i, width in enumerate(self.hidden):
+            dense = params[f"dense_{i}"]
+            if i == 0:
+                z = h @ dense["kernel"]  # [B, H0 / N]: this owner's units, whole
+            else:
+                share = width // num_owners
+                z = jax.lax.dynamic_slice_in_dim(reduce(h @ dense["kernel"]), owner * share, share, axis=1)
+            if self.use_bias:
+                z = z + dense["bias"][None, :]
+            if self.batch_norm:
+                z = batch_norm(z, params[f"bn_{i}_scale"], params[f"bn_{i}_bias"])
+            h = nn.relu(z)
+        out = params["dense_out"]
+        logits = reduce(h @ out["kernel"]) if self.hidden else h @ out["kernel"]
+        if self.use_bias:
+            logits = logits + out["bias"][None, :]  # shared: every owner holds it whole
+        return batch_norm(logits) if self.output_batch_norm else logits
+
     @nn.compact
     def __call__(self, x_BxD: jax.Array, train: bool = True) -> jax.Array:
         del train  # batch statistics in training and at test time alike: the model keeps no state

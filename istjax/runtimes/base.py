@@ -44,6 +44,10 @@ class RuntimeHandle(NamedTuple):
       rank, size: this process and the process count.
       allgather: ``value -> [value of every process]`` in rank order (collective under MPI), for small Python
         values such as each process's peak memory.
+      evaluate: ``(params, model_state, batch, shared) -> (loss, aux)`` of the whole model from the part of it this
+        process holds, for a runtime that keeps the state sharded and can evaluate it in place (collective: every
+        process calls it and gets the same result; nothing is gathered); None: gather the state to the primary
+        process, which evaluates it with ``task.evaluate``.
     """
 
     name: str
@@ -55,6 +59,7 @@ class RuntimeHandle(NamedTuple):
     rank: int = 0
     size: int = 1
     allgather: Callable[[Any], list] = lambda value: [value]
+    evaluate: Optional[Callable[..., Any]] = None
 
 
 def local_handle(name: str) -> RuntimeHandle:

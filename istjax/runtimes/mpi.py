@@ -43,8 +43,11 @@ phase is counted from the traced buffers it hands to MPI, times the K calls the 
 buffer per worker (no pre-reduction of its own workers), so these equal the analytic ``algorithm.comm``. Metrics
 (losses) travel by a small host allgather that is not counted.
 
-Evaluation: `MPIRuntime.gather` assembles the whole `TrainState` on rank 0 (``None`` on the others); in sharded mode
-that is the one moment rank 0 holds the whole model (checkpoints do not: each rank writes its part).
+Evaluation: `MPIRuntime.gather` assembles the whole `TrainState` on rank 0 (``None`` on the others). In sharded mode a
+model that gives ``owner_logits`` (`istjax.core.contract`; `istjax.models.MLP`) is evaluated in place instead
+(`MPIRuntime.evaluate`): every rank runs its slice of the forward pass and the partial sums of each layer are
+all-reduced, so no rank holds the whole model in a round, an evaluation or a checkpoint; other models are gathered
+to rank 0 for evaluation, the one moment a rank holds all of them.
 """
 
 from __future__ import annotations
@@ -183,6 +186,9 @@ class MPIRuntime:
       gradient_buffers: data parallel's per-step all-reduce: ``"leaves"`` (one per parameter leaf, each posted as
         soon as its gradient is computed) or ``"one"`` (the gradients concatenated into one buffer after the whole
         backward pass); `GRADIENT_BUFFERS`.
+      evaluate: sharded mode, a model with ``owner_logits`` and every neuron group held in shards: the task's
+        evaluation from this rank's part (`istjax.Task.owner_evaluate`; activations all-reduced, no weight moves);
+        None otherwise (`RuntimeHandle.evaluate`).
       phases: set to a dict to profile the parameter-server round: seconds per phase (``batches``, ``distribute``,
         ``scatter``, ``local``, ``gather``, ``collect``, ``metrics``) are added to it, each phase waited for
         (`jax.block_until_ready`) so it is timed alone; None (the default) adds no waits.
@@ -201,6 +207,7 @@ class MPIRuntime:
     last_traffic: Traffic = dataclasses.field(default_factory=Traffic)
     largest_array_bytes: int = 0
     phases: Optional[dict] = None
+    evaluate: Optional[Callable] = None
 
     def _phase(self, name: str, t0: float, *outs) -> float:
         """Adds the time since ``t0`` to phase ``name`` (after waiting for ``outs``) when profiling; the new t0."""
@@ -230,7 +237,7 @@ class MPIRuntime:
         sharded = self.mode == "sharded" and self.algorithm.exchange == "subnetworks"
         return RuntimeHandle(name="mpi", fusable=False, primary=self.is_primary, gather=self.gather,
                              agree=self.agree, whole_state=not sharded, rank=self.rank, size=self.size,
-                             allgather=self.comm.allgather)
+                             allgather=self.comm.allgather, evaluate=self.evaluate)
 
     def as_algorithm(self):
         """The algorithm with this runtime's ``init``, ``round`` and handle: a drop-in for code that takes one."""
@@ -673,6 +680,9 @@ def _sharded(rt: MPIRuntime):
         return state, _finish(rt, traffic, metrics, rt.comm)
 
     rt.init, rt.round, rt.gather = _sharded_init(alg, layout), round_fn, _sharded_gather(alg, layout, x)
+    if alg.task.owner_evaluate is not None and layout.owned == frozenset(layout.group_sizes):
+        rt.evaluate = functools.partial(alg.task.owner_evaluate, owner=layout.owner, num_owners=layout.num_owners,
+                                        reduce=x.allreduce_traced)
 
 
 RUNTIME = Runtime("mpi", build, "workers split across the processes of mpiexec (parameter server or sharded); "

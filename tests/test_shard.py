@@ -1,0 +1,106 @@
+"""The owner-side arithmetic of the sharded mode (`istjax.core.shard`), on one process.
+
+N owners are simulated in a loop, the all-to-alls, all-gather and allreduce done by stacking: what the owners
+distribute and the workers assemble must be exactly `extract`'s sub-networks, and what they collect exactly `merge`'s
+result, for plain, tiled (GraphSAGE's ``[self, neighbour]``), two-group, shared and held-whole leaves. The MLP's
+``owner_logits`` (evaluation from the owners' slices, partial sums reduced) is checked against the whole model.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import istjax
+from istjax.core import shard
+from istjax.core.partition import owner_counts, per_group, stratified, uniform
+from istjax.core.spec import spec_from_table
+from istjax.core.subnet import extract, merge
+from istjax.models import MLP
+
+
+def _tree(h, t):
+    rng = np.random.default_rng(0)
+
+    def leaf(*shape):
+        return jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+    return {"in": leaf(5, h), "hh": leaf(h, h), "tiled": leaf(2 * h, 3), "bias": leaf(h), "small": leaf(t, 4),
+            "out": leaf(3)}
+
+
+def _spec(tree):
+    return spec_from_table(tree, {"in": (None, "h"), "hh": ("h", "g"), "tiled": ("h*2", None), "bias": ("h",),
+                                  "small": ("t", None)})
+
+
+def _stack(trees, pick=lambda x: x):
+    """Stack leaf ``pick(x)`` of every tree on a new axis 0 (None leaves stay None)."""
+    return jax.tree.map(lambda *xs: jnp.stack([pick(x) for x in xs]), *trees)
+
+
+@pytest.mark.parametrize("n,w", [(2, 2), (2, 4), (3, 3)])
+def test_owners_distribute_and_collect_exactly_what_extract_and_merge_do(n, w):
+    h, t = 2 * n * w, w  # groups h and g owned (stratified), t dealt uniformly: held whole
+    tree = _tree(h, t)
+    spec = _spec(tree)
+    sizes = dict(spec.group_sizes)
+    sampler = per_group({"t": uniform()}, default=stratified(n))
+    owned = frozenset(g for g, o in owner_counts(sampler, sizes).items() if o == n)
+    assert owned == {"h", "g"}
+    p = sampler.sample(jax.random.key(3), sizes, w)
+    layouts = [shard.Layout(n, o, w, sizes, owned) for o in range(n)]
+    lanes = w // n
+    assert [layouts[0].role(s) for s in jax.tree.leaves(spec.leaves)] == [
+        shard.OWNED, shard.OWNED, shard.OWNED, shard.SHARED, shard.HELD_WHOLE, shard.OWNED]  # sorted: bias .. tiled
+    parts = [jax.tree.map(lay.shard, spec.leaves, tree) for lay in layouts]
+    for lay in layouts:  # the shards put back together are the whole tree
+        whole = jax.tree.map(lambda s, *xs: shard.unshard(lay, s, jnp.stack(xs)), spec.leaves, *parts)
+        jax.tree.map(np.testing.assert_array_equal, whole, tree)
+
+    # Out: owner o sends piece [d] to owner d; owner d assembles its workers' sub-networks.
+    outs = [shard.owner_distribute(lay, spec.leaves, part, p) for lay, part in zip(layouts, parts)]
+    want = extract(tree, p, spec)
+    assembled = []
+    for d, lay in enumerate(layouts):
+        received = _stack([out for out, _ in outs], lambda x: x[d])
+        workers = shard.worker_assemble(lay, spec.leaves, received, outs[d][1])
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b[d * lanes:(d + 1) * lanes]), workers, want)
+        assembled.append(workers)
+
+    # Back: every worker changed its sub-network; the owners collect what merge would.
+    trained = [jax.tree.map(lambda x, k=d: x * 1.5 + k, a) for d, a in enumerate(assembled)]
+    returns = [shard.worker_return(lay, spec.leaves, tr) for lay, tr in zip(layouts, trained)]
+    gathered = _stack([whole for _, whole, _ in returns])
+    sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, _, s in returns])
+    collected = []
+    for o, lay in enumerate(layouts):
+        returned = _stack([back for back, _, _ in returns], lambda x: x[o])
+        collected.append(shard.owner_collect(lay, spec.leaves, parts[o], p, returned, gathered, sums,
+                                             {g: True for g in sizes}))
+    merged = merge(tree, jax.tree.map(lambda *xs: jnp.concatenate(xs), *trained), p, spec)
+    whole = jax.tree.map(lambda s, *xs: shard.unshard(layouts[0], s, jnp.stack(xs)), spec.leaves, *collected)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), whole, merged)
+
+
+@pytest.mark.parametrize("hidden,use_bias", [((8, 8), False), ((4, 8, 12), True), ((), True)])
+def test_mlp_owner_logits_equal_the_whole_model(hidden, use_bias):
+    """Owners hold slices of every hidden layer; the logits from their slices, with the partial sums of each layer
+    summed across owners (`jax.lax.psum` under `vmap`, as the MPI runtime's allreduce), equal ``apply``."""
+    n = 2
+    model = MLP(hidden=hidden, num_classes=3, use_bias=use_bias)
+    task = istjax.classifier(model, jnp.zeros((4, 6)))
+    params = task.init(jax.random.key(1))
+    sizes = dict(task.spec.group_sizes)
+    lay = shard.Layout(n, 0, n, sizes, frozenset(sizes))
+    parts = _stack([jax.tree.map(lambda s, x, o=o: lay.shard(s, x, o), task.spec.leaves, params) for o in range(n)])
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(300, 6)), jnp.float32)
+
+    def mine(part, owner):
+        return model.owner_logits({"params": part}, x, owner=owner, num_owners=n,
+                                  reduce=lambda v: jax.lax.psum(v, "owners"))
+
+    logits = jax.vmap(mine, axis_name="owners")(parts, jnp.arange(n))
+    full = model.apply({"params": params}, x, train=False)
+    for o in range(n):
+        np.testing.assert_allclose(logits[o], full, rtol=2e-5, atol=2e-5)
