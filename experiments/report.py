@@ -440,6 +440,13 @@ def _eval_rss(d, way):
     return " / ".join(f"{r / 2 ** 20:,.0f}" for r in row["max_rss"])
 
 
+def _eval_live(d, way):
+    row = next(r for r in d["rows"] if r["way"] == way)
+    return " / ".join(f"{v / 2 ** 20:,.0f}" for v in row["live_bytes"])
+
+
+scalar("distributed.eval_gather_live", SHARDED_EVAL, lambda d: _eval_live(d, "gather"))
+scalar("distributed.eval_in_place_live", SHARDED_EVAL, lambda d: _eval_live(d, "in_place"))
 scalar("distributed.eval_gather_rss", SHARDED_EVAL, lambda d: _eval_rss(d, "gather"))
 scalar("distributed.eval_in_place_rss", SHARDED_EVAL, lambda d: _eval_rss(d, "in_place"))
 

@@ -6,6 +6,8 @@ result, for plain, tiled (GraphSAGE's ``[self, neighbour]``), two-group, shared 
 ``owner_logits`` (evaluation from the owners' slices, partial sums reduced) is checked against the whole model.
 """
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,26 +61,27 @@ def test_owners_distribute_and_collect_exactly_what_extract_and_merge_do(n, w):
         jax.tree.map(np.testing.assert_array_equal, whole, tree)
 
     # Out: owner o sends piece [d] to owner d; owner d assembles its workers' sub-networks.
-    outs = [shard.owner_distribute(lay, spec.leaves, part, p) for lay, part in zip(layouts, parts)]
-    want = extract(tree, p, spec)
+    # Each owner's steps jitted, as the runtime runs them (and one compilation instead of an op-by-op dispatch).
+    outs = [jax.jit(partial(shard.owner_distribute, lay, spec.leaves))(part, p) for lay, part in zip(layouts, parts)]
+    want = jax.jit(partial(extract, spec=spec))(tree, p)
     assembled = []
     for d, lay in enumerate(layouts):
         received = _stack([out for out, _ in outs], lambda x: x[d])
-        workers = shard.worker_assemble(lay, spec.leaves, received, outs[d][1])
+        workers = jax.jit(partial(shard.worker_assemble, lay, spec.leaves))(received, outs[d][1])
         jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b[d * lanes:(d + 1) * lanes]), workers, want)
         assembled.append(workers)
 
     # Back: every worker changed its sub-network; the owners collect what merge would.
     trained = [jax.tree.map(lambda x, k=d: x * 1.5 + k, a) for d, a in enumerate(assembled)]
-    returns = [shard.worker_return(lay, spec.leaves, tr) for lay, tr in zip(layouts, trained)]
+    returns = [jax.jit(partial(shard.worker_return, lay, spec.leaves))(tr) for lay, tr in zip(layouts, trained)]
     gathered = _stack([whole for _, whole, _ in returns])
     sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, _, s in returns])
     collected = []
     for o, lay in enumerate(layouts):
         returned = _stack([back for back, _, _ in returns], lambda x: x[o])
-        collected.append(shard.owner_collect(lay, spec.leaves, parts[o], p, returned, gathered, sums,
-                                             {g: True for g in sizes}))
-    merged = merge(tree, jax.tree.map(lambda *xs: jnp.concatenate(xs), *trained), p, spec)
+        collect = jax.jit(partial(shard.owner_collect, lay, spec.leaves, disjoint={g: True for g in sizes}))
+        collected.append(collect(parts[o], p, returned, gathered, sums))
+    merged = jax.jit(partial(merge, spec=spec))(tree, jax.tree.map(lambda *xs: jnp.concatenate(xs), *trained), p)
     whole = jax.tree.map(lambda s, *xs: shard.unshard(layouts[0], s, jnp.stack(xs)), spec.leaves, *collected)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), whole, merged)
 

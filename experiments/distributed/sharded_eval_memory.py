@@ -4,7 +4,8 @@ and evaluated in place (each rank its slice of the forward pass, the partial sum
 The IST paper's 3-layer speech MLP (4096 -> 8192 -> 8192 -> 35, BatchNorm; about 101 M parameters, 404 MB in
 float32) on 2 MPI processes in the sharded mode, W = 2 workers, K = 2 local steps of batch 64: init, one round, then
 one evaluation of 1,024 test examples, either way. Each way is its own ``mpiexec -n 2`` launch (``ru_maxrss`` is a
-process's peak over its life), and rank 0's test loss must be the same both ways.
+process's peak over its life, which the round's temporaries set); the bytes of the arrays each rank holds after the
+evaluation show the gathered model. Rank 0's test loss must be the same both ways.
 
 Command (launches both runs itself and writes ``experiments/distributed/results/sharded_eval_memory.json``, which
 `experiments.report` renders into docs/distributed.md):
@@ -51,9 +52,11 @@ def child(way: str) -> None:
         loss = task.evaluate(whole.params, whole.model_state, test)[0] if whole is not None else jnp.zeros(())
     jax.block_until_ready(loss)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    everyone = M._world().gather(rss, root=0)
+    live = sum(x.nbytes for x in jax.live_arrays())  # what the rank holds after evaluating (the gathered model too)
+    everyone = M._world().gather((rss, live), root=0)
     if M.is_primary():
-        print(json.dumps({"way": way, "max_rss": everyone, "test_loss": float(loss)}), flush=True)
+        print(json.dumps({"way": way, "max_rss": [r for r, _ in everyone], "live_bytes": [v for _, v in everyone],
+                          "test_loss": float(loss)}), flush=True)
 
 
 def main(argv=None) -> int:
@@ -70,7 +73,8 @@ def main(argv=None) -> int:
             return 1
         row = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(row)
-        print(f"{way:9s} peak RSS per rank (MiB): {[round(r / 2 ** 20) for r in row['max_rss']]}; test loss "
+        print(f"{way:9s} peak RSS per rank (MiB): {[round(r / 2 ** 20) for r in row['max_rss']]}; arrays held after "
+              f"the evaluation (MiB): {[round(v / 2 ** 20) for v in row['live_bytes']]}; test loss "
               f"{row['test_loss']:.6f}", flush=True)
     losses = {r["way"]: r["test_loss"] for r in rows}
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
