@@ -15,7 +15,6 @@ import pytest
 
 from istjax.experiment import cli
 from istjax.experiment import config as config_lib
-from istjax import data as data_lib
 from istjax.experiment import driver as train
 from istjax.experiment.checkpoint import Checkpointer
 
@@ -137,7 +136,7 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
     assert proc.returncode == 143, err
     assert "SIGTERM" in err and "checkpoint" in err
     config, *_ = cli.parse_train_args(["istjax", *args])
-    _, algorithm, _ = train.build(config, data_lib.load_dataset("digits"))
+    algorithm = train.build(config).algorithm
     with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
         state, meta, step = ckpt.restore_latest(jax.jit(algorithm.init)(jax.random.key(0)))
     assert step >= 1 and int(state.round) == step and meta["wall_time_s"] > 0
@@ -158,7 +157,7 @@ def test_mpiexec_run_matches_simulate(tmp_path):
     assert p.stdout.count("Finished 3 rounds") == 1  # only the primary prints
     cli.main(["istjax", *args, f"--workdir={tmp_path / 'sim'}"])
     config, *_ = cli.parse_train_args(["istjax", *args])
-    _, algorithm, _ = train.build(config, data_lib.load_dataset("digits"))
+    algorithm = train.build(config).algorithm
     like = jax.jit(algorithm.init)(jax.random.key(0))
     states = []
     for run in ("mpi", "sim"):

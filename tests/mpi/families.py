@@ -12,7 +12,6 @@ Every rank asserts; rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tes
 import sys
 import pathlib
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
