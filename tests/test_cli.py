@@ -48,11 +48,11 @@ def test_misspelt_field_lists_close_matches(capsys):
 
 
 def test_every_config_problem_reported_before_training(capsys, tmp_path):
-    code = cli.main(["istjax", "--config.algorithm=isst", "--config.batch_size=0", "--config.num_workers=3",
+    code = cli.main(["istjax", "--config.algorithm.name=isst", "--config.batch_size=0", "--config.num_workers=3",
                      f"--workdir={tmp_path}"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "algorithm='isst'" in err and "batch_size=0" in err and "2 problem(s)" in err
+    assert "algorithm.name='isst'" in err and "batch_size=0" in err and "2 problem(s)" in err
     assert not (tmp_path / "config.json").exists()  # nothing ran
     assert cli.main(["istjax", "--config.num_workers=3", f"--workdir={tmp_path}"]) == 2
     assert "not divisible by num_workers=3" in capsys.readouterr().err
@@ -146,11 +146,11 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
 @pytest.mark.skipif(not pathlib.Path(sys.executable).with_name("mpiexec").exists(), reason="mpiexec not installed")
 @pytest.mark.slow
 def test_mpiexec_run_matches_simulate(tmp_path):
-    """``mpiexec -n 2 istjax train --config.backend=mpi``: rank 0 records and checkpoints; the result is the
+    """``mpiexec -n 2 istjax train --config.runtime.name=mpi``: rank 0 records and checkpoints; the result is the
     simulate backend's, and the bytes recorded are the ones the MPI runtime measured."""
     args = [*TINY, "--config.num_rounds=3", "--config.eval_every=3", "--config.checkpoint_every=3"]
     mpiexec = str(pathlib.Path(sys.executable).with_name("mpiexec"))
-    p = subprocess.run([mpiexec, "-n", "2", *istjax_command(), "train", *args, "--config.backend=mpi",
+    p = subprocess.run([mpiexec, "-n", "2", *istjax_command(), "train", *args, "--config.runtime.name=mpi",
                         f"--workdir={tmp_path / 'mpi'}"], capture_output=True, text=True, env=subprocess_env(),
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -174,10 +174,10 @@ def test_mpiexec_run_matches_simulate(tmp_path):
 
 
 def test_new_dataset_kwargs_from_the_command_line():
-    config, *_ = cli.parse_train_args(["istjax", "--config.dataset=synthetic_speech",
-                                       "--config.dataset_kwargs.num_train=500", "--config.dataset_kwargs.seed=3",
-                                       "--config.dataset_kwargs.data_dir=/some/path"])
-    assert dict(config.dataset_kwargs) == {"num_train": 500, "seed": 3, "data_dir": "/some/path"}
+    config, *_ = cli.parse_train_args(["istjax", "--config.data.name=synthetic_speech",
+                                       "--config.data.kwargs.num_train=500", "--config.data.kwargs.seed=3",
+                                       "--config.data.kwargs.data_dir=/some/path"])
+    assert dict(config.data.kwargs) == {"num_train": 500, "seed": 3, "data_dir": "/some/path"}
     with pytest.raises(config_lib.ConfigError, match=r"unknown argument\(s\) \['data_dir'\]"):
         config_lib.validate(config)
 

@@ -32,7 +32,7 @@ def test_mpi_example_script(mode):
 def test_lazy_driver_exports():
     import istjax
 
-    assert callable(istjax.train_and_evaluate) and istjax.default_config().algorithm == "ist"
+    assert callable(istjax.train_and_evaluate) and istjax.default_config().algorithm.name == "ist"
 
 
 def test_submodules_reachable_as_attributes():

@@ -249,10 +249,10 @@ def test_cnn_trains_from_a_config_by_name(tmp_path):
     (lambda c: setattr(c.model, "name", "resnet9000"),
      r"model.name='resnet9000' is not a known model.*choose one of \[.*'cnn'.*'mlp'.*register_model"),
     (lambda c: setattr(c.model, "widht", (4, 8)), r"model.widht=\(4, 8\): model 'cnn' has no field 'widht'"),
-    (lambda c: c.group_samplers.update({"blocks": "overlapping"}),
-     r"group_samplers.blocks='overlapping': model 'cnn' has no neuron group 'blocks'.*; its groups are"),
+    (lambda c: c.sampler.groups.update({"blocks": "overlapping"}),
+     r"sampler.groups.blocks='overlapping': model 'cnn' has no neuron group 'blocks'.*; its groups are"),
     (lambda c: setattr(c, "num_workers", 8),
-     r"with num_workers=8 and sampler='uniform': num_workers=8 is larger than neuron group 'stage_0' \(4 units\)"),
+     r"with num_workers=8 and sampler.name='uniform': num_workers=8 is larger than neuron group 'stage_0' \(4 units\)"),
     (lambda c: setattr(c.model, "widths", (4, 0)), r"CNN.widths=\(4, 0\)"),
 ])
 def test_bad_model_config_is_refused_naming_the_field(edit, message):
@@ -265,10 +265,10 @@ def test_bad_model_config_is_refused_naming_the_field(edit, message):
 def test_group_smaller_than_w_is_served_by_a_per_group_sampler_in_the_config():
     c = _cnn_config(inner=((2,), (8,)))
     c.num_workers = 4
-    with pytest.raises(config_lib.ConfigError, match=r"neuron group 'block_0_0' \(2 units\).*group_samplers"):
+    with pytest.raises(config_lib.ConfigError, match=r"neuron group 'block_0_0' \(2 units\).*sampler.groups"):
         config_lib.validate(c)
-    c.group_samplers.block_0_0 = "overlapping"
-    c.sampler_args.min_units = 1
+    c.sampler.groups.block_0_0 = "overlapping"
+    c.sampler.min_units = 1
     config_lib.validate(c)  # accepted: the block group is dealt with overlap, the channels uniformly
     assert config_lib.make_sampler(c).name == "per_group(block_0_0=overlapping,*=uniform)"
 

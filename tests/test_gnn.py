@@ -183,25 +183,25 @@ def test_gist_from_configs_full_graph_and_clusters(tmp_path):
     from istjax.experiment import config as config_lib
 
     c = config_lib.default_config()
-    c.dataset = "csbm"
-    c.dataset_kwargs = ml_collections.ConfigDict({"num_nodes": 600, "num_classes": 3, "num_features": 8,
+    c.data.name = "csbm"
+    c.data.kwargs = ml_collections.ConfigDict({"num_nodes": 600, "num_classes": 3, "num_features": 8,
                                                   "num_val": 50, "num_test": 300, "seed": 1})
     c.model = ml_collections.ConfigDict({"name": "gcn", "hidden": (16,), "layer_norm": True})
-    c.num_workers, c.local_steps, c.batch_size, c.sharding = 2, 2, 30, "shared"
+    c.num_workers, c.local_steps, c.batch_size, c.data.sharding = 2, 2, 30, "shared"
     c.num_rounds, c.eval_every, c.progress, c.target_accuracy, c.optimizer = 4, 2, False, None, "adam"
     c.learning_rate = 0.01
     full = istjax.train_and_evaluate(c, tmp_path / "full")
     assert full["rounds"] == 4 and full["test_accuracy"] > 0.5  # 3 informative blocks: well above chance (1/3)
-    c.model.name, c.graph_batches, c.num_clusters, c.clusters_per_step = "graphsage", "clusters", 6, 2
+    c.model.name, c.data.graph_batches, c.data.num_clusters, c.data.clusters_per_step = "graphsage", "clusters", 6, 2
     mini = istjax.train_and_evaluate(c, tmp_path / "clusters")
     assert mini["rounds"] == 4 and np.isfinite(mini["test_loss"])
-    c.num_clusters = 601
+    c.data.num_clusters = 601
     with pytest.raises(config_lib.ConfigError, match="num_clusters=601: the graph has only 600 nodes"):
         config_lib.validate(c)
-    c.num_clusters, c.clusters_per_step = 6, 7
+    c.data.num_clusters, c.data.clusters_per_step = 6, 7
     with pytest.raises(config_lib.ConfigError, match="clusters_per_step=7: must be at most num_clusters=6"):
         config_lib.validate(c)
-    c.dataset, c.dataset_kwargs, c.clusters_per_step = "digits", ml_collections.ConfigDict(), 1
+    c.data.name, c.data.kwargs, c.data.clusters_per_step = "digits", ml_collections.ConfigDict(), 1
     with pytest.raises(config_lib.ConfigError, match="graph_batches='clusters': cuts a graph into clusters"):
         config_lib.validate(c)
 
@@ -235,11 +235,11 @@ def test_dropout_draws_from_the_step_key_the_batch_carries(tmp_path):
     from istjax.experiment import config as config_lib
 
     c = config_lib.default_config()
-    c.dataset = "csbm"
-    c.dataset_kwargs = ml_collections.ConfigDict({"num_nodes": 400, "num_classes": 3, "num_features": 8,
+    c.data.name = "csbm"
+    c.data.kwargs = ml_collections.ConfigDict({"num_nodes": 400, "num_classes": 3, "num_features": 8,
                                                   "num_val": 50, "num_test": 200, "seed": 1})
     c.model = ml_collections.ConfigDict({"name": "gcn", "hidden": (16,), "dropout": 0.5})
-    c.num_workers, c.local_steps, c.batch_size, c.sharding = 2, 2, 30, "shared"
+    c.num_workers, c.local_steps, c.batch_size, c.data.sharding = 2, 2, 30, "shared"
     c.num_rounds, c.eval_every, c.progress, c.target_accuracy = 2, 2, False, None
     summary = istjax.train_and_evaluate(c, tmp_path / "dropout")
     assert summary["rounds"] == 2 and np.isfinite(summary["test_loss"])

@@ -258,16 +258,16 @@ def test_config_validator_accepts_fashion_mnist(tmp_path):
 
     root, _ = _make_set(tmp_path / "fm", n_train=300, n_test=260)
     c = C.default_config()
-    c.dataset = "fashion_mnist"
+    c.data.name = "fashion_mnist"
     c.model.hidden = (16,)
     c.num_workers, c.batch_size = 2, 8
-    with c.dataset_kwargs.unlocked():
-        c.dataset_kwargs.data_dir = str(root)
-        c.dataset_kwargs.flatten = True
+    with c.data.kwargs.unlocked():
+        c.data.kwargs.data_dir = str(root)
+        c.data.kwargs.flatten = True
     ds = C.validate(c)
     assert ds.train_x.shape == (300, 784)
-    with c.dataset_kwargs.unlocked():
-        c.dataset_kwargs.data_dir = str(tmp_path / "absent")
+    with c.data.kwargs.unlocked():
+        c.data.kwargs.data_dir = str(tmp_path / "absent")
     with pytest.raises(C.ConfigError, match="apt-get install dataset-fashion-mnist"):
         C.validate(c)
 
@@ -407,7 +407,7 @@ def test_augment_batches_on_make_batch_fn_output(tmp_path):
 
 @pytest.mark.slow
 def test_augmented_batch_fn_through_the_driver_resumes_exactly(tmp_path):
-    """`--config.augment=True` on Fashion-MNIST with a CNN: batches differ from the plain ones, are a pure function
+    """`--config.data.augment=True` on Fashion-MNIST with a CNN: batches differ from the plain ones, are a pure function
     of (seed, round) (an interrupted and resumed run equals an uninterrupted one), and the fused round uses them."""
     import ml_collections
 
@@ -427,8 +427,8 @@ def test_augmented_batch_fn_through_the_driver_resumes_exactly(tmp_path):
 
     def config(rounds):
         c = config_lib.default_config()
-        c.dataset, c.augment, c.augment_pad = "fashion_mnist", True, 2
-        c.dataset_kwargs = ml_collections.ConfigDict({"num_train": 512, "num_test": 256})
+        c.data.name, c.data.augment, c.data.augment_pad = "fashion_mnist", True, 2
+        c.data.kwargs = ml_collections.ConfigDict({"num_train": 512, "num_test": 256})
         c.model = ml_collections.ConfigDict({"name": "cnn", "widths": (4, 8), "batch_norm": "running"})
         c.num_workers, c.local_steps, c.batch_size, c.num_rounds = 2, 2, 8, rounds
         c.eval_every, c.checkpoint_every, c.eval_train_examples, c.progress = 2, 1, 256, False

@@ -99,7 +99,7 @@ def test_an_error_every_rank_meets_is_printed_once_by_rank_0(tmp_path):
     """Under mpiexec a config error (here W = 3 on 2 processes) stops every rank; it is printed once, not N times."""
     istjax = pathlib.Path(sys.executable).parent / "istjax"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    out = subprocess.run([str(MPIEXEC), "-n", "2", str(istjax), "train", "--config.backend=mpi",
+    out = subprocess.run([str(MPIEXEC), "-n", "2", str(istjax), "train", "--config.runtime.name=mpi",
                           "--config.num_workers=3", "--config.model.hidden=(6,)", "--config.progress=False",
                           f"--workdir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=300, env=env)
     text = out.stdout + out.stderr

@@ -59,12 +59,17 @@ def test_a_registered_algorithm_is_found_by_the_driver_options():
     assert reg.names() == ["a", "b"] and reg["b"] == 2 and "b" in reg and 3 not in reg and len(reg) == 2
     with pytest.raises(ValueError, match="non-empty str name"):
         reg.register("", 3)
-    # The driver reads an entry's declared options; every option an entry declares has a config value.
-    from istjax.experiment import driver
+    # The driver reads an entry's declared options from the config's sections; every option an entry declares has a
+    # config value, and a runtime's options are its section's fields.
+    import istjax.runtimes as runtimes
+    from istjax.experiment import config as config_lib, driver
 
+    config = config_lib.default_config()
     for name, entry in ALGORITHMS.items():
         assert isinstance(entry, AlgorithmEntry)
-        assert set(entry.options) <= set(driver._OPTION_VALUES), name
+        assert set(driver._factory_options(config, entry.options)) >= set(entry.options), name
+    for name in runtimes.names():
+        assert set(runtimes.get(name).config_options) <= set(config.runtime), name
 
 
 def test_sampler_entries_build_what_their_options_say():

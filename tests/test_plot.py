@@ -19,7 +19,7 @@ def run_dirs(tmp_path_factory):
     dirs = []
     for algo in ("ist", "local_sgd"):
         c = config_lib.default_config()
-        c.algorithm, c.num_workers, c.local_steps, c.batch_size = algo, 2, 2, 16
+        c.algorithm.name, c.num_workers, c.local_steps, c.batch_size = algo, 2, 2, 16
         c.model.hidden, c.num_rounds, c.eval_every, c.progress = (8,), 4, 2, False
         c.eval_train_examples = 256  # the smallest evaluation batch of a batch-statistics model
         train.train_and_evaluate(c, root / algo)
@@ -33,7 +33,7 @@ def test_metrics_lines_carry_the_schema(run_dirs):
         assert [r["round"] for r in run.records] == [2, 4]
         for rec in run.records:
             assert set(RECORD_FIELDS) <= set(rec), set(RECORD_FIELDS) - set(rec)
-        assert plot.label(run) == f"{run.config['algorithm']} W=2 K=2"
+        assert plot.label(run) == f"{run.config['algorithm']['name']} W=2 K=2"
 
 
 def test_plot_writes_a_png_from_run_dirs(run_dirs, tmp_path):

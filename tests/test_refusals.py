@@ -105,7 +105,7 @@ def test_a_tiny_width_multiplier_rounds_widths_up_to_one():
 @pytest.mark.parametrize("kwarg,words", [("num_samples=0", "num_samples=0 must be >= 10"),
                                          ("train_split=1.0", "train_split=1.0: a fraction in (0, 1) that leaves")])
 def test_mnist1d_sizes_that_leave_a_split_empty_are_refused(capsys, kwarg, words):
-    refused(main_in_process(capsys, "--config.dataset=mnist1d", f"--config.dataset_kwargs.{kwarg}"), words)
+    refused(main_in_process(capsys, "--config.data.name=mnist1d", f"--config.data.kwargs.{kwarg}"), words)
 
 
 def _fsdd_archive(path: pathlib.Path, clips: int = 20) -> pathlib.Path:
@@ -133,16 +133,16 @@ def test_fsdd_archive_cut_short_is_refused(tmp_path):
     real = DATA / speech.FSDD_ARCHIVE
     source = real if real.exists() else _fsdd_archive(tmp_path / "whole.tar.gz")
     _cut_short(source, tmp_path / "fsdd" / speech.FSDD_ARCHIVE)
-    p = run_istjax("train", "--config.dataset=fsdd", f"--config.dataset_kwargs.data_dir={tmp_path / 'fsdd'}",
+    p = run_istjax("train", "--config.data.name=fsdd", f"--config.data.kwargs.data_dir={tmp_path / 'fsdd'}",
                    f"--workdir={tmp_path / 'run'}")
     err = refused((p.returncode, p.stderr), f"{speech.FSDD_ARCHIVE}: not a complete tar archive (EOFError",
                   "truncated or corrupt", "Copy it again")
-    assert "dataset_kwargs=" in err
+    assert "data.kwargs=" in err
 
 
 def test_fsdd_archive_that_is_not_an_archive_is_refused(tmp_path, capsys):
     (tmp_path / speech.FSDD_ARCHIVE).write_bytes(b"<html>404 Not Found</html>" * 40)
-    refused(main_in_process(capsys, "--config.dataset=fsdd", f"--config.dataset_kwargs.data_dir={tmp_path}"),
+    refused(main_in_process(capsys, "--config.data.name=fsdd", f"--config.data.kwargs.data_dir={tmp_path}"),
             "not a complete tar archive (ReadError", "Copy it again")
 
 
@@ -152,7 +152,7 @@ def test_fsdd_feature_cache_cut_short_is_refused(tmp_path, monkeypatch, capsys):
     speech.load_fsdd(tmp_path)  # writes the cache
     (cached,) = (tmp_path / "cache").glob("fsdd-*.npz")
     _cut_short(cached, cached)
-    refused(main_in_process(capsys, "--config.dataset=fsdd", f"--config.dataset_kwargs.data_dir={tmp_path}"),
+    refused(main_in_process(capsys, "--config.data.name=fsdd", f"--config.data.kwargs.data_dir={tmp_path}"),
             f"{cached}: not a complete istjax cache file", "Delete it; the next load rebuilds it.")
 
 
@@ -169,8 +169,8 @@ def test_keywords_cache_cut_short_is_refused(tmp_path, monkeypatch, capsys):
     keywords.load_spoken_keywords(per_word=4, test_fraction=0.25)
     (cached,) = tmp_path.glob("keywords-*.npz")
     _cut_short(cached, cached)
-    refused(main_in_process(capsys, "--config.dataset=spoken_keywords", "--config.dataset_kwargs.per_word=4",
-                            "--config.dataset_kwargs.test_fraction=0.25"),
+    refused(main_in_process(capsys, "--config.data.name=spoken_keywords", "--config.data.kwargs.per_word=4",
+                            "--config.data.kwargs.test_fraction=0.25"),
             "not a complete istjax cache file", "Delete it; the next load rebuilds it.")
 
 
@@ -189,8 +189,8 @@ def test_tfds_shard_cut_short_is_refused(tmp_path, capsys):
     shard = version / "speech_commands-train.array_record-00000-of-00001"
     _cut_short(shard, shard)
     tfds_data.load_tfds.cache_clear()
-    refused(main_in_process(capsys, "--config.dataset=tfds:speech_commands",
-                            f"--config.dataset_kwargs.data_dir={tmp_path}"),
+    refused(main_in_process(capsys, "--config.data.name=tfds:speech_commands",
+                            f"--config.data.kwargs.data_dir={tmp_path}"),
             "not a set of complete array_record shards (RuntimeError", "re-prepare it:", "download_and_prepare",
             lines=3)  # the preparation command is on a line of its own, to copy
 
@@ -215,13 +215,13 @@ def _as_if_launched_by_mpiexec(monkeypatch, ranks: int):
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed")
 @pytest.mark.slow
 def test_sharded_mpi_with_the_default_sampler_says_the_command_line_fix(tmp_path):
-    args = ["train", "--config.backend=mpi", "--config.mpi_mode=sharded", "--config.progress=False"]
+    args = ["train", "--config.runtime.name=mpi", "--config.runtime.mode=sharded", "--config.progress=False"]
     p = run_istjax(*args, f"--workdir={tmp_path / 'a'}", mpi_ranks=2)
-    err = refused((p.returncode, p.stdout + p.stderr), "--config.sampler=stratified --config.sampler_args.num_owners=2",
-                  "--config.mpi_mode=parameter_server", "every one of the 2 ranks stopped")
+    err = refused((p.returncode, p.stdout + p.stderr), "--config.sampler.name=stratified --config.sampler.num_owners=2",
+                  "--config.runtime.mode=parameter_server", "every one of the 2 ranks stopped")
     assert "istjax.ist(" not in err
     # The fix it names runs (and the two ranks of one job are one writer of the workdir).
-    p = run_istjax(*args, "--config.sampler=stratified", "--config.sampler_args.num_owners=2", *TINY,
+    p = run_istjax(*args, "--config.sampler.name=stratified", "--config.sampler.num_owners=2", *TINY,
                    "--config.num_rounds=2", f"--workdir={tmp_path / 'b'}", mpi_ranks=2)
     assert p.returncode == 0, p.stderr[-3000:]
     assert [r["round"] for r in read_metrics(tmp_path / "b")] == [2]
@@ -233,31 +233,31 @@ def test_sharded_mpi_fix_speaks_python_from_python_and_flags_from_the_cli(monkey
         mpi.sharded_layout(istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1), 2, 0)
     _as_if_launched_by_mpiexec(monkeypatch, 2)
     config = config_lib.default_config()
-    config.backend, config.mpi_mode = "mpi", "sharded"
-    with pytest.raises(config_lib.ConfigError, match="--config.sampler=stratified --config.sampler_args.num_owners=2"):
+    config.runtime.name, config.runtime.mode = "mpi", "sharded"
+    with pytest.raises(config_lib.ConfigError, match="--config.sampler.name=stratified --config.sampler.num_owners=2"):
         config_lib.validate(config, load_data=False)
-    config.sampler, config.sampler_args.num_owners = "stratified", 2
+    config.sampler.name, config.sampler.num_owners = "stratified", 2
     config_lib.validate(config, load_data=False)  # the fix it names passes
 
 
 @pytest.mark.parametrize("fields,words", [
-    ({"sampler": "stratified", "sampler_args.num_owners": 3}, "with num_owners=3, which deals none that way. Add --config.sampler=stratified"),
-    ({"sampler": "stratified", "sampler_args.num_owners": 2, "model_state": "recompute"},
-     "Use --config.model_state=carry or --config.mpi_mode=parameter_server"),
-    ({"algorithm": "resist"}, "Add --config.sampler_args.num_owners=2, or --config.mpi_mode=parameter_server"),
-    ({"group_samplers.hidden_0": "uniform"}, "deals none that way. Add --config.sampler=stratified"),
+    ({"sampler.name": "stratified", "sampler.num_owners": 3}, "with num_owners=3, which deals none that way. Add --config.sampler.name=stratified"),
+    ({"sampler.name": "stratified", "sampler.num_owners": 2, "algorithm.model_state": "recompute"},
+     "Use --config.algorithm.model_state=carry or --config.runtime.mode=parameter_server"),
+    ({"algorithm.name": "resist"}, "Add --config.sampler.num_owners=2, or --config.runtime.mode=parameter_server"),
+    ({"sampler.groups.hidden_0": "uniform"}, "deals none that way. Add --config.sampler.name=stratified"),
 ])
 def test_other_sharded_mpi_misfits_speak_the_command_line(monkeypatch, capsys, fields, words):
     _as_if_launched_by_mpiexec(monkeypatch, 2)
     flags = [f"--config.{k}={v}" for k, v in fields.items()]
-    refused(main_in_process(capsys, "--config.backend=mpi", "--config.mpi_mode=sharded", *flags), words, lines=4)
+    refused(main_in_process(capsys, "--config.runtime.name=mpi", "--config.runtime.mode=sharded", *flags), words, lines=4)
 
 
 def test_worker_count_misfit_speaks_each_interfaces_terms(monkeypatch, capsys):
     with pytest.raises(ValueError, match=r"Use num_workers=2 or 4, or launch"):
         mpi.check_fit(3, 2)
     _as_if_launched_by_mpiexec(monkeypatch, 2)
-    refused(main_in_process(capsys, "--config.backend=mpi", "--config.num_workers=3", "--config.model.hidden=(6,)"),
+    refused(main_in_process(capsys, "--config.runtime.name=mpi", "--config.num_workers=3", "--config.model.hidden=(6,)"),
             "does not fit 2 MPI processes", "Use --config.num_workers=2 or 4")
 
 
@@ -285,24 +285,24 @@ def test_config_that_is_a_directory_is_named_so(tmp_path, capsys):
 
 def test_group_samplers_from_the_command_line_as_the_help_shows(capsys):
     assert cli.main(["istjax", "--help"]) == 0
-    assert "--config.group_samplers.block_0_0=overlapping" in capsys.readouterr().out
-    config, *_ = cli.parse_train_args(["istjax", "--config.group_samplers.hidden_0=overlapping",
-                                       "--config.sampler_args.min_units=200"])
-    assert dict(config.group_samplers) == {"hidden_0": "overlapping"}
+    assert "--config.sampler.groups.block_0_0=overlapping" in capsys.readouterr().out
+    config, *_ = cli.parse_train_args(["istjax", "--config.sampler.groups.hidden_0=overlapping",
+                                       "--config.sampler.min_units=200"])
+    assert dict(config.sampler.groups) == {"hidden_0": "overlapping"}
     config_lib.validate(config)
     assert config_lib.make_sampler(config).name == "per_group(hidden_0=overlapping,*=uniform)"
 
 
 def test_group_sampler_for_a_group_the_model_lacks_names_its_groups(tmp_path):
-    p = run_istjax("train", "--config.group_samplers.block_0_0=overlapping", f"--workdir={tmp_path / 'run'}")
-    err = refused((p.returncode, p.stderr), "group_samplers.block_0_0='overlapping'",
+    p = run_istjax("train", "--config.sampler.groups.block_0_0=overlapping", f"--workdir={tmp_path / 'run'}")
+    err = refused((p.returncode, p.stderr), "sampler.groups.block_0_0='overlapping'",
                   "has no neuron group 'block_0_0'; its groups are ['hidden_0']")
     assert "unknown config field" not in err
 
 
 def test_unknown_sampler_for_a_group_lists_the_samplers(capsys):
-    refused(main_in_process(capsys, "--config.group_samplers.hidden_0=overlaping"),
-            "group_samplers.hidden_0='overlaping'", "did you mean 'overlapping'", "choose one of")
+    refused(main_in_process(capsys, "--config.sampler.groups.hidden_0=overlaping"),
+            "sampler.groups.hidden_0='overlaping'", "did you mean 'overlapping'", "choose one of")
 
 
 @pytest.mark.slow

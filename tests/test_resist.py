@@ -215,7 +215,7 @@ def test_resist_from_a_config(tmp_path):
     import istjax.experiment.config as config_lib
 
     c = config_lib.default_config()
-    c.algorithm, c.resist_min_depth = "resist", 1
+    c.algorithm.name, c.algorithm.min_depth = "resist", 1
     c.model = ml_collections.ConfigDict({"name": "depth_resnet", "stage_sizes": (3, 3), "widths": (4, 8),
                                          "image_shape": (8, 8, 1)})
     c.num_workers, c.local_steps, c.batch_size, c.num_rounds, c.eval_every, c.progress = 4, 2, 16, 2, 2, False
@@ -229,11 +229,11 @@ def test_resist_from_a_config(tmp_path):
     scaled = evaluate_run(tmp_path / "run")
     assert scaled["test_loss"] == pytest.approx(summary["test_loss"], rel=1e-5)
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
-    saved["resist_test_scale"] = False
+    saved["algorithm"]["test_scale"] = False
     (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
     assert evaluate_run(tmp_path / "run")["test_loss"] != pytest.approx(scaled["test_loss"], rel=1e-4)
-    c.resist_min_depth = 0
-    with pytest.raises(config_lib.ConfigError, match=r"resist_min_depth=0: num_workers=4 is more than the 2"):
+    c.algorithm.min_depth = 0
+    with pytest.raises(config_lib.ConfigError, match=r"algorithm.min_depth=0: num_workers=4 is more than the 2"):
         config_lib.validate(c)
     c.model = ml_collections.ConfigDict({"name": "mlp", "hidden": (8,)})
     with pytest.raises(config_lib.ConfigError, match="needs model.name='depth_resnet'"):
@@ -254,7 +254,7 @@ def test_ablation_configs_are_the_papers_cumulative_steps():
     for step in steps:
         c, _, _, _ = cli.parse_train_args(["istjax", f"--config={path}:{step}"])
         config_lib.validate(c, load_data=False)
-        seen.append((c.model.partition_strided, tuple(c.model.partitioned_stages), c.resist_test_scale,
+        seen.append((c.model.partition_strided, tuple(c.model.partitioned_stages), c.algorithm.test_scale,
                      c.model.preactivation))
     assert seen == [(True, (0, 1, 2), False, False), (False, (0, 1, 2), False, False), (False, (2,), False, False),
                     (False, (2,), True, False), (False, (2,), True, True)]

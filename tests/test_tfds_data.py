@@ -61,10 +61,10 @@ def test_mock_cifar10_trains_a_resnet_with_channel_ist_from_a_config(tmp_path):
     from istjax.experiment.driver import train_and_evaluate
 
     c = config_lib.default_config()
-    c.dataset, c.dataset_kwargs = "tfds:cifar10", ml_collections.ConfigDict({"data_dir": str(tmp_path / "data")})
+    c.data.name, c.data.kwargs = "tfds:cifar10", ml_collections.ConfigDict({"data_dir": str(tmp_path / "data")})
     c.model = ml_collections.ConfigDict({"name": "resnet", "stage_sizes": (1, 1), "widths": (8, 16)})
     c.num_workers, c.local_steps, c.batch_size, c.num_rounds, c.eval_every = 2, 2, 8, 3, 3
-    c.optimizer, c.learning_rate, c.augment, c.checkpoint_every = "momentum", 0.05, True, 3
+    c.optimizer, c.learning_rate, c.data.augment, c.checkpoint_every = "momentum", 0.05, True, 3
     with tfds.testing.mock_data(num_examples=300):
         summary = train_and_evaluate(c, tmp_path / "run")
     assert summary["rounds"] == 3 and summary["algorithm"] == "ist"

@@ -94,14 +94,14 @@ def test_end_to_end_metrics_schema(tmp_path):
 
 
 @pytest.mark.parametrize("algorithm,extra", [
-    ("ist", {"optimizer": "momentum", "optimizer_state": "carry"}),
+    ("ist", {"optimizer": "momentum", "algorithm.optimizer_state": "carry"}),
     ("data_parallel", {"optimizer": "momentum"}),
 ])
 def test_interrupt_and_resume_is_bitwise(tmp_path, algorithm, extra):
-    full = tiny_config(algorithm=algorithm, **extra)
+    full = tiny_config(**{"algorithm.name": algorithm}, **extra)
     train.train_and_evaluate(full, tmp_path / "full")
     # "Interrupted" after 2 rounds, then resumed to 4 (a new num_rounds needs --resume).
-    train.train_and_evaluate(tiny_config(algorithm=algorithm, num_rounds=2, **extra), tmp_path / "split")
+    train.train_and_evaluate(tiny_config(**{"algorithm.name": algorithm}, num_rounds=2, **extra), tmp_path / "split")
     with pytest.raises(config_lib.ConfigError, match="--resume"):
         train.train_and_evaluate(full, tmp_path / "split")
     train.train_and_evaluate(full, tmp_path / "split", resume=True)
@@ -164,14 +164,14 @@ def test_resume_without_a_run_is_a_config_error(tmp_path):
 
 
 def test_validate_reports_every_problem_at_once():
-    c = tiny_config(algorithm="isst", num_rounds=0, learning_rate=-1.0, backend="gpu", batch_size=1000,
-                    sampler="unifrom")
+    c = tiny_config(**{"algorithm.name": "isst", "runtime.name": "gpu", "sampler.name": "unifrom"}, num_rounds=0,
+                    learning_rate=-1.0, batch_size=1000)
     c.num_workers = 3  # 32 hidden units do not split in 3 (reported only when the algorithm/sampler are known)
     with pytest.raises(config_lib.ConfigError) as e:
         config_lib.validate(c)
     msg = str(e.value)
-    for field in ("algorithm='isst'", "num_rounds=0", "learning_rate=-1.0", "backend='gpu'", "batch_size=1000",
-                  "sampler='unifrom'"):
+    for field in ("algorithm.name='isst'", "num_rounds=0", "learning_rate=-1.0", "runtime.name='gpu'",
+                  "batch_size=1000", "sampler.name='unifrom'"):
         assert field in msg, (field, msg)
     assert "did you mean 'ist'" in msg and "did you mean 'uniform'" in msg
     assert len(e.value.problems) == 6
@@ -180,7 +180,7 @@ def test_validate_reports_every_problem_at_once():
     c.num_workers = 3
     with pytest.raises(config_lib.ConfigError, match=r"model.hidden=\(32,\) with num_workers=3.*not divisible"):
         config_lib.validate(c)
-    c.sampler = "uniform_pad"
+    c.sampler.name = "uniform_pad"
     config_lib.validate(c)  # padding accepts it
     c = tiny_config(num_workers=64)  # wider than the 32-unit group
     with pytest.raises(config_lib.ConfigError, match="larger than neuron group"):
@@ -189,7 +189,7 @@ def test_validate_reports_every_problem_at_once():
     with pytest.raises(config_lib.ConfigError, match=r"batch_size=800: larger than a worker's shard .* = 718"):
         config_lib.validate(c)
     c = tiny_config()
-    c.dataset_kwargs.test_sise = 100
+    c.data.kwargs.test_sise = 100
     with pytest.raises(config_lib.ConfigError, match="test_sise"):
         config_lib.validate(c)
     c = tiny_config()

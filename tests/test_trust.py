@@ -231,9 +231,9 @@ def test_full_disk_on_a_real_small_file_system(tmp_path, capsys):
 
 
 def test_mpi_backend_without_mpiexec_says_how_to_launch(tmp_path, capsys):
-    assert cli.main(["istjax", "train", f"--workdir={tmp_path}", "--config.backend=mpi", *TINY]) == 2
+    assert cli.main(["istjax", "train", f"--workdir={tmp_path}", "--config.runtime.name=mpi", *TINY]) == 2
     err = capsys.readouterr().err
-    assert "mpiexec -n 2 istjax train --config.backend=mpi" in err
+    assert "mpiexec -n 2 istjax train --config.runtime.name=mpi" in err
     task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((4, 5)))
     with pytest.raises(ValueError, match="one process.*mpiexec -n 2"):
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1, backend="mpi")

@@ -21,7 +21,7 @@ def get_config(arg=None):
     """`cora_gist.py` on Citeseer."""
     c = runpy.run_path(str(pathlib.Path(__file__).with_name("cora_gist.py")))["get_config"](arg)
     c.name = "citeseer_gist"
-    c.dataset = "citeseer"
+    c.data.name = "citeseer"
     c.batch_size = 120  # every training node, every step
     c.target_accuracy = 0.65
     return c

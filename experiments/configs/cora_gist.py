@@ -9,7 +9,7 @@ is exactly full-model training. No LayerNorm: with it the 256-wide GCN fits the 
 loss and loses about 4 points of test accuracy (``docs/graphs.md``, the recipe study). Two differences from the paper's code
 remain: the weight decay covers every parameter (the paper's only the first layer's kernel) and the layers have
 biases. The graph is the shared input: every worker reads it, none copies it. Reads the Planetoid files from
-``$ISTJAX_DATA_DIR/planetoid`` (or ``--config.dataset_kwargs.data_dir``); GraphSAGE is
+``$ISTJAX_DATA_DIR/planetoid`` (or ``--config.data.kwargs.data_dir``); GraphSAGE is
 ``--config.model.name=graphsage``, the paper's 16 hidden features ``--config.model.hidden='(16,)'``.
 
 Command::
@@ -29,17 +29,17 @@ def get_config(arg=None):
     del arg
     c = default_config()
     c.name = "cora_gist"
-    c.algorithm = "ist"
-    c.dataset = "cora"
+    c.algorithm.name = "ist"
+    c.data.name = "cora"
     c.model = ml_collections.ConfigDict({"name": "gcn", "hidden": (256,), "layer_norm": False, "dropout": 0.5})
     c.num_workers = 2
     c.local_steps = 10
     c.batch_size = 140  # every training node, every step (full-graph GCN training)
-    c.sharding = "shared"  # every worker trains on the whole training set
+    c.data.sharding = "shared"  # every worker trains on the whole training set
     c.optimizer = "adam"
     c.learning_rate = 0.01
     c.weight_decay = 5e-4
-    c.optimizer_state = "carry"  # Adam's moments are dealt and merged with their parameters: W=1 = full training
+    c.algorithm.optimizer_state = "carry"  # Adam's moments are dealt and merged with their parameters: W=1 = full training
     c.num_rounds = 20  # x K = 10: Kipf and Welling's 200 steps
     c.eval_every = 10
     c.checkpoint_every = 10

@@ -22,18 +22,18 @@ def get_config(arg=None):
     del arg
     c = default_config()
     c.name = "csbm_gist"
-    c.algorithm = "ist"
-    c.dataset = "csbm"
-    c.dataset_kwargs = ml_collections.ConfigDict({"num_nodes": 10_000, "num_classes": 7, "num_features": 64,
+    c.algorithm.name = "ist"
+    c.data.name = "csbm"
+    c.data.kwargs = ml_collections.ConfigDict({"num_nodes": 10_000, "num_classes": 7, "num_features": 64,
                                                   "avg_degree": 10.0, "train_per_class": 300,
                                                   "seed": 0})
     c.model = ml_collections.ConfigDict({"name": "graphsage", "hidden": (256,), "layer_norm": True})
     c.num_workers = 4
     c.local_steps = 10
-    c.graph_batches = "clusters"
-    c.num_clusters = 32
-    c.clusters_per_step = 1
-    c.cluster_method = "metis"
+    c.data.graph_batches = "clusters"
+    c.data.num_clusters = 32
+    c.data.clusters_per_step = 1
+    c.data.cluster_method = "metis"
     c.optimizer = "adam"
     c.learning_rate = 0.01
     c.num_rounds = 30

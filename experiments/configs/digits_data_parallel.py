@@ -17,5 +17,5 @@ def get_config(arg=None):
     del arg
     c = default_config()
     c.name = "digits_data_parallel"
-    c.algorithm = "data_parallel"
+    c.algorithm.name = "data_parallel"
     return c

@@ -17,5 +17,5 @@ def get_config(arg=None):
     del arg
     c = default_config()
     c.name = "digits_ist"
-    c.algorithm = "ist"
+    c.algorithm.name = "ist"
     return c

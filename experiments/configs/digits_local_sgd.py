@@ -17,5 +17,5 @@ def get_config(arg=None):
     del arg
     c = default_config()
     c.name = "digits_local_sgd"
-    c.algorithm = "local_sgd"
+    c.algorithm.name = "local_sgd"
     return c

@@ -33,8 +33,8 @@ def get_config(arg=None):
     before = arg == "diagnosis"
     c = default_config()
     c.name = "fmnist_resnet_ist"
-    c.algorithm = "ist"
-    c.dataset = "fashion_mnist"
+    c.algorithm.name = "ist"
+    c.data.name = "fashion_mnist"
     c.model = ml_collections.ConfigDict({"name": "resnet", "stage_sizes": (2, 2, 2, 2),
                                          "widths": (64, 128, 256, 512), "width_multiplier": 1 / 8,
                                          "channel_partition": "all" if before else "inner",
@@ -49,11 +49,11 @@ def get_config(arg=None):
     c.weight_decay = 5e-4
     c.lr_schedule = "step"
     c.lr_decay_at = (0.5, 0.75)
-    c.augment = True
+    c.data.augment = True
     # BatchNorm running statistics recomputed on the merged model after every round: statistics a quarter- or
     # half-width worker gathered do not describe the full-width network (carried, the test loss was 1,734 after 4
     # rounds against 2.26 recomputed).
-    c.model_state = "recompute"
+    c.algorithm.model_state = "recompute"
     c.num_rounds = 30
     c.eval_every = 5
     c.checkpoint_every = 15

@@ -6,7 +6,7 @@
 Commands has 35. The paper's setting otherwise: BatchNorm with batch statistics, no biases, plain SGD lr 0.01,
 batch 128, K = 20 local steps. The data: `istjax.data.speech.load_fsdd` (2,700 train / 300 test clips, read from
 ``$ISTJAX_DATA_DIR/fsdd-recordings.tar.gz``). ``algorithm`` is IST here; the studies override it
-(``--config.algorithm=data_parallel`` / ``local_sgd``) and set the backend to MPI across shaped links
+(``--config.algorithm.name=data_parallel`` / ``local_sgd``) and set the backend to MPI across shaped links
 (`experiments/network/time_to_accuracy.py`).
 
 Command (one process)::
@@ -26,8 +26,8 @@ def get_config(arg=None):
         raise ValueError(f"fsdd_speech.py:{arg}: the paper's speech models have 2 or 3 layers; use :2 or :3.")
     c = default_config()
     c.name = "fsdd_speech"
-    c.algorithm = "ist"
-    c.dataset = "fsdd"
+    c.algorithm.name = "ist"
+    c.data.name = "fsdd"
     c.model.hidden = (4096,) * (layers - 1)
     c.num_workers = 2
     c.local_steps = 20

@@ -23,8 +23,8 @@ def get_config(arg=None):
         raise ValueError(f"keywords_speech.py:{arg}: the paper's speech models have 2 or 3 layers; use :2 or :3.")
     c = default_config()
     c.name = "keywords_speech"
-    c.algorithm = "ist"
-    c.dataset = "spoken_keywords"
+    c.algorithm.name = "ist"
+    c.data.name = "spoken_keywords"
     c.model.hidden = (4096,) * (layers - 1)
     c.num_workers, c.local_steps, c.batch_size = 2, 20, 128
     c.optimizer, c.learning_rate = "sgd", 0.01

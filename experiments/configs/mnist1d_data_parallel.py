@@ -16,5 +16,5 @@ def get_config(arg=None):
     """The IST study of `mnist1d_ist.py` (same model, rounds, W, K, B: equal samples seen), trained with data_parallel."""
     c = runpy.run_path(str(pathlib.Path(__file__).with_name("mnist1d_ist.py")))["get_config"](arg)
     c.name = "mnist1d_data_parallel"
-    c.algorithm = "data_parallel"
+    c.algorithm.name = "data_parallel"
     return c

@@ -18,8 +18,8 @@ def get_config(arg=None):
     del arg
     c = default_config()
     c.name = "mnist1d_ist"
-    c.algorithm = "ist"
-    c.dataset = "mnist1d"
+    c.algorithm.name = "ist"
+    c.data.name = "mnist1d"
     c.model.hidden = (512, 512)
     c.num_rounds = 150
     c.eval_every = 10

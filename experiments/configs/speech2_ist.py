@@ -21,8 +21,8 @@ def get_config(arg=None):
     del arg
     c = default_config()
     c.name = "speech2_ist"
-    c.algorithm = "ist"
-    c.dataset = "synthetic_speech"
+    c.algorithm.name = "ist"
+    c.data.name = "synthetic_speech"
     c.model.hidden = (4096,)
     c.num_workers = 4
     c.local_steps = 20

@@ -102,7 +102,7 @@ def _recipe_cells() -> list[Cell]:
         cell("recipe", "the recipe (no LayerNorm, 200 steps, Adam's moments carried)"),
         cell("layer_norm", "with LayerNorm after the hidden layer", model__layer_norm=True),
         cell("steps300", "300 steps (30 rounds)", num_rounds=30, eval_every=10),
-        cell("optimizer_reset", "Adam's state reset every round of K = 10 steps", optimizer_state="reset"),
+        cell("optimizer_reset", "Adam's state reset every round of K = 10 steps", algorithm__optimizer_state="reset"),
         cell("before", "the config before: LayerNorm, 300 steps", model__layer_norm=True, num_rounds=30,
              eval_every=10),
         cell("paper_width", "16 hidden features (the published width)", model__hidden=(16,)),

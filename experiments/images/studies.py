@@ -51,8 +51,8 @@ def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
                     what=f"inner, K = {k} ({r} rounds)")
 
     return [
-        cell("data_parallel", "--config.algorithm=data_parallel", group="baseline", what="data parallel"),
-        cell("local_sgd", "--config.algorithm=local_sgd", group="baseline", what="local SGD"),
+        cell("data_parallel", "--config.algorithm.name=data_parallel", group="baseline", what="data parallel"),
+        cell("local_sgd", "--config.algorithm.name=local_sgd", group="baseline", what="local SGD"),
         cell("full_w1", "--config.num_workers=1", "--config.batch_size=64", group="sanity",
              what="IST with W = 1 (full-model training)"),
         cell("half_alone", "--config.num_workers=1", "--config.batch_size=64", "--config.model.width_multiplier=0.0625",
@@ -63,17 +63,17 @@ def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
              what="inner, train-time rescaling, statistics recomputed"),
         cell("inner_test_recompute", *inner, "--config.model.activation_scale=test", "--config.model.test_keep=0.5",
              group="scaling", what="inner, test-time scaling 1/W, statistics recomputed"),
-        cell("inner_none_carry", *inner, "--config.model_state=carry", group="scaling",
+        cell("inner_none_carry", *inner, "--config.algorithm.model_state=carry", group="scaling",
              what="inner, no scaling, statistics carried"),
-        cell("inner_train_carry", *inner, "--config.model.activation_scale=train", "--config.model_state=carry",
+        cell("inner_train_carry", *inner, "--config.model.activation_scale=train", "--config.algorithm.model_state=carry",
              group="scaling", what="inner, train-time rescaling, statistics carried"),
-        cell("inner_optcarry", *inner, "--config.optimizer_state=carry", group="optimizer",
+        cell("inner_optcarry", *inner, "--config.algorithm.optimizer_state=carry", group="optimizer",
              what="inner, momentum carried across repartitions"),
         k_cell(5),
         k_cell(20),
         cell("inner_lr0.1", *inner, "--config.learning_rate=0.1", group="learning rate", what="inner, lr 0.1"),
         cell("inner_lr0.02", *inner, "--config.learning_rate=0.02", group="learning rate", what="inner, lr 0.02"),
-        cell("inner_train_optcarry", *inner, "--config.model.activation_scale=train", "--config.optimizer_state=carry",
+        cell("inner_train_optcarry", *inner, "--config.model.activation_scale=train", "--config.algorithm.optimizer_state=carry",
              group="combined", what="inner, train-time rescaling, momentum carried, statistics recomputed"),
     ]
 
@@ -88,7 +88,7 @@ def _comparison_cells(config: str, algorithms: Sequence[str], workers: Sequence[
                       extra: Sequence[str] = ()) -> list[Cell]:
     """``config`` with ``extra`` overrides, once per (algorithm, W): the same samples per worker for every
     algorithm."""
-    return [Cell(f"{a}_W{w}", config, (f"--config.algorithm={a}", f"--config.num_workers={w}", *extra),
+    return [Cell(f"{a}_W{w}", config, (f"--config.algorithm.name={a}", f"--config.num_workers={w}", *extra),
                  {"what": f"{a}, W = {w}"})
             for w in workers for a in algorithms]
 
@@ -108,7 +108,7 @@ def _resnet_cells() -> list[Cell]:
     extra = (*_budget(RESNET_ROUNDS), f"--config.model.width_multiplier={RESNET_WIDTH}")
     return _comparison_cells(config, ("ist", "data_parallel", "local_sgd"), (2, 4), extra) + [
         Cell(f"ist_W{w}_momentum_carried", config,
-             ("--config.algorithm=ist", f"--config.num_workers={w}", *extra, "--config.optimizer_state=carry"),
+             ("--config.algorithm.name=ist", f"--config.num_workers={w}", *extra, "--config.algorithm.optimizer_state=carry"),
              {"what": f"ist, W = {w}, momentum carried across repartitions"}) for w in (2,)]
 
 
@@ -120,7 +120,7 @@ def _resist_cells() -> list[Cell]:
     cells = _comparison_cells(config, ("resist", "local_sgd"), (2, 4), _budget(RESIST_ROUNDS))
     w2 = ("--config.num_workers=2", *_budget(RESIST_ROUNDS))
     return cells + [
-        Cell("resist_W2_momentum_carried", config, ("--config.algorithm=resist", *w2, "--config.optimizer_state=carry"),
+        Cell("resist_W2_momentum_carried", config, ("--config.algorithm.name=resist", *w2, "--config.algorithm.optimizer_state=carry"),
              {"what": "ResIST, W = 2, momentum carried across repartitions"}),
     ]
 

@@ -30,7 +30,7 @@ def cells(study: str) -> list[Cell]:
     claim on the 2-layer speech MLP (`keywords_speech.py:2`, W = 2, 40 rounds x K = 20 x B = 128: 204,800 samples,
     simulate backend), IST against data parallel, test clips in voices no training clip uses."""
     if study == "keywords":
-        return [Cell(a, "experiments/configs/keywords_speech.py:2", (f"--config.algorithm={a}",),
+        return [Cell(a, "experiments/configs/keywords_speech.py:2", (f"--config.algorithm.name={a}",),
                      {"dataset": study}) for a in ("ist", "data_parallel")]
     return [Cell(a, f"experiments/configs/{study}_{a}.py", (), {"dataset": study}) for a in ALGORITHMS]
 

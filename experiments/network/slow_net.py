@@ -3,7 +3,7 @@
 Run as root (or with CAP_NET_ADMIN) from the repository root::
 
     python -m experiments.network.slow_net --hosts 2 --rate 100mbit -- \\
-        python -m istjax.experiment train --config=experiments/configs/speech2_ist.py --config.backend=mpi
+        python -m istjax.experiment train --config=experiments/configs/speech2_ist.py --config.runtime.name=mpi
 
 What it builds (every name carries a per-run tag, so two runs never touch each other's devices)::
 

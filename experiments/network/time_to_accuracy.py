@@ -8,7 +8,7 @@ Run as root from the repository root (with ``ISTJAX_DATA_DIR`` pointing at the f
     python -m experiments.network.time_to_accuracy --render              # redraw results.md / .png only
 
 For every (model, rank count, link rate, algorithm) and every seed of ``--seeds`` it builds the namespaces and
-shaped links of `experiments.network.slow_net`, launches ``istjax train`` on them with ``--config.backend=mpi`` and
+shaped links of `experiments.network.slow_net`, launches ``istjax train`` on them with ``--config.runtime.name=mpi`` and
 ``--config.seed`` (one worker per rank, the paper's setting), stops at the first evaluation at or above ``--target``
 (``stop_at_target``), and reads the run's ``summary.json``: the training seconds to the target, the rounds, the
 bytes, and the links' byte counters. Compilation and evaluation are excluded: every run first trains one warm-up
@@ -58,7 +58,7 @@ def train_command(model: str, algorithm: str, ranks: int, workdir: pathlib.Path,
     """The ``istjax train`` line every rank runs."""
     return [sys.executable, "-m", "istjax.experiment.cli", "train",
             f"--config={ROOT / 'experiments' / 'configs' / CONFIGS[dataset]}:{model}",
-            f"--config.algorithm={algorithm}", "--config.backend=mpi", f"--config.num_workers={ranks}",
+            f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", f"--config.num_workers={ranks}",
             f"--config.target_accuracy={target}", "--config.stop_at_target=True", "--config.eval_every=1",
             f"--config.num_rounds={max_rounds}", f"--config.checkpoint_every={max_rounds}", f"--config.seed={seed}",
             "--config.progress=False", f"--workdir={workdir}", *extra]

@@ -108,7 +108,7 @@ class Capabilities:
     Attributes:
       exchange: what crosses between workers and the server.
       needs: what it needs of the model.
-      samples_partition: it reads a sampler (``config.sampler`` / ``group_samplers``).
+      samples_partition: it reads a sampler (``config.sampler``).
       sharded: it can run in the MPI runtime's sharded mode; when it cannot, ``not_sharded_because`` says why.
     """
 

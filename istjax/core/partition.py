@@ -105,7 +105,7 @@ def _check_workers(group_sizes: Mapping[str, int], num_workers: int, *, allow_mo
                     f"num_workers={num_workers} is larger than neuron group {g!r} ({n} units): this sampler would "
                     f"leave some worker without a unit. Use at most {n} workers, widen the layer, or deal this group "
                     f"with a sampler that lets workers share units: istjax.per_group({{{g!r}: "
-                    f"istjax.overlapping(1)}}, default=...) (config: --config.group_samplers.{g}=overlapping).")
+                    f"istjax.overlapping(1)}}, default=...) (config: --config.sampler.groups.{g}=overlapping).")
 
 
 def _group_keys(key: jax.Array, group_sizes: Mapping[str, int]) -> dict[str, jax.Array]:

@@ -17,7 +17,7 @@ Pure functions of a PRNG key, jitted, shape- and dtype-preserving:
 
 The zero padding is applied to the features as they are: on standardised data (every istjax loader) a padded
 pixel is 0, the training mean of the pixel, not black.  :func:`augmented` wraps a batch function so that every
-round's batches come augmented (the driver does this for ``--config.augment=True``); or call
+round's batches come augmented (the driver does this for ``--config.data.augment=True``); or call
 :func:`augment_batches` on a round's batch yourself (inside or outside your own ``jax.jit``).
 """
 

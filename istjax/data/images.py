@@ -61,7 +61,7 @@ IDX_LABELS_MAGIC = 0x00000801  # unsigned bytes, 1 dimension: [N]
 
 _HOW_TO_GET = (
     "Install it with `apt-get install dataset-fashion-mnist` (as root; scripts/setup_env.sh does this), or point "
-    "data_dir= (--config.dataset_kwargs.data_dir=...) or $ISTJAX_DATA_DIR/fashion-mnist at a folder holding "
+    "data_dir= (--config.data.kwargs.data_dir=...) or $ISTJAX_DATA_DIR/fashion-mnist at a folder holding "
     f"{', '.join(FASHION_MNIST_FILES.values())} (gzipped or not)."
 )
 

@@ -50,7 +50,7 @@ _NAME = re.compile(r"^([0-9])_([a-z]+)_([0-9]{1,2})\.wav$")
 _MAX_FILE_BYTES = 1 << 20
 _MAX_FILES = 10_000
 _TEST_TAKES = range(0, 5)
-_HOW_TO_GET = (f"Point data_dir= (--config.dataset_kwargs.data_dir=...) or $ISTJAX_DATA_DIR at a folder holding "
+_HOW_TO_GET = (f"Point data_dir= (--config.data.kwargs.data_dir=...) or $ISTJAX_DATA_DIR at a folder holding "
                f"{FSDD_ARCHIVE} (the recordings of github.com/Jakobovski/free-spoken-digit-dataset, packed as "
                f"recordings/*.wav) or a recordings/ folder of its WAV files.")
 
@@ -102,7 +102,7 @@ def _members(source: pathlib.Path) -> Iterator[tuple[str, bytes]]:
                     yield name, tar.extractfile(m).read(_MAX_FILE_BYTES + 1)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:  # cut short (an interrupted copy)
         raise _damaged_file(source, "complete tar archive", e, "Copy it again, or point data_dir= "
-                            "(--config.dataset_kwargs.data_dir=...) at a recordings/ folder of its WAV files.") from None
+                            "(--config.data.kwargs.data_dir=...) at a recordings/ folder of its WAV files.") from None
 
 
 def _source(data_dir: Optional[Union[str, os.PathLike]]) -> pathlib.Path:

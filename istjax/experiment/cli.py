@@ -12,9 +12,11 @@
 ``get_config()`` (Flax-examples style, ml_collections ``config_flags``); without it the default study runs
 (`istjax.experiment.config.default_config`, IST on scikit-learn's digits, which ships with the install). Any field can be
 overridden: ``--config.num_workers=2 --config.model.hidden='(256,256)'``, after ``--config=FILE`` when one is given;
-``dataset_kwargs`` and ``group_samplers`` also take keys the config does not set (a loader's argument, a neuron
-group: ``--config.group_samplers.hidden_0=overlapping``). Without ``--workdir`` results go to
-``./runs/<name>-<timestamp>``. A run directory has one writer: a second ``train`` on a workdir another live run
+``data.kwargs`` and ``sampler.groups`` also take keys the config does not set (a loader's argument, a neuron
+group: ``--config.sampler.groups.hidden_0=overlapping``). The config has sections (``algorithm``, ``sampler``,
+``model``, ``data``, ``runtime``), each with a ``name`` and its options: ``--config.algorithm.name=resist``; the
+flat names of earlier versions (``--config.backend=mpi``) are refused with the new one
+(``--config.runtime.name=mpi``). Without ``--workdir`` results go to ``./runs/<name>-<timestamp>``. A run directory has one writer: a second ``train`` on a workdir another live run
 holds is refused (``run.lock``, istjax.experiment.lock); ``eval`` and ``plot`` only read, and may.
 
 ``--resume`` continues the run in ``--workdir`` with that run's own config (its ``config.json``); overrides given
@@ -45,9 +47,6 @@ EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 2, 3
 _SUBCOMMANDS = {"plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare",
                 "configs": "istjax.experiment.catalog"}
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
-# Config sections whose keys the command line may add (a config file need not name them first): a loader's
-# arguments, checked against the loader, and per-group samplers, checked against the model's groups.
-_OPEN_SECTIONS = ("dataset_kwargs", "group_samplers")
 
 
 def _define(fv, argv, default_config_file):
@@ -94,10 +93,13 @@ def parse_train_args(argv: Sequence[str]):
         base = fv.config
         known = sorted(config_lib.flat_dict(config_lib.to_dict(base)))
     except flags.Error as e:
-        raise config_lib.ConfigError([str(e)]) from e
+        last = str(e).strip().splitlines()[-1]
+        raise config_lib.ConfigError([f"--config: could not load the config ({last}){_load_hint(e)}"
+                                      if _load_hint(e) else str(e)]) from e
     except Exception as e:  # noqa: BLE001 - a config file can fail in any way; report it as a config error
-        raise config_lib.ConfigError([f"--config: could not load the config ({type(e).__name__}: {e})"]) from e
-    # New keys of the open sections (dataset_kwargs, group_samplers) the config file does not set are literals set
+        raise config_lib.ConfigError([f"--config: could not load the config ({type(e).__name__}: {e})"
+                                      f"{_load_hint(e)}"]) from e
+    # New keys of the open sections (data.kwargs, sampler.groups) the config file does not set are literals set
     # after parsing; istjax.experiment.config.validate checks them against the loader and the model's groups.
     # ``--config.FIELD=None`` unsets a field (ml_collections' flag parser cannot parse None into a typed field, e.g.
     # the float ``target_accuracy``); it is set after parsing and checked by istjax.experiment.config.validate like any value.
@@ -107,17 +109,13 @@ def parse_train_args(argv: Sequence[str]):
         name = m.group(1) if m else ""
         if m and "=" in arg and arg.split("=", 1)[1] in ("None", "none") and _resolves(base, name):
             unset.append(name)
-        elif name.split(".")[0] in _OPEN_SECTIONS and name.count(".") == 1 and not _resolves(base, name):
+        elif name.rsplit(".", 1)[0] in config_lib.OPEN_SECTIONS and not _resolves(base, name):
             new_keys[name] = _literal(arg.split("=", 1)[1] if "=" in arg else "True")
         else:
             kept.append(arg)
     argv = kept
     overrides = [m.group(1) for m in map(_OVERRIDE.match, argv[1:]) if m]
-    unknown = [o for o in overrides if not _resolves(base, o)]
-    if unknown:
-        raise config_lib.ConfigError([
-            f"--config.{o}: unknown config field{config_lib.close_matches(o, known)}. Known fields: "
-            f"{', '.join(known)}." for o in unknown])
+    _refuse_overrides(base, argv, known)
 
     try:
         fv = flags.FlagValues()
@@ -125,9 +123,9 @@ def parse_train_args(argv: Sequence[str]):
         fv(argv)
         config = fv.config
         for name, value in new_keys.items():
-            section, key = name.split(".")
-            with config[section].unlocked():
-                config[section][key] = value
+            section, key = name.rsplit(".", 1)
+            with config_lib.get_field(config, section).unlocked():
+                config_lib.get_field(config, section)[key] = value
         for name in unset:
             *parents, leaf = name.split(".")
             node = config
@@ -139,6 +137,48 @@ def parse_train_args(argv: Sequence[str]):
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise config_lib.ConfigError([f"bad --config override in {overrides}: {type(e).__name__}: {e}"]) from e
     return config, fv.workdir, fv.resume, fv.overwrite
+
+
+def _load_hint(error: Exception) -> str:
+    """The fix for a config file that assigns the flat fields of an earlier version: ``c.algorithm = "resist"``
+    (a section given a plain value) or ``c.backend = "mpi"`` (a field that no longer exists)."""
+    import istjax.experiment.config as config_lib
+
+    text = str(error)
+    field = re.search(r"override field '(\w+)'", text) or re.search(r"(?:key|attribute) '?(\w+)'?", text)
+    new = config_lib.renamed(field.group(1)) if field else None
+    if not new:
+        return ""
+    return (f". The flat field {field.group(1)!r} is now {new!r}: write config.{new} = ... in the config file "
+            f"(istjax.experiment.config.RENAMED lists every renamed field).")
+
+
+def _refuse_overrides(base, argv: Sequence[str], known: list[str]) -> None:
+    """Refuses, before absl parses them, overrides of fields the config lacks (a flat field of an earlier version
+    named with its nested place, anything else with close matches) and plain values given to a whole section
+    (``--config.algorithm=resist`` means ``--config.algorithm.name=resist``)."""
+    import ml_collections
+
+    import istjax.experiment.config as config_lib
+
+    problems = []
+    for arg in argv[1:]:
+        m = _OVERRIDE.match(arg)
+        if not m:
+            continue
+        name, value = m.group(1), arg.split("=", 1)[1] if "=" in arg else "True"
+        new = config_lib.renamed(name)
+        if not _resolves(base, name) and new:
+            problems.append(f"--config.{name}: the flat field {name!r} is now {new!r}; use --config.{new}={value}.")
+        elif not _resolves(base, name):
+            problems.append(f"--config.{name}: unknown config field{config_lib.close_matches(name, known)}. Known "
+                            f"fields: {', '.join(known)}.")
+        elif isinstance(config_lib.get_field(base, name), ml_collections.ConfigDict):
+            fix = f"--config.{name}.name={value}" if _resolves(base, f"{name}.name") else f"--config.{name}.FIELD=..."
+            problems.append(f"--config.{name}={value}: {name!r} is a section of the config, not a value; set one of "
+                            f"its fields, e.g. {fix}.")
+    if problems:
+        raise config_lib.ConfigError(problems)
 
 
 def _check_config_file(argv: Sequence[str]) -> None:
@@ -226,9 +266,9 @@ def train_main(argv: Sequence[str]) -> int:
         import inspect
 
         print("config fields, defaults and meaning (istjax.experiment.config.default_config):")
-        sections = (config_lib.default_config, config_lib._training_fields, config_lib._run_fields)
-        for line in "\n".join(inspect.getsource(f) for f in sections).splitlines():
-            if line.strip().startswith(("c.", "# ")):
+        sources = (config_lib.default_config, *config_lib._FIELD_BUILDERS)
+        for line in "\n".join(inspect.getsource(f) for f in sources).splitlines():
+            if line.strip().startswith(("c.", "# ")) and "ConfigDict()" not in line.split("#")[0]:
                 print("  " + line.strip().removeprefix("c."))
         return EXIT_OK
     try:

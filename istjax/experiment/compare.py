@@ -6,7 +6,7 @@
                    [--workers 2,4] [--seeds 0,1,2] [--target 0.9] --workdir DIR [--overwrite] [--no-bands]
     istjax compare --runs RUN_DIR ... [--target 0.9] [--workdir DIR]     (tabulate finished runs, no training)
 
-Every (algorithm, W) pair trains the same config with only ``algorithm`` and ``num_workers`` changed, so all runs
+Every (algorithm, W) pair trains the same config with only ``algorithm.name`` and ``num_workers`` changed, so all runs
 see the same budget: the same rounds, local steps K and batch size B, hence the same ``rounds * W * K * B``
 samples at equal W. Runs go to ``DIR/<algorithm>_W<W>`` (`istjax.experiment.driver.train_and_evaluate`; a finished run there
 with the same config is reused, not retrained). With ``--seeds 0,1,2`` every (algorithm, W) cell trains once per
@@ -446,7 +446,7 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
         for w in workers:
             for algo in algorithms:
                 c = config.copy_and_resolve_references()
-                c.algorithm, c.num_workers = algo, int(w)
+                c.algorithm.name, c.num_workers = algo, int(w)
                 c.name = f"{config.name}-{algo}-W{w}"
                 suffix = ""
                 if seed is not None:
@@ -457,13 +457,13 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
                 try:
                     config_lib.validate(c, load_data=False)
                 except config_lib.ConfigError as e:
-                    problems.update(dict.fromkeys(f"[algorithm={algo}, num_workers={w}] {p}" for p in e.problems))
+                    problems.update(dict.fromkeys(f"[algorithm.name={algo}, num_workers={w}] {p}" for p in e.problems))
                 configs.append((workdir / f"{algo}_W{w}{suffix}", c, seed))
     if problems:
         raise config_lib.ConfigError(list(problems))
     failed: dict[str, str] = {}
     for run_dir, c, seed in configs:
-        what = f"{c.algorithm} W={c.num_workers}" + ("" if seed is None else f" seed={seed}")
+        what = f"{c.algorithm.name} W={c.num_workers}" + ("" if seed is None else f" seed={seed}")
         print(f"== {what}: {run_dir}", file=sys.stderr, flush=True)
         try:
             train.train_and_evaluate(c, run_dir, overwrite=overwrite)

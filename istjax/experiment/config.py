@@ -55,6 +55,11 @@ __all__ = [
     "read_run_config",
     "differences",
     "close_matches",
+    "RENAMED",
+    "OPEN_SECTIONS",
+    "renamed",
+    "upgrade_dict",
+    "get_field",
 ]
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -77,47 +82,89 @@ class ConfigError(ValueError):
 def default_config() -> ml_collections.ConfigDict:
     """The default study, IST on scikit-learn's digits, with every field the driver knows and its meaning.
 
+    The config has five sections, each naming its registry entry (``name``) and that entry's options: ``algorithm``,
+    ``sampler``, ``model``, ``data`` and ``runtime``; the fields of training (W, K, B, the optimizer and its schedule)
+    and of the run (seed, evaluation, checkpoints) sit at the top. The flat fields of earlier versions are refused
+    with the nested name to use (`RENAMED`), and old ``config.json`` files are read through `from_dict`.
+
     Measured on a 2-core CPU: see ``experiments/configs/default.py`` for the command and the result.
     """
     c = ml_collections.ConfigDict()
     c.name = "digits_ist"  # run name; `istjax train` without --workdir writes to ./runs/<name>-<timestamp>
-    # What is trained.
-    c.algorithm = "ist"  # "ist" | "data_parallel" | "local_sgd" | "resist" (model.name="depth_resnet")
-    # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" | graphs: "cora" | "citeseer" | "pubmed" | "csbm" |
-    # "graph_npz" (istjax.data.DATASETS) | "tfds:<name>"
-    c.dataset = "digits"
-    # Passed to istjax.data.load_dataset(dataset, **dataset_kwargs); new keys may be given on the command line
-    # (--config.dataset_kwargs.num_train=5000).
-    c.dataset_kwargs = ml_collections.ConfigDict()
-    c.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
-    c.augment = False  # random crop (zero padding of augment_pad pixels) and horizontal flip of image batches
-    c.augment_pad = 4
-    # Graph datasets (GIST): "full" (every step runs the model over the whole graph; a batch is batch_size training
-    # nodes) | "clusters" (Cluster-GCN: the graph is cut into num_clusters clusters by cluster_method, "metis" |
-    # "random" | "auto"; a step trains on the subgraph of clusters_per_step clusters; batch_size is unused).
-    c.graph_batches = "full"
-    c.num_clusters = 16
-    c.clusters_per_step = 1
-    c.cluster_method = "metis"
-    # The model: `name` from istjax.models.MODELS ("mlp", "cnn", "resnet", "preact_resnet", "vgg", "depth_resnet",
-    # "gcn", "graphsage", or one added with register_model) and that module's
-    # fields (istjax.models.model_fields(name) lists them; num_classes comes from the data). Its neuron groups come
-    # from the module's partition_rules().
+    for add_fields in _FIELD_BUILDERS:
+        add_fields(c)
+    return c
+
+
+def _algorithm_section(c: ml_collections.ConfigDict) -> None:
+    """What is trained: the algorithm (`istjax.algorithms.ALGORITHMS`) and the options its factories take."""
+    c.algorithm = ml_collections.ConfigDict()
+    c.algorithm.name = "ist"  # "ist" | "data_parallel" | "local_sgd" | "resist" (model.name="depth_resnet")
+    c.algorithm.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with params
+    # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
+    # channels they belong to) | "recompute" (recomputed on the merged model after every round).
+    c.algorithm.model_state = "carry"
+    # ResIST: each worker's minimum number of blocks per partitioned stage (0: dealt without overlap) and the 1/S
+    # scaling of partitioned residual branches at test time.
+    c.algorithm.min_depth = 0
+    c.algorithm.test_scale = True
+
+
+def _sampler_section(c: ml_collections.ConfigDict) -> None:
+    """How the neurons are dealt (`istjax.core.partition.SAMPLERS`), for the algorithms that read a sampler."""
+    c.sampler = ml_collections.ConfigDict()
+    c.sampler.name = "uniform"  # "uniform" | "uniform_pad" | "overlapping" | "stratified" | "uneven" | "nested"
+    c.sampler.min_units = 0  # overlapping: minimum units per worker per group
+    c.sampler.num_owners = 1  # stratified (and ResIST's blocks): number of owner shards of every group
+    c.sampler.weights = ()  # uneven: one positive weight per worker
+    c.sampler.fractions = ()  # nested: one fraction in (0, 1] per worker
+    # Per neuron group samplers, overriding `name` for the groups named (istjax.per_group), e.g.
+    # --config.sampler.groups.block_0_0=overlapping deals that group with overlap (it may then be smaller than W).
+    c.sampler.groups = ml_collections.ConfigDict()
+
+
+def _model_section(c: ml_collections.ConfigDict) -> None:
+    """The model: `name` from istjax.models.MODELS and that module's fields (``istjax.models.model_fields(name)``
+    lists them; num_classes comes from the data). Its neuron groups come from the module's partition_rules()."""
     c.model = ml_collections.ConfigDict()
+    # "mlp", "cnn", "resnet", "preact_resnet", "vgg", "depth_resnet", "gcn", "graphsage", or one added with
+    # register_model.
     c.model.name = "mlp"
     c.model.hidden = (512,)  # hidden widths of the MLP; each hidden layer is one neuron group "hidden_i"
     c.model.batch_norm = True  # batch-statistics BatchNorm after every hidden layer (the IST paper's model)
     c.model.output_batch_norm = True  # BatchNorm without affine parameters on the logits (the paper's last layer)
-    # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
-    # channels they belong to) | "recompute" (recomputed on the merged model after every round).
-    c.model_state = "carry"
-    _training_fields(c)
-    _run_fields(c)
-    return c
+
+
+def _data_section(c: ml_collections.ConfigDict) -> None:
+    """The data set (`istjax.data.DATASETS`), its loader's arguments, and how workers read it."""
+    c.data = ml_collections.ConfigDict()
+    # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" | graphs: "cora" | "citeseer" | "pubmed" | "csbm" |
+    # "graph_npz" (istjax.data.DATASETS) | "tfds:<name>"
+    c.data.name = "digits"
+    # Passed to istjax.data.load_dataset(name, **kwargs); new keys may be given on the command line
+    # (--config.data.kwargs.num_train=5000).
+    c.data.kwargs = ml_collections.ConfigDict()
+    c.data.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
+    c.data.augment = False  # random crop (zero padding of augment_pad pixels) and horizontal flip of image batches
+    c.data.augment_pad = 4
+    # Graph datasets (GIST): "full" (every step runs the model over the whole graph; a batch is batch_size training
+    # nodes) | "clusters" (Cluster-GCN: the graph is cut into num_clusters clusters by cluster_method, "metis" |
+    # "random" | "auto"; a step trains on the subgraph of clusters_per_step clusters; batch_size is unused).
+    c.data.graph_batches = "full"
+    c.data.num_clusters = 16
+    c.data.clusters_per_step = 1
+    c.data.cluster_method = "metis"
+
+
+def _runtime_section(c: ml_collections.ConfigDict) -> None:
+    """Where the workers run (`istjax.runtimes`) and the runtime's options."""
+    c.runtime = ml_collections.ConfigDict()
+    c.runtime.name = "simulate"  # any name in istjax.runtimes.names() ("mpi": under mpiexec)
+    c.runtime.mode = "parameter_server"  # runtime "mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
 
 
 def _training_fields(c: ml_collections.ConfigDict) -> None:
-    """`default_config`'s fields for how the model is trained: W, K, B, the optimizer, its schedule, the partition."""
+    """`default_config`'s fields for how the model is trained: W, K, B, the optimizer and its schedule."""
     c.num_workers = 4  # W
     c.local_steps = 10  # K, optimizer steps per round (every algorithm consumes [W, K, B] examples per round)
     c.batch_size = 32  # B, examples per worker per step
@@ -133,27 +180,10 @@ def _training_fields(c: ml_collections.ConfigDict) -> None:
     c.lr_decay_factor = 0.1
     c.warmup_rounds = 0  # linear warm-up over the first rounds (0: none)
     c.lr_schedule_rounds = 0  # the schedule's length; 0: num_rounds (a resume may then not change num_rounds)
-    c.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with the params
-    # IST partition: "uniform" | "uniform_pad" | "overlapping" | "stratified" | "uneven" | "nested".
-    c.sampler = "uniform"
-    c.sampler_args = ml_collections.ConfigDict()
-    c.sampler_args.min_units = 0  # overlapping: minimum units per worker per group
-    c.sampler_args.num_owners = 1  # stratified: number of owner shards of every group
-    c.sampler_args.weights = ()  # uneven: one positive weight per worker
-    c.sampler_args.fractions = ()  # nested: one fraction in (0, 1] per worker
-    # Per neuron group samplers, overriding `sampler` for the groups named (istjax.per_group), e.g.
-    # --config.group_samplers.block_0_0=overlapping deals that group with overlap (it may then be smaller than W).
-    c.group_samplers = ml_collections.ConfigDict()
-    # ResIST (algorithm="resist"): each worker's minimum number of blocks per partitioned stage (0: dealt without
-    # overlap) and the 1/S scaling of partitioned residual branches at test time.
-    c.resist_min_depth = 0
-    c.resist_test_scale = True
 
 
 def _run_fields(c: ml_collections.ConfigDict) -> None:
-    """`default_config`'s fields for where it runs and what a run records: runtime, seed, evaluation, checkpoints."""
-    c.backend = "simulate"  # where workers run; any name in istjax.runtimes.names() ("mpi": under mpiexec)
-    c.mpi_mode = "parameter_server"  # backend="mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
+    """`default_config`'s fields for what a run records: seed, evaluation, checkpoints."""
     c.seed = 0  # seeds the initial parameters, the partitions and the data streams
     # Evaluation, logging, checkpoints.
     c.eval_every = 5  # rounds between evaluations of the global model (the last round is always evaluated)
@@ -165,6 +195,51 @@ def _run_fields(c: ml_collections.ConfigDict) -> None:
     c.target_accuracy = config_dict.FieldReference(0.95, field_type=float)
     c.stop_at_target = False  # stop after the first evaluation at or above target_accuracy (time-to-accuracy runs)
     c.progress = True  # tqdm progress bar
+
+
+# default_config's parts in order (`istjax train --help` prints their lines).
+_FIELD_BUILDERS = (_algorithm_section, _sampler_section, _model_section, _data_section, _runtime_section,
+                   _training_fields, _run_fields)
+
+# The flat fields of earlier versions and where each now lives. A flat name (or, for the three flat sections, its
+# prefix) is refused in a config or on the command line with the nested name; `from_dict` reads old config.json
+# files through this table, so old runs stay resumable and comparable.
+RENAMED = {
+    "algorithm": "algorithm.name",
+    "optimizer_state": "algorithm.optimizer_state",
+    "model_state": "algorithm.model_state",
+    "resist_min_depth": "algorithm.min_depth",
+    "resist_test_scale": "algorithm.test_scale",
+    "sampler": "sampler.name",
+    "sampler_args": "sampler",
+    "group_samplers": "sampler.groups",
+    "dataset": "data.name",
+    "dataset_kwargs": "data.kwargs",
+    "sharding": "data.sharding",
+    "augment": "data.augment",
+    "augment_pad": "data.augment_pad",
+    "graph_batches": "data.graph_batches",
+    "num_clusters": "data.num_clusters",
+    "clusters_per_step": "data.clusters_per_step",
+    "cluster_method": "data.cluster_method",
+    "backend": "runtime.name",
+    "mpi_mode": "runtime.mode",
+}
+# The sections whose keys a config may add (a config file need not name them first): the loader's arguments, checked
+# against the loader, and the per-group samplers, checked against the model's groups.
+OPEN_SECTIONS = ("data.kwargs", "sampler.groups")
+
+
+def renamed(field: str) -> Optional[str]:
+    """The nested name of a flat field of earlier versions (``"backend"`` -> ``"runtime.name"``,
+    ``"sampler_args.num_owners"`` -> ``"sampler.num_owners"``), or None when ``field`` is not one."""
+    head, _, rest = field.partition(".")
+    if head not in RENAMED:
+        return None
+    if head in ("algorithm", "sampler") and rest:  # already nested: algorithm.name, sampler.groups.x
+        return None
+    new = RENAMED[head]
+    return f"{new}.{rest}" if rest else new
 
 
 def get_config(arg: Optional[str] = None) -> ml_collections.ConfigDict:
@@ -181,20 +256,61 @@ def to_dict(config: ml_collections.ConfigDict) -> dict:
 def from_dict(values: Mapping[str, Any]) -> ml_collections.ConfigDict:
     """A config from a plain dict (a run's ``config.json``): the defaults, with every field ``values`` gives.
 
-    The ``model`` section is taken whole (its fields depend on the model). JSON's lists become the tuples a config
-    holds, so a resumed run's config takes ``--config.model.hidden='(512,)'`` like any other (ml_collections cannot
-    override a list field from the command line).
+    The open sections (``model``, ``data.kwargs``, ``sampler.groups``) are taken whole (their fields depend on the
+    model and the loader). A ``config.json`` of an earlier, flat version is read through `RENAMED`. JSON's lists
+    become the tuples a config holds, so a resumed run's config takes ``--config.model.hidden='(512,)'`` like any
+    other (ml_collections cannot override a list field from the command line).
     """
     config = default_config()
-    for key, value in _as_tuples(dict(values)).items():
-        if key in ("model", "dataset_kwargs", "group_samplers", "sampler_args") and isinstance(value, Mapping):
-            config[key] = ml_collections.ConfigDict(dict(value))
-        elif key in config:
-            config[key] = value
+    for field, value in _leaves(upgrade_dict(_as_tuples(dict(values)))):
+        *parents, leaf = field.split(".")
+        node = config
+        for part in parents:
+            if part not in node:
+                with node.unlocked():
+                    node[part] = ml_collections.ConfigDict()  # validate() names unknown sections
+            node = node[part]
+        if field in _WHOLE and isinstance(value, Mapping):
+            value = ml_collections.ConfigDict(dict(value))
+        if leaf in node and not (isinstance(node[leaf], ml_collections.ConfigDict) and field not in _WHOLE):
+            node[leaf] = value
         else:
-            with config.unlocked():
-                config[key] = value  # validate() names unknown fields
+            with node.unlocked():
+                node[leaf] = value  # validate() names unknown fields
     return config
+
+
+_WHOLE = ("model", "data.kwargs", "sampler.groups")
+
+
+def _leaves(tree: Mapping[str, Any], prefix: str = ""):
+    """``(dotted field, value)`` of every leaf of ``tree``, the sections in `_WHOLE` as one leaf each."""
+    for k, v in tree.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping) and name not in _WHOLE:
+            yield from _leaves(v, name + ".")
+        else:
+            yield name, v
+
+
+def upgrade_dict(values: dict) -> dict:
+    """``values`` with the flat fields of earlier versions moved to their sections (`RENAMED`)."""
+    out: dict = {}
+
+    def put(dotted: str, value) -> None:
+        *parents, leaf = dotted.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        if isinstance(value, Mapping) and isinstance(node.get(leaf), dict):
+            node[leaf].update(value)
+        else:
+            node[leaf] = value
+
+    for key, value in values.items():
+        flat = key in RENAMED and not (key in ("algorithm", "sampler") and isinstance(value, Mapping))
+        put(RENAMED[key] if flat else key, value)
+    return out
 
 
 def _as_tuples(value: Any) -> Any:
@@ -245,8 +361,9 @@ def flat_dict(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def differences(a: Mapping[str, Any], b: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
-    """Fields where two (plain-dict) configs differ, as ``"field: a -> b"`` strings; ``ignore`` skips fields."""
-    fa, fb = flat_dict(a), flat_dict(b)
+    """Fields where two (plain-dict) configs differ, as ``"field: a -> b"`` strings; ``ignore`` skips fields. A
+    config of an earlier, flat version is compared under the nested names (`RENAMED`)."""
+    fa, fb = flat_dict(upgrade_dict(dict(a))), flat_dict(upgrade_dict(dict(b)))
     out = []
     for k in sorted(set(fa) | set(fb)):
         if k.split(".")[0] in ignore:
@@ -310,14 +427,14 @@ def _one_sampler(name: str, args):
 
 
 def make_sampler(config: ml_collections.ConfigDict):
-    """The `istjax.Sampler` the config names: ``sampler`` for every group, `istjax.per_group` where
-    ``group_samplers`` names groups (raises ValueError naming the field for bad arguments)."""
+    """The `istjax.Sampler` the config names: ``sampler.name`` for every group, `istjax.per_group` where
+    ``sampler.groups`` names groups (raises ValueError naming the field for bad arguments)."""
     from istjax.core import partition
 
-    default = _one_sampler(config.sampler, config.sampler_args)
-    if not len(config.group_samplers):
+    default = _one_sampler(config.sampler.name, config.sampler)
+    if not len(config.sampler.groups):
         return default
-    return partition.per_group({g: _one_sampler(s, config.sampler_args) for g, s in config.group_samplers.items()},
+    return partition.per_group({g: _one_sampler(s, config.sampler) for g, s in config.sampler.groups.items()},
                                default=default)
 
 
@@ -355,17 +472,17 @@ class _Problems:
         self.list.append(problem)
 
     def bad(self, field: str, msg: str) -> None:
-        self.list.append(f"{field}={_get(self.config, field)!r}: {msg}")
+        self.list.append(f"{field}={get_field(self.config, field)!r}: {msg}")
 
     def choice(self, field: str, options) -> bool:
-        value = _get(self.config, field)
+        value = get_field(self.config, field)
         if value not in options:
             self.bad(field, f"unknown{close_matches(str(value), list(options))}; choose one of {list(options)}.")
             return False
         return True
 
     def positive(self, field: str) -> bool:
-        v = _get(self.config, field)
+        v = get_field(self.config, field)
         if not _is_int(v) or v < 1:
             self.bad(field, "must be a positive integer.")
             return False
@@ -393,10 +510,10 @@ def validate(config: ml_collections.ConfigDict, *, load_data: bool = True):
 def check(config: ml_collections.ConfigDict, *, load_data: bool = True) -> Checked:
     """Checks ``config`` before anything is compiled; raises `ConfigError` listing every problem found.
 
-    Static checks: unknown fields (with close matches), names (algorithm, dataset, backend, optimizer, sampler,
+    Static checks: unknown fields (with close matches), names (algorithm, data, runtime, optimizer, sampler,
     sharding), positive counts, the model widths against W and the sampler (`Sampler.slots`, so a width that does
     not split is caught here, not in a trace). With ``load_data`` (default) the dataset is loaded (loaders cache) to
-    check ``dataset_kwargs`` and that a worker's shard holds at least one batch.
+    check ``data.kwargs`` and that a worker's shard holds at least one batch.
 
     Returns:
       `Checked`: the loaded `istjax.data.Dataset` and the model's `istjax.Task` on it, built once here (None when
@@ -417,35 +534,60 @@ def check(config: ml_collections.ConfigDict, *, load_data: bool = True) -> Check
 
 
 def _check_known_fields(config, p: _Problems) -> None:
-    """Unknown fields (a typo in a config file would otherwise be silently ignored) and missing ones."""
+    """Unknown fields (a typo in a config file would otherwise be silently ignored), flat fields of earlier versions
+    (named with their nested place, `RENAMED`), sections set to a plain value, and missing fields."""
     known = flat_dict(to_dict(default_config()))
     given = flat_dict(to_dict(config))
+    sections = {k.rsplit(".", 1)[0] for k in known if "." in k}
     for k in sorted(set(given) - set(known)):
-        if k.startswith(("dataset_kwargs.", "model.", "group_samplers.")):
+        if k.startswith(("data.kwargs.", "model.", "sampler.groups.")):
             continue  # checked against the loader, the model's fields and the model's groups
-        p.add(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; known fields "
-              f"are listed in istjax.experiment.config.default_config().")
-    missing = sorted(k for k in set(known) - set(given)
-                     if not k.startswith(("dataset_kwargs.", "sampler_args.", "model.")) or k == "model.name")
-    for k in missing:
+        if k in sections:
+            p.add(f"{k}={given[k]!r}: {k} is a section of the config; set its fields, e.g. "
+                  f"{_section_fix(k, given[k])}.")
+        elif renamed(k):
+            new = renamed(k)
+            p.add(f"{k}={given[k]!r}: the flat field {k!r} is now {new!r}; set --config.{new}={_flag_text(given[k])} "
+                  f"(or config.{new} = {given[k]!r} in a config file).")
+        else:
+            p.add(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; known "
+                  f"fields are listed in istjax.experiment.config.default_config().")
+    optional = ("model.", "sampler.min_units", "sampler.num_owners", "sampler.weights", "sampler.fractions")
+    plain = {k for k in given if k in sections}  # a section given a plain value, reported above
+    for k in sorted(set(known) - set(given)):
+        if (k.startswith(optional) and k != "model.name") or k.rsplit(".", 1)[0] in plain:
+            continue
         p.add(f"{k}: missing from the config; start your get_config() from "
               f"istjax.experiment.config.default_config() so every field has its default.")
+
+
+def _flag_text(value) -> str:
+    """``value`` as it is written after ``--config.FIELD=`` (a string bare, anything else as its literal)."""
+    return value if isinstance(value, str) else repr(tuple(value) if isinstance(value, list) else value)
+
+
+def _section_fix(section: str, value) -> str:
+    """How to set what a plain value given to ``section`` most likely meant."""
+    name = f"{section}.name"
+    if name in flat_dict(to_dict(default_config())):
+        return f"--config.{name}={_flag_text(value)}"
+    return f"--config.{section}.<field>=..."
 
 
 def _check_names(config, p: _Problems) -> dict[str, bool]:
     """Every field that names a registry entry or a policy; which of the algorithm, dataset and sampler are known."""
     import istjax.data as data_lib
 
-    ok = {"algorithm": p.choice("algorithm", ALGORITHMS.names()),
-          "dataset": str(config.dataset).startswith("tfds:") or p.choice("dataset", data_lib.DATASETS),
-          "sampler": p.choice("sampler", SAMPLERS.names())}
-    p.choice("sharding", data_lib.SHARDINGS)
+    ok = {"algorithm": p.choice("algorithm.name", ALGORITHMS.names()),
+          "dataset": str(config.data.name).startswith("tfds:") or p.choice("data.name", data_lib.DATASETS),
+          "sampler": p.choice("sampler.name", SAMPLERS.names())}
+    p.choice("data.sharding", data_lib.SHARDINGS)
     p.choice("optimizer", OPTIMIZERS)
-    p.choice("optimizer_state", ("reset", "carry"))
-    p.choice("model_state", ("carry", "recompute"))
-    for g, s in config.group_samplers.items():
+    p.choice("algorithm.optimizer_state", ("reset", "carry"))
+    p.choice("algorithm.model_state", ("carry", "recompute"))
+    for g, s in config.sampler.groups.items():
         if s not in SAMPLERS:
-            p.bad(f"group_samplers.{g}", f"unknown sampler{close_matches(str(s), SAMPLERS.names())}; choose one "
+            p.bad(f"sampler.groups.{g}", f"unknown sampler{close_matches(str(s), SAMPLERS.names())}; choose one "
                                          f"of {SAMPLERS.names()}.")
             ok["sampler"] = False
     return ok
@@ -458,7 +600,7 @@ def _check_numbers(config, p: _Problems) -> bool:
 
     ok = {f: p.positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
                                      "checkpoint_every", "max_to_keep", "eval_batch_size")}
-    if p.choice("backend", runtimes.names()) and runtimes.get(config.backend).multi_process:
+    if p.choice("runtime.name", runtimes.names()) and runtimes.get(config.runtime.name).multi_process:
         _check_mpi(config, p.list, p.choice, workers_ok=ok["num_workers"])
     if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:
         p.bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
@@ -488,27 +630,27 @@ def _check_data(config, p: _Problems, load_data: bool, counts_ok: bool):
     dataset = None
     if load_data:
         try:
-            dataset = data_lib.load_dataset(config.dataset, **dict(config.dataset_kwargs))
+            dataset = data_lib.load_dataset(config.data.name, **dict(config.data.kwargs))
         except (ValueError, TypeError) as e:
-            p.add(f"dataset_kwargs={to_dict(config.dataset_kwargs)!r} for dataset={config.dataset!r}: {e}")
-    if not isinstance(config.augment, bool):
-        p.bad("augment", "must be True or False.")
-    if not _is_int(config.augment_pad) or config.augment_pad < 0:
-        p.bad("augment_pad", "must be an integer >= 0 (pixels of zero padding before the random crop).")
-    if dataset is not None and config.augment is True and np.ndim(dataset.train_x) != 4:
-        p.bad("augment", f"crops and flips images [N, H, W, C], but dataset={config.dataset!r} holds "
+            p.add(f"data.kwargs={to_dict(config.data.kwargs)!r} for data.name={config.data.name!r}: {e}")
+    if not isinstance(config.data.augment, bool):
+        p.bad("data.augment", "must be True or False.")
+    if not _is_int(config.data.augment_pad) or config.data.augment_pad < 0:
+        p.bad("data.augment_pad", "must be an integer >= 0 (pixels of zero padding before the random crop).")
+    if dataset is not None and config.data.augment is True and np.ndim(dataset.train_x) != 4:
+        p.bad("data.augment", f"crops and flips images [N, H, W, C], but data.name={config.data.name!r} holds "
                          f"{np.shape(dataset.train_x)[1:]}-shaped examples. Use an image dataset (e.g. fashion_mnist) "
-                         f"or augment=False.")
+                         f"or data.augment=False.")
     clusters = _check_graph_batches(config, dataset, p.bad, p.choice)
     if clusters is not None:
         return clusters
     if dataset is not None and counts_ok:
         n, w, b = len(dataset.train_y), config.num_workers, config.batch_size
-        shard = n // w if config.sharding == "disjoint" else n
+        shard = n // w if config.data.sharding == "disjoint" else n
         if b > shard:
             p.add(f"batch_size={b}: larger than a worker's shard ({n} training examples / num_workers={w} = {shard} "
-                  f"with sharding={config.sharding!r}). Use batch_size <= {shard}, fewer workers, or "
-                  f"sharding='shared'.")
+                  f"with data.sharding={config.data.sharding!r}). Use batch_size <= {shard}, fewer workers, or "
+                  f"data.sharding='shared'.")
     return dataset
 
 
@@ -529,25 +671,25 @@ def _check_graph_batches(config, dataset, bad, choice):
     with the cluster table in its shared input (`istjax.graph.task.with_clusters`), else None."""
     from istjax.graph.clusters import METHODS
 
-    if not choice("graph_batches", ("full", "clusters")) or config.graph_batches == "full":
+    if not choice("data.graph_batches", ("full", "clusters")) or config.data.graph_batches == "full":
         return None
-    choice("cluster_method", METHODS)
-    for field in ("num_clusters", "clusters_per_step"):
-        if not _is_int(config[field]) or config[field] < 1:
+    choice("data.cluster_method", METHODS)
+    for field in ("data.num_clusters", "data.clusters_per_step"):
+        if not _is_int(get_field(config, field)) or get_field(config, field) < 1:
             bad(field, "must be a positive integer.")
             return None
-    if config.clusters_per_step > config.num_clusters:
-        bad("clusters_per_step", f"must be at most num_clusters={config.num_clusters}.")
+    if config.data.clusters_per_step > config.data.num_clusters:
+        bad("data.clusters_per_step", f"must be at most data.num_clusters={config.data.num_clusters}.")
         return None
     if dataset is None:
         return None
     if not dataset.shared or "graph" not in dataset.shared:
-        bad("graph_batches", f"cuts a graph into clusters, but dataset={config.dataset!r} has no graph. Use a "
-                             f"graph dataset (cora, citeseer, pubmed, csbm) or graph_batches='full'.")
+        bad("data.graph_batches", f"cuts a graph into clusters, but data.name={config.data.name!r} has no graph. Use a "
+                             f"graph dataset (cora, citeseer, pubmed, csbm) or data.graph_batches='full'.")
         return None
     n = dataset.shared["graph"].num_nodes
-    if config.num_clusters > n:
-        bad("num_clusters", f"the graph has only {n} nodes; use at most {n} clusters.")
+    if config.data.num_clusters > n:
+        bad("data.num_clusters", f"the graph has only {n} nodes; use at most {n} clusters.")
         return None
     from istjax.graph.task import with_clusters
 
@@ -555,75 +697,78 @@ def _check_graph_batches(config, dataset, bad, choice):
     labels = np.zeros((n,), np.int32)
     labels[train_idx] = dataset.train_y
     try:
-        shared = with_clusters(dataset.shared, labels, train_idx, int(config.num_clusters),
-                               method=config.cluster_method, seed=int(config.seed))
+        shared = with_clusters(dataset.shared, labels, train_idx, int(config.data.num_clusters),
+                               method=config.data.cluster_method, seed=int(config.seed))
     except (ImportError, ValueError) as e:
-        bad("cluster_method", str(e))
+        bad("data.cluster_method", str(e))
         return None
     return dataset._replace(shared=shared)
 
 
 def _check_mpi(config, problems: list[str], choice, *, workers_ok: bool) -> None:
-    """backend='mpi': a launch by mpiexec, W a multiple of the process count and, with mpi_mode='sharded', what that
+    """runtime.name='mpi': a launch by mpiexec, W a multiple of the process count and, with mode='sharded', what that
     mode needs, each with the command-line fix (`istjax.runtimes.mpi` refuses the same in the Python API's terms)."""
     from istjax.experiment.metrics import process_count
     from istjax.runtimes.mpi import MODES, check_fit
 
     n = process_count()
     if n < 2:
-        problems.append("backend='mpi': runs the workers on several processes, but this is one process (not launched "
-                        "by mpiexec, or mpiexec -n 1). Launch it as `mpiexec -n 2 istjax train --config.backend=mpi "
-                        "...` (mpiexec is in .venv/bin), or use --config.backend=simulate.")
-    if not choice("mpi_mode", MODES) or n < 2:
+        problems.append("runtime.name='mpi': runs the workers on several processes, but this is one process (not "
+                        "launched by mpiexec, or mpiexec -n 1). Launch it as `mpiexec -n 2 istjax train "
+                        "--config.runtime.name=mpi ...` (mpiexec is in .venv/bin), or use "
+                        "--config.runtime.name=simulate.")
+    if not choice("runtime.mode", MODES) or n < 2:
         return
     if workers_ok:
         try:
             check_fit(int(config.num_workers), n, fix="--config.num_workers=")
         except ValueError as e:
             problems.append(str(e))
-    if config.mpi_mode == "sharded" and config.algorithm in ALGORITHMS:
+    if config.runtime.mode == "sharded" and config.algorithm.name in ALGORITHMS:
         _check_sharded(config, problems, n)
 
 
 def _check_sharded(config, problems: list[str], n: int) -> None:
-    """mpi_mode='sharded' for an algorithm that exchanges subnetworks: each process holds 1/N of the groups dealt
+    """runtime.mode='sharded' for an algorithm that exchanges subnetworks: each process holds 1/N of the groups dealt
     stratified by N owners, so the algorithm must deal some that way: through the sampler it reads (IST:
-    ``sampler=stratified``, ``num_owners=N``, for every group or some in ``group_samplers``) or its own
+    ``sampler.name=stratified``, ``sampler.num_owners=N``, for every group or some in ``sampler.groups``) or its own
     ``num_owners`` option (ResIST). Algorithms that exchange replicas or gradients run in it as they are."""
     from istjax.algorithms import Exchange
     from istjax.core.partition import owner_counts
 
-    entry = ALGORITHMS.get(config.algorithm)
+    entry = ALGORITHMS.get(config.algorithm.name)
     caps = entry.capabilities
     if caps.exchange is not Exchange.SUBNETWORKS:
         return
-    other = "or --config.mpi_mode=parameter_server"
+    other = "or --config.runtime.mode=parameter_server"
     if not caps.sharded:
-        problems.append(f"algorithm={config.algorithm!r} with mpi_mode='sharded': "
-                        f"{caps.not_sharded_because.replace('1/N', f'1/{n}')}. Use --config.mpi_mode=parameter_server.")
+        problems.append(f"algorithm.name={config.algorithm.name!r} with runtime.mode='sharded': "
+                        f"{caps.not_sharded_because.replace('1/N', f'1/{n}')}. Use "
+                        f"--config.runtime.mode=parameter_server.")
         return
-    if config.model_state == "recompute":
-        problems.append(f"model_state='recompute' with mpi_mode='sharded': recomputing the statistics is a forward "
-                        f"pass of the whole merged model, which no rank holds. Use --config.model_state=carry {other}.")
+    if config.algorithm.model_state == "recompute":
+        problems.append(f"algorithm.model_state='recompute' with runtime.mode='sharded': recomputing the statistics "
+                        f"is a forward pass of the whole merged model, which no rank holds. Use "
+                        f"--config.algorithm.model_state=carry {other}.")
     if "num_owners" in entry.options:  # the algorithm stratifies its own groups (ResIST's blocks)
-        if config.sampler_args.num_owners != n:
-            problems.append(f"mpi_mode='sharded' on {n} processes: algorithm={config.algorithm!r} deals its groups "
-                            f"stratified by sampler_args.num_owners={config.sampler_args.num_owners} owners; each "
-                            f"process owns 1/{n}. Add --config.sampler_args.num_owners={n}, {other}.")
+        if config.sampler.num_owners != n:
+            problems.append(f"runtime.mode='sharded' on {n} processes: algorithm.name={config.algorithm.name!r} "
+                            f"deals its groups stratified by sampler.num_owners={config.sampler.num_owners} owners; each "
+                            f"process owns 1/{n}. Add --config.sampler.num_owners={n}, {other}.")
         return
     try:
         sampler = make_sampler(config)
     except ValueError:
         return  # reported by the sampler's own check
-    groups = dict.fromkeys([*config.group_samplers, "(any other group)"], 0)
+    groups = dict.fromkeys([*config.sampler.groups, "(any other group)"], 0)
     if n not in owner_counts(sampler, groups).values():
-        stratified = config.sampler == "stratified"
-        has = f"sampler={config.sampler!r}"
-        has += f" with num_owners={config.sampler_args.num_owners}" if stratified else ""
-        has += f" and group_samplers={to_dict(config.group_samplers)!r}" if len(config.group_samplers) else ""
-        problems.append(f"mpi_mode='sharded' on {n} processes: each process owns 1/{n} of the neuron groups dealt "
+        stratified = config.sampler.name == "stratified"
+        has = f"sampler.name={config.sampler.name!r}"
+        has += f" with num_owners={config.sampler.num_owners}" if stratified else ""
+        has += f" and sampler.groups={to_dict(config.sampler.groups)!r}" if len(config.sampler.groups) else ""
+        problems.append(f"runtime.mode='sharded' on {n} processes: each process owns 1/{n} of the neuron groups dealt "
                         f"stratified by {n} owners, but the config has {has}, which deals none that way. Add "
-                        f"--config.sampler=stratified --config.sampler_args.num_owners={n}, {other}.")
+                        f"--config.sampler.name=stratified --config.sampler.num_owners={n}, {other}.")
 
 
 def _check_schedule(config, bad, choice) -> None:
@@ -650,17 +795,17 @@ def _check_resist(config, task, problems: list[str]) -> None:
 
     groups = contract.block_groups(task.module)
     if groups is None:
-        problems.append(f"algorithm='resist' with model.name={config.model.name!r}: ResIST deals residual blocks, "
+        problems.append(f"algorithm.name='resist' with model.name={config.model.name!r}: ResIST deals residual blocks, "
                         f"so it needs model.name='depth_resnet'.")
         return
-    if not _is_int(config.resist_min_depth) or config.resist_min_depth < 0:
-        problems.append(f"resist_min_depth={config.resist_min_depth!r}: must be an integer >= 0.")
+    if not _is_int(config.algorithm.min_depth) or config.algorithm.min_depth < 0:
+        problems.append(f"algorithm.min_depth={config.algorithm.min_depth!r}: must be an integer >= 0.")
         return
     try:
-        resist_sampler(groups, int(config.num_workers), int(config.resist_min_depth))
+        resist_sampler(groups, int(config.num_workers), int(config.algorithm.min_depth))
     except ValueError as e:
         problems.append(f"model.stage_sizes={tuple(task.module.stage_sizes)!r} with num_workers={config.num_workers} "
-                        f"and resist_min_depth={config.resist_min_depth}: {e}")
+                        f"and algorithm.min_depth={config.algorithm.min_depth}: {e}")
 
 
 def _sizes_text(config) -> str:
@@ -672,11 +817,11 @@ def _sizes_text(config) -> str:
 
 def _check_groups(config, dataset, problems: list[str], sampler_ok: bool):
     """The model's task on the data, built once and returned (None when it cannot be built); its neuron groups
-    (from its spec) checked against ``group_samplers``, W and the sampler."""
+    (from its spec) checked against ``sampler.groups``, W and the sampler."""
     try:
         task = make_task(config, dataset)
     except (TypeError, ValueError) as e:
-        problems.append(f"model.name={config.model.name!r} on dataset={config.dataset!r}: {e}")
+        problems.append(f"model.name={config.model.name!r} on data.name={config.data.name!r}: {e}")
         return None
     _check_task(config, dataset, task, problems, sampler_ok)
     return task
@@ -695,22 +840,22 @@ def _check_task(config, dataset, task, problems: list[str], sampler_ok: bool) ->
                         f"examples (or 0: the whole training set).")
     smallest = min(len(dataset.test_y), len(dataset.train_y))
     if smallest < task.min_eval_batch:
-        problems.append(f"dataset={config.dataset!r}: a split of {smallest} examples is smaller than the "
+        problems.append(f"data.name={config.data.name!r}: a split of {smallest} examples is smaller than the "
                         f"{task.min_eval_batch}-example evaluation batch that model {config.model.name!r} needs (it "
-                        f"normalises with batch statistics at test time). Use more examples (dataset_kwargs) or a "
+                        f"normalises with batch statistics at test time). Use more examples (data.kwargs) or a "
                         f"model with running statistics.")
     groups = dict(task.spec.group_sizes)
-    unknown = sorted(set(config.group_samplers) - set(groups))
+    unknown = sorted(set(config.sampler.groups) - set(groups))
     for g in unknown:
-        problems.append(f"group_samplers.{g}={config.group_samplers[g]!r}: model {config.model.name!r} has no neuron "
+        problems.append(f"sampler.groups.{g}={config.sampler.groups[g]!r}: model {config.model.name!r} has no neuron "
                         f"group {g!r}{close_matches(g, sorted(groups))}; its groups are {sorted(groups)}.")
     if not sampler_ok:  # an unknown algorithm or sampler is reported already
         return
-    caps = ALGORITHMS.get(config.algorithm).capabilities
+    caps = ALGORITHMS.get(config.algorithm.name).capabilities
     if caps.needs is ModelNeeds.NEURON_GROUPS and not groups:
-        problems.append(f"algorithm={config.algorithm!r} with model.name={config.model.name!r}: the model has no "
-                        f"neuron group (its partition_rules() map no axis to a group), so it would train as local "
-                        f"SGD. Use algorithm='local_sgd' or give the model partitioned axes.")
+        problems.append(f"algorithm.name={config.algorithm.name!r} with model.name={config.model.name!r}: the model "
+                        f"has no neuron group (its partition_rules() map no axis to a group), so it would train as local "
+                        f"SGD. Use algorithm.name='local_sgd' or give the model partitioned axes.")
     if caps.needs is ModelNeeds.DEPTH_SPLIT:
         _check_resist(config, task, problems)
         return
@@ -719,12 +864,13 @@ def _check_task(config, dataset, task, problems: list[str], sampler_ok: bool) ->
     try:
         make_sampler(config).slots(groups, int(config.num_workers))
     except ValueError as e:
-        where = f"sampler={config.sampler!r}" + (f", group_samplers={to_dict(config.group_samplers)!r}"
-                                                 if len(config.group_samplers) else "")
+        where = f"sampler.name={config.sampler.name!r}" + (f", sampler.groups={to_dict(config.sampler.groups)!r}"
+                                                 if len(config.sampler.groups) else "")
         problems.append(f"{_sizes_text(config)} with num_workers={config.num_workers} and {where}: {e}")
 
 
-def _get(config, field: str):
+def get_field(config, field: str):
+    """The value of a dotted ``field`` (``"runtime.mode"``) of ``config``."""
     v = config
     for part in field.split("."):
         v = v[part]

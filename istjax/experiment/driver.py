@@ -5,7 +5,7 @@ It reads as its steps, in order:
 1. `open_run`: `istjax.experiment.config.validate` checks the whole config (every problem reported at once, before
    anything compiles) and loads the dataset; the writing process takes the workdir's lock (`istjax.experiment.lock`:
    a workdir another live run is writing is refused); `build` makes the task (the model named by
-   ``config.model.name``, `istjax.models`), the optimizer, the algorithm bound to ``config.backend`` and the batch
+   ``config.model.name``, `istjax.models`), the optimizer, the algorithm bound to ``config.runtime.name`` and the batch
    function; the workdir is checked (a workdir holding another run's config is refused unless the differences are
    only in run-control fields and ``resume`` is set, or ``overwrite`` is set).
 2. `initial_state`: fresh from ``seed``, or the newest good checkpoint (`istjax.experiment.checkpoint`), each
@@ -95,31 +95,30 @@ class Interrupted(Exception):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-# The config value behind each option an algorithm entry declares (`istjax.algorithms.AlgorithmEntry.options`).
-_OPTION_VALUES: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
-    "sampler": config_lib.make_sampler,
-    "optimizer_state": lambda config: config.optimizer_state,
-    "model_state": lambda config: config.model_state,
-    "min_depth": lambda config: int(config.resist_min_depth),
-    "test_scale": lambda config: bool(config.resist_test_scale),
-    "num_owners": lambda config: int(config.sampler_args.num_owners),
-}
+def _option_value(config: ml_collections.ConfigDict, option: str) -> Any:
+    """The config value behind an option an algorithm entry declares (`istjax.algorithms.AlgorithmEntry.options`):
+    the sampler the ``sampler`` section builds, its owner count, or the ``algorithm`` section's field of that name."""
+    if option == "sampler":
+        return config_lib.make_sampler(config)
+    if option == "num_owners":
+        return int(config.sampler.num_owners)
+    return config.algorithm[option]
 
 
 def _factory_options(config: ml_collections.ConfigDict, options: tuple[str, ...]) -> dict[str, Any]:
-    """The config values of the options an algorithm declares, and the runtime's options."""
+    """The config values of the options an algorithm declares, and the runtime's options (its section's fields)."""
     import istjax.runtimes as runtimes
 
-    values = {name: _OPTION_VALUES[name](config) for name in options}
-    values.update({option: config[field] for option, field in runtimes.get(config.backend).config_options})
+    values = {name: _option_value(config, name) for name in options}
+    values.update({option: config.runtime[option] for option in runtimes.get(config.runtime.name).config_options})
     return values
 
 
 def _runtime_fields(config: ml_collections.ConfigDict) -> tuple[str, ...]:
-    """The config fields the run's runtime reads (``mpi_mode`` for MPI), for messages."""
+    """The config fields the run's runtime reads (``runtime.mode`` for MPI), for messages."""
     import istjax.runtimes as runtimes
 
-    return tuple(field for _, field in runtimes.get(config.backend).config_options)
+    return tuple(f"runtime.{option}" for option in runtimes.get(config.runtime.name).config_options)
 
 
 class Experiment(NamedTuple):
@@ -150,14 +149,15 @@ def build(config: ml_collections.ConfigDict, checked: Optional[config_lib.Checke
     checked = config_lib.check(config) if checked is None else checked
     dataset, task = checked
     try:
-        entry = ALGORITHMS.get(config.algorithm)
+        entry = ALGORITHMS.get(config.algorithm.name)
         algorithm = entry.factory(task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
-                                  local_steps=int(config.local_steps), backend=config.backend,
+                                  local_steps=int(config.local_steps), backend=config.runtime.name,
                                   **_factory_options(config, entry.options))
         batch_fn = _batch_fn(config, dataset, algorithm.task)
     except (TypeError, ValueError) as e:
-        where = ", ".join(f"{f}={config[f]!r}" for f in ("backend", *_runtime_fields(config)))
-        raise ConfigError([f"{config.algorithm} on {where}: {e}"]) from e
+        where = ", ".join(f"{f}={config_lib.get_field(config, f)!r}"
+                          for f in ("runtime.name", *_runtime_fields(config)))
+        raise ConfigError([f"{config.algorithm.name} on {where}: {e}"]) from e
     # The algorithm's own task: the one it trains, and the one to evaluate (ResIST's carries the test-time network
     # whose partitioned branches are scaled).
     return Experiment(config, dataset, algorithm.task, algorithm, batch_fn)
@@ -170,14 +170,14 @@ def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task
 
         batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
                                     local_steps=int(config.local_steps),
-                                    clusters_per_step=int(config.clusters_per_step), seed=int(config.seed))
+                                    clusters_per_step=int(config.data.clusters_per_step), seed=int(config.seed))
     else:
         batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
                                           local_steps=int(config.local_steps),
                                           batch_size=int(config.batch_size), seed=int(config.seed),
-                                          sharding=config.sharding)
-    if config.augment:
-        batch_fn = data_lib.augmented(batch_fn, pad=int(config.augment_pad))
+                                          sharding=config.data.sharding)
+    if config.data.augment:
+        batch_fn = data_lib.augmented(batch_fn, pad=int(config.data.augment_pad))
     if contract.dropout_rate(task.module) > 0:  # a step key per worker and step for dropout
         batch_fn = data_lib.with_step_keys(batch_fn, int(config.seed))
     return batch_fn
@@ -214,8 +214,8 @@ def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: An
 def step_examples(config: ml_collections.ConfigDict) -> int:
     """What one local step consumes, counted in ``samples_seen``: ``batch_size`` examples, or with
     ``graph_batches="clusters"`` the ``clusters_per_step`` clusters of a Cluster-GCN step."""
-    if config.get("graph_batches", "full") == "clusters":
-        return int(config.clusters_per_step)
+    if config.data.graph_batches == "clusters":
+        return int(config.data.clusters_per_step)
     return int(config.batch_size)
 
 
@@ -661,7 +661,7 @@ def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = Non
     """
     workdir = pathlib.Path(workdir).absolute()
     config = config_lib.load_run_config(workdir)
-    config.backend = "simulate"  # the state is whole in a checkpoint; evaluation needs no workers
+    config.runtime.name = "simulate"  # the state is whole in a checkpoint; evaluation needs no workers
     experiment = build(config)
     dataset, task, algorithm = experiment.dataset, experiment.task, experiment.algorithm
     like = jax.jit(init_state(task, algorithm.optimizer, algorithm.carries_optimizer_state))(
@@ -737,9 +737,9 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
     rounds = int(last["round"])
     W, K, B = int(config.num_workers), int(config.local_steps), step_examples(config)
     out = {
-        "name": config.name, "algorithm": algorithm.name, "dataset": config.dataset, "num_workers": W,
+        "name": config.name, "algorithm": algorithm.name, "dataset": config.data.name, "num_workers": W,
         "local_steps": K, "batch_size": B, "rounds": rounds, "samples_seen": rounds * W * K * B,
-        "graph_batches": config.get("graph_batches", "full"),
+        "graph_batches": config.data.graph_batches,
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
         "train_loss": last.get("train_loss"), "train_accuracy": last.get("train_accuracy"),
         "wall_time_s": wall, "time_per_round_s": wall / rounds if rounds else float("nan"),

@@ -26,8 +26,8 @@ follow those fields and line styles the algorithm and W. Every curve gets its ow
 
 Example::
 
-    istjax train --config.algorithm=ist --workdir=runs/ist
-    istjax train --config.algorithm=local_sgd --workdir=runs/local_sgd
+    istjax train --config.algorithm.name=ist --workdir=runs/ist
+    istjax train --config.algorithm.name=local_sgd --workdir=runs/local_sgd
     istjax plot runs/ist runs/local_sgd --out runs/comparison.png
 """
 
@@ -42,7 +42,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
-from istjax.experiment.config import RUN_CONTROL_FIELDS, flat_dict
+from istjax.experiment.config import RUN_CONTROL_FIELDS, flat_dict, upgrade_dict
 from istjax.experiment.metrics import format_bytes
 
 __all__ = ["PlotError", "Run", "BANDS", "Curve", "format_seconds", "group_curve", "group_runs", "label", "legend_labels",
@@ -84,7 +84,7 @@ class Run(NamedTuple):
 
     @property
     def algorithm(self) -> str:
-        return str(self.records[-1].get("algorithm") or self.config.get("algorithm") or "?")
+        return str(self.records[-1].get("algorithm") or self.config.get("algorithm", {}).get("name") or "?")
 
     @property
     def num_workers(self) -> Optional[int]:
@@ -152,6 +152,7 @@ def load_run(run_dir: str | os.PathLike) -> Run:
             raise PlotError(f"{config_path}: not valid JSON ({e.msg}).") from e
         if not isinstance(config, dict):
             raise PlotError(f"{config_path}: expected a JSON object, got {type(config).__name__}.")
+        config = upgrade_dict(config)  # a run of an earlier, flat config version
     return Run(path, records, config)
 
 
@@ -171,7 +172,8 @@ def run_fields(run: Run) -> dict[str, Any]:
     """What a run computes: its config as dotted fields (`istjax.experiment.config.flat_dict`) without the
     run-control fields (`NOISY_FIELDS`), with ``algorithm``, ``num_workers`` and ``local_steps`` as `Run` reads them
     (so runs without ``config.json`` still tell apart)."""
-    out = {k: v for k, v in flat_dict(run.config).items() if k.split(".")[0] not in NOISY_FIELDS}
+    out = {k: v for k, v in flat_dict(run.config).items()
+           if k.split(".")[0] not in NOISY_FIELDS and k != "algorithm.name"}
     out.update(algorithm=run.algorithm, num_workers=run.num_workers, local_steps=run.local_steps)
     return out
 
@@ -491,7 +493,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     axes[0].set_ylabel("test accuracy")
     axes[0].yaxis.set_major_formatter(PercentFormatter(1.0))
     if title is None:
-        datasets = sorted({str(r.config.get("dataset", "")) for r in runs} - {""})
+        datasets = sorted({str(r.config.get("data", {}).get("name", "")) for r in runs} - {""})
         title = f"test accuracy on {', '.join(datasets)}" if datasets else "test accuracy"
     fig.suptitle(title)
     handles, texts = axes[0].get_legend_handles_labels()

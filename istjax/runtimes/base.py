@@ -71,18 +71,18 @@ class Runtime(NamedTuple):
     """A runtime: ``build(algorithm, **options) -> algorithm`` with ``init``, ``round`` and ``runtime`` bound.
 
     Attributes:
-      name: its registry name (a config's ``backend``).
+      name: its registry name (a config's ``runtime.name``).
       build: ``(algorithm, **options) -> algorithm``.
       description: one line, for listings.
-      config_options: ``build`` option -> the config field that supplies it (the MPI runtime's ``mode`` comes from
-        ``mpi_mode``); the driver passes exactly these.
+      config_options: the ``build`` options a config's ``runtime`` section supplies, each under its own name (the
+        MPI runtime's ``mode`` is ``runtime.mode``); the driver passes exactly these.
       multi_process: whether its workers span processes (it runs under ``mpiexec``; every process builds the run).
     """
 
     name: str
     build: Callable[..., Any]
     description: str
-    config_options: tuple[tuple[str, str], ...] = ()
+    config_options: tuple[str, ...] = ()
     multi_process: bool = False
 
 

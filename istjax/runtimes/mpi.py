@@ -1,7 +1,7 @@
 """The ``mpi`` runtime: an algorithm's W workers spread over the N processes of ``mpiexec -n N`` (one per host).
 
 ``istjax.ist(..., backend="mpi", mode="parameter_server" | "sharded")`` (any factory; the CLI's
-``--config.backend=mpi``) binds an algorithm to it; `mpi_runtime(algorithm, mode=...)` gives the `MPIRuntime` itself
+``--config.runtime.name=mpi``) binds an algorithm to it; `mpi_runtime(algorithm, mode=...)` gives the `MPIRuntime` itself
 (byte and memory counters, ``gather_params``). Process ``r`` runs workers ``r * L .. (r + 1) * L - 1`` (``L = W / N``)
 through the same `istjax.runtimes.base.map_workers` as the single-process runtimes (one worker per process runs
 unmapped). Every process passes the same full ``batches`` (leaves `[W, K, B, ...]`, e.g. from
@@ -267,7 +267,7 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
       gradient_buffers: ``"leaves"`` or ``"one"``: how data parallel's gradients are all-reduced (`MPIRuntime`).
     """
     if mode not in MODES:
-        raise ValueError(f"mode={mode!r}: choose one of {MODES} (--config.mpi_mode).")
+        raise ValueError(f"mode={mode!r}: choose one of {MODES} (--config.runtime.mode).")
     if gradient_buffers not in GRADIENT_BUFFERS:
         raise ValueError(f"gradient_buffers={gradient_buffers!r}: choose one of {GRADIENT_BUFFERS}.")
     builders = {("subnetworks", "parameter_server"): _server, ("subnetworks", "sharded"): _sharded,
@@ -687,4 +687,4 @@ def _sharded(rt: MPIRuntime):
 
 RUNTIME = Runtime("mpi", build, "workers split across the processes of mpiexec (parameter server or sharded); "
                                 "options: mode='parameter_server' | 'sharded'",
-                  config_options=(("mode", "mpi_mode"),), multi_process=True)
+                  config_options=("mode",), multi_process=True)

@@ -86,7 +86,7 @@ cases = {
                                                   **o), {"mode": "parameter_server"}),
 }
 for name, (make, options) in cases.items():
-    alg = make("mpi", **options)  # the Python API binds the MPI runtime like --config.backend=mpi
+    alg = make("mpi", **options)  # the Python API binds the MPI runtime like --config.runtime.name=mpi
     assert alg.runtime.name == "mpi" and alg.runtime.primary == (ME == 0)
     state, metrics = run(alg, images)
     assert (metrics["measured_bytes_received"], metrics["measured_bytes_sent"]) == tuple(alg.comm), (name, metrics)

@@ -43,21 +43,21 @@ def config():
     c = default_config()
     c.model = ml_collections.ConfigDict({"name": "mlp", "hidden": (16, 16), "batch_norm": True,
                                          "output_batch_norm": True})
-    c.backend, c.mpi_mode, c.sampler = "mpi", "sharded", "stratified"
-    c.sampler_args.num_owners = N
+    c.runtime.name, c.runtime.mode, c.sampler.name = "mpi", "sharded", "stratified"
+    c.sampler.num_owners = N
     c.num_workers, c.local_steps, c.batch_size = 2 * N, 2, 16
     c.num_rounds, c.eval_every, c.checkpoint_every, c.progress = 4, 2, 10, False
     c.target_accuracy = None
     if FAMILY == "resist":  # N * W = 4 partitioned blocks per stage, one of each owner's per worker
-        c.algorithm, c.num_workers = "resist", N
+        c.algorithm.name, c.num_workers = "resist", N
         c.model = ml_collections.ConfigDict({"name": "depth_resnet", "stage_sizes": (N * N + 1, N * N + 1),
                                              "widths": (4, 8), "image_shape": (8, 8, 1), "partition_strided": True})
     elif FAMILY == "graphsage":
-        c.dataset = "csbm"
-        c.dataset_kwargs = ml_collections.ConfigDict({"num_nodes": 200, "num_classes": 3, "num_features": 8,
+        c.data.name = "csbm"
+        c.data.kwargs = ml_collections.ConfigDict({"num_nodes": 200, "num_classes": 3, "num_features": 8,
                                                       "num_val": 40, "num_test": 80, "seed": 1})
         c.model = ml_collections.ConfigDict({"name": "graphsage", "hidden": (4 * N, 4 * N), "layer_norm": True})
-        c.num_workers, c.sharding = N, "shared"
+        c.num_workers, c.data.sharding = N, "shared"
     return c
 
 

@@ -57,8 +57,8 @@ def get_config(arg=None):
 
     c = default_config()
     c.name = f"speech_{model}_{algorithm}_W{workers}_K{local_steps}"
-    c.algorithm = algorithm
-    c.dataset = "synthetic_speech"  # 20000 x 4096, 35 classes; see docs/datasets.md for the real speech_commands
+    c.algorithm.name = algorithm
+    c.data.name = "synthetic_speech"  # 20000 x 4096, 35 classes; see docs/datasets.md for the real speech_commands
     c.model.hidden = MODELS[model]
     c.model.batch_norm = True
     c.model.output_batch_norm = True
@@ -67,7 +67,7 @@ def get_config(arg=None):
     c.batch_size = 128
     c.optimizer = "sgd"
     c.learning_rate = 0.01
-    c.optimizer_state = "reset"
+    c.algorithm.optimizer_state = "reset"
     # 78 rounds: 40 epochs of the 20000 training clips at W=4, K=20, B=128 (W * K * B = 10240 samples a round).
     c.num_rounds = 40 * 20000 // (4 * 20 * 128)
     c.eval_every = 25
