@@ -77,12 +77,14 @@ def test_sharded_mode_runs_every_family(n):
     ResIST (blocks in shards, strided first blocks held whole), GCN and GraphSAGE (tiled groups) in the sharded mode
     equal the plain reference round (carried Adam: simulate), params, model state and optimizer state; measured bytes
     equal the analytic ones (ResIST: plus the all-gather of the leaves held whole); each rank holds 1/N of every
-    owned leaf; the MLP is evaluated in place (partial sums all-reduced) as the gathered model is."""
+    owned leaf; the MLP, GCN and GraphSAGE are evaluated in place (partial sums all-reduced) as the gathered model
+    is."""
     out = _mpiexec(n, "sharded_families.py", timeout=900)  # -n 3 took 390 s here under pytest (2 cores, 3 ranks)
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     for family in ("mlp ist, carried adam", "cnn channel ist", "resist", "gcn cluster batches", "graphsage"):
         assert f"OK sharded {family}" in out.stdout, family
-    assert "evaluated in place (no gather) == the gathered model's evaluation" in out.stdout
+    for family in ("mlp ist, carried adam", "gcn cluster batches", "graphsage"):
+        assert f"OK sharded {family}: evaluated in place (no gather) == the gathered model's evaluation" in out.stdout
 
 
 @pytest.mark.slow

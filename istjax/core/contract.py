@@ -30,11 +30,12 @@ Optional (`OPTIONAL`):
     a dropout rate; above 0, every step receives its own key (``batch["rng"]``).
 ``block_groups()``, ``first_block_groups()``
     a depth-split ResNet's residual-block groups (ResIST; `istjax.models.DepthResNet`).
-``owner_logits(variables, x, *, owner, num_owners, reduce) -> logits``
+``owner_logits(variables, x, shared=None, *, owner, num_owners, reduce) -> logits``
     the full network's test-time logits computed by ``num_owners`` processes that each hold slice ``owner`` of every
     neuron group (`istjax.core.shard.Layout`, every group owned), exchanging only activations: ``reduce`` sums a
     partial result across them (a partitioned sum's partial sums). The MPI runtime's sharded mode then evaluates
-    without gathering the model (`istjax.models.MLP` provides it).
+    without gathering the model (`istjax.models.MLP`, `GCN` and `GraphSAGE` provide it; ``shared`` is the round's
+    shared input, a graph model's graph).
 """
 
 from __future__ import annotations

@@ -230,9 +230,8 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
     owner_logits = contract.owner_logits(eval_model)
     if owner_logits is not None:
         def owner_evaluate(params, model_state, batch, shared=None, *, owner, num_owners, reduce):
-            del shared  # a module with owner_logits reads no shared input
-            logits = owner_logits({"params": params, **model_state}, batch["x"], owner=owner, num_owners=num_owners,
-                                  reduce=reduce)
+            logits = owner_logits({"params": params, **model_state}, batch["x"], shared, owner=owner,
+                                  num_owners=num_owners, reduce=reduce)
             return scores(logits, batch["y"])
 
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,

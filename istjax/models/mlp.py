@@ -75,7 +75,8 @@ class MLP(nn.Module):
         """This module at the widths of one worker's sub-network (``units["hidden_i"]`` units in layer i)."""
         return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))
 
-    def owner_logits(self, variables, x_BxD: jax.Array, *, owner, num_owners: int, reduce) -> jax.Array:
+    def owner_logits(self, variables, x_BxD: jax.Array, shared=None, *, owner, num_owners: int,
+                     reduce) -> jax.Array:
         """The test-time logits of the full network, computed by ``num_owners`` processes that each hold slice
         ``owner`` of every hidden layer's units (`istjax.core.shard.Layout`: ``dense_0`` by its columns, every later
         kernel by its rows, a hidden layer's biases and BatchNorm parameters by its units); equal to ``apply`` on
@@ -86,6 +87,7 @@ class MLP(nn.Module):
         owners (`[B, H]`, an activation, not a weight); each owner keeps its units of the sum. BatchNorm with batch
         statistics is per unit, so it runs on an owner's units alone.
         """
+        del shared  # the MLP reads no shared input
         params = variables["params"]
         x = x_BxD.reshape(x_BxD.shape[0], -1)
         h = x

@@ -146,17 +146,19 @@ for name, (make, data, shared, all_owned) in cases.items():
         close(whole.opt_state, ref.opt_state, f"{name}: optimizer state")
     else:
         assert whole is None
-    # Evaluation in place: a model with owner_logits (the MLP) is evaluated from each rank's slice, the partial sums
-    # of each layer all-reduced; the result equals the gathered model's evaluation, on every rank.
-    assert (alg.runtime.evaluate is not None) == name.startswith("mlp"), (name, alg.runtime.evaluate)
+    # Evaluation in place: a model with owner_logits (the MLP, GCN, GraphSAGE) is evaluated from each rank's slice,
+    # the partial sums of each layer all-reduced; the result equals the gathered model's evaluation, on every rank.
+    assert (alg.runtime.evaluate is not None) == name.startswith(("mlp", "gcn", "graphsage")), name
     if alg.runtime.evaluate is not None:
-        test = {"x": jnp.asarray(np.random.default_rng(9).normal(size=(512, 6)), jnp.float32),
-                "y": jnp.asarray(np.random.default_rng(9).integers(0, C, size=512), jnp.int32)}
-        loss, aux = jax.jit(alg.runtime.evaluate)(state.params, state.model_state, test)
+        graph_case = shared is not None
+        x = np.arange(30, dtype=np.float32) if graph_case else np.random.default_rng(9).normal(size=(512, 6))
+        test = {"x": jnp.asarray(x, jnp.float32),
+                "y": jnp.asarray(np.random.default_rng(9).integers(0, C, size=len(x)), jnp.int32)}
+        loss, aux = jax.jit(alg.runtime.evaluate)(state.params, state.model_state, test, shared)
         every = M._world().allgather((float(loss), float(aux["accuracy"])))
         assert len(set(every)) == 1, every
         if ME == 0:
-            ref_loss, ref_aux = plain.task.evaluate(whole.params, whole.model_state, test)
+            ref_loss, ref_aux = plain.task.evaluate(whole.params, whole.model_state, test, shared)
             np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
             assert float(aux["accuracy"]) == float(ref_aux["accuracy"])
         say(f"OK sharded {name}: evaluated in place (no gather) == the gathered model's evaluation, loss "
