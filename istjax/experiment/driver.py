@@ -58,7 +58,7 @@ from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, Sha
 from istjax.experiment.config import ConfigError
 from istjax.experiment.lock import WorkdirLock, lock_workdir
 from istjax.experiment.metrics import (MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
-                                      truncate_metrics)
+                                      truncate_metrics, write_atomic)
 
 __all__ = ["train_and_evaluate", "evaluate_run", "build", "make_train_step", "make_evaluator", "TrainingError",
            "EnvironmentFailure", "Interrupted", "ConfigError", "RUN_FILES", "ALGORITHMS"]
@@ -428,7 +428,7 @@ def _build_run(config: ml_collections.ConfigDict, checked: config_lib.Checked, w
 
     if primary:
         workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+        write_atomic(workdir / "config.json", json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
     algorithm.runtime.agree(0)  # every process waits until the primary has checked and claimed the workdir
     checkpointer = _checkpointer(workdir / "checkpoints", algorithm.runtime, int(config.max_to_keep))
     return Run(config, config_dict, workdir, dataset, task, algorithm, batch_fn, checkpointer, log)
@@ -647,7 +647,7 @@ def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: in
     summary = _summary(run.config, run.algorithm, records, run.workdir, compile_time=run.compile_time,
                        wall=run.wall, bytes_total=run.bytes_total)
     summary["peak_rss_mib_per_process"] = peak_rss
-    (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_atomic(run.workdir / "summary.json", json.dumps(summary, indent=2) + "\n")
     print(_summary_text(summary), flush=True)
     return summary
 

@@ -28,7 +28,8 @@ import os
 import pathlib
 from typing import Any, Optional
 
-__all__ = ["RECORD_FIELDS", "is_primary", "process_index", "MetricWriter", "read_metrics", "truncate_metrics"]
+__all__ = ["RECORD_FIELDS", "is_primary", "process_index", "MetricWriter", "read_metrics", "truncate_metrics",
+           "write_atomic"]
 
 RECORD_FIELDS = ("round", "step", "samples_seen", "wall_time_s", "train_loss", "train_accuracy", "test_loss",
                  "test_accuracy", "round_loss", "bytes_sent_per_worker", "bytes_received_per_worker", "bytes_total",
@@ -82,6 +83,14 @@ _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 def process_count() -> int:
     """The number of MPI processes when launched under ``mpiexec`` (read from the launcher's environment), else 1."""
     return _launcher_int(_SIZE_VARS, 1)
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through a temporary file and a rename, so a reader (another rank of an MPI run
+    checking the workdir while the primary writes it) sees the old file or the new one whole, never a part."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def peak_rss_mib() -> float:
@@ -185,7 +194,5 @@ def truncate_metrics(path: str | os.PathLike, last_round: int) -> int:
                 continue
             if rec.get("round", 0) <= last_round:
                 kept.append(line if line.endswith("\n") else line + "\n")
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(kept))
-    tmp.replace(path)
+    write_atomic(path, "".join(kept))
     return len(kept)
