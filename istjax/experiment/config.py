@@ -280,7 +280,7 @@ def from_dict(values: Mapping[str, Any]) -> ml_collections.ConfigDict:
     return config
 
 
-_WHOLE = ("model", "data.kwargs", "sampler.groups")
+_WHOLE = ("model", *OPEN_SECTIONS)  # sections taken whole from a config.json
 
 
 def _leaves(tree: Mapping[str, Any], prefix: str = ""):
