@@ -73,17 +73,19 @@ def test_model_state_and_shared_inputs_on_mpi():
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3])
 def test_sharded_mode_runs_every_family(n):
-    """mpiexec -n 2 (W = 4) and -n 3 (W = 3): MLP IST with carried Adam, channel IST with BatchNorm statistics,
-    ResIST (blocks in shards, strided first blocks held whole), GCN and GraphSAGE (tiled groups) in the sharded mode
-    equal the plain reference round (carried Adam: simulate), params, model state and optimizer state; measured bytes
-    equal the analytic ones (ResIST: plus the all-gather of the leaves held whole); each rank holds 1/N of every
-    owned leaf; the MLP, GCN and GraphSAGE are evaluated in place (partial sums all-reduced) as the gathered model
-    is."""
+    """mpiexec -n 2 (W = 4) and -n 3 (W = 3): MLP IST with carried Adam, channel IST with BatchNorm statistics
+    carried (CNN) and recomputed from each rank's channels (ResNet), ResIST (blocks in shards, strided first blocks
+    held whole), GCN and GraphSAGE (tiled groups) in the sharded mode equal the plain reference round (carried Adam:
+    simulate), params, model state and optimizer state; measured bytes equal the analytic ones (ResIST: plus the
+    all-gather of the leaves held whole); each rank holds 1/N of every owned leaf; every family is evaluated in
+    place (partial sums all-reduced; ResIST's blocks owner after owner) as the gathered model is."""
     out = _mpiexec(n, "sharded_families.py", timeout=900)  # -n 3 took 390 s here under pytest (2 cores, 3 ranks)
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
-    for family in ("mlp ist, carried adam", "cnn channel ist", "resist", "gcn cluster batches", "graphsage"):
-        assert f"OK sharded {family}" in out.stdout, family
-    for family in ("mlp ist, carried adam", "gcn cluster batches", "graphsage (tiled groups)"):
+    families = ("mlp ist, carried adam", "cnn channel ist, running statistics",
+                "resnet channel ist, recomputed statistics", "resist", "gcn cluster batches",
+                "graphsage (tiled groups)")
+    for family in families:
+        assert f"OK sharded {family} on {n} ranks" in out.stdout, family
         assert f"OK sharded {family}: evaluated in place (no gather) == the gathered model's evaluation" in out.stdout
 
 

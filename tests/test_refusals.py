@@ -240,6 +240,23 @@ def test_sharded_mpi_fix_speaks_python_from_python_and_flags_from_the_cli(monkey
     config_lib.validate(config, load_data=False)  # the fix it names passes
 
 
+def test_sharded_recompute_runs_from_owner_statistics_and_is_refused_without_them():
+    """Channel IST on a ResNet recomputes its statistics from each rank's channels (`owner_statistics`); ResIST's
+    depth-split ResNet gives no such method and is refused with the fix."""
+    from istjax.models import DepthResNet, ResNet
+
+    x = jnp.zeros((2, 8, 8, 1))
+    resnet = istjax.classifier(ResNet(stage_sizes=(1,), widths=(4,), num_classes=3), x)
+    alg = istjax.ist(resnet, optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
+                     sampler=istjax.stratified(num_owners=2))
+    assert mpi.sharded_layout(alg, 2, 0).owned == frozenset(resnet.spec.group_sizes)
+    depth = istjax.classifier(DepthResNet(stage_sizes=(5,), widths=(4,), num_classes=3), x)
+    resist = istjax.resist(depth, optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
+                           test_scale=False, num_owners=2)
+    with pytest.raises(ValueError, match=r"DepthResNet gives no owner_statistics .* Use model_state='carry'"):
+        mpi.sharded_layout(resist, 2, 0)
+
+
 @pytest.mark.parametrize("fields,words", [
     ({"sampler.name": "stratified", "sampler.num_owners": 3}, "with num_owners=3, which deals none that way. Add --config.sampler.name=stratified"),
     ({"sampler.name": "stratified", "sampler.num_owners": 2, "algorithm.model_state": "recompute"},

@@ -3,7 +3,8 @@
 N owners are simulated in a loop, the all-to-alls, all-gather and allreduce done by stacking: what the owners
 distribute and the workers assemble must be exactly `extract`'s sub-networks, and what they collect exactly `merge`'s
 result, for plain, tiled (GraphSAGE's ``[self, neighbour]``), two-group, shared and held-whole leaves. The MLP's
-``owner_logits`` (evaluation from the owners' slices, partial sums reduced) is checked against the whole model.
+``owner_logits`` (evaluation from the owners' slices, partial sums reduced) is checked against the whole model, for
+every model istjax ships.
 """
 
 from functools import partial
@@ -134,5 +135,60 @@ def test_graph_owner_logits_equal_the_whole_model(kind, hidden, layer_norm):
 
     logits = jax.vmap(mine, axis_name="owners")(parts, jnp.arange(n))
     full = model.apply({"params": params}, x, {"graph": graph}, train=False)
+    for o in range(n):
+        np.testing.assert_allclose(logits[o], full, rtol=2e-5, atol=2e-5)
+
+
+def _owners_logits(task, model, x, n, owned=None):
+    """Logits of ``model`` from ``n`` owners' slices of random parameters and perturbed statistics (owners under
+    `vmap`, ``reduce = psum``), and the whole model's."""
+    params = task.init(jax.random.key(1))
+    state = jax.tree.map(lambda v: v + jax.random.uniform(jax.random.key(5), v.shape),
+                         task.init_state(jax.random.key(2)))  # running statistics that are not 0 and 1
+    sizes = {**task.spec.group_sizes, **task.state_spec.group_sizes}
+    lay = shard.Layout(n, 0, n, sizes, frozenset(sizes) if owned is None else owned)
+
+    def shards(spec, tree):
+        return _stack([jax.tree.map(lambda s, v, o=o: lay.shard(s, v, o), spec.leaves, tree) for o in range(n)])
+
+    def mine(p, s, owner):
+        return model.owner_logits({"params": p, **s}, x, owner=owner, num_owners=n,
+                                  reduce=lambda v: jax.lax.psum(v, "owners"))
+
+    logits = jax.vmap(mine, axis_name="owners")(shards(task.spec, params), shards(task.state_spec, state),
+                                                jnp.arange(n))
+    return logits, model.apply({"params": params, **state}, x, train=False)
+
+
+def _image_models():
+    from istjax.models import CNN, VGG, DepthResNet, PreActResNet, ResNet
+
+    return {
+        "cnn": CNN(widths=(4, 8), blocks=(1, 1), num_classes=3),
+        "resnet, every channel": ResNet(stage_sizes=(1, 1), widths=(4, 8), num_classes=3),
+        "resnet, inner channels": ResNet(stage_sizes=(1, 1), widths=(4, 8), num_classes=3, channel_partition="inner"),
+        "preact resnet": PreActResNet(stage_sizes=(1, 2), widths=(4, 8), num_classes=3),
+        "vgg, batch statistics": VGG(features=((4,), (8, 4)), hidden=(6,), num_classes=3, batch_norm="batch"),
+        "resist, pre-activation": DepthResNet(stage_sizes=(3, 5), widths=(4, 8), num_classes=3,
+                                              test_branch_scale=0.5),
+        "resist, post-activation, dealt first blocks": DepthResNet(stage_sizes=(3, 3), widths=(4, 8), num_classes=3,
+                                                                   preactivation=False, partition_strided=True),
+    }
+
+
+@pytest.mark.parametrize("name", list(_image_models()))
+def test_image_owner_logits_equal_the_whole_model(name):
+    """Channel-partitioned CNN, ResNets and VGG (each conv's partial sums over input channels summed across owners,
+    BatchNorm per channel on the owner's channels) and ResIST's depth-split ResNet (each owner's blocks in turn; the
+    dealt first blocks held whole by every owner): the owners' logits equal ``apply``, running statistics included."""
+    n = 2
+    model = _image_models()[name]
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(5, 8, 8, 1)), jnp.float32)
+    task = istjax.classifier(model, x[:2])
+    sizes = dict(task.spec.group_sizes)
+    owned = frozenset(sizes) - task.owner_whole
+    assert task.owner_evaluate is not None and task.owner_whole == frozenset(
+        g for g in sizes if g.startswith("first_"))
+    logits, full = _owners_logits(task, model, x, n, owned)
     for o in range(n):
         np.testing.assert_allclose(logits[o], full, rtol=2e-5, atol=2e-5)

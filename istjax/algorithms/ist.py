@@ -123,10 +123,14 @@ def _owner_side(task, optimizer, sampler, plan, disjoint, abstract_opt, params_t
                else worker_init(optimizer, tree["params"], round_index))
         return WorkerState(tree["params"], tree["model_state"], opt)
 
-    def collect(layout, state, round_plan, returned, gathered, sums):
+    def collect(layout, state, round_plan, returned, gathered, sums, first=None, shared=None, reduce=None):
         tree = shard.owner_collect(layout, spec_tree, held(state), round_plan.partition, returned, gathered, sums,
                                    disjoint)
-        return finish_round(task, policy, state, tree["params"], tree["model_state"], tree.get("opt_state", ()),
+        model_state = tree["model_state"]
+        if policy == "recompute" and first is not None and jax.tree.leaves(model_state):
+            model_state = task.owner_recompute_state(tree["params"], model_state, first, shared, owner=layout.owner,
+                                                     num_owners=layout.num_owners, reduce=reduce)
+        return finish_round(task, policy, state, tree["params"], model_state, tree.get("opt_state", ()),
                             round_plan.key)
 
     return OwnerSide(sampler, spec_tree, held, plan, distribute, start, collect)

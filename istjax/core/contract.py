@@ -35,7 +35,16 @@ Optional (`OPTIONAL`):
     neuron group (`istjax.core.shard.Layout`, every group owned), exchanging only activations: ``reduce`` sums a
     partial result across them (a partitioned sum's partial sums). The MPI runtime's sharded mode then evaluates
     without gathering the model (`istjax.models.MLP`, `GCN` and `GraphSAGE` provide it; ``shared`` is the round's
-    shared input, a graph model's graph).
+    shared input, a graph model's graph). Every image model provides it too: `istjax.models.CNN`, `ResNet`,
+    `PreActResNet` and `VGG` through `istjax.models.owner_forward` (each conv's partial sums over input channels
+    reduced), `DepthResNet` by running each owner's residual blocks in turn.
+``owner_statistics(variables, x, shared=None, *, owner, num_owners, reduce) -> {collection: tree}``
+    this owner's slice of the statistics a training-mode pass over ``x`` leaves (``batch_stats``), computed like
+    ``owner_logits``; with it, the sharded mode recomputes statistics (``model_state="recompute"``) in place
+    (the channel-partitioned image models provide it).
+``owner_whole_groups() -> (group, ...)``
+    the neuron groups ``owner_logits`` accepts held whole by every owner rather than sharded (ResIST's dealt first
+    blocks); without it, every group must be held in shards for the sharded mode to evaluate in place.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from typing import Any, Optional, Protocol, runtime_checkable
 
 __all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "eval_module", "tied_axes",
            "batch_statistics_at_test", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
-           "owner_logits"]
+           "owner_logits", "owner_statistics", "owner_whole_groups"]
 
 
 @runtime_checkable
@@ -67,6 +76,8 @@ OPTIONAL = {
     "block_groups": "method: ResIST's residual-block groups",
     "first_block_groups": "method: ResIST's one-block groups of a stage's first block",
     "owner_logits": "method: the test-time logits from every owner's slice, partial sums reduced (sharded eval)",
+    "owner_statistics": "method: a training pass's statistics from every owner's slice (sharded recompute)",
+    "owner_whole_groups": "method: the groups owner_logits accepts held whole instead of sharded",
 }
 
 
@@ -165,7 +176,18 @@ def owner_logits(model):
     return _method(model, "owner_logits")
 
 
+def owner_statistics(model):
+    """The module's ``owner_statistics`` (bound), or None: recomputed statistics from owners' slices."""
+    return _method(model, "owner_statistics")
+
+
 def first_block_groups(model) -> dict:
     """A depth-split ResNet's one-block groups (``{}`` when it declares none)."""
     method = _method(model, "first_block_groups")
     return method() if method is not None else {}
+
+
+def owner_whole_groups(model) -> tuple:
+    """The module's ``owner_whole_groups()``, or ``()``."""
+    method = _method(model, "owner_whole_groups")
+    return tuple(method()) if method is not None else ()

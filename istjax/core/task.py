@@ -87,6 +87,10 @@ class Task:
       owner_evaluate: ``evaluate`` from one owner's slice of the parameters and model state, given ``owner``,
         ``num_owners`` and ``reduce`` (a sum across the owners), for a module with ``owner_logits``
         (`istjax.core.contract`); None otherwise. Every owner gets the same result.
+      owner_recompute_state: ``recompute_state`` from one owner's slice (same extra arguments as
+        ``owner_evaluate``), for a module with ``owner_statistics``; None otherwise. Returns that owner's slice.
+      owner_whole: the neuron groups whose leaves ``owner_evaluate`` takes whole on every owner (the module's
+        ``owner_whole_groups()``); every other group must be held in shards.
     """
 
     init: Callable[[jax.Array], PyTree]
@@ -100,6 +104,8 @@ class Task:
     module: Any = None  # the Flax module `classifier` built the task from (None for hand-written tasks)
     example_x: Any = None  # its example input (shape and dtype), so a family can rebuild the task around the module
     owner_evaluate: Optional[Callable[..., tuple[jax.Array, dict]]] = None
+    owner_recompute_state: Optional[Callable[..., PyTree]] = None
+    owner_whole: frozenset = frozenset()  # groups owner_evaluate accepts held whole by every owner, not sharded
 
     @classmethod
     def from_loss(cls, init: Callable[[jax.Array], PyTree], loss_fn: Callable[[Units], LossFn],
@@ -132,6 +138,38 @@ def _takes(fn: Callable, name: str) -> bool:
         return name in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+def scores(logits_NxC: jax.Array, labels_N: jax.Array) -> tuple[jax.Array, dict]:
+    """``(mean softmax cross-entropy, {"accuracy": ...})`` of logits against integer labels."""
+    loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits_NxC, labels_N))
+    accuracy = jnp.mean((jnp.argmax(logits_NxC, axis=-1) == labels_N).astype(jnp.float32))
+    return loss, {"accuracy": accuracy}
+
+
+def _owner_pieces(eval_model: nn.Module, fresh: Optional[nn.Module]) -> dict:
+    """The task's sharded-mode pieces from the module's owner methods (`istjax.core.contract`): ``owner_evaluate``
+    (test-time scores from an owner's slice) and ``owner_recompute_state`` (recomputed statistics from an owner's
+    slice; ``fresh`` is the module with momentum 0, None when its statistics cannot be recomputed)."""
+    pieces = {"owner_whole": frozenset(contract.owner_whole_groups(eval_model))}
+    owner_logits = contract.owner_logits(eval_model)
+    if owner_logits is not None:
+        def owner_evaluate(params, model_state, batch, shared=None, *, owner, num_owners, reduce):
+            logits = owner_logits({"params": params, **model_state}, batch["x"], shared, owner=owner,
+                                  num_owners=num_owners, reduce=reduce)
+            return scores(logits, batch["y"])
+
+        pieces["owner_evaluate"] = owner_evaluate
+    statistics = None if fresh is None else contract.owner_statistics(fresh)
+    if statistics is not None:
+        def owner_recompute_state(params, model_state, batches_NxB, shared=None, *, owner, num_owners, reduce):
+            xs = jax.tree.leaves(batches_NxB["x"])
+            per_batch = [statistics({"params": params, **model_state}, batches_NxB["x"][i], shared, owner=owner,
+                                    num_owners=num_owners, reduce=reduce) for i in range(xs[0].shape[0])]
+            return jax.tree.map(lambda *s: jnp.mean(jnp.stack(s), axis=0), *per_batch)
+
+        pieces["owner_recompute_state"] = owner_recompute_state
+    return pieces
 
 
 def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[str, Any]] = None, *,
@@ -177,11 +215,6 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
         v = variables(key)
         return {c: nn.unbox(v[c]) for c in collections}
 
-    def scores(logits, labels):
-        loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
-        accuracy = jnp.mean((jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32))
-        return loss, {"accuracy": accuracy}
-
     def train_loss(units):
         if units is None:
             module = model
@@ -215,7 +248,7 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
         logits = call(eval_model, {"params": params, **model_state}, batch["x"], shared, False)
         return scores(logits, batch["y"])
 
-    recompute_state = None
+    recompute_state = fresh = None
     if collections and contract.recomputable(model):
         fresh = model.clone(bn_momentum=0.0)  # momentum 0: the "running" statistics become this batch's statistics
 
@@ -226,14 +259,6 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
 
             return jax.tree.map(lambda s: jnp.mean(s, axis=0), jax.vmap(one)(batches_NxB["x"]))
 
-    owner_evaluate = None
-    owner_logits = contract.owner_logits(eval_model)
-    if owner_logits is not None:
-        def owner_evaluate(params, model_state, batch, shared=None, *, owner, num_owners, reduce):
-            logits = owner_logits({"params": params, **model_state}, batch["x"], shared, owner=owner,
-                                  num_owners=num_owners, reduce=reduce)
-            return scores(logits, batch["y"])
-
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
-                example_x=example_x, owner_evaluate=owner_evaluate)
+                example_x=example_x, **_owner_pieces(eval_model, fresh))

@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import istjax.models.owner_forward as owner_forward
 from istjax.models.conv_ops import conv
 
 __all__ = ["CNN", "BatchStatNorm", "channel_batch_norm"]
@@ -175,6 +176,11 @@ class CNN(nn.Module):
         object.__setattr__(self, "blocks", blocks)
         object.__setattr__(self, "inner", inner)
         super().__post_init__()
+
+    # The sharded MPI mode: this network's forward pass from one owner's channels, the partial sums of each conv
+    # reduced across the owners (`istjax.models.owner_forward`), for evaluation and recomputed statistics.
+    owner_logits = owner_forward.owner_logits_method
+    owner_statistics = owner_forward.owner_statistics_method
 
     def test_batch_statistics(self) -> bool:
         """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""

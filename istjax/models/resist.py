@@ -204,11 +204,41 @@ class DepthResNet(nn.Module):
                 scale = 1.0 if (train or not partitioned) else test
                 blocks = nn.scan(_Block, variable_axes={"params": 0, "batch_stats": 0}, split_rngs={"params": True},
                                  length=n - 1, metadata_params={nn.PARTITION_NAME: f"blocks_{i}"})
-                x, _ = blocks(width=width, train=train, bn_momentum=self.bn_momentum, branch_scale=scale,
-                              preactivation=self.preactivation, name=f"stage{i}_blocks")(x, None)
+                x = self.stage_blocks(i, blocks(width=width, train=train, bn_momentum=self.bn_momentum,
+                                                branch_scale=scale, preactivation=self.preactivation,
+                                                name=f"stage{i}_blocks"), x)
         if self.preactivation:
             x = nn.relu(_bn(self.bn_momentum, "bn_final", train)(x))
         return layers.head(self.num_classes, None)(jnp.mean(x, axis=(1, 2)))
+
+    def stage_blocks(self, i: int, blocks: nn.Module, x: jax.Array) -> jax.Array:
+        """Stage i's scanned blocks 1.. applied to ``x`` (a method of its own so that the sharded evaluation,
+        `owner_logits`, can run each owner's blocks in turn)."""
+        del i
+        return blocks(x, None)[0]
+
+    def owner_logits(self, variables, x: jax.Array, shared=None, *, owner, num_owners: int, reduce) -> jax.Array:
+        """The test-time logits from owner ``owner``'s blocks (`istjax.core.contract`): owner ``o`` of ``N`` holds
+        blocks ``[o * s, (o + 1) * s)`` of every partitioned stage (``s = (n - 1) / N``) and the shared layers whole.
+        A stage runs as N turns: on turn ``t`` owner ``t`` applies its blocks to the stage's activation and ``reduce``
+        (a sum) hands the result, the others' zeros added, to every owner. Only activations move."""
+        del shared  # image models read no shared input
+        mine = self.subnet({g: size // num_owners for g, size in self.block_groups().items()})
+
+        def turns(next_fun, args, kwargs, context):
+            if context.method_name != "stage_blocks" or args[0] not in self.partitioned_stages:
+                return next_fun(*args, **kwargs)
+            i, blocks, h = args
+            for t in range(num_owners):
+                h = reduce(jnp.where(owner == t, next_fun(i, blocks, h), jnp.zeros_like(h)))
+            return h
+
+        with nn.intercept_methods(turns):
+            return mine.apply(variables, x, train=False)
+
+    def owner_whole_groups(self) -> tuple[str, ...]:
+        """The dealt first blocks (``partition_strided``): `owner_logits` takes them whole on every owner."""
+        return tuple(self.first_block_groups())
 
     def _first_block(self, i: int, width: int, x: jax.Array, train: bool) -> jax.Array:
         """Block 0 of stage i: changes stride (stages after the first) and width where the stage does; shared, or

@@ -82,6 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import istjax.models.layers as layers
+import istjax.models.owner_forward as owner_forward
 from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["ResNet", "PreActResNet", "RESNET_PRESETS", "CHANNEL_PARTITIONS", "ACTIVATION_SCALES"]
@@ -275,6 +276,11 @@ class _ResNetBase(nn.Module):
         if self.inner_scale is None or self.inner_scale[i][j] == 1.0:
             return h
         return h * jnp.asarray(self.inner_scale[i][j], h.dtype)
+
+    # The sharded MPI mode: this network's forward pass from one owner's channels, the partial sums of each conv
+    # reduced across the owners (`istjax.models.owner_forward`), for evaluation and recomputed statistics.
+    owner_logits = owner_forward.owner_logits_method
+    owner_statistics = owner_forward.owner_statistics_method
 
     def test_batch_statistics(self) -> bool:
         """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""

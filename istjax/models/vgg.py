@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 import istjax.models.layers as layers
+import istjax.models.owner_forward as owner_forward
 from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["VGG"]
@@ -102,6 +103,11 @@ class VGG(nn.Module):
                          for i, row in enumerate(self.conv_widths()))
         hidden = tuple(int(units.get(f"fc_{k}", h)) for k, h in enumerate(self.hidden_widths()))
         return self.clone(features=features, hidden=hidden, width_multiplier=1.0)
+
+    # The sharded MPI mode: this network's forward pass from one owner's channels, the partial sums of each conv
+    # reduced across the owners (`istjax.models.owner_forward`), for evaluation and recomputed statistics.
+    owner_logits = owner_forward.owner_logits_method
+    owner_statistics = owner_forward.owner_statistics_method
 
     def test_batch_statistics(self) -> bool:
         """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""

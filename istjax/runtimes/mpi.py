@@ -44,10 +44,11 @@ buffer per worker (no pre-reduction of its own workers), so these equal the anal
 (losses) travel by a small host allgather that is not counted.
 
 Evaluation: `MPIRuntime.gather` assembles the whole `TrainState` on rank 0 (``None`` on the others). In sharded mode a
-model that gives ``owner_logits`` (`istjax.core.contract`; `istjax.models.MLP`) is evaluated in place instead
+model that gives ``owner_logits`` (`istjax.core.contract`: every model istjax ships) is evaluated in place instead
 (`MPIRuntime.evaluate`): every rank runs its slice of the forward pass and the partial sums of each layer are
-all-reduced, so no rank holds the whole model in a round, an evaluation or a checkpoint; other models are gathered
-to rank 0 for evaluation, the one moment a rank holds all of them.
+all-reduced (a depth-split ResNet's blocks run owner after owner), so no rank holds the whole model in a round, an
+evaluation or a checkpoint; a model without it is gathered to rank 0 for evaluation, the one moment a rank holds
+all of it.
 """
 
 from __future__ import annotations
@@ -398,6 +399,16 @@ def _full_batches(batches, rt):
     return batches if lead == {rt.algorithm.num_workers} else None
 
 
+def _first_batches(batches, rt):
+    """Every worker's first batch `[W, B, ...]` (``recompute`` statistics): sliced when this rank was given all W
+    workers' batches, else this rank's L rows all-gathered (data, not model: not counted as exchanged bytes)."""
+    first = jax.tree.map(lambda b: b[:, 0], batches)
+    if _full_batches(batches, rt) is not None:
+        return first
+    every = rt.comm.allgather(jax.tree.map(np.asarray, first))
+    return jax.tree.map(lambda *rows: jnp.asarray(np.concatenate(rows)), *every)
+
+
 def _reset_optimizer(alg) -> Callable:
     """``(workers, round_index) -> workers`` with a fresh optimizer state, rebuilt on the worker rather than sent;
     stamped with the round for round-counted schedules."""
@@ -598,10 +609,12 @@ def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
             f"all-to-all); the algorithm samples with {side.sampler.name!r}{also}. Build it with "
             f"istjax.ist(..., sampler=istjax.stratified(num_owners={n})) (ResIST: istjax.resist(..., "
             f"num_owners={n})), or use mode='parameter_server'.")
-    if alg.model_state_policy == "recompute" and alg.task.has_state:
-        raise ValueError("mode='sharded' supports model_state='carry' only: recomputing the statistics is a forward "
-                         "pass of the whole merged model, which no rank holds. Use model_state='carry' or "
-                         "mode='parameter_server'.")
+    if alg.model_state_policy == "recompute" and alg.task.has_state and alg.task.owner_recompute_state is None:
+        raise ValueError(f"mode='sharded' with model_state='recompute': recomputing the statistics is a forward pass "
+                         f"of the whole merged model, which no rank holds, and {type(alg.task.module).__name__} gives "
+                         f"no owner_statistics method to run it from each rank's part (istjax.core.contract; the "
+                         f"channel-partitioned CNN, ResNet and VGG do). Use model_state='carry' or "
+                         f"mode='parameter_server'.")
     return shard_lib.Layout(n, me, alg.num_workers, sizes, owned)
 
 
@@ -656,7 +669,8 @@ def _sharded(rt: MPIRuntime):
 
     assemble = jax.jit(functools.partial(shard_lib.worker_assemble, layout, side.spec))
     give_back = jax.jit(functools.partial(shard_lib.worker_return, layout, side.spec))
-    collect = jax.jit(functools.partial(side.collect, layout))
+    collect = jax.jit(functools.partial(side.collect, layout, reduce=x.allreduce_traced))
+    recompute = alg.model_state_policy == "recompute" and alg.task.owner_recompute_state is not None
 
     def round_fn(state, batches, shared=None):
         _check_batches(batches, rt)
@@ -675,12 +689,13 @@ def _sharded(rt: MPIRuntime):
         traffic.add(sent=whole, received=gathered, leaf_paths=True)  # all-gather: a worker's piece out, all W in
         traffic.add(sent=sums, received=sums, leaf_paths=True)  # allreduce: in and out, one buffer per worker
         rt._track(state, pieces, received, sub, trained, back, returned, gathered)
-        state = collect(state, round_plan, returned, gathered, totals)
+        first = _first_batches(batches, rt) if recompute else None
+        state = collect(state, round_plan, returned, gathered, totals, first, shared)
         spares.keep(received=received, returned=returned, sums=totals)
         return state, _finish(rt, traffic, metrics, rt.comm)
 
     rt.init, rt.round, rt.gather = _sharded_init(alg, layout), round_fn, _sharded_gather(alg, layout, x)
-    if alg.task.owner_evaluate is not None and layout.owned == frozenset(layout.group_sizes):
+    if alg.task.owner_evaluate is not None and set(layout.group_sizes) - layout.owned <= alg.task.owner_whole:
         rt.evaluate = functools.partial(alg.task.owner_evaluate, owner=layout.owner, num_owners=layout.num_owners,
                                         reduce=x.allreduce_traced)
 

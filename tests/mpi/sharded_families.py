@@ -1,15 +1,17 @@
 """Run under ``mpiexec -n N`` (N = 2 or 3): the sharded mode runs every family through the algorithm's own pieces.
 
-Families: MLP IST with carried Adam, channel IST on a CNN with running statistics, ResIST (blocks held in shards,
-the strided first blocks held whole), GCN on Cluster-GCN batches and GraphSAGE (tiled ``[self, neighbour]`` axes
-held in shards). For each, after 2 rounds on ``mpiexec -n N`` with W = 2N or N workers:
+Families: MLP IST with carried Adam, channel IST on a CNN with running statistics carried and on a ResNet with
+them recomputed (from each rank's channels), ResIST (blocks held in shards, the strided first blocks held whole),
+GCN on Cluster-GCN batches and GraphSAGE (tiled ``[self, neighbour]`` axes held in shards). For each, after 2 rounds
+on ``mpiexec -n N`` with W = 2N or N workers:
 
 * the whole state gathered from the shards equals the plain reference round (`istjax.algorithms.reference`,
   Python loops) run on one process from the same key, parameters and model state; with carried Adam, which the
   plain loop does not carry, it equals the simulate runtime, optimizer state included;
 * the measured bytes per worker equal the analytic ones (`Algorithm.comm`) where every partitioned leaf is held in
   shards; for ResIST, the leaves held whole add exactly the all-gather of every worker's piece;
-* no rank holds more than 1/N of the largest owned leaf of the model.
+* no rank holds more than 1/N of the largest owned leaf of the model;
+* the model is evaluated in place (no gather) with the gathered model's loss and accuracy, on every rank.
 
 Every rank asserts; rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tests/test_mpi.py.
 """
@@ -27,7 +29,7 @@ from istjax.core import shard as shard_lib
 from istjax.data.cluster_batches import cluster_batch_fn
 from istjax.graph import from_edges
 from istjax.graph import task as graph_task
-from istjax.models import CNN, GCN, MLP, DepthResNet, GraphSAGE
+from istjax.models import CNN, GCN, MLP, DepthResNet, GraphSAGE, ResNet
 from istjax.runtimes import mpi as M
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -72,6 +74,7 @@ stratified = istjax.stratified(num_owners=N)
 
 mlp = istjax.classifier(MLP(hidden=(2 * U, 2 * U), num_classes=C), jnp.zeros((B, 6)), MLP.rules(2))
 cnn = istjax.classifier(CNN(widths=(U, 2 * U), blocks=(1, 1), num_classes=C), jnp.zeros((B, 6, 6, 2)))
+resnet = istjax.classifier(ResNet(stage_sizes=(1, 1), widths=(U, 2 * U), num_classes=C), jnp.zeros((B, 6, 6, 2)))
 depth = istjax.classifier(DepthResNet(stage_sizes=(U + 1, U + 1), widths=(4, 8), num_classes=C,
                                       partition_strided=True), jnp.zeros((B, 6, 6, 2)))
 sage = graph_task.node_classifier(GraphSAGE(hidden=(U, U), num_classes=C, layer_norm=True), full_graph)
@@ -87,6 +90,10 @@ cases = {
     "cnn channel ist, running statistics": (lambda b, **o: istjax.ist(cnn, optax.sgd(0.1), num_workers=W,
                                                                       local_steps=K, sampler=stratified, backend=b,
                                                                       **o), images, None, True),
+    "resnet channel ist, recomputed statistics": (lambda b, **o: istjax.ist(resnet, optax.sgd(0.1), num_workers=W,
+                                                                            local_steps=K, sampler=stratified,
+                                                                            model_state="recompute", backend=b, **o),
+                                                  images, None, True),
     "resist": (lambda b, **o: istjax.resist(depth, optax.sgd(0.1), num_workers=W, local_steps=K, num_owners=N,
                                             backend=b, **o), images, None, False),
     "gcn cluster batches": (lambda b, **o: istjax.ist(gcn, optax.sgd(0.1), num_workers=W, local_steps=K,
@@ -146,12 +153,14 @@ for name, (make, data, shared, all_owned) in cases.items():
         close(whole.opt_state, ref.opt_state, f"{name}: optimizer state")
     else:
         assert whole is None
-    # Evaluation in place: a model with owner_logits (the MLP, GCN, GraphSAGE) is evaluated from each rank's slice,
-    # the partial sums of each layer all-reduced; the result equals the gathered model's evaluation, on every rank.
-    assert (alg.runtime.evaluate is not None) == name.startswith(("mlp", "gcn", "graphsage")), name
+    # Evaluation in place: every family's model has owner_logits and is evaluated from each rank's slice (partial
+    # sums all-reduced; ResIST's blocks owner after owner); the result equals the gathered model's evaluation, on
+    # every rank.
+    assert alg.runtime.evaluate is not None, name
     if alg.runtime.evaluate is not None:
         graph_case = shared is not None
-        x = np.arange(30, dtype=np.float32) if graph_case else np.random.default_rng(9).normal(size=(512, 6))
+        shape = (30,) if graph_case else (512, 6) if name.startswith("mlp") else (512, 6, 6, 2)
+        x = np.arange(30, dtype=np.float32) if graph_case else np.random.default_rng(9).normal(size=shape)
         test = {"x": jnp.asarray(x, jnp.float32),
                 "y": jnp.asarray(np.random.default_rng(9).integers(0, C, size=len(x)), jnp.int32)}
         loss, aux = jax.jit(alg.runtime.evaluate)(state.params, state.model_state, test, shared)

@@ -1,0 +1,110 @@
+"""The test-time forward pass of a channel-partitioned network from one owner's slice (the sharded MPI mode).
+
+In the sharded mode (`istjax.runtimes.mpi`) owner ``o`` of ``N`` holds units ``[o * s, (o + 1) * s)`` of every
+neuron group (``s = size / N``) and, of a leaf with several partitioned axes, the slice of the first one
+(`istjax.core.shard.Layout`): a conv kernel ``[kh, kw, in, out]`` whose input and output channels are both groups
+is held as ``[kh, kw, in / N, out]``, the stem's ``[kh, kw, C, out / N]``, the head's ``[in / N, classes]``.
+
+`owner_apply` runs a module's own ``__call__`` (``train=False``) on such a slice, with every `flax.linen.Conv` and
+`flax.linen.Dense` call replaced through `flax.linen.intercept_methods`:
+
+* input channels partitioned: the owner convolves (multiplies) its input channels with its rows, giving a partial
+  sum of every output channel; ``reduce`` adds the partial sums of all owners (an activation ``[B, H, W, out]``, not
+  a weight), and the owner keeps its own output channels when they are a group, all of them otherwise;
+* only the output channels partitioned: the owner's input is whole, its kernel gives its own output channels;
+* nothing partitioned: the layer as it is.
+
+Everything else the module does acts on each channel alone and so runs unchanged on an owner's channels: BatchNorm
+(running or batch statistics are per channel; its parameters and statistics are sharded like its channels), ReLU,
+pooling, and residual additions, whose two sides carry the same group (`tied_axes`), so the same slice of it.
+
+Which axes are groups is read from the module's own logical axis names (``nn.with_logical_partitioning``) and
+``partition_rules()``, traced abstractly (`jax.eval_shape`): no process materialises the whole model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax.core import meta
+from jax import lax
+
+__all__ = ["owner_apply", "owner_logits_method", "owner_statistics_method"]
+
+
+def _groups(module: nn.Module, x: jax.Array) -> dict[tuple[str, ...], tuple[bool, ...]]:
+    """Module path + leaf name -> which axes of that parameter are neuron groups."""
+    rules = module.partition_rules()
+    shapes = jax.eval_shape(lambda: module.init(jax.random.key(0), x, train=False))
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(
+            shapes.get("params", {}), is_leaf=lambda v: isinstance(v, meta.AxisMetadata))[0]:
+        names = leaf.names if isinstance(leaf, nn.Partitioned) else (None,) * len(leaf.shape)
+        keys = tuple(k.key for k in path)
+        out[keys] = tuple(n is not None and rules.get(n) is not None for n in names)
+    return out
+
+
+def _layer(module: nn.Module, x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """The layer's linear map of ``x`` by ``kernel`` (a slice of the module's), without the bias."""
+    if isinstance(module, nn.Dense):
+        return jnp.dot(x, kernel)
+    n = kernel.ndim - 2
+    strides = module.strides if module.strides is not None else 1
+    strides = (strides,) * n if isinstance(strides, int) else tuple(strides)
+    if module.feature_group_count != 1 or any(d not in (None, 1) for d in (module.input_dilation,
+                                                                         module.kernel_dilation)):
+        raise NotImplementedError(f"owner_apply: {type(module).__name__} {module.name!r} uses dilation or feature "
+                                  f"groups; only plain convolutions are evaluated from owners' slices.")
+    padding = module.padding if isinstance(module.padding, str) else tuple(tuple(p) for p in module.padding)
+    spatial = "HWDXYZ"[:n]
+    return lax.conv_general_dilated(x, kernel, strides, padding,
+                                    dimension_numbers=(f"N{spatial}C", f"{spatial}IO", f"N{spatial}C"))
+
+
+def owner_apply(module: nn.Module, variables, x: jax.Array, *, owner, num_owners: int,
+                reduce: Callable[[jax.Array], jax.Array], train: bool = False, mutable=False):
+    """``module.apply(variables, x, train=train, mutable=mutable)`` for an owner holding ``variables``, its slice of
+    every leaf; equal to the whole network's output on every owner, up to summation order (module docstring), and,
+    with ``train=True, mutable=["batch_stats"]``, to this owner's slice of the updated statistics (BatchNorm
+    normalises each channel by its own batch statistics). ``owner`` may be traced (the tests run the owners under
+    `jax.vmap` with ``reduce = psum``)."""
+    axes = _groups(module, x)
+
+    def interceptor(next_fun, args, kwargs, context):
+        layer = context.module
+        if context.method_name != "__call__" or not isinstance(layer, (nn.Conv, nn.Dense)):
+            return next_fun(*args, **kwargs)
+        path = tuple(layer.path)
+        cut_in, cut_out = axes[path + ("kernel",)][-2:]
+        y = _layer(layer, args[0], layer.get_variable("params", "kernel"))
+        if cut_in:
+            y = reduce(y)  # partial sums over each owner's input channels
+            if cut_out:
+                share = y.shape[-1] // num_owners
+                y = lax.dynamic_slice_in_dim(y, owner * share, share, axis=y.ndim - 1)
+        if getattr(layer, "use_bias", False):
+            bias = layer.get_variable("params", "bias")  # sharded like the output channels, or held whole
+            y = y + bias.reshape((1,) * (y.ndim - 1) + bias.shape)
+        return y
+
+    with nn.intercept_methods(interceptor):
+        return module.apply(variables, x, train=train, mutable=mutable)
+
+
+def owner_logits_method(self, variables, x: jax.Array, shared: Any = None, *, owner, num_owners: int, reduce):
+    """The ``owner_logits`` of a channel-partitioned image model (`istjax.core.contract`): `owner_apply`."""
+    del shared  # image models read no shared input
+    return owner_apply(self, variables, x, owner=owner, num_owners=num_owners, reduce=reduce)
+
+
+def owner_statistics_method(self, variables, x: jax.Array, shared: Any = None, *, owner, num_owners: int, reduce):
+    """The ``owner_statistics`` of a channel-partitioned image model (`istjax.core.contract`): this owner's slice of
+    the ``batch_stats`` a training-mode pass over ``x`` leaves (`owner_apply` with ``train=True``)."""
+    del shared
+    _, updated = owner_apply(self, variables, x, owner=owner, num_owners=num_owners, reduce=reduce, train=True,
+                             mutable=["batch_stats"])
+    return {"batch_stats": updated["batch_stats"]}
