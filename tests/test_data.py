@@ -421,3 +421,26 @@ def test_batch_fn_draws_one_ranks_rows_alone():
         np.testing.assert_array_equal(part[k], full[k][2:4])
     traced = jax.jit(lambda r: fn(r, workers=(1, 2)))(2)
     np.testing.assert_array_equal(traced["x"], full["x"][1:2])
+
+
+@pytest.mark.parametrize("sharding", ["disjoint", "shared"])
+def test_batch_fn_built_for_a_ranks_workers_holds_only_their_shards(sharding):
+    """``make_batch_fn(..., workers=(a, b))`` draws rows a..b of the full round, every round, traced or not, and with
+    disjoint shards holds only the examples of those workers' shards (an MPI rank loads what its workers read)."""
+    ds = D.load_dataset("digits")
+    kw = dict(num_workers=4, local_steps=3, batch_size=5, seed=1, sharding=sharding)
+    fn = D.make_batch_fn(ds, **kw)
+    mine = D.make_batch_fn(ds, workers=(1, 3), **kw)
+    assert mine.rows == (1, 3)
+    for r in (0, 2, 57):  # 57: past an epoch of every pool
+        full, part = fn(r), mine(r)
+        for k in ("x", "y"):
+            np.testing.assert_array_equal(part[k], full[k][1:3])
+    np.testing.assert_array_equal(jax.jit(lambda r: mine.apply(mine.data, r))(4)["x"], fn(4)["x"][1:3])
+    held = len(mine.data["y"])
+    assert held == (2 * (len(ds.train_y) // 4) if sharding == "disjoint" else len(ds.train_y))
+    np.testing.assert_array_equal(mine(3, workers=(1, 3))["y"], fn(3)["y"][1:3])
+    with pytest.raises(ValueError, match=r"holds the examples of workers \(1, 3\) only"):
+        mine(0, workers=(0, 2))
+    with pytest.raises(ValueError, match=r"workers=\(3, 3\): give \(start, stop\)"):
+        D.make_batch_fn(ds, workers=(3, 3), **kw)

@@ -63,6 +63,12 @@ class _Plan:
     sharding: str
     pool_size: int
     num_epochs: int  # permutations built per worker per round
+    rows: tuple[int, int] | None = None  # the workers start..stop-1 whose batches are drawn (None: all W)
+
+    @property
+    def drawn(self) -> tuple[int, int]:
+        """``(first, count)``: the workers whose batches are drawn."""
+        return (0, self.num_workers) if self.rows is None else (self.rows[0], self.rows[1] - self.rows[0])
 
     def shard_table(self, num_examples: int, seed: int) -> np.ndarray | None:
         """`[W, P] int32` example ids of each worker's shard, or None if shared."""
@@ -73,10 +79,11 @@ class _Plan:
         return order[: self.num_workers * self.pool_size].reshape(self.num_workers, self.pool_size)
 
     def indices(self, stream_key: jax.Array, table: jax.Array | None, round_index: Any) -> jax.Array:
-        """`[W, K, B] int32` example ids of `round_index` (traceable).
+        """`[W, K, B] int32` example ids of `round_index` (traceable); `[L, K, B]`, the drawn workers' rows,
+        when the plan has ``rows``.
 
         `stream_key = fold_in(PRNGKey(seed), STREAM_TAG)`; `table` from
-        :meth:`shard_table` (None for shared sampling).
+        :meth:`shard_table` (its drawn rows; None for shared sampling).
         """
         r = _as_round(round_index)
         w_, k_, b_, pool = self.num_workers, self.local_steps, self.batch_size, self.pool_size
@@ -95,11 +102,12 @@ class _Plan:
                 lambda e: jax.random.permutation(jax.random.fold_in(kw, e), pool)
             )(epochs)  # [E, P]
 
-        perms = jax.vmap(worker_perms)(jnp.arange(w_, dtype=jnp.int32))  # [W, E, P]
-        idx = perms[:, ep_rel, pos].astype(jnp.int32)  # [W, K*B] pool positions
+        first, count = self.drawn
+        perms = jax.vmap(worker_perms)(first + jnp.arange(count, dtype=jnp.int32))  # [L, E, P]
+        idx = perms[:, ep_rel, pos].astype(jnp.int32)  # [L, K*B] pool positions
         if table is not None:
             idx = jnp.take_along_axis(table, idx, axis=1)
-        return idx.reshape(w_, k_, b_)
+        return idx.reshape(count, k_, b_)
 
 
 def _gather(idx: jax.Array, x: jax.Array, y: jax.Array) -> Batch:
@@ -231,9 +239,17 @@ class BatchFn:
             return self._plan.indices(d["key"], d.get("table"), r)
         return _jit_indices(self._plan, d["key"], d.get("table"), r)
 
+    rows = property(lambda self: self._plan.rows, doc="The workers `(start, stop)` it draws for; None: all.")
+
     def __call__(self, round_index: Any, workers: Optional[tuple[int, int]] = None) -> Batch:
         """The round's batches; ``workers=(start, stop)`` gathers only those workers' rows `[stop - start, K, B,
-        ...]` (an MPI rank's own; the same rows as the full call, without gathering the others')."""
+        ...]` (an MPI rank's own; the same rows as the full call, without gathering the others'). A batch function
+        built for some workers' rows (``make_batch_fn(..., workers=)``) draws those, and takes no other."""
+        if self.rows is not None:
+            if workers not in (None, self.rows):
+                raise ValueError(f"this batch function holds the examples of workers {self.rows} only; it cannot "
+                                 f"draw workers={workers}. Build it with make_batch_fn(..., workers={workers}).")
+            workers = None
         r = _as_round(round_index)
         if _is_traced(r):
             batch = self.apply(self.data, r)
@@ -260,6 +276,7 @@ def make_batch_fn(
     batch_size: int,
     seed: int,
     sharding: str = "disjoint",
+    workers: Optional[tuple[int, int]] = None,
 ) -> BatchFn:
     """On-device batch function for `num_workers` workers.
 
@@ -273,6 +290,9 @@ def make_batch_fn(
       sharding: `"disjoint"` (worker `w` only sees shard `w`; `N % W` examples
         are dropped) or `"shared"` (every worker samples the whole training
         set with its own permutations).
+      workers: `(start, stop)`: draw only these workers' batches, `[stop - start, K, B, ...]`, rows `start ..
+        stop - 1` of the full round, and (``"disjoint"``) hold on device only the examples of their shards: what an
+        MPI rank whose workers these are needs. None: every worker's.
 
     Returns:
       `batches(round_index) -> {"x": [W, K, B, ...] float32, "y": [W, K, B]
@@ -287,15 +307,32 @@ def make_batch_fn(
             f"{len(train_y)}; they must match."
         )
     plan, seed = _make_plan(len(train_x), num_workers, local_steps, batch_size, seed, sharding)
+    table = plan.shard_table(len(train_x), seed)
+    held = None  # the examples held on device: all, or those of the drawn workers' shards
+    if workers is not None:
+        plan = dataclasses.replace(plan, rows=_check_rows(workers, plan.num_workers))
+        if table is not None:
+            table = table[plan.rows[0]:plan.rows[1]]
+            held = np.unique(table)
+            table = np.searchsorted(held, table).astype(np.int32)  # positions among the held examples
     data = {
-        "x": jnp.asarray(train_x, jnp.float32),
-        "y": jnp.asarray(train_y, jnp.int32),
+        "x": jnp.asarray(train_x if held is None else np.asarray(train_x)[held], jnp.float32),
+        "y": jnp.asarray(train_y if held is None else np.asarray(train_y)[held], jnp.int32),
         "key": _stream_key(seed),
     }
-    table = plan.shard_table(len(train_x), seed)
     if table is not None:
         data["table"] = jnp.asarray(table)
     return BatchFn(plan, seed, data)
+
+
+def _check_rows(workers: Any, num_workers: int) -> tuple[int, int]:
+    ok = (isinstance(workers, (tuple, list)) and len(workers) == 2
+          and all(isinstance(v, int) and not isinstance(v, bool) for v in workers)
+          and 0 <= workers[0] < workers[1] <= num_workers)
+    if not ok:
+        raise ValueError(f"workers={workers!r}: give (start, stop) with 0 <= start < stop <= num_workers="
+                         f"{num_workers}, the workers whose batches to draw.")
+    return int(workers[0]), int(workers[1])
 
 
 def eval_batches(

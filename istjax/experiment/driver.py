@@ -153,18 +153,36 @@ def build(config: ml_collections.ConfigDict, checked: Optional[config_lib.Checke
         algorithm = entry.factory(task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
                                   local_steps=int(config.local_steps), backend=config.runtime.name,
                                   **_factory_options(config, entry.options))
-        batch_fn = _batch_fn(config, dataset, algorithm.task)
+        rows = own_rows(algorithm)
+        batch_fn = _batch_fn(config, dataset, algorithm.task, rows)
     except (TypeError, ValueError) as e:
         where = ", ".join(f"{f}={config_lib.get_field(config, f)!r}"
                           for f in ("runtime.name", *_runtime_fields(config)))
         raise ConfigError([f"{config.algorithm.name} on {where}: {e}"]) from e
+    if getattr(batch_fn, "rows", None) is not None:  # this process holds its workers' examples, and evaluation's
+        n = int(config.eval_train_examples) or len(dataset.train_y)
+        dataset = dataset._replace(train_x=dataset.train_x[:n], train_y=dataset.train_y[:n])
     # The algorithm's own task: the one it trains, and the one to evaluate (ResIST's carries the test-time network
     # whose partitioned branches are scaled).
     return Experiment(config, dataset, algorithm.task, algorithm, batch_fn)
 
 
-def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task: Task) -> data_lib.BatchFn:
-    """Every worker's batches for a round: Cluster-GCN subgraphs or examples, augmented, with dropout keys."""
+def own_rows(algorithm: Algorithm) -> Optional[tuple[int, int]]:
+    """``(start, stop)``: the workers this process runs, when it needs only their batches (several processes, a
+    round called between device steps, and no collect on this process that reads every worker's batches: the
+    parameter-server and replica modes recompute statistics from all of them); else None."""
+    rt = algorithm.runtime
+    if rt.size <= 1 or rt.fusable or (algorithm.model_state_policy == "recompute" and rt.whole_state):
+        return None
+    lanes = algorithm.num_workers // rt.size
+    return rt.rank * lanes, (rt.rank + 1) * lanes
+
+
+def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task: Task,
+              rows: Optional[tuple[int, int]] = None) -> data_lib.BatchFn:
+    """Every worker's batches for a round: Cluster-GCN subgraphs or examples, augmented, with dropout keys. With
+    ``rows`` (`own_rows`) plain example batches hold and draw only those workers'; augmented, keyed and Cluster-GCN
+    batches draw every worker's (the runtime keeps a process's rows)."""
     if dataset.shared and "clusters" in dataset.shared:  # Cluster-GCN mini-batches (graph_batches="clusters")
         from istjax.data.cluster_batches import cluster_batch_fn
 
@@ -172,10 +190,11 @@ def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task
                                     local_steps=int(config.local_steps),
                                     clusters_per_step=int(config.data.clusters_per_step), seed=int(config.seed))
     else:
+        plain = not config.data.augment and contract.dropout_rate(task.module) == 0
         batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
                                           local_steps=int(config.local_steps),
                                           batch_size=int(config.batch_size), seed=int(config.seed),
-                                          sharding=config.data.sharding)
+                                          sharding=config.data.sharding, workers=rows if plain else None)
     if config.data.augment:
         batch_fn = data_lib.augmented(batch_fn, pad=int(config.data.augment_pad))
     if contract.dropout_rate(task.module) > 0:  # a step key per worker and step for dropout
@@ -184,15 +203,15 @@ def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task
 
 
 def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: Any = None, *,
-                    fuse: bool = True, workers: Optional[tuple[int, int]] = None) -> Callable:
+                    fuse: bool = True) -> Callable:
     """``step(state, data) -> (state, metrics)``: draws round ``state.round``'s batches on device and runs it.
 
     ``data`` is ``batch_fn.data`` (passed as an argument so the training set is not baked into the program);
     ``shared`` is the dataset's shared input, passed to every round as it is. With ``fuse`` the batch gather and the
     round are one jitted function; without it (runtimes whose round is not traceable as a whole, e.g. ones that talk
     MPI between device steps) the batches come from ``batch_fn``'s own jitted gather and the round is called as the
-    runtime built it; there ``workers=(start, stop)`` draws only those workers' rows (an MPI rank's own). Either way
-    no data passes through the host.
+    runtime built it (a batch function built for an MPI rank's workers, `own_rows`, draws only their rows). Either
+    way no data passes through the host.
     """
     if fuse:
         @jax.jit
@@ -201,12 +220,9 @@ def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: An
 
         return step
 
-    own_rows = workers is not None and isinstance(batch_fn, data_lib.BatchFn)
-
     def step_unfused(state: TrainState, data):
         del data  # batch_fn closes over the same arrays
-        batches = batch_fn(state.round, workers=workers) if own_rows else batch_fn(state.round)
-        return algorithm.round(state, batches, shared)
+        return algorithm.round(state, batch_fn(state.round), shared)
 
     return step_unfused
 
@@ -512,12 +528,7 @@ def compile_step(run: Run, state: TrainState) -> Callable:
     by a warm-up round whose result is dropped (step 3); ``run.compile_time`` is the time either took."""
     alg, shared = run.algorithm, run.dataset.shared
     if not alg.runtime.fusable:  # its round exchanges buffers between device steps: compiled in the first round
-        rt = alg.runtime
-        lanes = alg.num_workers // max(rt.size, 1)
-        # Each process draws only its own workers' batches, unless collect reads every worker's (recompute).
-        own = (rt.rank * lanes, (rt.rank + 1) * lanes) if rt.size > 1 and alg.model_state_policy != "recompute" \
-            else None
-        step = make_train_step(alg, run.batch_fn, shared, fuse=False, workers=own)
+        step = make_train_step(alg, run.batch_fn, shared, fuse=False)
         # A warm-up round, run once and thrown away (the round is pure in the state; every rank runs it, so the
         # collectives match): it compiles every piece, so that no round's time counts compilation.
         # ``compile_time_s`` is its time: compilation plus one round's work.
