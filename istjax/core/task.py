@@ -172,6 +172,37 @@ def _owner_pieces(eval_model: nn.Module, fresh: Optional[nn.Module]) -> dict:
     return pieces
 
 
+def _evaluator(call: Callable, eval_model: nn.Module, min_eval_batch: int) -> Callable:
+    """The task's ``evaluate``: test-time scores, refusing a batch too small for batch-statistics normalisation."""
+
+    def evaluate(params, model_state, batch, shared=None):
+        size = jax.tree.leaves(batch["x"])[0].shape[0]
+        if size < min_eval_batch:  # static: refused before anything is traced further
+            raise ValueError(
+                f"evaluate: a batch of {size} example(s); {type(eval_model).__name__} normalises with the statistics "
+                f"of the batch it is given at test time, so predictions depend on the batch (one example: chance). "
+                f"Evaluate batches of at least {min_eval_batch} examples (istjax.core.task.MIN_BATCH_STATISTICS_EVAL), "
+                f"or use a model with running statistics (e.g. istjax.models.CNN(batch_norm='running')).")
+        logits = call(eval_model, {"params": params, **model_state}, batch["x"], shared, False)
+        return scores(logits, batch["y"])
+
+    return evaluate
+
+
+def _recomputer(call: Callable, fresh: nn.Module, collections: tuple[str, ...]) -> Callable:
+    """The task's ``recompute_state``: the mean over batches of each batch's statistics, from ``fresh`` (the model
+    with momentum 0, whose "running" statistics after one training pass are that batch's)."""
+
+    def recompute_state(params, model_state, batches_NxB, shared=None):
+        def one(x):
+            _, updated = call(fresh, {"params": params, **model_state}, x, shared, True, mutable=list(collections))
+            return {c: updated[c] for c in collections}
+
+        return jax.tree.map(lambda s: jnp.mean(s, axis=0), jax.vmap(one)(batches_NxB["x"]))
+
+    return recompute_state
+
+
 def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[str, Any]] = None, *,
                example_shared: Any = None, eval_model: Optional[nn.Module] = None) -> Task:
     """A classification Task (softmax cross-entropy on integer labels) for a Flax module.
@@ -236,29 +267,9 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
         return loss
 
     min_eval_batch = MIN_BATCH_STATISTICS_EVAL if contract.batch_statistics_at_test(eval_model) else 1
-
-    def evaluate(params, model_state, batch, shared=None):
-        size = jax.tree.leaves(batch["x"])[0].shape[0]
-        if size < min_eval_batch:  # static: refused before anything is traced further
-            raise ValueError(
-                f"evaluate: a batch of {size} example(s); {type(eval_model).__name__} normalises with the statistics "
-                f"of the batch it is given at test time, so predictions depend on the batch (one example: chance). "
-                f"Evaluate batches of at least {min_eval_batch} examples (istjax.core.task.MIN_BATCH_STATISTICS_EVAL), "
-                f"or use a model with running statistics (e.g. istjax.models.CNN(batch_norm='running')).")
-        logits = call(eval_model, {"params": params, **model_state}, batch["x"], shared, False)
-        return scores(logits, batch["y"])
-
-    recompute_state = fresh = None
-    if collections and contract.recomputable(model):
-        fresh = model.clone(bn_momentum=0.0)  # momentum 0: the "running" statistics become this batch's statistics
-
-        def recompute_state(params, model_state, batches_NxB, shared=None):
-            def one(x):
-                _, updated = call(fresh, {"params": params, **model_state}, x, shared, True, mutable=list(collections))
-                return {c: updated[c] for c in collections}
-
-            return jax.tree.map(lambda s: jnp.mean(s, axis=0), jax.vmap(one)(batches_NxB["x"]))
-
+    evaluate = _evaluator(call, eval_model, min_eval_batch)
+    fresh = model.clone(bn_momentum=0.0) if collections and contract.recomputable(model) else None
+    recompute_state = None if fresh is None else _recomputer(call, fresh, collections)
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
                 example_x=example_x, **_owner_pieces(eval_model, fresh))

@@ -22,7 +22,16 @@ from istjax.core.streams import check_seed
 from istjax.core.streams import is_traced as _is_traced
 from istjax.core.streams import stream_key as _stream_key
 
-__all__ = ["ClusterBatchFn", "ClusterBatches", "cluster_batch_fn", "cluster_batches", "steps_per_epoch"]
+__all__ = ["GRAPH_BATCHES", "FULL_GRAPH", "CLUSTERS", "clustered", "ClusterBatchFn", "ClusterBatches",
+           "cluster_batch_fn", "cluster_batches", "steps_per_epoch"]
+
+FULL_GRAPH, CLUSTERS = "full", "clusters"
+GRAPH_BATCHES = (FULL_GRAPH, CLUSTERS)  # config.data.graph_batches: the whole graph a step, or Cluster-GCN's
+
+
+def clustered(shared: Any) -> bool:
+    """Whether a dataset's shared input carries a Cluster-GCN cluster table (its steps are clusters, not nodes)."""
+    return bool(shared) and CLUSTERS in shared
 
 
 def steps_per_epoch(num_clusters: int, clusters_per_step: int) -> int:
@@ -176,6 +185,6 @@ class ClusterBatchFn:
 def cluster_batch_fn(shared: dict, *, num_workers: int, local_steps: int, clusters_per_step: int,
                      seed: int) -> ClusterBatchFn:
     """Per-worker cluster batches over ``shared["clusters"]`` (every cluster once per epoch per worker)."""
-    table = shared["clusters"]
+    table = shared[CLUSTERS]
     return ClusterBatchFn(cluster_batches(int(table.num_clusters), num_workers, local_steps, clusters_per_step,
                                           seed))

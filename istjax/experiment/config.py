@@ -32,6 +32,7 @@ from ml_collections import config_dict
 
 from istjax.algorithms import ALGORITHMS, ModelNeeds
 from istjax.core.partition import SAMPLERS
+from istjax.data.cluster_batches import FULL_GRAPH, GRAPH_BATCHES, clustered
 
 __all__ = [
     "ALGORITHMS",
@@ -451,7 +452,7 @@ def make_task(config: ml_collections.ConfigDict, dataset):
     from istjax.models import build_model
 
     model = build_model(config.model.name, model_fields(config), num_classes=int(dataset.num_classes))
-    if dataset.shared and "clusters" in dataset.shared:
+    if clustered(dataset.shared):
         from istjax.graph.task import cluster_classifier
 
         return cluster_classifier(model, dataset.shared)
@@ -671,7 +672,7 @@ def _check_graph_batches(config, dataset, bad, choice):
     with the cluster table in its shared input (`istjax.graph.task.with_clusters`), else None."""
     from istjax.graph.clusters import METHODS
 
-    if not choice("data.graph_batches", ("full", "clusters")) or config.data.graph_batches == "full":
+    if not choice("data.graph_batches", GRAPH_BATCHES) or config.data.graph_batches == FULL_GRAPH:
         return None
     choice("data.cluster_method", METHODS)
     for field in ("data.num_clusters", "data.clusters_per_step"):
@@ -746,10 +747,12 @@ def _check_sharded(config, problems: list[str], n: int) -> None:
                         f"{caps.not_sharded_because.replace('1/N', f'1/{n}')}. Use "
                         f"--config.runtime.mode=parameter_server.")
         return
-    if config.algorithm.model_state == "recompute":
+    if config.algorithm.model_state == "recompute" and not _owner_statistics(config.model.name):
         problems.append(f"algorithm.model_state='recompute' with runtime.mode='sharded': recomputing the statistics "
-                        f"is a forward pass of the whole merged model, which no rank holds. Use "
-                        f"--config.algorithm.model_state=carry {other}.")
+                        f"is a forward pass of the whole merged model, which no rank holds, and model "
+                        f"{config.model.name!r} gives no owner_statistics method to run it from each rank's part "
+                        f"(the channel-partitioned cnn, resnet and vgg do). Use --config.algorithm.model_state=carry "
+                        f"{other}.")
     if "num_owners" in entry.options:  # the algorithm stratifies its own groups (ResIST's blocks)
         if config.sampler.num_owners != n:
             problems.append(f"runtime.mode='sharded' on {n} processes: algorithm.name={config.algorithm.name!r} "
@@ -769,6 +772,16 @@ def _check_sharded(config, problems: list[str], n: int) -> None:
         problems.append(f"runtime.mode='sharded' on {n} processes: each process owns 1/{n} of the neuron groups dealt "
                         f"stratified by {n} owners, but the config has {has}, which deals none that way. Add "
                         f"--config.sampler.name=stratified --config.sampler.num_owners={n}, {other}.")
+
+
+def _owner_statistics(model_name: str) -> bool:
+    """Whether the named model's class gives ``owner_statistics`` (`istjax.core.contract`); True for a name the
+    model check reports instead."""
+    from istjax.models import MODELS
+
+    if model_name not in MODELS.names():
+        return True
+    return callable(getattr(MODELS.get(model_name), "owner_statistics", None))
 
 
 def _check_schedule(config, bad, choice) -> None:

@@ -54,6 +54,7 @@ from istjax.algorithms.base import Algorithm, init_state
 from istjax.core import contract
 from istjax.core.state import TrainState
 from istjax.core.task import Task
+from istjax.data.cluster_batches import CLUSTERS, clustered
 from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
 from istjax.experiment.config import ConfigError
 from istjax.experiment.lock import WorkdirLock, lock_workdir
@@ -183,7 +184,7 @@ def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task
     """Every worker's batches for a round: Cluster-GCN subgraphs or examples, augmented, with dropout keys. With
     ``rows`` (`own_rows`) plain example batches hold and draw only those workers'; augmented, keyed and Cluster-GCN
     batches draw every worker's (the runtime keeps a process's rows)."""
-    if dataset.shared and "clusters" in dataset.shared:  # Cluster-GCN mini-batches (graph_batches="clusters")
+    if clustered(dataset.shared):  # Cluster-GCN mini-batches (graph_batches="clusters")
         from istjax.data.cluster_batches import cluster_batch_fn
 
         batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
@@ -230,7 +231,7 @@ def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: An
 def step_examples(config: ml_collections.ConfigDict) -> int:
     """What one local step consumes, counted in ``samples_seen``: ``batch_size`` examples, or with
     ``graph_batches="clusters"`` the ``clusters_per_step`` clusters of a Cluster-GCN step."""
-    if config.data.graph_batches == "clusters":
+    if config.data.graph_batches == CLUSTERS:
         return int(config.data.clusters_per_step)
     return int(config.batch_size)
 
@@ -771,7 +772,7 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
 def _summary_text(s: dict[str, Any]) -> str:
     lines = [
         f"Finished {s['rounds']} rounds of {s['algorithm']} on {s['dataset']} (W={s['num_workers']}, "
-        f"K={s['local_steps']}, " + (f"{s['batch_size']} cluster(s) per step)." if s.get("graph_batches") == "clusters"
+        f"K={s['local_steps']}, " + (f"{s['batch_size']} cluster(s) per step)." if s.get("graph_batches") == CLUSTERS
                                       else f"B={s['batch_size']})."),
         f"  test accuracy {s['test_accuracy']:.4f}, test loss {s['test_loss']:.4f}, train loss "
         f"{s['train_loss']:.4f}",
