@@ -91,9 +91,9 @@ def test_no_import_cycle_between_modules_or_folders():
     assert out.stdout.startswith("0 import cycle(s)") and "\n0 loop(s)" in out.stdout, out.stdout
 
 
-# Closure factories: one function that builds and returns the pieces a caller composes, kept whole because the
-# closures share its local names (documented in docs/architecture.md, "Long functions").
-CLOSURE_FACTORIES = {("istjax/core/task.py", "classifier")}
+# Closure factories allowed past the limit (docs/architecture.md, "Long functions"): none today; istjax.classifier
+# builds its larger closures in named helpers.
+CLOSURE_FACTORIES: set[tuple[str, str]] = set()
 MAX_LINES = 80
 
 
