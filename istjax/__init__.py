@@ -38,6 +38,8 @@ from istjax.core.spec import spec_for_state as spec_for_state
 from istjax.core.spec import spec_from_logical as spec_from_logical
 from istjax.core.spec import spec_from_table as spec_from_table
 from istjax.core.state import WORKERS as WORKERS
+from istjax.core.state import NonFiniteLoss as NonFiniteLoss
+from istjax.core.state import check_finite as check_finite
 from istjax.core.state import RoundPlan as RoundPlan
 from istjax.core.state import TrainState as TrainState
 from istjax.core.state import WorkerState as WorkerState
@@ -76,6 +78,7 @@ __all__ = [
     "CommBytes",
     "GroupAxis",
     "LeafSpec",
+    "NonFiniteLoss",
     "Partition",
     "RoundPlan",
     "Sampler",
@@ -83,6 +86,7 @@ __all__ = [
     "Task",
     "TrainState",
     "WorkerState",
+    "check_finite",
     "classifier",
     "data_parallel",
     "default_config",

@@ -204,3 +204,56 @@ def test_compare_trains_seeds(tmp_path, capsys):
     assert "(2)" in (tmp_path / "comparison.md").read_text() and (tmp_path / "comparison.csv").exists()
     assert compare.main(["--workdir", str(tmp_path), "--seeds", "0,0"]) == 2
     assert "given twice" in capsys.readouterr().err
+
+
+def _target_run(path, algorithm, accs, target, *, in_config=True, every=2):
+    """A hand-written run with its own ``target_accuracy`` (in config.json, or only in summary.json) and the
+    summary.json the driver writes: ``round_to_target``, the first evaluation at or above the target."""
+    _write_run(path, algorithm, 2, accs, 0.1, 100.0, every=every)
+    if in_config:
+        cfg = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**cfg, "target_accuracy": target}))
+    hit = next(((i + 1) * every for i, a in enumerate(accs) if a >= target), None)
+    (path / "summary.json").write_text(json.dumps({"target_accuracy": target, "round_to_target": hit,
+                                                   "test_accuracy": accs[-1]}))
+    return path
+
+
+def test_compare_runs_counts_to_the_runs_own_target(tmp_path, capsys):
+    """Runs trained with target_accuracy 0.95 are tabulated against 0.95 (not the lowest final accuracy, 0.96), so
+    the table's rounds to target are summary.json's; the second run names its target only in summary.json."""
+    dirs = [_target_run(tmp_path / "ist", "ist", [0.5, 0.94, 0.955, 0.97], 0.95),
+            _target_run(tmp_path / "lsgd", "local_sgd", [0.6, 0.952, 0.958, 0.96], 0.95, in_config=False)]
+    runs = [plot.load_run(d) for d in dirs]
+    assert [compare.run_target(r) for r in runs] == [0.95, 0.95] and compare.default_target(runs) == 0.96
+    out = tmp_path / "cmp"
+    assert compare.main(["--runs", *map(str, dirs), "--workdir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "rounds to 95.00%" in printed and "targets differ" not in printed and "| target |" not in printed
+    table = {r["algorithm"]: r for r in json.loads((out / "comparison.json").read_text())}
+    for d in dirs:
+        summary = json.loads((d / "summary.json").read_text())
+        row = table[json.loads((d / "config.json").read_text())["algorithm"]]
+        assert (row["target"], row["rounds_to_target"]) == (0.95, summary["round_to_target"])
+    assert (table["ist"]["rounds_to_target"], table["local_sgd"]["rounds_to_target"]) == (6, 4)
+    # An explicit --target still overrides the runs' own.
+    assert compare.main(["--runs", *map(str, dirs), "--target", "0.96"]) == 0
+    assert "rounds to 96.00%" in capsys.readouterr().out
+
+
+def test_compare_runs_with_different_targets_says_so(tmp_path, capsys):
+    """Runs whose own targets differ are each measured against their own: a target column and a line saying so."""
+    dirs = [_target_run(tmp_path / "ist", "ist", [0.5, 0.94, 0.955, 0.97], 0.95),
+            _target_run(tmp_path / "lsgd", "local_sgd", [0.6, 0.85, 0.91, 0.93], 0.9)]
+    table = compare.cells([plot.load_run(d) for d in dirs])
+    assert {(c.algorithm, c.target, c.rows[0].rounds_to_target) for c in table} == {("ist", 0.95, 6),
+                                                                                      ("local_sgd", 0.9, 6)}
+    assert compare.main(["--runs", *map(str, dirs)]) == 0
+    printed = capsys.readouterr().out
+    assert "| target | rounds to target |" in printed
+    assert "| 95.00% | 6 |" in printed and "| 90.00% | 6 |" in printed
+    assert "targets differ (90.00%, 95.00%)" in printed and "--target" in printed
+    # A run without a target of its own beside them: the lowest final accuracy (0.93) for it.
+    _write_run(tmp_path / "dp", "data_parallel", 2, [0.7, 0.93], 0.1, 100.0)
+    targets = compare.run_targets([plot.load_run(p) for p in (*dirs, tmp_path / "dp")])
+    assert sorted(targets.values()) == [0.9, 0.93, 0.95]

@@ -190,3 +190,81 @@ def test_log_axes_read_in_units(tmp_path, monkeypatch):
     plot.plot_runs([c], tmp_path / "narrow.png")
     labels = _tick_labels(kept.pop().axes[2].xaxis)
     assert {"5 MB", "10 MB"} <= set(labels) and all(t.endswith("MB") for t in labels), labels
+
+
+def _custom_and_stock(tmp_path):
+    """A stock MLP run and a run of a registered model with other fields (as ``config.json`` records them)."""
+    stock = _hand_run(tmp_path / "mlp", [0.5, 0.8], model={"name": "mlp", "hidden": [8], "batch_norm": True,
+                                                            "output_batch_norm": True, "module": ""})
+    custom = _hand_run(tmp_path / "custom", [0.4, 0.7], model={"name": "residual_mlp", "width": 64,
+                                                                "module": "models/residual.py:ResidualMLP"})
+    return stock, custom
+
+
+def test_legend_of_a_custom_model_names_the_model_not_unset_fields(tmp_path):
+    stock, custom = _custom_and_stock(tmp_path)
+    groups = plot.group_runs([plot.load_run(stock), plot.load_run(custom)])
+    # The models differ: the label names each model, not every field the other model lacks.
+    assert plot.legend_labels(groups) == ["ist W=2 K=2 model=mlp", "ist W=2 K=2 model=residual_mlp"]
+    # A second MLP of another width: model.hidden tells the MLPs apart, and is shown only on them.
+    wide = _hand_run(tmp_path / "wide", [0.6, 0.85], model={"name": "mlp", "hidden": [16], "batch_norm": True,
+                                                             "output_batch_norm": True})
+    # A field only one run has (weight_decay, not a model field) is shown on that run only.
+    decay = _hand_run(tmp_path / "decay", [0.4, 0.75], weight_decay=1e-4,
+                      model={"name": "residual_mlp", "width": 64})
+    groups = plot.group_runs([plot.load_run(p) for p in (stock, custom, wide, decay)])
+    labels = plot.legend_labels(groups)
+    assert labels == ["ist W=2 K=2 model=mlp model.hidden=[8]", "ist W=2 K=2 model=residual_mlp",
+                      "ist W=2 K=2 model=mlp model.hidden=[16]", "ist W=2 K=2 model=residual_mlp weight_decay=0.0001"]
+    assert not any("unset" in t or "module" in t or "batch_norm" in t for t in labels)
+    assert plot.varying_fields(groups)[1] == "model=residual_mlp"
+    assert len({tuple(sorted(s.items())) for s in plot._styles(groups)}) == 4
+
+
+def _figure_of(run_dirs, out, monkeypatch, **kwargs):
+    kept = _capture_figure(monkeypatch)
+    plot.plot_runs(run_dirs, out, **kwargs)
+    fig = kept.pop()
+    fig.canvas.draw()
+    return fig
+
+
+def test_figure_names_the_models_and_keeps_the_panels_wide(tmp_path, monkeypatch):
+    stock, custom = _custom_and_stock(tmp_path)
+    fig = _figure_of([stock, custom], tmp_path / "cmp.png", monkeypatch)
+    assert fig._suptitle.get_text() == "test accuracy of mlp and residual_mlp on digits"
+    (legend,) = fig.legends
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts == ["ist W=2 K=2 model=mlp", "ist W=2 K=2 model=residual_mlp"]
+    _assert_clean_layout(fig)
+
+
+def test_long_labels_are_wrapped_below_the_panels(tmp_path, monkeypatch):
+    """Runs that differ in many fields: labels on several short lines, the legend under the panels, which keep
+    their width; one column per label while they fit."""
+    dirs = [_hand_run(tmp_path / f"r{i}", [0.4 + 0.1 * i, 0.8], learning_rate=0.1 / (i + 1),
+                      optimizer=("sgd", "momentum", "adam")[i], weight_decay=1e-4 * i, momentum=0.5 + 0.2 * i,
+                      lr_schedule=("constant", "cosine", "step")[i], warmup_rounds=i,
+                      model={"name": "mlp", "hidden": [8 * (i + 1), 4], "batch_norm": i != 1})
+            for i in range(3)]
+    fig = _figure_of(dirs, tmp_path / "long.png", monkeypatch, title=None)
+    (legend,) = fig.legends
+    texts = [t.get_text() for t in legend.get_texts()]
+    labels = plot.legend_labels(plot.group_runs([plot.load_run(d) for d in dirs]))
+    assert [t.replace("\n", " ") for t in texts] == labels and all(len(t) > 100 for t in labels)
+    assert all("\n" in t and max(map(len, t.splitlines())) <= 60 for t in texts)
+    assert fig._suptitle.get_text() == "test accuracy of mlp on digits"
+    _assert_clean_layout(fig)
+
+
+def _assert_clean_layout(fig):
+    """Each of the three panels is wide (more than a quarter of the figure), the panels do not overlap, and the
+    legend lies below all of them, inside the figure."""
+    boxes = [ax.get_position() for ax in fig.axes[:3]]
+    assert all(b.width > 0.25 for b in boxes), [b.width for b in boxes]
+    assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:]))
+    renderer = fig.canvas.get_renderer()
+    legend_box = fig.legends[0].get_window_extent(renderer).transformed(fig.transFigure.inverted())
+    labels_bottom = min(ax.get_tightbbox(renderer).transformed(fig.transFigure.inverted()).y0 for ax in fig.axes[:3])
+    assert legend_box.y1 <= labels_bottom + 1e-3 and legend_box.y0 >= 0 and legend_box.x0 >= 0
+    assert legend_box.x1 <= 1

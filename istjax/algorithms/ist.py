@@ -52,9 +52,10 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     sampler = sampler or partition_lib.uniform()
     spec, state_spec = task.spec, task.state_spec
     if not spec.group_sizes:
-        raise ValueError("ist(): the task's spec has no neuron group, so every weight is shared and IST would be "
-                         "local SGD. Map a logical axis to a group in the rules (e.g. {'hidden_0': 'hidden_0'}), or "
-                         "use istjax.local_sgd.")
+        why = task.no_groups_reason or ("Map a logical axis to a group in the rules (e.g. {'hidden_0': "
+                                        "'hidden_0'}).")
+        raise ValueError(f"ist(): the task's spec has no neuron group, so every weight is shared and IST would be "
+                         f"local SGD. {why} Or use istjax.local_sgd.")
     slots = sampler.slots(spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
     disjoint = partition_lib.disjoint_groups(sampler, spec.group_sizes)
     loss = task.train_loss(slots)

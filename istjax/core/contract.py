@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional, Protocol, runtime_checkable
 
-__all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "eval_module", "tied_axes",
+__all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "has_subnet", "eval_module", "tied_axes",
            "batch_statistics_at_test", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
            "owner_logits", "owner_statistics", "owner_whole_groups"]
 
@@ -121,6 +121,11 @@ def require_subnet(model) -> None:
         raise ContractError(f"{type(model).__name__} has no subnet(units) method, which IST needs to build a worker's "
                             f"narrower network: add `def subnet(self, units): return self.clone(<width fields from "
                             f"units>)` (see istjax.models.MLP.subnet).")
+
+
+def has_subnet(model) -> bool:
+    """Whether ``model`` has ``subnet(units)``."""
+    return _method(model, "subnet") is not None
 
 
 def _check_tied(model, rules: Mapping[str, Any]) -> None:

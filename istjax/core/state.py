@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from istjax.core.partition import Partition
 from istjax.core.schedule import at_round
@@ -22,6 +23,8 @@ __all__ = [
     "WorkerState",
     "RoundPlan",
     "summarize",
+    "NonFiniteLoss",
+    "check_finite",
     "worker_mean",
     "broadcast_workers",
     "first_worker",
@@ -87,13 +90,46 @@ def summarize(metrics_WxK: dict) -> dict:
     """Round metrics from per-worker, per-step ones (leaves `[W, K]`).
 
     Returns ``train_loss`` (mean over workers and steps), ``worker_loss`` `[W]` (each worker's mean over its K
-    steps) and ``train_<name>`` (the mean) for every other metric.
+    steps), ``finite`` (a bool: every step's loss of every worker is finite; `check_finite` reads it) and
+    ``train_<name>`` (the mean) for every other metric.
     """
-    out = {"train_loss": jnp.mean(metrics_WxK["loss"]), "worker_loss": jnp.mean(metrics_WxK["loss"], axis=1)}
+    out = {"train_loss": jnp.mean(metrics_WxK["loss"]), "worker_loss": jnp.mean(metrics_WxK["loss"], axis=1),
+           "finite": jnp.all(jnp.isfinite(metrics_WxK["loss"]))}
     for k, v in metrics_WxK.items():
         if k != "loss":
             out[f"train_{k}"] = jnp.mean(v)
     return out
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A round whose loss was not finite at some worker: training diverged (`check_finite`)."""
+
+    def __init__(self, message: str, round_index: Optional[int], workers: list[int]):
+        super().__init__(message)
+        self.round_index, self.workers = round_index, workers
+
+
+def check_finite(metrics: dict, round_index: Optional[int] = None) -> dict:
+    """``metrics`` (a round's, from ``algorithm.round``) unchanged, or `NonFiniteLoss` naming the round and the
+    workers whose loss was NaN or infinite, and what to try. A guard for a Python training loop::
+
+        for r in range(num_rounds):
+            state, metrics = alg.round(state, batches(r))
+            istjax.check_finite(metrics, r)   # stops at the first round that diverged
+
+    Reading the flag waits for the round to finish (one host transfer of a few numbers a round).
+    """
+    worker_loss = np.asarray(metrics["worker_loss"], dtype=np.float64).reshape(-1)
+    ok = bool(np.asarray(metrics["finite"])) if "finite" in metrics else bool(np.all(np.isfinite(worker_loss)))
+    if ok:
+        return metrics
+    bad = [int(w) for w in np.flatnonzero(~np.isfinite(worker_loss))]
+    where = "" if round_index is None else f" in round {int(round_index)}"
+    who = f"at worker(s) {bad} of {worker_loss.size}" if bad else "at a step of some worker"
+    raise NonFiniteLoss(f"non-finite loss{where} {who} (each worker's mean loss over its steps: "
+                        f"{worker_loss.tolist()}): training diverged. Lower the learning rate, check that the model "
+                        f"returns logits (not probabilities) with one column per class, and that every label is in "
+                        f"[0, num_classes).", None if round_index is None else int(round_index), bad)
 
 
 def worker_mean(tree_W: PyTree, like: PyTree = None) -> PyTree:

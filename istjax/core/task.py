@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.core import contract
+from istjax.core import contract, model_checks
 from istjax.core.spec import SubnetSpec, spec_for_state, spec_from_logical
 
 __all__ = ["Task", "classifier", "stateless", "EMPTY_SPEC", "MIN_BATCH_STATISTICS_EVAL"]
@@ -106,6 +106,7 @@ class Task:
     owner_evaluate: Optional[Callable[..., tuple[jax.Array, dict]]] = None
     owner_recompute_state: Optional[Callable[..., PyTree]] = None
     owner_whole: frozenset = frozenset()  # groups owner_evaluate accepts held whole by every owner, not sharded
+    no_groups_reason: str = ""  # why the spec has no neuron group, when it has none (for IST's refusal)
 
     @classmethod
     def from_loss(cls, init: Callable[[jax.Array], PyTree], loss_fn: Callable[[Units], LossFn],
@@ -203,8 +204,25 @@ def _recomputer(call: Callable, fresh: nn.Module, collections: tuple[str, ...]) 
     return recompute_state
 
 
+def _traced_forward(model: nn.Module, example_x: Any, init_with_output: Callable,
+                    num_classes: Optional[int]) -> dict:
+    """The module's abstract variables, after its forward pass on ``example_x`` traced and its output checked
+    (`istjax.core.model_checks`)."""
+    try:
+        closed, (out, abstract) = jax.make_jaxpr(lambda k: init_with_output(model, k), return_shape=True)(
+            jax.random.key(0))
+    except model_checks.ModelCheckError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's module: report it in their terms, not a 40-line trace
+        raise model_checks.forward_failed(model, example_x, e) from None
+    model_checks.check_output(model, out, jax.tree.leaves(example_x)[0].shape[0], num_classes)
+    model_checks.warn_if_normalised(model, closed)
+    return abstract
+
+
 def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[str, Any]] = None, *,
-               example_shared: Any = None, eval_model: Optional[nn.Module] = None) -> Task:
+               example_shared: Any = None, eval_model: Optional[nn.Module] = None,
+               num_classes: Optional[int] = None) -> Task:
     """A classification Task (softmax cross-entropy on integer labels) for a Flax module.
 
     The module is called as ``model.apply(variables, x[, shared], train=...)``: ``train`` is passed when its
@@ -219,6 +237,11 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
       example_shared: an example of the shared input, when the model reads one.
       eval_model: the module evaluated at test time (default: ``model.eval_module()`` when the module defines it,
         else the module itself), e.g. a ResNet whose partitioned residual branches are scaled.
+      num_classes: the data's classes, when known: the model's output width is checked against it.
+
+    The module is traced here (shapes only, `istjax.core.model_checks`): its forward pass on ``example_x``, its
+    output (``[N, num_classes]`` logits; a softmax at the end is warned about) and one sub-network; a failure raises
+    `istjax.core.model_checks.ModelCheckError` in the module's terms, before anything is compiled.
     """
     rules = contract.check_module(model, rules)
     takes_train = _takes(type(model).__call__, "train")
@@ -230,13 +253,19 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
         kwargs = {"train": train} if takes_train else {}
         return module.apply(variables, *args, mutable=mutable, rngs=rngs, **kwargs)
 
-    def variables(key):
-        return model.init(key, example_x, *(() if example_shared is None else (example_shared,)),
-                          **({"train": False} if takes_train else {}))
+    def init_with_output(module, key):
+        return module.init_with_output(key, example_x, *(() if example_shared is None else (example_shared,)),
+                                       **({"train": False} if takes_train else {}))
 
-    abstract = jax.eval_shape(variables, jax.random.key(0))
+    def variables(key):
+        return init_with_output(model, key)[1]
+
+    abstract = _traced_forward(model, example_x, init_with_output, num_classes)
     collections = tuple(sorted(c for c in abstract if c != "params"))
     spec = spec_from_logical(abstract["params"], rules)
+    if contract.has_subnet(model):
+        model_checks.check_subnet(model, lambda m: jax.eval_shape(lambda k: init_with_output(m, k), jax.random.key(0)), spec,
+                                  nn.unbox(abstract["params"]))
     state_spec = spec_for_state({c: abstract[c] for c in collections}, spec, rules) if collections else EMPTY_SPEC
 
     def init(key):
@@ -272,4 +301,6 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
     recompute_state = None if fresh is None else _recomputer(call, fresh, collections)
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
-                example_x=example_x, **_owner_pieces(eval_model, fresh))
+                example_x=example_x, **_owner_pieces(eval_model, fresh),
+                no_groups_reason="" if spec.group_sizes else model_checks.no_groups_reason(model, abstract["params"],
+                                                                                            rules))

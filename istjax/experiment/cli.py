@@ -79,7 +79,9 @@ def parse_train_args(argv: Sequence[str]):
     import istjax.experiment.config as config_lib
 
     argv = list(argv)
-    _check_config_file(argv)
+    config_file = _check_config_file(argv)
+    if config_file:  # as Python runs a script: the file may import modules beside it, with no PYTHONPATH
+        sys.path.insert(0, os.path.dirname(os.path.abspath(config_file)))
     default_file = _resume_config_file(argv) or os.path.abspath(config_lib.__file__)
     overrides = [m.group(1) for m in map(_OVERRIDE.match, argv[1:]) if m]
 
@@ -103,13 +105,17 @@ def parse_train_args(argv: Sequence[str]):
     # after parsing; istjax.experiment.config.validate checks them against the loader and the model's groups.
     # ``--config.FIELD=None`` unsets a field (ml_collections' flag parser cannot parse None into a typed field, e.g.
     # the float ``target_accuracy``); it is set after parsing and checked by istjax.experiment.config.validate like any value.
+    # A model switched on the command line (model.name or model.module) takes its own fields there too: the model
+    # section is then open, its fields checked against the new model's class (istjax.models.build_model).
+    open_sections = config_lib.OPEN_SECTIONS + (("model",) if {"model.name", "model.module"} & set(overrides)
+                                                else ())
     new_keys, kept, unset = {}, [], []
     for arg in argv:
         m = _OVERRIDE.match(arg)
         name = m.group(1) if m else ""
         if m and "=" in arg and arg.split("=", 1)[1] in ("None", "none") and _resolves(base, name):
             unset.append(name)
-        elif name.rsplit(".", 1)[0] in config_lib.OPEN_SECTIONS and not _resolves(base, name):
+        elif name.rsplit(".", 1)[0] in open_sections and not _resolves(base, name):
             new_keys[name] = _literal(arg.split("=", 1)[1] if "=" in arg else "True")
         else:
             kept.append(arg)
@@ -136,15 +142,52 @@ def parse_train_args(argv: Sequence[str]):
         raise config_lib.ConfigError([str(e)]) from e
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise config_lib.ConfigError([f"bad --config override in {overrides}: {type(e).__name__}: {e}"]) from e
+    _switch_model(base, config, overrides + list(new_keys))
+    _locate_model_file(config, config_file)
     return config, fv.workdir, fv.resume, fv.overwrite
 
 
+def _switch_model(base, config, overrides: Sequence[str]) -> None:
+    """``--config.model.name=OTHER`` replaces the model: the fields the config file gave its own model are dropped
+    (those given on the command line stay), so switching models takes one flag, not one run per stale field."""
+    import istjax.experiment.config as config_lib
+
+    if "model.name" not in overrides or base.model.name == config.model.name:
+        return
+    given = {o.split(".", 1)[1] for o in overrides if o.startswith("model.")}
+    with config.model.unlocked():
+        for key in [k for k in config.model if k not in config_lib.MODEL_KEYS and k not in given]:
+            del config.model[key]
+        if "model.module" not in overrides and "module" in config.model:
+            config.model.module = ""
+
+
+def _locate_model_file(config, config_file: Optional[str]) -> None:
+    """A relative ``model.module`` file path is read from the current folder, or else from the config file's."""
+    import istjax.experiment.config as config_lib
+    from istjax.models import user
+
+    spec = config_lib.model_module(config)
+    if not spec or not user.is_file_spec(spec) or os.path.isabs(spec) or config_file is None:
+        return
+    here, beside = user.absolute(spec), user.absolute(spec, base=os.path.dirname(os.path.abspath(config_file)))
+    if not os.path.isfile(here.rsplit(":", 1)[0]) and os.path.isfile(beside.rsplit(":", 1)[0]):
+        config.model.module = beside
+
+
 def _load_hint(error: Exception) -> str:
-    """The fix for a config file that assigns the flat fields of an earlier version: ``c.algorithm = "resist"``
-    (a section given a plain value) or ``c.backend = "mpi"`` (a field that no longer exists)."""
+    """The fix for a config file that imports a module Python cannot find, or that assigns the flat fields of an
+    earlier version: ``c.algorithm = "resist"`` (a section given a plain value) or ``c.backend = "mpi"`` (a field
+    that no longer exists)."""
     import istjax.experiment.config as config_lib
 
     text = str(error)
+    missing = re.search(r"No module named '([\w.]+)'", text)
+    if missing:
+        return (f". Python searched the config file's folder, the current folder and sys.path (PYTHONPATH="
+                f"{os.environ.get('PYTHONPATH', '')!r}) for {missing.group(1)!r}. Put the module beside the config "
+                f"file, or name your model's file instead of importing it: c.model.module = "
+                f"'path/to/file.py:ClassName' (docs/custom_models.md)")
     field = re.search(r"override field '(\w+)'", text) or re.search(r"(?:key|attribute) '?(\w+)'?", text)
     new = config_lib.renamed(field.group(1)) if field else None
     if not new:
@@ -181,14 +224,14 @@ def _refuse_overrides(base, argv: Sequence[str], known: list[str]) -> None:
         raise config_lib.ConfigError(problems)
 
 
-def _check_config_file(argv: Sequence[str]) -> None:
+def _check_config_file(argv: Sequence[str]) -> Optional[str]:
     """Refuses, with the fix, what ml_collections would refuse in its own words: overrides given before
     ``--config=FILE`` (they apply to that file's config, so it must come first) and a file that does not exist."""
     import istjax.experiment.config as config_lib
 
     at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)
     if at is None:
-        return
+        return None
     value = _flag_value(argv[at:], "config") or ""
     early = [a for a in argv[1:at] if _OVERRIDE.match(a)]
     problems = []
@@ -202,6 +245,7 @@ def _check_config_file(argv: Sequence[str]) -> None:
                         f"e.g. --config=experiments/configs/digits_ist.py (`istjax configs` lists them).")
     if problems:
         raise config_lib.ConfigError(problems)
+    return path
 
 
 def _flag_value(argv: Sequence[str], name: str) -> Optional[str]:

@@ -4,7 +4,8 @@
 
     istjax compare [--config=FILE] [--config.FIELD=VALUE ...] [--algorithms ist,data_parallel,local_sgd[,resist]]
                    [--workers 2,4] [--seeds 0,1,2] [--target 0.9] --workdir DIR [--overwrite] [--no-bands]
-    istjax compare --runs RUN_DIR ... [--target 0.9] [--workdir DIR]     (tabulate finished runs, no training)
+    istjax compare --runs RUN_DIR ... [--target 0.9] [--workdir DIR]     (tabulate finished runs, no training;
+                                                                          default target: the runs' own)
 
 Every (algorithm, W) pair trains the same config with only ``algorithm.name`` and ``num_workers`` changed, so all runs
 see the same budget: the same rounds, local steps K and batch size B, hence the same ``rounds * W * K * B``
@@ -31,8 +32,12 @@ columns average the seeds that reached the target and a ``reached`` column says 
 grouped into cells by their config without ``seed`` and run-control fields (`istjax.experiment.plot.group_runs`),
 so ``--runs`` tabulates seeds of finished studies the same way.
 
-The target defaults to ``config.target_accuracy``, else to the lowest final accuracy among the runs rounded down
-to a hundredth (so every run reaches it and the columns compare how fast). The table is printed and written as
+The target is ``--target`` when given. Otherwise it is the runs' own ``target_accuracy`` (`run_target`: from
+their ``config.json``, else ``summary.json``; when training, ``config.target_accuracy``), so "rounds to target"
+reads what each run's ``summary.json`` says; runs whose targets differ are each measured against their own, and the
+table gets a ``target`` column and a line under it saying so. Runs without one use the target the others share, or,
+when none has one, the lowest final accuracy among the runs rounded down to a hundredth (so every run reaches it and
+the columns compare how fast). The table is printed and written as
 ``DIR/comparison.md``, ``DIR/comparison.csv`` and ``DIR/comparison.json`` (per cell the mean, ``_std`` and ``_n``
 of each number; JSON also lists every seed's own row under ``runs``), and the curves
 (`istjax.experiment.plot.plot_runs`: one mean curve per cell with a min..max band across seeds) as
@@ -62,7 +67,7 @@ from istjax.experiment.metrics import format_bytes
 from istjax.experiment.plot import BANDS, PlotError, Run, group_runs, load_run, plot_runs, varying_fields
 
 __all__ = ["Cell", "Comparison", "Row", "Stat", "cells", "default_target", "format_table", "main", "rows",
-           "run_comparison", "stat", "write_outputs"]
+           "run_comparison", "run_target", "run_targets", "stat", "write_outputs"]
 
 DEFAULT_ALGORITHMS = ("ist", "data_parallel", "local_sgd")  # what a comparison trains unless --algorithms says
 
@@ -124,6 +129,8 @@ class Cell:
       variant: ``field=value`` of the config fields besides algorithm, W, K and seed in which the table's cells
         differ (`istjax.experiment.plot.varying_fields`; empty when they differ in none).
       note: failures, as in the table's ``note`` column.
+      target: the test accuracy its "to target" columns count to (None when its seeds' own targets differ; each
+        `Row` carries its own).
     """
 
     algorithm: str
@@ -209,6 +216,52 @@ def default_target(runs: Sequence[Run]) -> float:
     return math.floor(min(finals) * 100) / 100
 
 
+def run_target(run: Run) -> Optional[float]:
+    """The run's own target test accuracy: ``target_accuracy`` of its ``config.json``, else of its ``summary.json``
+    (what `istjax.experiment.driver` measured ``round_to_target`` against); None when neither names one.
+
+    Raises:
+      PlotError: ``summary.json`` is needed and is not a JSON object.
+    """
+    if "target_accuracy" in run.config:
+        value = run.config["target_accuracy"]
+        return None if value is None else float(value)
+    path = run.path / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise PlotError(f"{path}: not valid JSON ({e.msg}); rewrite or delete it, or pass --target.") from e
+    if not isinstance(summary, dict):
+        raise PlotError(f"{path}: expected a JSON object, got {type(summary).__name__}.")
+    value = summary.get("target_accuracy")
+    return None if value is None else float(value)
+
+
+def run_targets(runs: Sequence[Run], target: Optional[float] = None) -> dict[str, float]:
+    """Run directory -> the target its "to target" columns count to.
+
+    ``target`` when given (``--target``: one for all). Otherwise each run's own (`run_target`): runs that share one
+    target all use it (a run without a target too); runs whose targets differ each use their own, and a run without
+    one the `default_target` of ``runs``; when no run has a target, every run uses the `default_target`.
+    """
+    if target is not None:
+        return {_norm(r.path): float(target) for r in runs}
+    own = {_norm(r.path): run_target(r) for r in runs}
+    known = set(own.values()) - {None}
+    if len(known) == 1:
+        return dict.fromkeys(own, known.pop())
+    fallback = default_target(runs) if len(known) < len(own) else None
+    return {path: fallback if t is None else t for path, t in own.items()}
+
+
+def _common(targets: Sequence[Optional[float]]) -> Optional[float]:
+    """The one target all of ``targets`` share; None when they differ."""
+    distinct = set(targets)
+    return distinct.pop() if len(distinct) == 1 else None
+
+
 def row(run: Run, target: Optional[float], note: Optional[str] = None) -> Row:
     """The table row of one run (pure function of its records)."""
     recs = _trained(run)
@@ -244,15 +297,14 @@ def _norm(path: str | os.PathLike) -> str:
 
 
 def rows(runs: Sequence[Run], target: Optional[float] = None, notes: Optional[dict[str, str]] = None) -> list[Row]:
-    """Rows of ``runs`` (one per run) against ``target`` (default: `default_target`), sorted by W, then algorithm
-    order (then seed).
+    """Rows of ``runs`` (one per run) against ``target`` (default: each run's own, `run_targets`), sorted by W, then
+    algorithm order (then seed).
 
     ``notes`` maps a run directory to a remark for its row. `cells` groups the seeds of a config into one line.
     """
-    if target is None:
-        target = default_target(runs)
+    targets = run_targets(runs, target)
     notes = {_norm(k): v for k, v in (notes or {}).items()}
-    out = [row(r, target, notes.get(_norm(r.path))) for r in runs]
+    out = [row(r, targets[_norm(r.path)], notes.get(_norm(r.path))) for r in runs]
     return sorted(out, key=lambda r: (*_sort_key(r), r.seed if r.seed is not None else -1))
 
 
@@ -263,8 +315,8 @@ def _first_clause(message: str) -> str:
 def cells(runs: Sequence[Run], target: Optional[float] = None,
           failed: Optional[dict[str, str]] = None) -> list[Cell]:
     """The table: ``runs`` grouped into cells of seeds (`istjax.experiment.plot.group_runs`: equal configs up to
-    ``seed`` and run-control fields), against ``target`` (default: `default_target` of the runs used), sorted by
-    W, then algorithm order.
+    ``seed`` and run-control fields), against ``target`` (default: each run's own, `run_targets` of the runs used),
+    sorted by W, then algorithm order.
 
     ``failed`` maps a run directory to its error (`run_comparison`): such a run is left out of its cell's numbers
     when another seed of the cell is not failed (the note names it); a cell whose runs all failed keeps them (their
@@ -278,8 +330,7 @@ def cells(runs: Sequence[Run], target: Optional[float] = None,
         ok = [r for r in group if _norm(r.path) not in failed]
         bad = [r for r in group if _norm(r.path) in failed]
         split.append((ok, bad) if ok else (bad, []))
-    if target is None:
-        target = default_target([r for used, _ in split for r in used])
+    targets = run_targets([r for used, _ in split for r in used], target)
     out = []
     for group, variant, (used, excluded) in zip(groups, variants, split):
         notes = []
@@ -293,15 +344,24 @@ def cells(runs: Sequence[Run], target: Optional[float] = None,
         for r in excluded:
             notes.append(f"seed {r.seed} failed and is left out: {_first_clause(failed[_norm(r.path)])}")
         note = "; ".join(notes) or None
-        cell_rows = sorted((row(r, target, note if _norm(r.path) in noted else None) for r in used),
+        cell_rows = sorted((row(r, targets[_norm(r.path)], note if _norm(r.path) in noted else None) for r in used),
                            key=lambda x: -1 if x.seed is None else x.seed)
+        cell_target = _common([r.target for r in cell_rows])
         first = cell_rows[0]
         out.append(Cell(algorithm=first.algorithm, num_workers=first.num_workers, local_steps=first.local_steps,
-                        target=target, rows=cell_rows,
-                        excluded=[row(r, target, "failed: " + _first_clause(failed[_norm(r.path)]))
-                                  for r in excluded],
+                        target=cell_target, rows=cell_rows,
+                        excluded=[row(r, _left_out_target(r, target, cell_target),
+                                      "failed: " + _first_clause(failed[_norm(r.path)])) for r in excluded],
                         variant=variant, note=note))
     return sorted(out, key=lambda c: (*_sort_key(c), c.variant))
+
+
+def _left_out_target(run: Run, target: Optional[float], cell_target: Optional[float]) -> Optional[float]:
+    """The target of a failed seed left out of its cell: ``target``, else its own, else its cell's."""
+    if target is not None:
+        return target
+    own = run_target(run)
+    return cell_target if own is None else own
 
 
 def _as_cell(r: Row | Cell) -> Cell:
@@ -347,16 +407,39 @@ def _single(cell: Cell, column: str) -> str:
     return "-" if value is None else _FORMATS[column](value)
 
 
+def _percent(target: Optional[float]) -> str:
+    return "-" if target is None else f"{target:.2%}"
+
+
+def _cell_targets(cell: Cell) -> str:
+    """The targets of a cell's runs: ``95.00%``, or ``90.00%, 95.00%`` when its seeds' own targets differ."""
+    return ", ".join(_percent(t) for t in dict.fromkeys(r.target for r in cell.rows))
+
+
+def _targets_note(cs: Sequence[Cell]) -> str:
+    """The line under a table whose runs count to different targets: which ones, and how to use one."""
+    targets = sorted({r.target for c in cs for r in c.rows}, key=lambda t: -1.0 if t is None else t)
+    return (f"\ntargets differ ({', '.join(_percent(t) for t in targets)}): each run's \"to target\" columns count "
+            f"to its own target_accuracy (config.json, else summary.json; a run without one: the lowest final "
+            f"accuracy), shown in the target column; pass --target to measure every run against one.")
+
+
 def format_table(table: Sequence[Row | Cell], failed: Optional[dict[str, str]] = None) -> str:
     """A markdown table of ``table`` (`cells` or `rows`): not-reached cells read ``not reached``, a ``note`` column
     when a line has one, a ``config`` column when cells differ in fields besides algorithm, W, K and seed.
+
+    The "rounds to" column names the target when every run counts to the same one (``rounds to 95.00%``); when the
+    runs' targets differ (`run_targets`: each run's own), a ``target`` column gives each line's and a line under
+    the table says so.
 
     When some cell holds several seeds every number reads ``mean ± std (n)`` (n: the seeds it comes from), with
     ``seeds`` and ``reached`` (seeds that reached the target, of those used) columns; otherwise one value per run.
     ``failed`` (run directory -> message) lists, under the table, failed runs that have no line (no evaluation).
     """
     cs = [_as_cell(r) for r in table]
-    target = cs[0].target if cs else None
+    targets = {r.target for c in cs for r in c.rows}
+    target = _common(list(targets))
+    per_run = len(targets) > 1
     multi = any(len(c.rows) + len(c.excluded) > 1 for c in cs)
     variants = any(c.variant for c in cs)
     notes = any(c.note for c in cs)
@@ -368,7 +451,8 @@ def format_table(table: Sequence[Row | Cell], failed: Optional[dict[str, str]] =
               "bytes_to_target": "bytes to target", "time_per_round_s": "time/round (ms)",
               "bytes_per_round": "bytes/round"}
     head = ["algorithm", "W", "K"] + (["config"] if variants else []) + ["rounds"] + (["seeds"] if multi else [])
-    head += [titles[c] for c in columns[:2]] + (["reached"] if multi else []) + [titles[c] for c in columns[2:]]
+    head += [titles[c] for c in columns[:2]] + (["reached"] if multi else []) + (["target"] if per_run else [])
+    head += [titles[c] for c in columns[2:]]
     head += ["note"] if notes else []
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for c in cs:
@@ -378,9 +462,12 @@ def format_table(table: Sequence[Row | Cell], failed: Optional[dict[str, str]] =
         cells_ += [",".join("?" if s is None else str(s) for s in c.seeds)] if multi else []
         cells_ += [value(c, col) for col in columns[:2]]
         cells_ += [f"{c.reached}/{c.n}"] if multi else []
+        cells_ += [_cell_targets(c)] if per_run else []
         cells_ += [value(c, col) for col in columns[2:]]
         cells_ += [(c.note or "").replace("|", "/")] if notes else []
         lines.append("| " + " | ".join(cells_) + " |")
+    if per_run:
+        lines.append(_targets_note(cs))
     shown = {_norm(r.run_dir) for c in cs for r in c.rows + c.excluded}
     for run_dir, message in (failed or {}).items():
         if _norm(run_dir) not in shown:
@@ -420,7 +507,7 @@ def write_outputs(runs: Sequence[Run], table: Sequence[Row | Cell], workdir: str
             writer.writerow({k: _csv_value(v) for k, v in rec.items()})
     left_out = {_norm(r.run_dir) for c in cs for r in c.excluded}
     png = plot_runs([r.path for r in runs if _norm(r.path) not in left_out], workdir / "comparison.png",
-                    title=title, target=cs[0].target if cs else None, band=band)
+                    title=title, target=_common([c.target for c in cs]), band=band)
     return {"markdown": md, "csv": csv_path, "json": js, "png": png}
 
 
@@ -523,7 +610,9 @@ def _parser() -> argparse.ArgumentParser:
                         "<algorithm>_W<W>_s<seed>, and the table reports mean ± std (n) (default: the config's "
                         "seed, one run per cell in <algorithm>_W<W>)")
     p.add_argument("--target", type=float, default=None,
-                   help="target test accuracy (default: config.target_accuracy, else the lowest final accuracy)")
+                   help="target test accuracy for every run (default: the runs' own target_accuracy: with --runs "
+                        "from each run's config.json / summary.json, each run its own when they differ; when "
+                        "training, config.target_accuracy; else the lowest final accuracy)")
     p.add_argument("--workdir", default=None, help="where the runs and the table go (required unless --runs)")
     p.add_argument("--runs", nargs="+", default=None, metavar="RUN_DIR",
                    help="tabulate these finished run directories instead of training (seeds of one config are "

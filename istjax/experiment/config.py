@@ -58,6 +58,9 @@ __all__ = [
     "close_matches",
     "RENAMED",
     "OPEN_SECTIONS",
+    "MODEL_KEYS",
+    "use_model",
+    "model_module",
     "renamed",
     "upgrade_dict",
     "get_field",
@@ -131,6 +134,10 @@ def _model_section(c: ml_collections.ConfigDict) -> None:
     # "mlp", "cnn", "resnet", "preact_resnet", "vgg", "depth_resnet", "gcn", "graphsage", or one added with
     # register_model.
     c.model.name = "mlp"
+    # Where a model of your own lives: "path/to/file.py:ClassName" (no PYTHONPATH needed) or "package.module:Class";
+    # "" for a model istjax ships or one added with register_model. A run records it, with the file's absolute path,
+    # so `--resume` and `istjax eval` of the run need nothing else (docs/custom_models.md).
+    c.model.module = ""
     c.model.hidden = (512,)  # hidden widths of the MLP; each hidden layer is one neuron group "hidden_i"
     c.model.batch_norm = True  # batch-statistics BatchNorm after every hidden layer (the IST paper's model)
     c.model.output_batch_norm = True  # BatchNorm without affine parameters on the logits (the paper's last layer)
@@ -439,9 +446,42 @@ def make_sampler(config: ml_collections.ConfigDict):
                                default=default)
 
 
+MODEL_KEYS = ("name", "module")  # the model section's own fields; every other one is the module's
+
+
 def model_fields(config: ml_collections.ConfigDict) -> dict:
-    """The config's ``model`` section minus ``name``: the module's fields."""
-    return {k: v for k, v in to_dict(config.model).items() if k != "name"}
+    """The config's ``model`` section minus ``name`` and ``module``: the module's fields."""
+    return {k: v for k, v in to_dict(config.model).items() if k not in MODEL_KEYS}
+
+
+def model_module(config: ml_collections.ConfigDict) -> str:
+    """``model.module`` (``""`` when the config has none: a built-in or registered model)."""
+    return config.model.get("module", "") or ""
+
+
+def use_model(config: ml_collections.ConfigDict, name: str, module: str = "", **fields: Any) -> None:
+    """Replaces ``config``'s model section: model ``name`` (from ``module``, `istjax.models.user`) with ``fields``
+    and no field of the model the config held before. For config files built from `default_config`::
+
+        c = default_config()
+        use_model(c, "resmlp", "my_models.py:ResMLP", width=128, depth=3)
+    """
+    with config.unlocked():
+        config.model = ml_collections.ConfigDict({"name": name, "module": module, **fields})
+
+
+def _record_model_source(config: ml_collections.ConfigDict) -> None:
+    """Sets ``model.module`` to where the model's class can be loaded again (an absolute file path), so the run's
+    config.json is enough for `--resume` and `istjax eval` in a fresh process (`istjax.models.model_source`)."""
+    import istjax.models as models
+
+    try:
+        source = models.model_source(config.model.name, model_module(config))
+    except (ValueError, TypeError):
+        return  # reported by the model check
+    if source != model_module(config):
+        with config.model.unlocked():
+            config.model.module = source
 
 
 def make_task(config: ml_collections.ConfigDict, dataset):
@@ -451,12 +491,14 @@ def make_task(config: ml_collections.ConfigDict, dataset):
     from istjax.core.task import classifier
     from istjax.models import build_model
 
-    model = build_model(config.model.name, model_fields(config), num_classes=int(dataset.num_classes))
+    model = build_model(config.model.name, model_fields(config), num_classes=int(dataset.num_classes),
+                        module=model_module(config))
     if clustered(dataset.shared):
         from istjax.graph.task import cluster_classifier
 
         return cluster_classifier(model, dataset.shared)
-    return classifier(model, jnp.asarray(dataset.train_x[:2]), example_shared=dataset.shared)
+    return classifier(model, jnp.asarray(dataset.train_x[:2]), example_shared=dataset.shared,
+                      num_classes=int(dataset.num_classes))
 
 
 def _is_int(v) -> bool:
@@ -523,6 +565,7 @@ def check(config: ml_collections.ConfigDict, *, load_data: bool = True) -> Check
     p = _Problems(config)
     _check_known_fields(config, p)
     p.raise_any()  # a missing field would fail every check below
+    _record_model_source(config)
     names_ok = _check_names(config, p)
     counts_ok = _check_numbers(config, p)
     dataset = _check_data(config, p, load_data and names_ok["dataset"], counts_ok)
@@ -660,7 +703,7 @@ def _check_model_fields(config, p: _Problems) -> bool:
     import istjax.models as models
 
     try:
-        models.build_model(config.model.name, model_fields(config), num_classes=2)
+        models.build_model(config.model.name, model_fields(config), num_classes=2, module=model_module(config))
     except ValueError as e:
         p.add(str(e))
         return False
@@ -747,7 +790,7 @@ def _check_sharded(config, problems: list[str], n: int) -> None:
                         f"{caps.not_sharded_because.replace('1/N', f'1/{n}')}. Use "
                         f"--config.runtime.mode=parameter_server.")
         return
-    if config.algorithm.model_state == "recompute" and not _owner_statistics(config.model.name):
+    if config.algorithm.model_state == "recompute" and not _owner_statistics(config):
         problems.append(f"algorithm.model_state='recompute' with runtime.mode='sharded': recomputing the statistics "
                         f"is a forward pass of the whole merged model, which no rank holds, and model "
                         f"{config.model.name!r} gives no owner_statistics method to run it from each rank's part "
@@ -774,14 +817,16 @@ def _check_sharded(config, problems: list[str], n: int) -> None:
                         f"--config.sampler.name=stratified --config.sampler.num_owners={n}, {other}.")
 
 
-def _owner_statistics(model_name: str) -> bool:
-    """Whether the named model's class gives ``owner_statistics`` (`istjax.core.contract`); True for a name the
+def _owner_statistics(config) -> bool:
+    """Whether the config's model class gives ``owner_statistics`` (`istjax.core.contract`); True for a model the
     model check reports instead."""
-    from istjax.models import MODELS
+    from istjax.models import model_class
 
-    if model_name not in MODELS.names():
+    try:
+        cls = model_class(config.model.name, model_module(config))
+    except ValueError:
         return True
-    return callable(getattr(MODELS.get(model_name), "owner_statistics", None))
+    return callable(getattr(cls, "owner_statistics", None))
 
 
 def _check_schedule(config, bad, choice) -> None:
@@ -867,8 +912,8 @@ def _check_task(config, dataset, task, problems: list[str], sampler_ok: bool) ->
     caps = ALGORITHMS.get(config.algorithm.name).capabilities
     if caps.needs is ModelNeeds.NEURON_GROUPS and not groups:
         problems.append(f"algorithm.name={config.algorithm.name!r} with model.name={config.model.name!r}: the model "
-                        f"has no neuron group (its partition_rules() map no axis to a group), so it would train as local "
-                        f"SGD. Use algorithm.name='local_sgd' or give the model partitioned axes.")
+                        f"has no neuron group, so it would train as local SGD. {task.no_groups_reason} Or use "
+                        f"algorithm.name='local_sgd'.")
     if caps.needs is ModelNeeds.DEPTH_SPLIT:
         _check_resist(config, task, problems)
         return

@@ -20,9 +20,13 @@ round. The legend says what the band is. ``--no-bands`` draws every seed as its 
 **Legends** (`legend_labels`) read ``algorithm W=.. K=..`` followed by every config field in which the plotted runs
 (or seed groups) differ, ``learning_rate=0.1`` / ``learning_rate=0.05``; fields equal across all of them and
 run-control fields (`istjax.experiment.config.RUN_CONTROL_FIELDS`: name, num_rounds, eval_every, ...) are left out,
-``seed`` is named only when seeds are drawn as separate lines. Colours follow the algorithm (IST blue, data parallel
-red, local SGD green), line styles the worker count, markers K; when the runs also differ in other fields, colours
-follow those fields and line styles the algorithm and W. Every curve gets its own combination.
+``seed`` is named only when seeds are drawn as separate lines. A field one run lacks is shown only on the runs that
+have it (never as ``unset``); a model's fields are compared only between runs of the same model, so a run of your
+own model beside a stock MLP reads ``model=residual_mlp`` / ``model=mlp`` (`shown_fields`). The legend sits below
+the panels, as wide as the figure, labels longer than 60 characters wrapped onto several lines, so the panels keep
+their width; the title names the models and data sets (`figure_title`). Colours follow the algorithm (IST blue,
+data parallel red, local SGD green), line styles the worker count, markers K; when the runs also differ in other
+fields, colours follow those fields and line styles the algorithm and W. Every curve gets its own combination.
 
 Example::
 
@@ -45,10 +49,9 @@ from typing import Any, NamedTuple, Optional
 from istjax.experiment.config import RUN_CONTROL_FIELDS, flat_dict, upgrade_dict
 from istjax.experiment.metrics import format_bytes
 
-__all__ = ["PlotError", "Run", "BANDS", "Curve", "format_seconds", "group_curve", "group_runs", "label", "legend_labels",
-           "load_run",
-           "log_unit_formatters", "main", "plot_runs", "run_fields",
-           "varying_fields"]
+__all__ = ["PlotError", "Run", "BANDS", "Curve", "NAMED_SECTIONS", "figure_title", "format_seconds", "group_curve",
+           "group_runs", "label", "legend_labels", "load_run", "log_unit_formatters", "main", "plot_runs", "run_fields",
+           "shown_fields", "varying_fields", "wrap_label"]
 
 # Fixed colours per algorithm (matplotlib's tab10), so every figure of a study reads the same way.
 ALGORITHM_COLORS = {"ist": "tab:blue", "data_parallel": "tab:red", "local_sgd": "tab:green"}
@@ -220,7 +223,12 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-_UNSET = object()
+# Open sections whose fields depend on a name: a field of one is compared only between runs of the same name (an MLP's
+# ``model.hidden`` means nothing to a CNN), so a field another model lacks is not a difference between the runs.
+NAMED_SECTIONS = {"model": "model.name", "data.kwargs": "data.name"}
+# Fields that say where a run's code lives, not what it computes: never a legend's difference.
+_UNSHOWN_FIELDS = frozenset({"model.module"})
+_WRAP = 60  # legend labels longer than this many characters are wrapped onto several lines
 
 
 def _group_fields(group: Sequence[Run], show_seed: bool) -> dict[str, Any]:
@@ -230,33 +238,89 @@ def _group_fields(group: Sequence[Run], show_seed: bool) -> dict[str, Any]:
     return fields
 
 
-def _varying(groups: Sequence[Sequence[Run]], show_seed: bool) -> tuple[list[dict[str, Any]], list[str]]:
-    """Each group's fields, and the fields (outside the base label) whose value is not the same in all groups."""
-    fields = [_group_fields(g, show_seed) for g in groups]
+def _set_fields(group: Sequence[Run], show_seed: bool) -> dict[str, Any]:
+    """`_group_fields` without those a legend never names: `_UNSHOWN_FIELDS`, and fields left empty (None, ``""``),
+    which read as absent, as in a run of a version that did not have the field."""
+    return {k: v for k, v in _group_fields(group, show_seed).items()
+            if k not in _UNSHOWN_FIELDS and v is not None and v != ""}
+
+
+def _config_order(keys: Sequence[str]) -> list[str]:
+    """``keys`` (the union of the groups' fields, in first-seen order) with every section's fields together, each
+    `NAMED_SECTIONS` name field ahead of its section's other fields (``model.name`` before ``model.hidden``), so a
+    label names the model before its fields."""
+    sections = list(dict.fromkeys(k.split(".")[0] for k in keys))
+    out = sorted((k for k in keys if k not in NAMED_SECTIONS.values()), key=lambda k: sections.index(k.split(".")[0]))
+    for name in NAMED_SECTIONS.values():
+        if name in keys:
+            section = name.rsplit(".", 1)[0]
+            first = next((i for i, k in enumerate(out) if k.startswith(section + ".")), None)
+            out.insert(len(out) if first is None else first, name)
+    return out
+
+
+def _name_of(field: str) -> Optional[str]:
+    """The field naming ``field``'s section when that section is one of `NAMED_SECTIONS` (``"model.hidden"`` ->
+    ``"model.name"``); None for every other field, and for the naming field itself."""
+    for section, name in NAMED_SECTIONS.items():
+        if field.startswith(section + ".") and field != name:
+            return name
+    return None
+
+
+def _differs_on(field: str, fields: Sequence[dict[str, Any]]) -> list[bool]:
+    """Per group, whether ``field`` tells it apart: it has the field, and another group of the same section name
+    (`NAMED_SECTIONS`; all groups for other fields) has another value or lacks the field."""
+    name = _name_of(field)
+    out = []
+    for f in fields:
+        peers = [g for g in fields if name is None or _key(g.get(name)) == _key(f.get(name))]
+        out.append(field in f and len({_key(g[field]) if field in g else None for g in peers}) > 1)
+    return out
+
+
+def shown_fields(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -> list[dict[str, Any]]:
+    """Per group, the fields (`run_fields`, besides algorithm, W and K) that tell it apart from the others, in config
+    order: a field whose value is not the same in all groups is shown on every group that has it; a group that lacks
+    a field (or leaves it empty: None, ``""``) shows nothing for it. Fields of a section named by another field
+    (`NAMED_SECTIONS`: ``model.*`` by ``model.name``) are compared only between groups of the same name, so runs of
+    different models differ in ``model.name``, not in every field one of the models lacks. ``seed`` only with
+    ``show_seed``."""
+    fields = [_set_fields(g, show_seed) for g in groups]
     order: dict[str, None] = {}
     for f in fields:
         order.update(dict.fromkeys(k for k in f if k not in _BASE_FIELDS))
-    varying = [k for k in order if len({_key(f.get(k, "<unset>")) for f in fields}) > 1]
-    return fields, varying
+    shown: list[dict[str, Any]] = [{} for _ in fields]
+    for k in _config_order(list(order)):
+        for out, f, differs in zip(shown, fields, _differs_on(k, fields)):
+            if differs:
+                out[k] = f[k]
+    return shown
+
+
+def _field_text(field: str, value: Any) -> str:
+    """``learning_rate=0.1``; a section's name field reads as the section: ``model=cnn``, not ``model.name=cnn``."""
+    name = field[: -len(".name")] if field.endswith(".name") else field
+    return f"{name}={_show(value)}"
 
 
 def varying_fields(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -> list[str]:
-    """Per group, ``"field=value ..."`` for every field (`run_fields`, besides algorithm, W and K) in which the
-    groups differ, in config order; ``""`` when they differ in none. ``seed`` only with ``show_seed``; a field a
-    group lacks reads ``field=unset``."""
-    fields, varying = _varying(groups, show_seed)
-    return [" ".join(f"{k}={_show(f[k]) if k in f else 'unset'}" for k in varying) for f in fields]
+    """Per group, ``"field=value ..."`` for its `shown_fields` (the fields in which it differs from the other groups),
+    in config order; ``""`` when there are none. A field a group lacks is left out of its text, never written as
+    unset; a model's name reads ``model=cnn``."""
+    return [" ".join(_field_text(k, v) for k, v in f.items()) for f in shown_fields(groups, show_seed=show_seed)]
 
 
 def legend_labels(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -> list[str]:
-    """One legend label per group: `label` of its first run, then ``field=value`` for every field (`run_fields`) in
-    which the groups differ; a group of several seeds ends with ``(mean of N seeds)``.
+    """One legend label per group: `label` of its first run, then ``field=value`` for every field in which it differs
+    from the other groups (`varying_fields`); a group of several seeds ends with ``(mean of N seeds)``.
 
     ``seed`` is named only with ``show_seed`` (seeds drawn as separate lines). Groups whose labels would still be
     equal (runs that differ only in run-control fields) get their run directory's name appended.
 
     Example: two runs that differ only in ``learning_rate`` give ``["ist W=2 K=2 learning_rate=0.1",
-    "ist W=2 K=2 learning_rate=0.05"]``.
+    "ist W=2 K=2 learning_rate=0.05"]``; an MLP run beside a run of a registered model ``["ist W=2 K=2 model=mlp",
+    "ist W=2 K=2 model=residual_mlp"]``.
     """
     out = []
     for group, extra in zip(groups, varying_fields(groups, show_seed=show_seed)):
@@ -277,9 +341,10 @@ def _styles(groups: Sequence[Sequence[Run]], show_seed: bool = False) -> list[di
     separate lines); when the groups differ in other fields too, colour per value of those fields and line style
     per (algorithm, W).
     """
-    fields, varying = _varying(groups, show_seed)
-    extra_fields = [k for k in varying if k != "seed"]
-    extras = [_key([f.get(k, "<unset>") for k in extra_fields]) for f in fields]
+    fields = [_group_fields(g, show_seed) for g in groups]
+    shown = [{k: v for k, v in f.items() if k != "seed"} for f in shown_fields(groups, show_seed=show_seed)]
+    extra_fields = any(shown)
+    extras = [_key(f) for f in shown]
     reps = [g[0] for g in groups]
 
     def index_of(values: list) -> list[int]:
@@ -428,6 +493,85 @@ def _log_units(axis, fmt: Callable[[float], str]) -> None:
 
 # ----------------------------------------------------------------------------------------------- the figure
 
+_FIG_WIDTH, _PANEL_HEIGHT = 15.0, 4.6  # inches: three panels side by side; the legend goes below them
+_CHAR_WIDTH, _LINE_HEIGHT = 0.075, 0.21  # inches per legend character / line at matplotlib's default 10 pt
+_HANDLE_WIDTH = 0.9  # inches of a legend entry besides its text: the line sample and the gaps
+
+
+def _join(names: Sequence[str]) -> str:
+    """``["a"] -> "a"``, ``["a", "b"] -> "a and b"``, ``["a", "b", "c"] -> "a, b and c"``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def figure_title(runs: Sequence[Run]) -> str:
+    """The default title: ``"test accuracy of mlp and residual_mlp on digits"``: the models (``model.name``) and the
+    data sets (``data.name``) of ``runs``, in first-seen order; a part no run's config names is left out."""
+    def names(section: str) -> list[str]:
+        found = (r.config.get(section, {}).get("name") for r in runs if isinstance(r.config.get(section), dict))
+        return list(dict.fromkeys(str(n) for n in found if n))
+
+    models, datasets = names("model"), names("data")
+    return ("test accuracy" + (f" of {_join(models)}" if models else "")
+            + (f" on {_join(datasets)}" if datasets else ""))
+
+
+def wrap_label(text: str, width: int = _WRAP) -> str:
+    """``text`` broken at spaces into lines of at most ``width`` characters (a longer word stays whole), so a long
+    legend label takes several short lines instead of the figure's width."""
+    import textwrap
+
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+
+
+def _legend_columns(texts: Sequence[str]) -> int:
+    """How many legend columns of ``texts`` (wrapped labels) fit side by side under the figure's panels."""
+    widest = max((len(line) for t in texts for line in t.splitlines()), default=1)
+    fit = int((_FIG_WIDTH - 0.5) // (widest * _CHAR_WIDTH + _HANDLE_WIDTH))
+    return max(1, min(len(texts), fit))
+
+
+def _legend_height(texts: Sequence[str], columns: int, title: Optional[str]) -> float:
+    """Inches the legend below the panels takes: its rows (each as tall as its tallest label) and its title."""
+    rows = math.ceil(len(texts) / columns)
+    lines = [t.count("\n") + 1 for t in texts]
+    tallest = sorted(lines, reverse=True)[:rows]  # the column-major fill puts at most `rows` labels in a column
+    return _LINE_HEIGHT * (sum(tallest) + (title.count("\n") + 1 if title else 0)) + 0.3
+
+
+def _draw_curves(axes, panels, groups: Sequence[Sequence[Run]], texts: Sequence[str],
+                 styles: Sequence[dict[str, Any]], band: str) -> dict[str, bool]:
+    """Each group's curve (and band) in every panel; returns, per panel's field, whether anything was drawn."""
+    drawn = {field: False for field, _, _ in panels}
+    for group, text, style in zip(groups, texts, styles):
+        for ax, (field, _, _) in zip(axes, panels):
+            curve = group_curve(group, field, band)
+            if curve is None or not curve.x:
+                continue
+            drawn[field] = True
+            ax.plot(curve.x, curve.y, label=text, linewidth=1.8, **style)
+            if curve.lo is not None:
+                ax.fill_between(curve.x, curve.lo, curve.hi, color=style["color"], alpha=0.18, linewidth=0)
+    return drawn
+
+
+def _decorate_axes(axes, panels, drawn: dict[str, bool], target: Optional[float]) -> None:
+    """Axis labels and scales (log axes in units), grids, the target line and the accuracy axis in percent."""
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    for ax, (field, xlabel, scale) in zip(axes, panels):
+        ax.set_xlabel(xlabel)
+        if scale == "log" and drawn[field]:
+            ax.set_xscale("log")
+            _log_units(ax.xaxis, format_bytes if field == "bytes_total" else format_seconds)
+        if field == "round":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, which="major", alpha=0.35)
+        if target is not None:
+            ax.axhline(target, color="black", linestyle=":", linewidth=1, alpha=0.7)
+    axes[0].set_ylabel("test accuracy")
+    axes[0].yaxis.set_major_formatter(PercentFormatter(1.0))
+
+
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
               title: Optional[str] = None, target: Optional[float] = None, band: Optional[str] = "minmax",
               log_time: bool = False) -> pathlib.Path:
@@ -436,7 +580,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     Args:
       run_dirs: run directories (each with ``metrics.jsonl``).
       out: the PNG to write (parent folders are created).
-      title: figure title (default: the dataset(s) the runs trained on).
+      title: figure title (default: `figure_title`, the models and data sets the runs trained).
       target: draw a dotted horizontal line at this test accuracy.
       band: runs that differ only in ``seed`` are one mean curve with this band (a key of `BANDS`: ``"minmax"``,
         ``"std"``); None draws every run as its own line, labelled with its seed.
@@ -446,7 +590,6 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator, PercentFormatter
 
     if band is not None and band not in BANDS:
         raise PlotError(f"band={band!r}: choose one of {sorted(BANDS)}, or None for one line per seed.")
@@ -469,40 +612,21 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
               ("wall_time_s", "training wall time" + (" (log scale)" if log_time else " (s)"),
                "log" if log_time else "linear"),
               ("bytes_total", "bytes communicated, all workers (log scale)", "log"))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharey=True, layout="constrained")
-    drawn = {field: False for field, _, _ in panels}
-    for group, text, style in zip(groups, labels, styles):
-        for ax, (field, _, _) in zip(axes, panels):
-            curve = group_curve(group, field, band or "minmax")
-            if curve is None or not curve.x:
-                continue
-            drawn[field] = True
-            ax.plot(curve.x, curve.y, label=text, linewidth=1.8, **style)
-            if curve.lo is not None:
-                ax.fill_between(curve.x, curve.lo, curve.hi, color=style["color"], alpha=0.18, linewidth=0)
-    for ax, (field, xlabel, scale) in zip(axes, panels):
-        ax.set_xlabel(xlabel)
-        if scale == "log" and drawn[field]:
-            ax.set_xscale("log")
-            _log_units(ax.xaxis, format_bytes if field == "bytes_total" else format_seconds)
-        if field == "round":
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(True, which="major", alpha=0.35)
-        if target is not None:
-            ax.axhline(target, color="black", linestyle=":", linewidth=1, alpha=0.7)
-    axes[0].set_ylabel("test accuracy")
-    axes[0].yaxis.set_major_formatter(PercentFormatter(1.0))
-    if title is None:
-        datasets = sorted({str(r.config.get("data", {}).get("name", "")) for r in runs} - {""})
-        title = f"test accuracy on {', '.join(datasets)}" if datasets else "test accuracy"
-    fig.suptitle(title)
-    handles, texts = axes[0].get_legend_handles_labels()
+    texts = [wrap_label(t) for t in labels]
     legend_title = (f"line: mean over seeds\nshaded: {BANDS[band or 'minmax']}"
                     if any(len(g) > 1 for g in groups) else None)
-    fig.legend(handles, texts, loc="outside right center", frameon=False, title=legend_title,
-               alignment="left" if legend_title else "center")
+    columns = _legend_columns(texts)
+    height = _PANEL_HEIGHT + _legend_height(texts, columns, legend_title)
+    fig, axes = plt.subplots(1, 3, figsize=(_FIG_WIDTH, height), sharey=True, layout="constrained")
+    drawn = _draw_curves(axes, panels, groups, texts, styles, band or "minmax")
+    _decorate_axes(axes, panels, drawn, target)
+    fig.suptitle(wrap_label(figure_title(runs) if title is None else title, 120))
+    handles, shown = axes[0].get_legend_handles_labels()
+    # Below the panels, as wide as the figure: the panels keep their width however long the labels are.
+    fig.legend(handles, shown, loc="outside lower center", ncols=columns,
+               frameon=False, title=legend_title, alignment="left" if legend_title else "center")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import flax.linen as nn
 
+import istjax.models.user as user
 from istjax.core.registry import Registry, close_matches
 from istjax.models.cnn import CNN as CNN
 from istjax.models.gnn import GCN as GCN
@@ -40,14 +41,16 @@ from istjax.models.resnet import PreActResNet as PreActResNet
 from istjax.models.resnet import ResNet as ResNet
 from istjax.models.vgg import VGG as VGG
 
-__all__ = ["CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG", "batch_norm", "build_model", "model_fields",
-           "register_model"]
+__all__ = ["BUILTIN", "CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG",
+           "batch_norm", "build_model", "model_class", "model_fields", "model_source", "register_model"]
 
 MODELS: Registry[type[nn.Module]] = Registry(
     "model", field="model.name",
     entries={"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet, "vgg": VGG,
              "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE},
     hint="Add yours with istjax.models.register_model(name, ModuleClass).")
+
+BUILTIN = frozenset(MODELS.names())  # the models istjax ships
 
 # Fields the library fills in from the data, never from the config.
 _FROM_DATA = ("num_classes",)
@@ -64,31 +67,58 @@ def register_model(name: str, module: type[nn.Module]) -> type[nn.Module]:
     return MODELS.register(name, module)
 
 
-def model_fields(name: str) -> dict[str, Any]:
+def model_class(name: str, module: str = "") -> type[nn.Module]:
+    """The module class ``model.name`` names. With ``module`` (``model.module``: ``"path/file.py:Class"`` or
+    ``"pkg.mod:Class"``, `istjax.models.user`) the class is loaded from there and registered under ``name``.
+
+    Raises ValueError (an unknown name lists the known ones) naming the field and the fix.
+    """
+    if module:
+        cls = user.load(module)
+        if name in BUILTIN and MODELS.get(name) is not cls:
+            raise ValueError(f"model.name={name!r} is a model istjax ships, but model.module={module!r} names another "
+                             f"class ({cls.__name__}); give yours its own name, e.g. "
+                             f"--config.model.name={cls.__name__.lower()}.")
+        MODELS.register(name, cls)  # the contract is checked when the task is built (istjax.classifier)
+        return cls
+    return MODELS.get(name)
+
+
+def model_source(name: str, module: str = "") -> str:
+    """What a run records as ``model.module`` so that a fresh process finds the class again: ``module`` made
+    absolute, the file of a model registered with `register_model`, or ``""`` for a model istjax ships."""
+    if module:
+        return user.absolute(module)
+    if name in BUILTIN or name not in MODELS:
+        return ""
+    return user.spec_of(MODELS.get(name)) or ""
+
+
+def model_fields(name: str, module: str = "") -> dict[str, Any]:
     """The config fields of model ``name`` and their defaults (``num_classes`` comes from the data)."""
-    cls = _lookup(name)
+    cls = model_class(name, module)
     return {f.name: f.default for f in dataclasses.fields(cls)
             if f.name not in _FLAX_FIELDS + _FROM_DATA and f.init}
 
 
-def _lookup(name: str) -> type[nn.Module]:
-    return MODELS.get(name)
+def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, module: str = "") -> nn.Module:
+    """The module ``name`` (loaded from ``module`` when given) with ``fields`` (a config's ``model`` section minus
+    ``name`` and ``module``).
 
-
-def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int) -> nn.Module:
-    """The module ``name`` with ``fields`` (a config's ``model`` section minus ``name``).
-
-    Raises ValueError naming the field, the value and the fix for an unknown model or field, or a value the module
-    itself rejects; nothing is traced.
+    Raises ValueError naming the field, the value and the fix for an unknown model or fields (every one the model
+    lacks, at once), or a value the module itself rejects; nothing is traced.
     """
-    cls = _lookup(name)
-    known = model_fields(name)
+    cls = model_class(name, module)
+    known = model_fields(name, module)
     values = {k: tuple(_tuples(v)) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
     unknown = sorted(set(fields) - set(known))
     if unknown:
-        raise ValueError(f"model.{unknown[0]}={values[unknown[0]]!r}: model {name!r} has no field "
-                         f"{unknown[0]!r}{close_matches(unknown[0], known)}; its fields are {sorted(known)}. Remove or rename it (a config that "
-                         f"switches model.name must drop the old model's fields).")
+        stale = ", ".join(f"model.{k}={values[k]!r}{close_matches(k, known)}" for k in unknown)
+        raise ValueError(f"model {name!r} ({cls.__name__}) has no field{'s' if len(unknown) > 1 else ''} {stale}; its "
+                         f"fields are {sorted(known)}. Remove {'them' if len(unknown) > 1 else 'it'}: a config that "
+                         f"switches model.name keeps the old model's fields, so start its model section afresh "
+                         f"(istjax.experiment.config.use_model(config, {name!r}, ...) in a config file; on the "
+                         f"command line --config.model.name replaces the file's model fields).")
     try:
         return cls(**values, num_classes=int(num_classes))
     except (TypeError, ValueError) as e:

@@ -86,8 +86,10 @@ class Runtime(NamedTuple):
     multi_process: bool = False
 
 
-def check_batches(batches: Any, num_workers: int, local_steps: int) -> None:
-    """Raises a clear error unless every leaf of ``batches`` is `[W, K, ...]`."""
+def check_batches(batches: Any, num_workers: int, local_steps: int, example_x: Any = None) -> None:
+    """Raises a clear error unless every leaf of ``batches`` is `[W, K, ...]` and, given the task's example input
+    (``task.example_x``, `[N, ...]`), ``batches["x"]`` holds examples of its shape (`[W, K, B, ...]`)."""
+    _check_example_shape(batches, example_x)
     for path, x in jax.tree_util.tree_flatten_with_path(batches)[0]:
         shape = getattr(x, "shape", None)
         if shape is None or len(shape) < 2 or tuple(shape[:2]) != (num_workers, local_steps):
@@ -95,6 +97,19 @@ def check_batches(batches: Any, num_workers: int, local_steps: int) -> None:
                 f"batches{jax.tree_util.keystr(path)} has shape {shape}; a round needs [W, K, B, ...] = "
                 f"[{num_workers}, {local_steps}, ...] (num_workers, local_steps first). Build batches with "
                 f"istjax.data.make_batch_fn or reshape yours. Inputs every worker reads (a graph) go in shared=.")
+
+
+def _check_example_shape(batches: Any, example_x: Any) -> None:
+    if example_x is None or not isinstance(batches, dict) or "x" not in batches:
+        return
+    got, want = jax.tree.leaves(batches["x"]), jax.tree.leaves(example_x)
+    for g, e in zip(got, want):
+        if tuple(g.shape[3:]) != tuple(e.shape[1:]):
+            raise ValueError(
+                f"batches['x'] holds examples of shape {tuple(g.shape[3:])} ([W, K, B] = {tuple(g.shape[:3])} "
+                f"first), but the task was built from an example input whose examples have shape "
+                f"{tuple(e.shape[1:])}: the model's weights are shaped for that. Build the task with "
+                f"example_x=train_x[:2] (istjax.classifier(model, example_x)).")
 
 
 WORKER_MAPS = ("auto", "vmap", "sequential")

@@ -82,7 +82,7 @@ def build(algorithm, devices=None, worker_map: str = "auto"):
     compiled = jax.jit(round_fn)
 
     def round(state, batches, shared=None):
-        check_batches(batches, w, k)
+        check_batches(batches, w, k, getattr(algorithm.task, "example_x", None))
         state, shared = jax.device_put((state, shared), replicated)
         batches = jax.device_put(batches, split)
         return compiled(state, batches, shared)

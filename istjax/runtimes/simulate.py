@@ -37,7 +37,7 @@ def build(algorithm, worker_map: str = "auto"):
     compiled = jax.jit(round_fn)
 
     def round(state, batches, shared=None):
-        check_batches(batches, w, k)
+        check_batches(batches, w, k, getattr(algorithm.task, "example_x", None))
         return compiled(state, batches, shared)
 
     round.compiled = compiled  # for cache inspection and AOT lowering
