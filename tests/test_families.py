@@ -248,7 +248,7 @@ def test_cnn_trains_from_a_config_by_name(tmp_path):
 @pytest.mark.parametrize("edit,message", [
     (lambda c: setattr(c.model, "name", "resnet9000"),
      r"model.name='resnet9000' is not a known model.*choose one of \[.*'cnn'.*'mlp'.*register_model"),
-    (lambda c: setattr(c.model, "widht", (4, 8)), r"model.widht=\(4, 8\): model 'cnn' has no field 'widht'"),
+    (lambda c: setattr(c.model, "widht", (4, 8)), r"model 'cnn' \(CNN\) has no field model.widht=\(4, 8\)"),
     (lambda c: c.sampler.groups.update({"blocks": "overlapping"}),
      r"sampler.groups.blocks='overlapping': model 'cnn' has no neuron group 'blocks'.*; its groups are"),
     (lambda c: setattr(c, "num_workers", 8),
@@ -288,6 +288,8 @@ def test_a_module_without_subnet_or_rules_is_refused_up_front():
 
 def test_rules_that_would_add_mismatched_channels_are_refused():
     class Residual(nn.Module):
+        width: int = 4
+
         def partition_rules(self):
             return {"input": None, "a": "a", "b": "b", "classes": None}
 
@@ -295,14 +297,14 @@ def test_rules_that_would_add_mismatched_channels_are_refused():
             return [("a", "b")]  # h_a + h_b below
 
         def subnet(self, units):
-            return self
+            return self.clone(width=units["h"])
 
         @nn.compact
         def __call__(self, x, train: bool = True):
             init = nn.initializers.lecun_normal()
-            ha = nn.Dense(4, kernel_init=nn.with_logical_partitioning(init, ("input", "a")))(x)
-            hb = nn.Dense(4, kernel_init=nn.with_logical_partitioning(init, ("input", "b")))(x)
-            return nn.Dense(C)(ha + hb)
+            ha = nn.Dense(self.width, use_bias=False, kernel_init=nn.with_logical_partitioning(init, ("input", "a")))(x)
+            hb = nn.Dense(self.width, use_bias=False, kernel_init=nn.with_logical_partitioning(init, ("input", "b")))(x)
+            return nn.Dense(C, kernel_init=nn.with_logical_partitioning(init, ("a", "classes")))(ha + hb)
 
     with pytest.raises(ValueError, match=r"adds the channels of logical axes \('a', 'b'\).*different neuron groups"):
         istjax.classifier(Residual(), jnp.zeros((2, 5)))

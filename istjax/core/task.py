@@ -173,6 +173,32 @@ def _owner_pieces(eval_model: nn.Module, fresh: Optional[nn.Module]) -> dict:
     return pieces
 
 
+def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...]) -> Callable:
+    """The task's ``train_loss(units)``: the loss of the sub-network at ``units`` (the full network for None)."""
+
+    def train_loss(units):
+        if units is None:
+            module = model
+        else:
+            contract.require_subnet(model)
+            module = model.subnet(units)
+
+        def loss(params, model_state, batch, shared=None):
+            rngs = {"dropout": batch["rng"]} if "rng" in batch else None  # a step key (istjax.data.with_step_keys)
+            if collections:
+                logits, updated = call(module, {"params": params, **model_state}, batch["x"], shared, True,
+                                       mutable=list(collections), rngs=rngs)
+                model_state = {c: updated[c] for c in collections}
+            else:
+                logits = call(module, {"params": params}, batch["x"], shared, True, rngs=rngs)
+            value, aux = scores(logits, batch["y"])
+            return value, (aux, model_state)
+
+        return loss
+
+    return train_loss
+
+
 def _evaluator(call: Callable, eval_model: nn.Module, min_eval_batch: int) -> Callable:
     """The task's ``evaluate``: test-time scores, refusing a batch too small for batch-statistics normalisation."""
 
@@ -275,26 +301,7 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
         v = variables(key)
         return {c: nn.unbox(v[c]) for c in collections}
 
-    def train_loss(units):
-        if units is None:
-            module = model
-        else:
-            contract.require_subnet(model)
-            module = model.subnet(units)
-
-        def loss(params, model_state, batch, shared=None):
-            rngs = {"dropout": batch["rng"]} if "rng" in batch else None  # a step key (istjax.data.with_step_keys)
-            if collections:
-                logits, updated = call(module, {"params": params, **model_state}, batch["x"], shared, True,
-                                       mutable=list(collections), rngs=rngs)
-                model_state = {c: updated[c] for c in collections}
-            else:
-                logits = call(module, {"params": params}, batch["x"], shared, True, rngs=rngs)
-            value, aux = scores(logits, batch["y"])
-            return value, (aux, model_state)
-
-        return loss
-
+    train_loss = _train_loss(model, call, collections)
     min_eval_batch = MIN_BATCH_STATISTICS_EVAL if contract.batch_statistics_at_test(eval_model) else 1
     evaluate = _evaluator(call, eval_model, min_eval_batch)
     fresh = model.clone(bn_momentum=0.0) if collections and contract.recomputable(model) else None

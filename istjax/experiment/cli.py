@@ -105,21 +105,7 @@ def parse_train_args(argv: Sequence[str]):
     # after parsing; istjax.experiment.config.validate checks them against the loader and the model's groups.
     # ``--config.FIELD=None`` unsets a field (ml_collections' flag parser cannot parse None into a typed field, e.g.
     # the float ``target_accuracy``); it is set after parsing and checked by istjax.experiment.config.validate like any value.
-    # A model switched on the command line (model.name or model.module) takes its own fields there too: the model
-    # section is then open, its fields checked against the new model's class (istjax.models.build_model).
-    open_sections = config_lib.OPEN_SECTIONS + (("model",) if {"model.name", "model.module"} & set(overrides)
-                                                else ())
-    new_keys, kept, unset = {}, [], []
-    for arg in argv:
-        m = _OVERRIDE.match(arg)
-        name = m.group(1) if m else ""
-        if m and "=" in arg and arg.split("=", 1)[1] in ("None", "none") and _resolves(base, name):
-            unset.append(name)
-        elif name.rsplit(".", 1)[0] in open_sections and not _resolves(base, name):
-            new_keys[name] = _literal(arg.split("=", 1)[1] if "=" in arg else "True")
-        else:
-            kept.append(arg)
-    argv = kept
+    argv, new_keys, unset = _sort_overrides(base, argv, overrides)
     overrides = [m.group(1) for m in map(_OVERRIDE.match, argv[1:]) if m]
     _refuse_overrides(base, argv, known)
 
@@ -145,6 +131,27 @@ def parse_train_args(argv: Sequence[str]):
     _switch_model(base, config, overrides + list(new_keys))
     _locate_model_file(config, config_file)
     return config, fv.workdir, fv.resume, fv.overwrite
+
+
+def _sort_overrides(base, argv: Sequence[str], overrides: Sequence[str]) -> tuple[list[str], dict, list[str]]:
+    """``(argv for absl, new keys of open sections -> literal, fields to unset)``. A model switched on the command
+    line (model.name or model.module) takes its own fields there too: the model section is then open, its fields
+    checked against the new model's class (`istjax.models.build_model`)."""
+    import istjax.experiment.config as config_lib
+
+    open_sections = config_lib.OPEN_SECTIONS + (("model",) if {"model.name", "model.module"} & set(overrides)
+                                                else ())
+    new_keys, kept, unset = {}, [], []
+    for arg in argv:
+        m = _OVERRIDE.match(arg)
+        name = m.group(1) if m else ""
+        if m and "=" in arg and arg.split("=", 1)[1] in ("None", "none") and _resolves(base, name):
+            unset.append(name)
+        elif name.rsplit(".", 1)[0] in open_sections and not _resolves(base, name):
+            new_keys[name] = _literal(arg.split("=", 1)[1] if "=" in arg else "True")
+        else:
+            kept.append(arg)
+    return kept, new_keys, unset
 
 
 def _switch_model(base, config, overrides: Sequence[str]) -> None:

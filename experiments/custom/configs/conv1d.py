@@ -1,0 +1,33 @@
+"""The 1-D CNN of experiments/custom/conv1d.py (a model istjax does not ship) on MNIST-1D, through model.module.
+
+IST with W = 4, K = 10, B = 32, SGD lr 0.05 with momentum, 150 rounds (192,000 samples). ``get_config("norm")`` or
+``get_config("scale")`` picks the remedy (docs/ist_fit.md); override ``--config.algorithm.name`` for the baselines.
+
+Command::
+
+    istjax train --config=experiments/custom/configs/conv1d.py:none --workdir=runs/conv1d_none
+
+Result: ``experiments/custom/results/fit.json`` (three seeds per cell; ``python experiments/custom/fit.py``
+regenerates it), rendered in docs/ist_fit.md.
+"""
+
+import os
+
+from istjax.experiment.config import default_config, use_model
+
+MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conv1d.py") + ":Conv1D"
+
+
+def get_config(arg="none"):
+    c = default_config()
+    c.name = f"conv1d_{arg or 'none'}"
+    c.algorithm.name = "ist"
+    c.data.name = "mnist1d"
+    use_model(c, "conv1d", MODEL, channels=(32, 64), remedy=arg or "none")
+    c.optimizer = "momentum"
+    c.learning_rate = 0.05
+    c.num_rounds = 150
+    c.eval_every = 10
+    c.checkpoint_every = 50
+    c.target_accuracy = 0.6
+    return c
