@@ -858,6 +858,45 @@ def _images_ablation(d):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Is a model a good fit for IST? (experiments/custom/results/fit.json, written by experiments/custom/fit.py)
+
+FIT = "experiments/custom/results/fit.json"
+REMEDIES = {"none": "none (the researcher's model)",
+            "scale": "train-time scaling (x full / sub-network channels)",
+            "norm": "LayerNorm after each partitioned sum",
+            "batchnorm": "batch-statistics BatchNorm after each partitioned sum and on the logits"}
+
+
+def _fit(d, algorithm: str, remedy: str) -> dict:
+    for r in result_rows(d):
+        if r["algorithm"] == algorithm and r.get("remedy") == remedy:
+            return r
+    raise ResultsError(f"no row for {algorithm} with remedy {remedy!r}")
+
+
+def _fit_gap(d, remedy: str) -> float:
+    """Local SGD's mean test accuracy minus IST's on the model with ``remedy``, in points."""
+    return 100 * (_fit(d, "local_sgd", remedy)["test_accuracy_mean"] - _fit(d, "ist", remedy)["test_accuracy_mean"])
+
+
+@table("fit.table", FIT)
+def _fit_table(d):
+    return markdown_table(
+        ["remedy", "algorithm", "test accuracy (mean ± std over seeds)", "lowest / highest seed",
+         "train loss of the full network"],
+        [[REMEDIES.get(r["remedy"], r["remedy"]), algorithm_name(r["algorithm"]), accuracy(r),
+          f"{fixed(r['test_accuracy_min'], 3)} / {fixed(r['test_accuracy_max'], 3)}", fixed(r["train_loss_mean"], 3)]
+         for r in result_rows(d)])
+
+
+for _a, _r in (("ist", "none"), ("local_sgd", "none"), ("ist", "batchnorm"), ("local_sgd", "batchnorm")):
+    scalar(f"fit.{_a}_{_r}", FIT, lambda d, a=_a, r=_r: accuracy(_fit(d, a, r)))
+scalar("fit.gap_none", FIT, lambda d: fixed(_fit_gap(d, "none"), 1))
+scalar("fit.gap_batchnorm", FIT, lambda d: fixed(_fit_gap(d, "batchnorm"), 1))
+scalar("fit.gap_closed", FIT, lambda d: percent(1 - _fit_gap(d, "batchnorm") / _fit_gap(d, "none"), 0))
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Graphs (experiments/graphs/results/gist_*.json, written by experiments/graphs/studies.py)
 
 GIST_FILES = {"cora": "experiments/graphs/results/gist_cora.json",

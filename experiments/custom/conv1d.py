@@ -9,12 +9,19 @@ dense head. ``remedy`` chooses how a sub-network's partitioned sums are put on t
   no longer matters).
 * ``"scale"``: train-time scaling, each partitioned sum multiplied by full / sub-network channels (``W`` for an
   even split), as inverted dropout does, so the sub-network's sums match the full network's.
+* ``"batchnorm"``: BatchNorm with the statistics of the batch at train and at test time after each conv, and
+  without affine parameters on the logits (the IST paper's MLP): each channel, and each logit, is renormalised in
+  whichever network, full or sub, computes it.
+* ``"inner"`` / ``"inner_norm"``: only the first conv's channels partitioned (the second conv and the head held
+  whole), without or with LayerNorm after the one partitioned sum left.
 
 Used by ``experiments/custom/fit.py`` through ``model.module`` (``configs/conv1d.py``); no change to istjax.
 """
 
 import flax.linen as nn
 import jax.numpy as jnp
+
+from istjax.models.cnn import BatchStatNorm, channel_batch_norm
 
 
 def _names(*names):
@@ -32,10 +39,12 @@ class Conv1D(nn.Module):
     full_channels: tuple = ()  # the full network's channels, set by subnet() (empty: this is the full network)
 
     def partition_rules(self):
-        return {"signal": None, "conv_0": "conv_0", "conv_1": "conv_1", "classes": None}
+        inner = self.remedy.startswith("inner")
+        return {"signal": None, "conv_0": "conv_0", "conv_1": None if inner else "conv_1", "classes": None}
 
     def subnet(self, units):
-        return self.clone(channels=(units["conv_0"], units["conv_1"]), full_channels=tuple(self.channels))
+        return self.clone(channels=(units["conv_0"], units.get("conv_1", self.channels[1])),
+                          full_channels=tuple(self.channels))
 
     def _rescale(self, h, i):
         """A partitioned sum over the channels of layer ``i``, on the full network's scale (remedy "scale")."""
@@ -43,9 +52,16 @@ class Conv1D(nn.Module):
             return h
         return h * (self.full_channels[i] / self.channels[i])
 
+    def test_batch_statistics(self):
+        """The "batchnorm" remedy normalises with the statistics of the batch at test time too (istjax reads it)."""
+        return self.remedy == "batchnorm"
+
     def _norm(self, h, group):
-        if self.remedy != "norm":
+        if self.remedy == "batchnorm":
+            return BatchStatNorm(group=group)(h)
+        if self.remedy not in ("norm", "inner_norm"):
             return h
+        group = None if group == "conv_1" and self.remedy.startswith("inner") else group
         return nn.LayerNorm(scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
                             bias_init=_zeros(group))(h)
 
@@ -58,4 +74,6 @@ class Conv1D(nn.Module):
         h = nn.relu(self._norm(self._rescale(h, 0), "conv_1"))
         h = jnp.mean(h, axis=1)  # [N, C1]
         out = nn.Dense(self.num_classes, kernel_init=_names("conv_1", "classes"), bias_init=_zeros("classes"))(h)
+        if self.remedy == "batchnorm":  # the IST paper's last layer: BatchNorm without affine on the logits
+            out = channel_batch_norm(out)
         return self._rescale(out, 1)

@@ -64,7 +64,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
 from istjax.experiment.metrics import format_bytes
-from istjax.experiment.plot import BANDS, PlotError, Run, group_runs, load_run, plot_runs, varying_fields
+from istjax.experiment.plot import (BANDS, PlotError, Run, group_runs, load_run, plot_runs, read_json_object,
+                                   varying_fields)
 
 __all__ = ["Cell", "Comparison", "Row", "Stat", "cells", "default_target", "format_table", "main", "rows",
            "run_comparison", "run_target", "run_targets", "stat", "write_outputs"]
@@ -226,15 +227,7 @@ def run_target(run: Run) -> Optional[float]:
     if "target_accuracy" in run.config:
         value = run.config["target_accuracy"]
         return None if value is None else float(value)
-    path = run.path / "summary.json"
-    if not path.exists():
-        return None
-    try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise PlotError(f"{path}: not valid JSON ({e.msg}); rewrite or delete it, or pass --target.") from e
-    if not isinstance(summary, dict):
-        raise PlotError(f"{path}: expected a JSON object, got {type(summary).__name__}.")
+    summary = read_json_object(run.path / "summary.json", "; rewrite or delete it, or pass --target")
     value = summary.get("target_accuracy")
     return None if value is None else float(value)
 

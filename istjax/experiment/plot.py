@@ -50,7 +50,7 @@ from istjax.experiment.config import RUN_CONTROL_FIELDS, flat_dict, upgrade_dict
 from istjax.experiment.metrics import format_bytes
 
 __all__ = ["PlotError", "Run", "BANDS", "Curve", "NAMED_SECTIONS", "figure_title", "format_seconds", "group_curve",
-           "group_runs", "label", "legend_labels", "load_run", "log_unit_formatters", "main", "plot_runs", "run_fields",
+           "group_runs", "label", "legend_labels", "load_run", "log_unit_formatters", "main", "plot_runs", "read_json_object", "run_fields",
            "shown_fields", "varying_fields", "wrap_label"]
 
 # Fixed colours per algorithm (matplotlib's tab10), so every figure of a study reads the same way.
@@ -146,17 +146,23 @@ def load_run(run_dir: str | os.PathLike) -> Run:
     if not records:
         raise PlotError(f"{str(metrics)!r} is empty: the run has not evaluated yet (it writes a line every "
                         f"eval_every rounds). Plot it again once it has.")
-    config = {}
-    config_path = path / "config.json"
-    if config_path.exists():
-        try:
-            config = json.loads(config_path.read_text())
-        except json.JSONDecodeError as e:
-            raise PlotError(f"{config_path}: not valid JSON ({e.msg}).") from e
-        if not isinstance(config, dict):
-            raise PlotError(f"{config_path}: expected a JSON object, got {type(config).__name__}.")
+    config = read_json_object(path / "config.json")
+    if config:
         config = upgrade_dict(config)  # a run of an earlier, flat config version
     return Run(path, records, config)
+
+
+def read_json_object(path: pathlib.Path, fix: str = "") -> dict:
+    """The JSON object in ``path`` (``{}`` when there is no such file); a `PlotError` naming the file otherwise."""
+    if not path.exists():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise PlotError(f"{path}: not valid JSON ({e.msg}){fix}.") from e
+    if not isinstance(value, dict):
+        raise PlotError(f"{path}: expected a JSON object, got {type(value).__name__}.")
+    return value
 
 
 def label(run: Run) -> str:

@@ -1,7 +1,7 @@
 """The 1-D CNN of experiments/custom/conv1d.py (a model istjax does not ship) on MNIST-1D, through model.module.
 
-IST with W = 4, K = 10, B = 32, SGD lr 0.05 with momentum, 150 rounds (192,000 samples). ``get_config("norm")`` or
-``get_config("scale")`` picks the remedy (docs/ist_fit.md); override ``--config.algorithm.name`` for the baselines.
+IST with W = 4, K = 10, B = 32, SGD lr 0.1, 150 rounds (192,000 samples). ``get_config("scale")``, ``"norm"`` or
+``"batchnorm"`` picks a remedy (docs/ist_fit.md); override ``--config.algorithm.name`` for the baselines.
 
 Command::
 
@@ -24,8 +24,8 @@ def get_config(arg="none"):
     c.algorithm.name = "ist"
     c.data.name = "mnist1d"
     use_model(c, "conv1d", MODEL, channels=(32, 64), remedy=arg or "none")
-    c.optimizer = "momentum"
-    c.learning_rate = 0.05
+    c.optimizer = "sgd"
+    c.learning_rate = 0.1
     c.num_rounds = 150
     c.eval_every = 10
     c.checkpoint_every = 50
