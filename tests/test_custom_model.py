@@ -287,3 +287,22 @@ def test_the_non_finite_guard_stops_a_diverging_loop_with_the_round_and_workers(
     assert e.value.round_index == 0 and e.value.workers == [0, 1]
     ok = {"worker_loss": jnp.ones(2), "finite": jnp.asarray(True)}
     assert istjax.check_finite(ok, 3) is ok
+
+
+def test_eval_of_a_run_that_does_not_record_its_model_is_told_where_it_lives(user_dir, capsys, monkeypatch, tmp_path):
+    """A run of an earlier version (its config.json without model.module) evaluates with --model-module."""
+    from istjax.experiment import cli
+
+    monkeypatch.chdir(user_dir)
+    run = tmp_path / "run"
+    code, err = main_in_process(capsys, "--config.model.name=resmlp", "--config.model.module=my_models.py:ResMLP",
+                                "--config.num_rounds=2", *FAST, f"--workdir={run}")
+    assert code == 0, err
+    config = json.loads((run / "config.json").read_text())
+    del config["model"]["module"]
+    (run / "config.json").write_text(json.dumps(config))
+    monkeypatch.setitem(istjax.models.MODELS._entries, "resmlp", None)  # a fresh process: the class unknown
+    istjax.models.MODELS._entries.pop("resmlp")
+    assert cli.main(["istjax", "eval", f"--workdir={run}"]) == 2
+    assert "--model-module=path/to/file.py:ClassName" in capsys.readouterr().err
+    assert cli.main(["istjax", "eval", f"--workdir={run}", "--model-module=my_models.py:ResMLP"]) == 0

@@ -16,7 +16,10 @@ overridden: ``--config.num_workers=2 --config.model.hidden='(256,256)'``, after 
 group: ``--config.sampler.groups.hidden_0=overlapping``). The config has sections (``algorithm``, ``sampler``,
 ``model``, ``data``, ``runtime``), each with a ``name`` and its options: ``--config.algorithm.name=resist``; the
 flat names of earlier versions (``--config.backend=mpi``) are refused with the new one
-(``--config.runtime.name=mpi``). Without ``--workdir`` results go to ``./runs/<name>-<timestamp>``. A run directory has one writer: a second ``train`` on a workdir another live run
+(``--config.runtime.name=mpi``). A model of your own: ``--config.model.name=NAME
+--config.model.module=path/to/file.py:Class`` (no PYTHONPATH; the run records it for ``--resume`` and ``eval``);
+switching ``model.name`` drops the previous model's fields and takes the new one's
+(``--config.model.FIELD=VALUE``). A config file may import modules beside it. Without ``--workdir`` results go to ``./runs/<name>-<timestamp>``. A run directory has one writer: a second ``train`` on a workdir another live run
 holds is refused (``run.lock``, istjax.experiment.lock); ``eval`` and ``plot`` only read, and may.
 
 ``--resume`` continues the run in ``--workdir`` with that run's own config (its ``config.json``); overrides given
@@ -391,6 +394,9 @@ def eval_main(argv: Sequence[str]) -> int:
                                      "own config, its newest checkpoint that verifies (or --checkpoint).")
     parser.add_argument("--workdir", required=True, help="the run directory of an `istjax train` run")
     parser.add_argument("--checkpoint", type=int, default=None, help="the step to evaluate (default: newest good)")
+    parser.add_argument("--model-module", default=None, metavar="FILE.py:CLASS",
+                        help="where the run's model class lives, for a run whose config.json does not record it "
+                             "(runs of earlier versions; a run records model.module itself)")
     try:
         args = parser.parse_args(list(argv))
     except SystemExit as e:
@@ -401,7 +407,7 @@ def eval_main(argv: Sequence[str]) -> int:
     import istjax.experiment.driver as driver
 
     try:
-        result = driver.evaluate_run(args.workdir, checkpoint=args.checkpoint)
+        result = driver.evaluate_run(args.workdir, checkpoint=args.checkpoint, model_module=args.model_module)
     except config_lib.ConfigError as e:
         _error(f"istjax eval: {e}")
         return EXIT_CONFIG

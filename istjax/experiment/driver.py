@@ -664,9 +664,11 @@ def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: in
     return summary
 
 
-def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = None) -> dict[str, Any]:
+def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = None,
+                 model_module: Optional[str] = None) -> dict[str, Any]:
     """Evaluates a saved run without training: its own config, its newest checkpoint that verifies (or step
     ``checkpoint``), on one process. Returns ``{"round", "checkpoint", test/train loss and accuracy}``.
+    ``model_module`` names the model's class for a run whose config does not record ``model.module``.
 
     Raises:
       ConfigError: no run in ``workdir``, or no usable checkpoint (naming what was found).
@@ -674,6 +676,9 @@ def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = Non
     workdir = pathlib.Path(workdir).absolute()
     config = config_lib.load_run_config(workdir)
     config.runtime.name = "simulate"  # the state is whole in a checkpoint; evaluation needs no workers
+    if model_module:
+        with config.model.unlocked():
+            config.model.module = model_module
     experiment = build(config)
     dataset, task, algorithm = experiment.dataset, experiment.task, experiment.algorithm
     like = jax.jit(init_state(task, algorithm.optimizer, algorithm.carries_optimizer_state))(

@@ -48,7 +48,8 @@ MODELS: Registry[type[nn.Module]] = Registry(
     "model", field="model.name",
     entries={"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet, "vgg": VGG,
              "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE},
-    hint="Add yours with istjax.models.register_model(name, ModuleClass).")
+    hint="A model of your own: --config.model.module=path/to/file.py:ClassName (istjax eval of a run that does "
+         "not record it: --model-module=path/to/file.py:ClassName), or istjax.models.register_model(name, Class).")
 
 BUILTIN = frozenset(MODELS.names())  # the models istjax ships
 
