@@ -1,6 +1,6 @@
 """Construction-time checks of a model, on the written contract (`istjax.core.contract`): traced, never run.
 
-`istjax.classifier` calls `check_forward` once per module and example shape. It traces (`jax.eval_shape`,
+`istjax.classifier` runs these checks once per task it builds. It traces (`jax.eval_shape`,
 `jax.make_jaxpr`: shapes only, nothing is computed or compiled):
 
 1. the full network on the example input: a failure is rewritten as a `ModelCheckError` naming the example input's
@@ -31,8 +31,8 @@ from flax.core import meta
 
 from istjax.core.spec import SubnetSpec, path_str
 
-__all__ = ["ModelCheckError", "OutputWarning", "check_forward", "check_output", "check_subnet", "no_groups_reason",
-           "distinct_units"]
+__all__ = ["ModelCheckError", "OutputWarning", "forward_failed", "check_output", "warn_if_normalised",
+           "check_subnet", "no_groups_reason", "distinct_units"]
 
 
 class ModelCheckError(ValueError):
@@ -47,10 +47,6 @@ def _first_lines(e: BaseException, limit: int = 400) -> str:
     text = " ".join(str(e).strip().split("\n")[:3])
     text = re.sub(r"\s*\(https://flax\.readthedocs\.io[^)]*\)", "", text)
     return f"{type(e).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
-
-
-def _shape(x: Any) -> str:
-    return "x".join(str(d) for d in np.shape(x)) if np.ndim(x) else "a scalar"
 
 
 def forward_failed(model: nn.Module, example_x: Any, error: BaseException) -> ModelCheckError:
@@ -133,7 +129,7 @@ def distinct_units(group_sizes: Mapping[str, int]) -> dict[str, int]:
     return units
 
 
-def _expected_shape(leaf_spec, full_shape, units, sizes) -> tuple[int, ...]:
+def _expected_shape(leaf_spec, full_shape, units) -> tuple[int, ...]:
     shape = list(full_shape)
     for a in leaf_spec.partitioned_axes:
         ax = leaf_spec.axes[a]
@@ -141,7 +137,7 @@ def _expected_shape(leaf_spec, full_shape, units, sizes) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _clash(error: BaseException, units: Mapping[str, int], sizes: Mapping[str, int]) -> Optional[tuple[str, str]]:
+def _clash(error: BaseException, units: Mapping[str, int]) -> Optional[tuple[str, str]]:
     """The two groups whose widths an elementwise shape clash in ``error`` names, if it names two."""
     text = str(error)
     if not re.search(r"incompatible shapes|could not be broadcast|broadcast", text):
@@ -175,7 +171,7 @@ def check_subnet(model: nn.Module, trace: Callable, spec: SubnetSpec, full_param
     try:
         _, variables = trace(sub)
     except Exception as e:  # noqa: BLE001
-        pair = _clash(e, units, sizes)
+        pair = _clash(e, units)
         if pair:
             raise ModelCheckError(
                 f"{name}: an operation joins tensors of two different neuron groups, {pair[0]!r} and {pair[1]!r} "
@@ -205,7 +201,7 @@ def _compare_params(name, spec, full_params, sub_params, units, wrote) -> None:
     bad, borrowed = [], set()
 
     def one(path, leaf_spec, full, sub):
-        want = _expected_shape(leaf_spec, full.shape, units, wrote)
+        want = _expected_shape(leaf_spec, full.shape, units)
         if tuple(sub.shape) != want:
             axes = ", ".join("-" if a is None else a.group for a in leaf_spec.axes)
             bad.append(f"{path_str(path)!r}: full {tuple(full.shape)} with axes ({axes}), so a worker's is {want}, "

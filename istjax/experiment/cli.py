@@ -83,8 +83,9 @@ def parse_train_args(argv: Sequence[str]):
 
     argv = list(argv)
     config_file = _check_config_file(argv)
-    if config_file:  # as Python runs a script: the file may import modules beside it, with no PYTHONPATH
-        sys.path.insert(0, os.path.dirname(os.path.abspath(config_file)))
+    folder = os.path.dirname(os.path.abspath(config_file)) if config_file else None
+    if folder and folder not in sys.path:  # as Python runs a script: it may import modules beside it, no PYTHONPATH
+        sys.path.insert(0, folder)
     default_file = _resume_config_file(argv) or os.path.abspath(config_lib.__file__)
     overrides = [m.group(1) for m in map(_OVERRIDE.match, argv[1:]) if m]
 

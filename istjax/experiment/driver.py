@@ -54,7 +54,7 @@ from istjax.algorithms.base import Algorithm, init_state
 from istjax.core import contract
 from istjax.core.state import TrainState
 from istjax.core.task import Task
-from istjax.data.cluster_batches import CLUSTERS, clustered
+from istjax.data.cluster_batches import CLUSTERS, cluster_batch_fn, clustered
 from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
 from istjax.experiment.config import ConfigError
 from istjax.experiment.lock import WorkdirLock, lock_workdir
@@ -185,8 +185,6 @@ def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task
     ``rows`` (`own_rows`) plain example batches hold and draw only those workers'; augmented, keyed and Cluster-GCN
     batches draw every worker's (the runtime keeps a process's rows)."""
     if clustered(dataset.shared):  # Cluster-GCN mini-batches (graph_batches="clusters")
-        from istjax.data.cluster_batches import cluster_batch_fn
-
         batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
                                     local_steps=int(config.local_steps),
                                     clusters_per_step=int(config.data.clusters_per_step), seed=int(config.seed))

@@ -97,7 +97,10 @@ def model_source(name: str, module: str = "") -> str:
 
 def model_fields(name: str, module: str = "") -> dict[str, Any]:
     """The config fields of model ``name`` and their defaults (``num_classes`` comes from the data)."""
-    cls = model_class(name, module)
+    return _fields_of(model_class(name, module))
+
+
+def _fields_of(cls: type[nn.Module]) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(cls)
             if f.name not in _FLAX_FIELDS + _FROM_DATA and f.init}
 
@@ -110,7 +113,7 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
     lacks, at once), or a value the module itself rejects; nothing is traced.
     """
     cls = model_class(name, module)
-    known = model_fields(name, module)
+    known = _fields_of(cls)
     values = {k: tuple(_tuples(v)) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
     unknown = sorted(set(fields) - set(known))
     if unknown:

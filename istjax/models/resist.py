@@ -221,7 +221,8 @@ class DepthResNet(nn.Module):
         """The test-time logits from owner ``owner``'s blocks (`istjax.core.contract`): owner ``o`` of ``N`` holds
         blocks ``[o * s, (o + 1) * s)`` of every partitioned stage (``s = (n - 1) / N``) and the shared layers whole.
         A stage runs as N turns: on turn ``t`` owner ``t`` applies its blocks to the stage's activation and ``reduce``
-        (a sum) hands the result, the others' zeros added, to every owner. Only activations move."""
+        (a sum) hands the result, the others' zeros added, to every owner. Only activations move. An owner given as a
+        Python int (the MPI runtime's rank) computes only its own turn; a traced one (the tests' `vmap`) selects it."""
         del shared  # image models read no shared input
         mine = self.subnet({g: size // num_owners for g, size in self.block_groups().items()})
 
@@ -230,7 +231,11 @@ class DepthResNet(nn.Module):
                 return next_fun(*args, **kwargs)
             i, blocks, h = args
             for t in range(num_owners):
-                h = reduce(jnp.where(owner == t, next_fun(i, blocks, h), jnp.zeros_like(h)))
+                if isinstance(owner, int):
+                    mine_now = next_fun(i, blocks, h) if owner == t else jnp.zeros_like(h)
+                else:
+                    mine_now = jnp.where(owner == t, next_fun(i, blocks, h), jnp.zeros_like(h))
+                h = reduce(mine_now)
             return h
 
         with nn.intercept_methods(turns):
