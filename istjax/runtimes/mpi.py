@@ -80,6 +80,7 @@ PyTree = Any
 MODES = ("parameter_server", "sharded")
 GRADIENT_BUFFERS = ("leaves", "one")
 ROOT = 0
+_ABORT_GRACE_S = 1.0  # seconds a failing rank waits, after printing why, before MPI_Abort
 
 
 def _world():
@@ -121,6 +122,9 @@ def abort_on_error() -> None:
         traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
         sys.stderr.flush()
         if n > 1:
+            # mpiexec forwards a rank's output through its proxy, which MPI_Abort kills: give it a moment to pass on
+            # the message (without it the job sometimes ended with empty output, seen in CI).
+            time.sleep(_ABORT_GRACE_S)
             comm.Abort(1)
         previous(exc_type, exc, tb)
 
