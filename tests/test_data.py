@@ -423,6 +423,31 @@ def test_batch_fn_draws_one_ranks_rows_alone():
     np.testing.assert_array_equal(traced["x"], full["x"][1:2])
 
 
+def test_rows_split_makes_float32_features_of_the_held_examples_alone():
+    """A file-backed loader's `Rows` equals the standardised array; a batch function built for some workers converts
+    only their shards' rows (one call of the loader's transform, on those rows), and draws the same batches."""
+    raw = np.random.default_rng(0).integers(0, 256, (40, 3, 2), dtype=np.uint8)
+    calls = []
+
+    def transform(r):
+        calls.append(len(r))
+        return r[..., None].astype(np.float32) / 255
+
+    rows = D.dataset.standardized_rows(raw, transform)
+    whole, test = D.standardize(transform(raw), transform(raw[:5]))
+    np.testing.assert_array_equal(np.asarray(rows), whole)  # bit for bit what the eager path makes
+    np.testing.assert_array_equal(rows[[39, 2, 2]], whole[[39, 2, 2]])
+    assert rows.shape == whole.shape and rows.ndim == 4 and len(rows) == 40 and rows.reshape(40, -1).shape == (40, 6)
+    ds = D.Dataset("rows", rows, np.arange(40) % 4, test, np.arange(5) % 4, num_classes=4)
+    kw = dict(num_workers=4, local_steps=2, batch_size=3, seed=0)
+    calls.clear()
+    mine = D.make_batch_fn(ds, workers=(1, 2), **kw)
+    assert calls == [10], calls  # worker 1's shard: 40 / 4 examples, converted in one call
+    full = D.make_batch_fn(ds._replace(train_x=whole), **kw)
+    for r in (0, 5):
+        np.testing.assert_array_equal(mine(r)["x"], full(r)["x"][1:2])
+
+
 @pytest.mark.parametrize("sharding", ["disjoint", "shared"])
 def test_batch_fn_built_for_a_ranks_workers_holds_only_their_shards(sharding):
     """``make_batch_fn(..., workers=(a, b))`` draws rows a..b of the full round, every round, traced or not, and with

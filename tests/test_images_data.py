@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from istjax import data as D
 from istjax.data import augment as A
 from istjax.data import images as I
+from istjax.data.dataset import Rows
 
 FILES = I.FASHION_MNIST_FILES
 
@@ -54,23 +55,29 @@ def test_real_files_full_load(debian_dir):
     assert ds.train_x.shape == (60000, 28, 28, 1) and ds.test_x.shape == (10000, 28, 28, 1)
     assert ds.train_y.shape == (60000,) and ds.test_y.shape == (10000,)
     assert ds.train_x.dtype == np.float32 and ds.train_y.dtype == np.int32 and ds.test_y.dtype == np.int32
-    assert not ds.train_x.flags.writeable and not ds.train_y.flags.writeable
+    assert isinstance(ds.train_x, Rows)  # bytes until indexed: a process converts only the rows it reads
+    assert not ds.train_x[:2].flags.writeable and not ds.train_y.flags.writeable
     # 10 balanced classes, labels in [0, 10)
     np.testing.assert_array_equal(np.bincount(ds.train_y, minlength=10), np.full(10, 6000))
     np.testing.assert_array_equal(np.bincount(ds.test_y, minlength=10), np.full(10, 1000))
     # the published order: the first training images are an ankle boot and three T-shirts/tops
     np.testing.assert_array_equal(ds.train_y[:10], [9, 0, 0, 3, 0, 2, 7, 2, 5, 5])
     # standardised per pixel with train statistics
-    mean, std = _moments(ds.train_x)
+    x = np.asarray(ds.train_x)
+    mean, std = _moments(x)
     np.testing.assert_allclose(mean, 0.0, atol=1e-4)
     assert np.all((np.abs(std - 1.0) < 1e-3) | (std < 1e-6))
-    assert abs(float(ds.train_x.mean())) < 1e-4 and abs(float(ds.train_x.std()) - 1.0) < 1e-3
+    assert abs(float(x.mean())) < 1e-4 and abs(float(x.std()) - 1.0) < 1e-3
+    rows = [59999, 3, 17, 3]  # any rows, in any order, repeated: equal to the whole split's
+    np.testing.assert_array_equal(ds.train_x[rows], x[rows])
+    np.testing.assert_array_equal(ds.train_x[7], x[7])
+    np.testing.assert_array_equal(ds.train_x[10:20, 3], x[10:20, 3])
     assert abs(float(ds.test_x.mean())) < 0.05  # the same statistics fit the test split closely
     assert np.isfinite(ds.test_x).all()
     flat = I.load_fashion_mnist(data_dir=debian_dir, flatten=True)
     assert flat.train_x.shape == (60000, 784) and flat.test_x.shape == (10000, 784)
-    np.testing.assert_array_equal(flat.train_x, ds.train_x.reshape(60000, 784))
-    assert not flat.train_x.flags.writeable
+    np.testing.assert_array_equal(flat.train_x, x.reshape(60000, 784))
+    assert not flat.train_x[:1].flags.writeable
 
 
 def test_real_files_match_an_independent_reading(debian_dir):
@@ -92,7 +99,7 @@ def test_real_files_subsets(debian_dir):
     assert sub.train_x.shape == (1000, 28, 28, 1) and sub.test_x.shape == (200, 28, 28, 1)
     np.testing.assert_array_equal(sub.train_y, full.train_y[:1000])  # the first N, in file order
     np.testing.assert_array_equal(sub.test_y, full.test_y[:200])
-    mean, std = _moments(sub.train_x)  # standardised with the subset's own statistics
+    mean, std = _moments(np.asarray(sub.train_x))  # standardised with the subset's own statistics
     np.testing.assert_allclose(mean, 0.0, atol=1e-4)
     assert np.all((np.abs(std - 1.0) < 1e-3) | (std < 1e-6))
     assert set(np.unique(sub.train_y)) == set(range(10))

@@ -1,7 +1,8 @@
 """Data: loaders, the dataset registry and the per-worker batching plan.
 
 Modules:
-  dataset   -- `Dataset`, the container every loader returns, and `standardize` (train statistics).
+  dataset   -- `Dataset`, the container every loader returns, `standardize` (train statistics) and `Rows` (a
+               training split standardised row by row when indexed, as file-backed loaders return it).
   builtin   -- the loaders that ship with the install: `load_digits`, `load_mnist1d`, `load_synthetic_speech`.
   images    -- image datasets from their published files: `load_fashion_mnist` (Debian's IDX files).
   registry  -- `DATASETS` and `load_dataset(name, **kwargs)`, which also routes `tfds:<name>` to `tfds`.
@@ -26,6 +27,7 @@ from istjax.data.builtin import load_digits as load_digits
 from istjax.data.builtin import load_mnist1d as load_mnist1d
 from istjax.data.builtin import load_synthetic_speech as load_synthetic_speech
 from istjax.data.dataset import Dataset as Dataset
+from istjax.data.dataset import Rows as Rows
 from istjax.data.dataset import standardize as standardize
 from istjax.data.images import DataNotFoundError as DataNotFoundError
 from istjax.data.images import load_fashion_mnist as load_fashion_mnist
@@ -56,5 +58,6 @@ __all__ = [
     "load_synthetic_speech",
     "make_batch_fn",
     "make_index_fn",
+    "Rows",
     "standardize",
 ]

@@ -281,7 +281,7 @@ def make_batch_fn(
     """On-device batch function for `num_workers` workers.
 
     Args:
-      dataset: its `train_x: [N, ...]` and `train_y: [N]` are put on the default
+      dataset: its `train_x: [N, ...]` (an array or `Rows`) and `train_y: [N]` are put on the default
         device once (as float32 / int32) and closed over.
       num_workers: `W >= 1`.
       local_steps: `K >= 1` steps per worker per round.
@@ -316,8 +316,9 @@ def make_batch_fn(
             held = np.unique(table)
             table = np.searchsorted(held, table).astype(np.int32)  # positions among the held examples
     data = {
-        "x": jnp.asarray(train_x if held is None else np.asarray(train_x)[held], jnp.float32),
-        "y": jnp.asarray(train_y if held is None else np.asarray(train_y)[held], jnp.int32),
+        # Indexing first: a loader's `Rows` makes float32 features of the held examples alone.
+        "x": jnp.asarray(np.asarray(train_x) if held is None else train_x[held], jnp.float32),
+        "y": jnp.asarray(np.asarray(train_y) if held is None else np.asarray(train_y)[held], jnp.int32),
         "key": _stream_key(seed),
     }
     if table is not None:

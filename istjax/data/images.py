@@ -28,7 +28,7 @@ from typing import Optional, Union
 import numpy as np
 
 from istjax.core.streams import check_positive as _check_positive
-from istjax.data.dataset import Dataset, _damaged_file, _finalise
+from istjax.data.dataset import Dataset, _damaged_file, _finalise_rows
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
@@ -275,10 +275,12 @@ def _fashion_mnist(train_images, train_labels, test_images, test_labels, num_tra
     n = _check_count("num_train", num_train, len(tx), train_images[0])
     m = _check_count("num_test", num_test, len(vx), test_images[0])
 
-    def scaled(images: np.ndarray) -> np.ndarray:
-        out = images[..., None].astype(np.float32)  # [N, H, W, 1], a fresh writable copy
-        out *= np.float32(1.0 / 255.0)
-        return out
+    # The training images stay bytes; a process converts to float32 only the rows it reads (`Rows`).
+    return _finalise_rows("fashion_mnist", tx[:n], ty[:n], vx[:m], vy[:m], len(FASHION_MNIST_CLASSES), _scaled)
 
-    return _finalise("fashion_mnist", scaled(tx[:n]), ty[:n], scaled(vx[:m]), vy[:m],
-                     len(FASHION_MNIST_CLASSES), owned=True)
+
+def _scaled(images: np.ndarray) -> np.ndarray:
+    """``[N, H, W]`` bytes to ``[N, H, W, 1]`` float32 in ``[0, 1]`` (a fresh writable array)."""
+    out = images[..., None].astype(np.float32)
+    out *= np.float32(1.0 / 255.0)
+    return out
