@@ -114,6 +114,15 @@ def _tick_labels(axis):
     return [t for t in major + minor if t]
 
 
+def test_legend_names_w_and_k_only_where_they_differ_and_the_title_the_shared_ones(tmp_path):
+    """Runs at W=2 and W=4 (both K=2): the labels name W, not K; the title names K=2 and not W."""
+    runs = [plot.load_run(_hand_run(tmp_path / "w2", [0.5, 0.7])),
+            plot.load_run(_hand_run(tmp_path / "w4", [0.4, 0.6], num_workers=4))]
+    assert plot.legend_labels(plot.group_runs(runs)) == ["ist W=2", "ist W=4"]
+    assert plot.figure_title(runs) == "test accuracy of mlp on digits, K=2"
+    assert plot.figure_title(runs[:1]) == "test accuracy of mlp on digits, W=2, K=2"
+
+
 def test_legend_names_the_differing_field(tmp_path, monkeypatch):
     a = _hand_run(tmp_path / "lr01", [0.5, 0.7], learning_rate=0.1, name="first", eval_every=2)
     b = _hand_run(tmp_path / "lr005", [0.4, 0.6], learning_rate=0.05, name="second", num_rounds=9)
@@ -121,18 +130,18 @@ def test_legend_names_the_differing_field(tmp_path, monkeypatch):
     groups = plot.group_runs(runs)
     assert len(groups) == 2  # different learning rates: two curves
     # Only learning_rate differs (name, num_rounds are run-control fields: left out).
-    assert plot.legend_labels(groups) == ["ist W=2 K=2 learning_rate=0.1", "ist W=2 K=2 learning_rate=0.05"]
+    assert plot.legend_labels(groups) == ["ist learning_rate=0.1", "ist learning_rate=0.05"]
     styles = plot._styles(groups)
     assert styles[0] != styles[1]
     kept = _capture_figure(monkeypatch)
     plot.plot_runs([a, b], tmp_path / "lr.png")
     (legend,) = kept[0].legends
-    assert [t.get_text() for t in legend.get_texts()] == ["ist W=2 K=2 learning_rate=0.1",
-                                                           "ist W=2 K=2 learning_rate=0.05"]
+    assert [t.get_text() for t in legend.get_texts()] == ["ist learning_rate=0.1",
+                                                           "ist learning_rate=0.05"]
     # Two algorithms at two learning rates: algorithm, W, K stay the base label; every curve has its own style.
     c = _hand_run(tmp_path / "lsgd", [0.4, 0.6], algorithm="local_sgd", learning_rate=0.05)
     groups = plot.group_runs([plot.load_run(p) for p in (a, b, c)])
-    assert plot.legend_labels(groups)[2] == "local_sgd W=2 K=2 learning_rate=0.05"
+    assert plot.legend_labels(groups)[2] == "local_sgd learning_rate=0.05"
     assert len({tuple(sorted(s.items())) for s in plot._styles(groups)}) == 3
 
 
@@ -142,7 +151,7 @@ def test_seeds_are_one_curve_with_a_band(tmp_path, monkeypatch):
     runs = [plot.load_run(d) for d in dirs]
     (group,) = plot.group_runs(runs)
     assert len(group) == 3
-    assert plot.legend_labels([group]) == ["ist W=2 K=2 (mean of 3 seeds)"]
+    assert plot.legend_labels([group]) == ["ist (mean of 3 seeds)"]
     curve = plot.group_curve(group, "round")
     assert curve.x == [2, 4, 6] and curve.y == pytest.approx([0.3, 0.6, 2.3 / 3])
     assert curve.lo == pytest.approx([0.2, 0.5, 0.6]) and curve.hi == pytest.approx([0.4, 0.7, 0.9])
@@ -156,7 +165,7 @@ def test_seeds_are_one_curve_with_a_band(tmp_path, monkeypatch):
     out = plot.plot_runs(dirs, tmp_path / "band.png")
     fig = kept.pop()
     (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == ["ist W=2 K=2 (mean of 3 seeds)"]
+    assert [t.get_text() for t in legend.get_texts()] == ["ist (mean of 3 seeds)"]
     assert "min–max across seeds" in legend.get_title().get_text()
     assert len(fig.axes[0].collections) == 1 and len(fig.axes[0].lines) == 1  # one band, one mean line
     import matplotlib.image as mpimg
@@ -167,7 +176,7 @@ def test_seeds_are_one_curve_with_a_band(tmp_path, monkeypatch):
     # --no-bands: one line per seed, labelled with its seed, each with its own marker.
     assert plot.main([str(d) for d in dirs] + ["--no-bands", "--out", str(tmp_path / "lines.png")]) == 0
     fig = kept.pop()
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"ist W=2 K=2 seed={s}" for s in range(3)]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"ist seed={s}" for s in range(3)]
     assert len({line.get_marker() for line in fig.axes[0].lines}) == 3 and not fig.axes[0].collections
 
 
@@ -205,7 +214,7 @@ def test_legend_of_a_custom_model_names_the_model_not_unset_fields(tmp_path):
     stock, custom = _custom_and_stock(tmp_path)
     groups = plot.group_runs([plot.load_run(stock), plot.load_run(custom)])
     # The models differ: the label names each model, not every field the other model lacks.
-    assert plot.legend_labels(groups) == ["ist W=2 K=2 model=mlp", "ist W=2 K=2 model=residual_mlp"]
+    assert plot.legend_labels(groups) == ["ist model=mlp", "ist model=residual_mlp"]
     # A second MLP of another width: model.hidden tells the MLPs apart, and is shown only on them.
     wide = _hand_run(tmp_path / "wide", [0.6, 0.85], model={"name": "mlp", "hidden": [16], "batch_norm": True,
                                                              "output_batch_norm": True})
@@ -214,8 +223,8 @@ def test_legend_of_a_custom_model_names_the_model_not_unset_fields(tmp_path):
                       model={"name": "residual_mlp", "width": 64})
     groups = plot.group_runs([plot.load_run(p) for p in (stock, custom, wide, decay)])
     labels = plot.legend_labels(groups)
-    assert labels == ["ist W=2 K=2 model=mlp model.hidden=[8]", "ist W=2 K=2 model=residual_mlp",
-                      "ist W=2 K=2 model=mlp model.hidden=[16]", "ist W=2 K=2 model=residual_mlp weight_decay=0.0001"]
+    assert labels == ["ist model=mlp model.hidden=[8]", "ist model=residual_mlp",
+                      "ist model=mlp model.hidden=[16]", "ist model=residual_mlp weight_decay=0.0001"]
     assert not any("unset" in t or "module" in t or "batch_norm" in t for t in labels)
     assert plot.varying_fields(groups)[1] == "model=residual_mlp"
     assert len({tuple(sorted(s.items())) for s in plot._styles(groups)}) == 4
@@ -232,10 +241,10 @@ def _figure_of(run_dirs, out, monkeypatch, **kwargs):
 def test_figure_names_the_models_and_keeps_the_panels_wide(tmp_path, monkeypatch):
     stock, custom = _custom_and_stock(tmp_path)
     fig = _figure_of([stock, custom], tmp_path / "cmp.png", monkeypatch)
-    assert fig._suptitle.get_text() == "test accuracy of mlp and residual_mlp on digits"
+    assert fig._suptitle.get_text() == "test accuracy of mlp and residual_mlp on digits, W=2, K=2"
     (legend,) = fig.legends
     texts = [t.get_text() for t in legend.get_texts()]
-    assert texts == ["ist W=2 K=2 model=mlp", "ist W=2 K=2 model=residual_mlp"]
+    assert texts == ["ist model=mlp", "ist model=residual_mlp"]
     _assert_clean_layout(fig)
 
 
@@ -253,7 +262,7 @@ def test_long_labels_are_wrapped_below_the_panels(tmp_path, monkeypatch):
     labels = plot.legend_labels(plot.group_runs([plot.load_run(d) for d in dirs]))
     assert [t.replace("\n", " ") for t in texts] == labels and all(len(t) > 100 for t in labels)
     assert all("\n" in t and max(map(len, t.splitlines())) <= 60 for t in texts)
-    assert fig._suptitle.get_text() == "test accuracy of mlp on digits"
+    assert fig._suptitle.get_text() == "test accuracy of mlp on digits, W=2, K=2"
     _assert_clean_layout(fig)
 
 

@@ -17,7 +17,8 @@ rounds inside the range every seed covers, each seed's accuracy (and wall time, 
 between its own evaluations. In the time and bytes panels a point sits at the seeds' mean wall time / bytes at that
 round. The legend says what the band is. ``--no-bands`` draws every seed as its own line.
 
-**Legends** (`legend_labels`) read ``algorithm W=.. K=..`` followed by every config field in which the plotted runs
+**Legends** (`legend_labels`) read ``algorithm`` (``W=..`` and ``K=..`` when the runs differ in them; shared, they are
+in the title) followed by every config field in which the plotted runs
 (or seed groups) differ, ``learning_rate=0.1`` / ``learning_rate=0.05``; fields equal across all of them and
 run-control fields (`istjax.experiment.config.RUN_CONTROL_FIELDS`: name, num_rounds, eval_every, ...) are left out,
 ``seed`` is named only when seeds are drawn as separate lines. A field one run lacks is shown only on the runs that
@@ -165,14 +166,21 @@ def read_json_object(path: pathlib.Path, fix: str = "") -> dict:
     return value
 
 
-def label(run: Run) -> str:
-    """``"ist W=4 K=10"`` (parts that are unknown are left out)."""
+def label(run: Run, *, workers: bool = True, steps: bool = True) -> str:
+    """``"ist W=4 K=10"`` (parts that are unknown, or turned off with ``workers`` / ``steps``, are left out)."""
     parts = [run.algorithm]
-    if run.num_workers is not None:
+    if workers and run.num_workers is not None:
         parts.append(f"W={run.num_workers}")
-    if run.local_steps is not None:
+    if steps and run.local_steps is not None:
         parts.append(f"K={run.local_steps}")
     return " ".join(parts)
+
+
+def _common(runs: Sequence[Run], attr: str) -> Optional[int]:
+    """The value of ``attr`` (``num_workers``, ``local_steps``) every run shares, or None when they differ or it is
+    unknown."""
+    values = {getattr(r, attr) for r in runs}
+    return values.pop() if len(values) == 1 else None
 
 
 # ----------------------------------------------------------------------------------------------- groups and labels
@@ -324,13 +332,18 @@ def legend_labels(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -
     ``seed`` is named only with ``show_seed`` (seeds drawn as separate lines). Groups whose labels would still be
     equal (runs that differ only in run-control fields) get their run directory's name appended.
 
-    Example: two runs that differ only in ``learning_rate`` give ``["ist W=2 K=2 learning_rate=0.1",
-    "ist W=2 K=2 learning_rate=0.05"]``; an MLP run beside a run of a registered model ``["ist W=2 K=2 model=mlp",
-    "ist W=2 K=2 model=residual_mlp"]``.
+    ``W=`` and ``K=`` are named only when the runs differ in them (shared, `figure_title` names them).
+
+    Example: two IST runs at W=2, K=2 that differ only in ``learning_rate`` give ``["ist learning_rate=0.1",
+    "ist learning_rate=0.05"]``; an MLP run beside a run of a registered model ``["ist model=mlp",
+    "ist model=residual_mlp"]``; IST at W=2 beside IST at W=4 ``["ist W=2", "ist W=4"]``.
     """
+    runs = [r for g in groups for r in g]
+    # W and K are named where they differ; shared by all, they are in the title (`figure_title`).
+    workers, steps = _common(runs, "num_workers") is None, _common(runs, "local_steps") is None
     out = []
     for group, extra in zip(groups, varying_fields(groups, show_seed=show_seed)):
-        parts = [label(group[0])] + ([extra] if extra else [])
+        parts = [label(group[0], workers=workers, steps=steps)] + ([extra] if extra else [])
         if len(group) > 1:
             parts.append(f"(mean of {len(group)} seeds)")
         out.append(" ".join(parts))
@@ -510,15 +523,19 @@ def _join(names: Sequence[str]) -> str:
 
 
 def figure_title(runs: Sequence[Run]) -> str:
-    """The default title: ``"test accuracy of mlp and residual_mlp on digits"``: the models (``model.name``) and the
-    data sets (``data.name``) of ``runs``, in first-seen order; a part no run's config names is left out."""
+    """The default title: ``"test accuracy of mlp and residual_mlp on digits, W=2, K=10"``: the models
+    (``model.name``) and the data sets (``data.name``) of ``runs``, in first-seen order, and the worker count and
+    local steps when every run shares them (`legend_labels` leaves them out then); a part no run's config names is
+    left out."""
     def names(section: str) -> list[str]:
         found = (r.config.get(section, {}).get("name") for r in runs if isinstance(r.config.get(section), dict))
         return list(dict.fromkeys(str(n) for n in found if n))
 
     models, datasets = names("model"), names("data")
+    shared = [f"{k}={v}" for k, v in (("W", _common(runs, "num_workers")), ("K", _common(runs, "local_steps")))
+              if v is not None]
     return ("test accuracy" + (f" of {_join(models)}" if models else "")
-            + (f" on {_join(datasets)}" if datasets else ""))
+            + (f" on {_join(datasets)}" if datasets else "") + "".join(f", {p}" for p in shared))
 
 
 def wrap_label(text: str, width: int = _WRAP) -> str:
