@@ -159,6 +159,36 @@ def test_switching_models_on_the_command_line_drops_the_old_models_fields(tmp_pa
     assert model["name"] == "cnn" and model["widths"] == [4, 8] and "hidden" not in model
 
 
+def test_a_model_file_inside_a_package_loads_as_a_member_of_it(tmp_path):
+    """A file spec naming a module of a package that imports its neighbour relatively: imported under its dotted
+    name, so the relative import works, the recorded spec loads the same class again, and so does a nested class."""
+    from istjax.models import user
+
+    pkg = tmp_path / "lab" / "mynets"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "widths.py").write_text("HIDDEN = 8\n")
+    (pkg / "nets.py").write_text(textwrap.dedent("""
+        import flax.linen as nn
+        from .widths import HIDDEN
+
+        class Net(nn.Module):
+            class Head(nn.Module):
+                @nn.compact
+                def __call__(self, x):
+                    return nn.Dense(HIDDEN)(x)
+
+            @nn.compact
+            def __call__(self, x):
+                return nn.Dense(HIDDEN)(x)
+        """))
+    cls = user.load(f"{pkg / 'nets.py'}:Net")
+    assert cls.__module__ == "mynets.nets" and cls.__qualname__ == "Net"
+    assert user.spec_of(cls) == f"{pkg / 'nets.py'}:Net" and user.load(user.spec_of(cls)) is cls
+    head = user.load(f"{pkg / 'nets.py'}:Net.Head")
+    assert head is cls.Head and user.load(user.spec_of(head)) is head
+
+
 def test_a_config_file_importing_a_missing_module_names_the_fix(tmp_path, capsys):
     (tmp_path / "cfg.py").write_text("import not_beside_me\n\ndef get_config():\n    return None\n")
     refused(main_in_process(capsys, f"--config={tmp_path / 'cfg.py'}"), "'not_beside_me'",

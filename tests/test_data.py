@@ -438,6 +438,13 @@ def test_rows_split_makes_float32_features_of_the_held_examples_alone():
     np.testing.assert_array_equal(np.asarray(rows), whole)  # bit for bit what the eager path makes
     np.testing.assert_array_equal(rows[[39, 2, 2]], whole[[39, 2, 2]])
     assert rows.shape == whole.shape and rows.ndim == 4 and len(rows) == 40 and rows.reshape(40, -1).shape == (40, 6)
+    for index in (-1, slice(3, 30, 4), np.arange(40) % 3 == 0, np.array([], int), (slice(2, 5), 1), (..., 0)):
+        np.testing.assert_array_equal(rows[index], whole[index])
+    for index in (np.zeros((2, 2), int), None, ([0, 1], [1, 0])):  # what numpy would read otherwise: refused
+        with pytest.raises(IndexError, match="use np.asarray"):
+            rows[index]
+    with pytest.raises(ValueError):
+        rows.mean[0] = 1.0  # the statistics of a cached dataset are read-only
     ds = D.Dataset("rows", rows, np.arange(40) % 4, test, np.arange(5) % 4, num_classes=4)
     kw = dict(num_workers=4, local_steps=2, batch_size=3, seed=0)
     calls.clear()

@@ -121,6 +121,8 @@ def test_legend_names_w_and_k_only_where_they_differ_and_the_title_the_shared_on
     assert plot.legend_labels(plot.group_runs(runs)) == ["ist W=2", "ist W=4"]
     assert plot.figure_title(runs) == "test accuracy of mlp on digits, K=2"
     assert plot.figure_title(runs[:1]) == "test accuracy of mlp on digits, W=2, K=2"
+    # a title of the caller's own does not name them: the labels do
+    assert plot.legend_labels(plot.group_runs(runs), shared_in_title=False) == ["ist W=2 K=2", "ist W=4 K=2"]
 
 
 def test_legend_names_the_differing_field(tmp_path, monkeypatch):

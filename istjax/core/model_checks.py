@@ -138,11 +138,14 @@ def _expected_shape(leaf_spec, full_shape, units) -> tuple[int, ...]:
 
 
 def _clash(error: BaseException, units: Mapping[str, int]) -> Optional[tuple[str, str]]:
-    """The two groups whose widths an elementwise shape clash in ``error`` names, if it names two."""
+    """The two groups whose widths an elementwise shape clash in ``error`` names (the last axis of each shape it
+    prints), if it names two."""
     text = str(error)
     if not re.search(r"incompatible shapes|could not be broadcast|broadcast", text):
         return None
-    dims = [int(d) for d in re.findall(r"\d+", " ".join(re.findall(r"\(([\d, ]+)\)", text)))]
+    # The feature axis is the last of each shape: the batch and spatial sizes are not read as widths.
+    shapes = [re.findall(r"\d+", s) for s in re.findall(r"\(([\d, ]+)\)", text)]
+    dims = [int(s[-1]) for s in shapes if s]
     by_width = {}
     for g, w in units.items():
         by_width.setdefault(w, g)

@@ -105,8 +105,10 @@ class Rows:
 
     Why: an MPI rank holds only the examples its workers read (`istjax.data.make_batch_fn(workers=)`); with
     ``Rows`` it also converts only those to ``float32`` (Fashion-MNIST: the 47 MB of raw bytes instead of 188 MB of
-    features per process). ``np.asarray(rows)`` makes them all. ``shape``, ``ndim``, ``dtype``, ``len``, slicing,
-    integer-array indexing and ``reshape(n, -1)`` behave as on the array.
+    features per process). ``np.asarray(rows)`` makes them all. ``shape``, ``ndim``, ``dtype``, ``len`` and
+    ``reshape(n, -1)`` are the array's; the rows are chosen by an int, a slice, a 1-D integer array or list, or a 1-D
+    boolean mask, optionally followed by indices into each row (``rows[idx, 3]``, ``rows[..., 0]``); other index
+    forms raise an IndexError (use ``np.asarray(rows)[...]``).
     """
 
     dtype = np.dtype(np.float32)
@@ -114,6 +116,9 @@ class Rows:
     def __init__(self, raw: np.ndarray, transform: Any = None, mean: Optional[np.ndarray] = None,
                  inv: Optional[np.ndarray] = None, *, item_shape: Optional[tuple[int, ...]] = None):
         self.raw, self.transform, self.mean, self.inv = raw, transform, mean, inv
+        for a in (mean, inv):  # shared by every later load of a cached dataset
+            if a is not None:
+                a.flags.writeable = False
         if item_shape is None:  # what transform makes of one row
             item_shape = np.shape(transform(np.asarray(raw[:1])))[1:] if transform else raw.shape[1:]
         self.item_shape = tuple(item_shape)
@@ -137,12 +142,18 @@ class Rows:
         if isinstance(index, tuple):  # the rows first, then the rest of the index on them
             if not index or index[0] is Ellipsis:
                 return self[:][index]
+            if any(isinstance(i, (list, np.ndarray)) for i in index[1:]):
+                raise IndexError(f"Rows takes one array index, the rows', not {index!r}; use np.asarray(rows)[...].")
             rows = self[index[0]]
             return rows[(slice(None), *index[1:])] if rows.ndim == self.ndim else rows[index[1:]]
+        _check_row_index(index)
         raw = np.asarray(self.raw[index])
         single = np.ndim(raw) == len(self.raw.shape) - 1
         out = self.transform(raw[None] if single else raw) if self.transform else raw
-        out = np.array(out, np.float32).reshape(len(out), *self.item_shape)
+        out = np.asarray(out, np.float32)
+        if not out.flags.writeable or np.shares_memory(out, self.raw):  # a fresh float32 array is used as it is
+            out = out.copy()
+        out = out.reshape(len(out), *self.item_shape)
         if self.mean is not None:
             out -= self.mean
             out *= self.inv
@@ -151,6 +162,8 @@ class Rows:
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("Rows makes its float32 rows when read: np.asarray(rows, copy=False) cannot avoid a copy.")
         out = self[:]
         return out if dtype is None else out.astype(dtype)
 
@@ -166,6 +179,16 @@ class Rows:
 
     def __repr__(self) -> str:
         return f"Rows(shape={self.shape}, float32, from {self.raw.dtype} {tuple(self.raw.shape)})"
+
+
+def _check_row_index(index: Any) -> None:
+    """Refuses a row index `Rows` would not treat as numpy does (it picks rows only)."""
+    if isinstance(index, (int, np.integer, slice)) or index is Ellipsis:
+        return
+    a = np.asarray(index) if isinstance(index, (list, np.ndarray)) else None
+    if a is None or a.ndim != 1 or not (a.dtype == bool or np.issubdtype(a.dtype, np.integer) or a.size == 0):
+        raise IndexError(f"Rows picks rows by an int, a slice, a 1-D integer array or a 1-D boolean mask, not "
+                         f"{index!r}; use np.asarray(rows)[...] for other indexing.")
 
 
 def standardized_rows(raw: np.ndarray, transform: Any, eps: float = 1e-8) -> Rows:

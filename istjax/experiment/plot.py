@@ -64,7 +64,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
 
 # Config fields that never name a curve: how a run is driven, not what it computes.
 NOISY_FIELDS = frozenset(RUN_CONTROL_FIELDS) | {"workdir"}
-_BASE_FIELDS = ("algorithm", "num_workers", "local_steps")  # already in the base label ``algorithm W=.. K=..``
+_BASE_FIELDS = ("algorithm", "num_workers", "local_steps")  # in the base label: ``algorithm`` (``W=.. K=..``)
 # The band drawn around a seed group's mean: the min..max across seeds, or mean +- one sample standard deviation.
 BANDS = {"minmax": "min–max across seeds", "std": "±1 std across seeds"}
 
@@ -325,14 +325,16 @@ def varying_fields(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) 
     return [" ".join(_field_text(k, v) for k, v in f.items()) for f in shown_fields(groups, show_seed=show_seed)]
 
 
-def legend_labels(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -> list[str]:
+def legend_labels(groups: Sequence[Sequence[Run]], *, show_seed: bool = False,
+                  shared_in_title: bool = True) -> list[str]:
     """One legend label per group: `label` of its first run, then ``field=value`` for every field in which it differs
     from the other groups (`varying_fields`); a group of several seeds ends with ``(mean of N seeds)``.
 
     ``seed`` is named only with ``show_seed`` (seeds drawn as separate lines). Groups whose labels would still be
     equal (runs that differ only in run-control fields) get their run directory's name appended.
 
-    ``W=`` and ``K=`` are named only when the runs differ in them (shared, `figure_title` names them).
+    ``W=`` and ``K=`` are named only when the runs differ in them (shared, `figure_title` names them); with
+    ``shared_in_title=False`` (a title of the caller's own) always.
 
     Example: two IST runs at W=2, K=2 that differ only in ``learning_rate`` give ``["ist learning_rate=0.1",
     "ist learning_rate=0.05"]``; an MLP run beside a run of a registered model ``["ist model=mlp",
@@ -340,7 +342,8 @@ def legend_labels(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -
     """
     runs = [r for g in groups for r in g]
     # W and K are named where they differ; shared by all, they are in the title (`figure_title`).
-    workers, steps = _common(runs, "num_workers") is None, _common(runs, "local_steps") is None
+    workers = not shared_in_title or _common(runs, "num_workers") is None
+    steps = not shared_in_title or _common(runs, "local_steps") is None
     out = []
     for group, extra in zip(groups, varying_fields(groups, show_seed=show_seed)):
         parts = [label(group[0], workers=workers, steps=steps)] + ([extra] if extra else [])
@@ -603,7 +606,8 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     Args:
       run_dirs: run directories (each with ``metrics.jsonl``).
       out: the PNG to write (parent folders are created).
-      title: figure title (default: `figure_title`, the models and data sets the runs trained).
+      title: figure title (default: `figure_title`, the models and data sets the runs trained, and W and K when
+        every run shares them; with a title of your own the labels name W and K instead).
       target: draw a dotted horizontal line at this test accuracy.
       band: runs that differ only in ``seed`` are one mean curve with this band (a key of `BANDS`: ``"minmax"``,
         ``"std"``); None draws every run as its own line, labelled with its seed.
@@ -629,7 +633,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         groups = [sub for g in groups for sub in ([g] if len(g) == 1 or group_curve(g, "round") else
                                                    [[r] for r in g])]
         show_seed = True
-    labels = legend_labels(groups, show_seed=show_seed)
+    labels = legend_labels(groups, show_seed=show_seed, shared_in_title=title is None)
     styles = _styles(groups, show_seed=show_seed)
     panels = (("round", "rounds", "linear"),
               ("wall_time_s", "training wall time" + (" (log scale)" if log_time else " (s)"),

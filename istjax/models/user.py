@@ -2,7 +2,8 @@
 
 ``"pkg.mod:Class"`` imports ``pkg.mod`` (it must be importable: installed, or on ``sys.path``);
 ``"path/to/file.py:Class"`` loads that file, with no ``PYTHONPATH`` needed: the file's folder is put on
-``sys.path`` while it loads, so it may import its neighbours. A run records the spec with the file's absolute path
+``sys.path`` while it loads, so it may import its neighbours; a file inside a package (folders with
+``__init__.py``) is imported as a member of its package, so its relative imports work. A run records the spec with the file's absolute path
 (`spec_of` for a class registered by other means), so ``istjax train --resume`` and ``istjax eval`` of that run
 find the class again in a fresh process, from any folder.
 
@@ -52,11 +53,41 @@ def _split(spec) -> tuple[str, str]:
     return where, cls
 
 
+def _package_name(path: str) -> Optional[tuple[str, str]]:
+    """``(root, "pkg.sub.mod")`` when file ``path`` lies in a package (its folder, and each one above it up to
+    ``root``, holds an ``__init__.py``); None for a file outside any package."""
+    folder, parts = os.path.dirname(path), [os.path.splitext(os.path.basename(path))[0]]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parts.insert(0, os.path.basename(folder))
+        folder = os.path.dirname(folder)
+    return (folder, ".".join(parts)) if len(parts) > 1 and all(p.isidentifier() for p in parts) else None
+
+
+def _import_from_package(path: str, spec: str):
+    """A file inside a package, imported as a member of it (the package's root on ``sys.path`` while it imports),
+    so its relative imports work and its classes are the ones an ordinary import gives; None when that import
+    finds another file of the same dotted name."""
+    root, dotted = _package_name(path)
+    sys.path.insert(0, root)
+    try:
+        module = _import(dotted, spec)
+    finally:
+        if sys.path and sys.path[0] == root:
+            sys.path.pop(0)
+    same = os.path.abspath(getattr(module, "__file__", "") or "") == path
+    return module if same else None
+
+
 def _load_file(path: str, spec: str):
-    """The module of file ``path``, loaded once per process under a name derived from its absolute path."""
+    """The module of file ``path``: imported under its dotted name when it lies in a package
+    (`_import_from_package`), else loaded once per process under a name derived from its absolute path."""
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(path):
         raise ValueError(f"model.module={spec!r}: no such file ({path}). {_FIX}")
+    if _package_name(path) is not None:
+        module = _import_from_package(path, spec)
+        if module is not None:
+            return module
     digest = hashlib.sha1(path.encode()).hexdigest()[:10]
     name = f"istjax_user_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
     if name in sys.modules:
@@ -96,7 +127,9 @@ def load(spec: str) -> type[nn.Module]:
     """The ``flax.linen.Module`` subclass ``spec`` names (module docstring); a ValueError with the fix otherwise."""
     where, cls_name = _split(spec)
     module = _load_file(where, spec) if is_file_spec(spec) else _import(where, spec)
-    cls = getattr(module, cls_name, None)
+    cls = module
+    for part in cls_name.split("."):  # a nested class: Outer.Inner
+        cls = getattr(cls, part, None)
     if cls is None:
         found = sorted(n for n, v in vars(module).items()
                        if inspect.isclass(v) and issubclass(v, nn.Module) and v.__module__ == module.__name__)

@@ -120,6 +120,7 @@ def abort_on_error() -> None:
         r, n = comm.Get_rank(), comm.Get_size()
         sys.stderr.write(f"istjax: rank {r} of {n} failed with {exc_type.__name__}: {exc}; aborting all ranks.\n")
         traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
+        sys.stdout.flush()
         sys.stderr.flush()
         if n > 1:
             # mpiexec forwards a rank's output through its proxy, which MPI_Abort kills: give it a moment to pass on
