@@ -66,11 +66,13 @@ def _package_name(path: str) -> Optional[tuple[str, str]]:
 def _import_from_package(path: str, spec: str):
     """A file inside a package, imported as a member of it (the package's root on ``sys.path`` while it imports),
     so its relative imports work and its classes are the ones an ordinary import gives; None when that import
-    finds another file of the same dotted name."""
+    fails or finds another file of the same dotted name."""
     root, dotted = _package_name(path)
     sys.path.insert(0, root)
     try:
         module = _import(dotted, spec)
+    except ValueError:  # e.g. an installed package of the same name shadows it: the file is loaded by path instead
+        return None
     finally:
         if sys.path and sys.path[0] == root:
             sys.path.pop(0)
