@@ -187,6 +187,11 @@ def test_a_model_file_inside_a_package_loads_as_a_member_of_it(tmp_path):
     assert user.spec_of(cls) == f"{pkg / 'nets.py'}:Net" and user.load(user.spec_of(cls)) is cls
     head = user.load(f"{pkg / 'nets.py'}:Net.Head")
     assert head is cls.Head and user.load(user.spec_of(head)) is head
+    shadowed = tmp_path / "json"  # a package whose name another one (the standard library's) holds: read by path
+    shadowed.mkdir()
+    (shadowed / "__init__.py").write_text("")
+    (shadowed / "net.py").write_text("import flax.linen as nn\n\nclass Net(nn.Module):\n    pass\n")
+    assert user.load(f"{shadowed / 'net.py'}:Net").__module__.startswith("istjax_user_net_")
 
 
 def test_a_config_file_importing_a_missing_module_names_the_fix(tmp_path, capsys):
