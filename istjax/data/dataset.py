@@ -131,10 +131,6 @@ class Rows:
     def ndim(self) -> int:
         return len(self.shape)
 
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * 4
-
     def __len__(self) -> int:
         return len(self.raw)
 
@@ -164,8 +160,7 @@ class Rows:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         if copy is False:
             raise ValueError("Rows makes its float32 rows when read: np.asarray(rows, copy=False) cannot avoid a copy.")
-        out = self[:]
-        return out if dtype is None else out.astype(dtype)
+        return np.asarray(self[:], dtype)
 
     def reshape(self, *shape: Any) -> "Rows":
         """``reshape(n, -1)`` and the like: the same rows with another item shape (the first size must be N)."""
@@ -194,12 +189,16 @@ def _check_row_index(index: Any) -> None:
 def standardized_rows(raw: np.ndarray, transform: Any, eps: float = 1e-8) -> Rows:
     """``raw`` (``[N, ...]`` decoded bytes) as :class:`Rows` standardised with its own statistics (those of
     ``transform(raw)``, read in chunks: the ``float32`` split is never made whole)."""
-    plain = Rows(raw, transform)
-    if len(plain) < 1:
+    return Rows(raw, transform, *_statistics(Rows(raw, transform), eps))
+
+
+def _statistics(train_x: Any, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, 1 / std)`` per feature of ``train_x`` as float32 (a std ``<= eps`` taken as 1: only centred)."""
+    if train_x.shape[0] < 1:
         raise ValueError("train_x has 0 examples; need at least 1 to compute statistics.")
-    mean, std = _train_moments(plain)
+    mean, std = _train_moments(train_x)
     std = np.where(std > eps, std, 1.0)
-    return Rows(raw, transform, mean.astype(np.float32), (1.0 / std).astype(np.float32))
+    return mean.astype(np.float32), (1.0 / std).astype(np.float32)
 
 
 def standardize(
@@ -222,11 +221,7 @@ def standardize(
             f"test_x has example shape {test_x.shape[1:]} but train_x has "
             f"{train_x.shape[1:]}; both splits must have the same feature shape."
         )
-    if train_x.shape[0] < 1:
-        raise ValueError("train_x has 0 examples; need at least 1 to compute statistics.")
-    mean, std = _train_moments(train_x)
-    std = np.where(std > eps, std, 1.0)
-    mean32, inv32 = mean.astype(np.float32), (1.0 / std).astype(np.float32)
+    mean32, inv32 = _statistics(train_x, eps)
 
     def apply(x: np.ndarray) -> np.ndarray:
         out = np.array(x, dtype=np.float32, copy=True if copy else None)
@@ -265,10 +260,11 @@ def _finalise_rows(name: str, train_raw: np.ndarray, train_y: np.ndarray, test_r
     """`_finalise` for a file-backed loader: the training split stays :class:`Rows` over ``train_raw`` (standardised
     when indexed); the test split, which every process evaluates, is made whole with the same statistics."""
     train_x = standardized_rows(train_raw, transform)
-    if train_x.item_shape != tuple(np.shape(transform(test_raw[:1]))[1:]):
-        raise ValueError(f"test_x has example shape {np.shape(transform(test_raw[:1]))[1:]} but train_x has "
-                         f"{train_x.item_shape}; both splits must have the same feature shape.")
-    test_x = Rows(test_raw, transform, train_x.mean, train_x.inv)[:]
+    test = Rows(test_raw, transform, train_x.mean, train_x.inv)
+    if test.item_shape != train_x.item_shape:
+        raise ValueError(f"test_x has example shape {test.item_shape} but train_x has {train_x.item_shape}; both "
+                         f"splits must have the same feature shape.")
+    test_x = test[:]
     labels = [np.asarray(train_y, np.int32), np.asarray(test_y, np.int32)]
     for a in labels:
         a.flags.writeable = False

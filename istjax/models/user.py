@@ -3,9 +3,9 @@
 ``"pkg.mod:Class"`` imports ``pkg.mod`` (it must be importable: installed, or on ``sys.path``);
 ``"path/to/file.py:Class"`` loads that file, with no ``PYTHONPATH`` needed: the file's folder is put on
 ``sys.path`` while it loads, so it may import its neighbours; a file inside a package (folders with
-``__init__.py``) is imported as a member of its package, so its relative imports work. A run records the spec with the file's absolute path
-(`spec_of` for a class registered by other means), so ``istjax train --resume`` and ``istjax eval`` of that run
-find the class again in a fresh process, from any folder.
+``__init__.py``) is imported as a member of its package, so its relative imports work. A run records the spec with
+the file's absolute path (`spec_of` for a class registered by other means), so ``istjax train --resume`` and
+``istjax eval`` of that run find the class again in a fresh process, from any folder.
 
 Every failure is a `ValueError` naming ``model.module``, the value and the fix. Loading a file runs it, as Python
 runs any module it imports: name only files you trust.
@@ -65,9 +65,12 @@ def _package_name(path: str) -> Optional[tuple[str, str]]:
 
 def _import_from_package(path: str, spec: str):
     """A file inside a package, imported as a member of it (the package's root on ``sys.path`` while it imports),
-    so its relative imports work and its classes are the ones an ordinary import gives; None when that import
-    fails or finds another file of the same dotted name."""
-    root, dotted = _package_name(path)
+    so its relative imports work and its classes are the ones an ordinary import gives; None for a file outside any
+    package, or when that import fails or finds another file of the same dotted name."""
+    found = _package_name(path)
+    if found is None:
+        return None
+    root, dotted = found
     sys.path.insert(0, root)
     try:
         module = _import(dotted, spec)
@@ -86,10 +89,9 @@ def _load_file(path: str, spec: str):
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(path):
         raise ValueError(f"model.module={spec!r}: no such file ({path}). {_FIX}")
-    if _package_name(path) is not None:
-        module = _import_from_package(path, spec)
-        if module is not None:
-            return module
+    module = _import_from_package(path, spec)
+    if module is not None:
+        return module
     digest = hashlib.sha1(path.encode()).hexdigest()[:10]
     name = f"istjax_user_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
     if name in sys.modules:
