@@ -1001,6 +1001,13 @@ def _keywords_gap(d) -> float:
 scalar("keywords.gen_gap", KEYWORDS_GEN, lambda d: f"{100 * _keywords_gap(d):+.1f}")
 
 
+BREAST_CANCER = "experiments/mlp/results/breast_cancer.json"
+results_table("breast_cancer", BREAST_CANCER, [
+    "algorithm", "num_workers", "test_accuracy", ("min-max", _spread),
+    ("train loss", lambda r: fixed(r["train_loss_mean"], 3)), ("samples (all workers)", lambda r: cell(r["samples_seen"])),
+    ("bytes per worker per round, each way", lambda r: nbytes(r["bytes_per_worker_per_round"] / 2, binary=False))])
+
+
 scalar("digits.ist", DIGITS, lambda d: accuracy([r for r in result_rows(d) if r["algorithm"] == "ist"][0]))
 
 

@@ -23,6 +23,7 @@ from istjax.algorithms.replicated import data_parallel as data_parallel
 from istjax.algorithms.replicated import local_sgd as local_sgd
 from istjax.algorithms.resist import resist as resist
 from istjax.core.comm import CommBytes as CommBytes
+from istjax.core.errors import ArgError as ArgError
 from istjax.core.partition import Partition as Partition
 from istjax.core.partition import Sampler as Sampler
 from istjax.core.partition import nested as nested
@@ -75,6 +76,7 @@ def __getattr__(name):
 __all__ = [
     "WORKERS",
     "Algorithm",
+    "ArgError",
     "CommBytes",
     "GroupAxis",
     "LeafSpec",

@@ -16,7 +16,7 @@ D, C = 6, 3
 
 def _task(hidden=(8,), batch_norm=True, output_batch_norm=True):
     model = MLP(hidden=hidden, num_classes=C, batch_norm=batch_norm, output_batch_norm=output_batch_norm)
-    return istjax.classifier(model, jnp.ones((4, D)), MLP.rules(len(hidden)))
+    return istjax.classifier(model, jnp.ones((4, D)), MLP.rules(len(hidden)), num_classes=C)
 
 
 def _batches(W, K, B=5, seed=1):
@@ -192,7 +192,7 @@ def test_more_workers_than_units():
 def test_unknown_axis_name():
     model = MLP(hidden=(8,), num_classes=C)
     with pytest.raises(ValueError, match=r"unknown logical axis name\(s\) 'hidden_0'.*Add each to the rules"):
-        istjax.classifier(model, jnp.ones((2, D)), {"input": None, "classes": None})
+        istjax.classifier(model, jnp.ones((2, D)), {"input": None, "classes": None}, num_classes=C)
 
 
 def test_bad_batches_shape_named():

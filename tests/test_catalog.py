@@ -22,8 +22,8 @@ def test_lists_every_shipped_config_with_a_description():
     assert by_path["experiments/configs/digits_ist.py"].result == (
         f"test accuracy {format_mean_std(row['test_accuracy_mean'], row['test_accuracy_std'], len(row['seeds']))} "
         f"in experiments/mlp/results/digits.json")
-    # One that points to a page: the pointer itself.
-    assert by_path["experiments/configs/csbm_gist.py"].result.startswith("`docs/graphs.md` (one seed")
+    # One with no committed result: its own words.
+    assert by_path["experiments/configs/csbm_gist.py"].result.startswith("none committed")
     assert by_path["experiments/theory/configs/quadratic.py"].result is None
     # A first line that does not end the sentence: the whole first paragraph.
     assert by_path["experiments/speech/configs/speech_mlp.py"].description.endswith("local-step counts K.")

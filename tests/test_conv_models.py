@@ -134,7 +134,7 @@ def test_subnet_shapes_are_narrowed_full_shapes(kind, batch_norm):
 
 @pytest.mark.parametrize("kind", list(TINY))
 def test_classifier_task_spec_and_state_spec(kind):
-    task = istjax.classifier(TINY[kind](), X)
+    task = istjax.classifier(TINY[kind](), X, num_classes=C)
     assert task.spec.group_sizes == GROUPS[kind]
     assert task.state_spec.group_sizes == GROUPS[kind]
     assert task.min_eval_batch == 1 and task.recompute_state is not None
@@ -145,7 +145,7 @@ def test_classifier_task_spec_and_state_spec(kind):
         module = path.split("/")[1]
         assert leaf == flat_params[f"{module}/scale"], path
         assert not leaf.shared  # every BatchNorm here is on a partitioned channel group
-    batch_task = istjax.classifier(TINY[kind](batch_norm="batch"), X)
+    batch_task = istjax.classifier(TINY[kind](batch_norm="batch"), X, num_classes=C)
     assert not batch_task.has_state and batch_task.min_eval_batch == istjax.core.task.MIN_BATCH_STATISTICS_EVAL
 
 
@@ -160,7 +160,7 @@ def _close(a, b, what):
 @pytest.mark.slow
 def test_ist_round_equals_reference_loop(kind):
     W, K, B = 2, 2, 8  # batches of 8: BatchNorm on fewer examples is ill-conditioned in float32
-    task = istjax.classifier(TINY[kind](), X)
+    task = istjax.classifier(TINY[kind](), X, num_classes=C)
     alg = istjax.ist(task, optax.sgd(0.05), num_workers=W, local_steps=K)
     state = alg.init(jax.random.key(0))
     rng = np.random.default_rng(0)
@@ -272,7 +272,7 @@ def test_worker_subnetwork_equals_full_network_without_the_other_channels(kind):
 def _two_workers(model):
     """For each of two workers of a uniform partition (halves): the logits of its narrow network (training mode)
     and the full parameters with every channel it does not hold zeroed, with the full model's statistics."""
-    task = istjax.classifier(model, X)
+    task = istjax.classifier(model, X, num_classes=C)
     params, stats = task.init(jax.random.key(2)), task.init_state(jax.random.key(2))
     sampler = istjax.uniform()
     p = sampler.sample(jax.random.key(3), task.spec.group_sizes, 2)
@@ -300,7 +300,7 @@ def _scale_conv2(params, factor):
 
 @pytest.mark.parametrize("kind", list(RESNETS))
 def test_inner_layout_partitions_only_block_channels(kind):
-    task = istjax.classifier(RESNETS[kind](channel_partition="inner"), X)
+    task = istjax.classifier(RESNETS[kind](channel_partition="inner"), X, num_classes=C)
     assert set(task.spec.group_sizes) == {g for g in GROUPS[kind] if g.startswith("block_")}
     leaves = jax.tree.leaves(task.spec.leaves, is_leaf=lambda s: hasattr(s, "axes"))
     groups = {a.group for s in leaves for a in s.axes if a is not None}
@@ -327,7 +327,7 @@ def test_test_time_scaling_is_conv2_scaled_by_test_keep(kind):
     """``activation_scale="test"``: the network evaluated at test time (the task's) multiplies every block's inner
     activations by ``test_keep``; the training network and every sub-network are unscaled."""
     model = RESNETS[kind](channel_partition="inner", activation_scale="test", test_keep=0.25)
-    task = istjax.classifier(model, X)
+    task = istjax.classifier(model, X, num_classes=C)
     params, stats = task.init(jax.random.key(2)), task.init_state(jax.random.key(2))
     batch = {"x": X, "y": jnp.zeros((X.shape[0],), jnp.int32)}
     loss, _ = task.evaluate(params, stats, batch)
@@ -348,7 +348,7 @@ def test_ist_with_one_worker_equals_full_model_training(kind, layout):
     """W = 1 channel IST is plain SGD with momentum on the full network, BatchNorm statistics updated step by
     step: a round of K steps equals K hand-written optax steps."""
     model = RESNETS[kind](channel_partition=layout)
-    task = istjax.classifier(model, X)
+    task = istjax.classifier(model, X, num_classes=C)
     K, B = 3, 8
     opt = optax.sgd(0.05, momentum=0.9)
     alg = istjax.ist(task, opt, num_workers=1, local_steps=K, model_state="carry", optimizer_state="carry")

@@ -97,7 +97,7 @@ def test_other_calls_pass_through():
 
 def _resnet_task():
     model = ResNet(stage_sizes=(1, 1), widths=(8, 16), width_multiplier=1.0, num_classes=3)
-    return istjax.classifier(model, jnp.zeros((2, 8, 8, 3)))
+    return istjax.classifier(model, jnp.zeros((2, 8, 8, 3)), num_classes=3)
 
 
 def _batches(W, K, B=2):
@@ -129,7 +129,7 @@ def test_auto_picks_sequential_only_for_non_communicating_conv_steps_on_cpu():
     workers, _ = ist.distribute(ist.init(jax.random.key(0)))
     one = lambda t: jax.tree.map(lambda x: x[0], t)  # noqa: E731
     assert base._has_convolution(ist.local, one(workers), one(_batches(W, K)), None)
-    mlp = istjax.classifier(istjax.models.MLP(hidden=(8,), num_classes=3), jnp.zeros((2, 4)))
+    mlp = istjax.classifier(istjax.models.MLP(hidden=(8,), num_classes=3), jnp.zeros((2, 4)), num_classes=3)
     ist_mlp = istjax.ist(mlp, optax.sgd(0.1), num_workers=W, local_steps=K)
     w_mlp, _ = ist_mlp.distribute(ist_mlp.init(jax.random.key(0)))
     b_mlp = {"x": jnp.zeros((K, 2, 4)), "y": jnp.zeros((K, 2), jnp.int32)}

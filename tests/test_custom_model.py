@@ -217,11 +217,18 @@ class Wide(nn.Module):
     mistake: str = ""
 
     def partition_rules(self):
-        return {"features": None, "hidden": "hidden", "other": "other", "classes": None}
+        rules = {"features": None, "hidden": "hidden", "other": "other", "classes": None}
+        if self.mistake == "rules typo":  # 'class' for the model's 'classes'
+            rules["class"] = rules.pop("classes")
+        return rules
 
     def subnet(self, units):
         if self.mistake == "subnet key":
             return self.clone(width=units["hiden"])
+        if self.mistake == "subnet get":  # a key that is no group: the default, the full width, is kept
+            return self.clone(width=units.get("hidden_0", self.width))
+        if self.mistake == "subnet swapped":
+            return self.clone(width=units["other"], other=units["hidden"])
         if self.mistake == "one width, two groups":
             return self.clone(width=units["hidden"])
         return self.clone(width=units["hidden"], other=units.get("other", self.other))
@@ -238,6 +245,9 @@ class Wide(nn.Module):
         if self.mistake == "bias unnamed":
             h = nn.Dense(self.width, name="unnamed")(h)
         out = _dense(self.num_classes, ("hidden", "classes"))(h)
+        if self.mistake == "subnet swapped":  # a second branch of the other group, joined after the last layer
+            out = out + _dense(self.num_classes, ("other", "classes"))(nn.relu(_dense(self.other, ("features",
+                                                                                                "other"))(x)))
         if self.mistake == "softmax":
             return nn.softmax(out)
         if self.mistake == "scalar":
@@ -260,7 +270,12 @@ def test_a_correct_model_passes_every_check():
     ("one width, two groups", ["Group 'other' took group 'hidden''s width", "one width field serves both",
                                "tied_axes()"]),
     ("scalar", ["returns shape ()", "logits of shape [4, 10]"]),
-    ("subnet key", ["subnet(units) read units['hiden']", "the groups ['hidden']"]),
+    ("subnet key", ["subnet(units) read units['hiden'] (did you mean 'hidden'?)", "the groups ['hidden']"]),
+    ("subnet get", ["subnet(units) does not build the widths it is given", "given units={'hidden': 64}",
+                    "group 'hidden' at width 128 (its full width", "field(s) ['other', 'width'] left unchanged",
+                    "units.get('wrong', default)"]),
+    ("subnet swapped", ["group 'hidden' at width 65 (units['other']; given units['hidden']=64)",
+                        "group 'other' at width 64 (units['hidden']; given units['other']=65)"]),
     ("bias unnamed", ["'unnamed/bias': full (128,)", "subnet() gives (64,)", "nn.with_logical_partitioning"]),
     ("reshape", ["example input (shape (4, 20)", "cannot reshape", "[B, ...]"]),
 ])
@@ -273,16 +288,68 @@ def test_model_mistakes_are_named_in_the_users_terms(mistake, words):
 
 
 def test_batches_of_another_example_shape_are_refused_before_tracing():
-    alg = istjax.ist(istjax.classifier(Wide(width=8, other=8), X), optax.sgd(0.1), num_workers=2, local_steps=1)
+    alg = istjax.ist(istjax.classifier(Wide(width=8, other=8), X, num_classes=10), optax.sgd(0.1), num_workers=2,
+                     local_steps=1)
     state = alg.init(jax.random.key(0))
     with pytest.raises(ValueError, match=r"examples of shape \(21,\).*example input whose examples have shape "
-                                         r"\(20,\).*example_x=train_x\[:2\]"):
+                                         r"\(20,\).*istjax.classifier\(model, data\)"):
         alg.round(state, {"x": jnp.zeros((2, 1, 4, 21)), "y": jnp.zeros((2, 1, 4), jnp.int32)})
 
 
 def test_an_output_width_other_than_the_datas_classes_is_refused():
     with pytest.raises(ModelCheckError, match=r"returns 5 logits per example but the data has 10 classes"):
         istjax.classifier(Wide(num_classes=5), X, num_classes=10)
+
+
+def test_the_class_count_is_checked_however_the_task_is_built():
+    """The issue's silent NaN: 5 logits for 10 classes, built from the data set or from an array."""
+    data = load_dataset("digits")
+    with pytest.raises(ModelCheckError, match=r"returns 5 logits per example but the data has 10 classes"):
+        istjax.classifier(Wide(num_classes=5), data)
+    task = istjax.classifier(Wide(width=8), data)
+    assert task.num_classes == 10 and task.example_x.shape == (2, 64)
+    with pytest.raises(TypeError) as e:  # an array without num_classes: refused before anything is traced
+        istjax.classifier(Wide(num_classes=5), jnp.asarray(data.train_x[:2]))
+    for w in ["an example input (shape (2, 64)) needs num_classes=", "istjax.classifier(model, data, ...)",
+              "num_classes=data.num_classes"]:
+        assert w in str(e.value), (w, str(e.value))
+    with pytest.raises(ValueError, match=r"num_classes=3 but the data set has 10 classes"):
+        istjax.classifier(Wide(), data, num_classes=3)
+
+
+def test_an_unbatched_example_is_told_to_pass_a_batch():
+    with pytest.raises(ModelCheckError) as e:
+        istjax.classifier(Wide(), jnp.zeros((64,)), num_classes=10)
+    for w in ["shape (64,) is one unbatched example (64 features), not a batch", "x[:2] (shape (2, 64))",
+              "istjax.classifier(model, data)"]:
+        assert w in str(e.value), (w, str(e.value))
+    assert "example batch of 64" not in str(e.value)
+
+
+def test_a_typo_in_the_rules_says_did_you_mean_and_keeps_the_class_axis_whole():
+    with pytest.raises(ValueError) as e:
+        istjax.classifier(Wide(mistake="rules typo"), X, num_classes=10)
+    for w in ["unknown logical axis name(s) 'classes'", "the rules key 'class' is no logical axis name of the "
+              "model (did you mean 'classes'?)", "e.g. {'classes': None}"]:
+        assert w in str(e.value), (w, str(e.value))
+    assert "'hidden'}" not in str(e.value)  # not "map the class axis to a neuron group"
+
+
+NOUT_MODEL = MODEL_FILE.replace("num_classes: int = 10", "n_out: int = 10").replace("self.num_classes", "self.n_out")
+
+
+def test_a_model_without_a_num_classes_field_is_told_to_name_it_so(tmp_path, capsys, monkeypatch):
+    """The library passes num_classes from the data: an output width called n_out is refused with the fix."""
+    (tmp_path / "nout.py").write_text(NOUT_MODEL)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as e:
+        istjax.models.build_model("nout", {}, num_classes=10, module="nout.py:ResMLP")
+    for w in ["has no field num_classes", "builds the model with num_classes=",
+              "a field `num_classes: int`", "rename its output-width field (n_out?) to num_classes"]:
+        assert w in str(e.value), (w, str(e.value))
+    refused(main_in_process(capsys, "--config.model.name=nout", "--config.model.module=nout.py:ResMLP",
+                            f"--workdir={tmp_path / 'run'}"), "has no field num_classes", "`num_classes: int`",
+            lines=3)
 
 
 def test_a_softmax_output_is_warned_about():
@@ -304,20 +371,25 @@ def test_a_model_without_logical_names_is_told_the_real_cause():
         def __call__(self, x, train=True):
             return nn.Dense(self.num_classes)(nn.relu(nn.Dense(16)(x)))
 
-    task = istjax.classifier(Plain(), X)
+    task = istjax.classifier(Plain(), X, num_classes=3)
     with pytest.raises(ValueError, match=r"carry no logical axis names.*nn.with_logical_partitioning"):
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
 
 
 def test_the_non_finite_guard_stops_a_diverging_loop_with_the_round_and_workers():
     data = load_dataset("digits")
-    task = istjax.classifier(Wide(num_classes=5, width=16), jnp.asarray(data.train_x[:2]))  # 10 labels, 5 logits
+    task = istjax.classifier(Wide(width=16), data)
     alg = istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=2)
     batches = make_batch_fn(data, num_workers=2, local_steps=2, batch_size=16, seed=0)
+
+    def bad_labels(r):  # labels past the 10 logits (a data bug the task cannot see): a NaN loss
+        b = batches(r)
+        return {**b, "y": b["y"] + 10}
+
     state = alg.init(jax.random.key(0))
     with pytest.raises(istjax.NonFiniteLoss, match=r"non-finite loss in round 0 at worker\(s\) \[0, 1\] of 2") as e:
         for r in range(5):
-            state, metrics = alg.round(state, batches(r))
+            state, metrics = alg.round(state, bad_labels(r))
             istjax.check_finite(metrics, r)
     assert e.value.round_index == 0 and e.value.workers == [0, 1]
     ok = {"worker_loss": jnp.ones(2), "finite": jnp.asarray(True)}

@@ -15,7 +15,7 @@ K, B, D, C = 2, 8, 12, 5
 
 def _task(hidden=(32, 16), use_bias=True):
     model = MLP(hidden=hidden, num_classes=C, use_bias=use_bias)
-    return istjax.classifier(model, jnp.zeros((B, D)), MLP.rules(len(hidden)))
+    return istjax.classifier(model, jnp.zeros((B, D)), MLP.rules(len(hidden)), num_classes=C)
 
 
 def _batches(w, seed=0):

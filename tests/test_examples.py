@@ -22,8 +22,9 @@ def test_mpi_example_script(mode):
     assert out.returncode == 0, out.stdout + out.stderr
     line = [l for l in out.stdout.splitlines() if l.startswith(mode)]
     assert len(line) == 1, out.stdout  # only rank 0 prints
-    acc = float(line[0].split("test accuracy ")[1].split(";")[0])
+    acc = float(line[0].split("test accuracy ")[1].split(";")[0].split(" ")[0])
     assert acc > 0.9
+    assert ("evaluated in place, nothing gathered" in line[0]) == (mode == "sharded"), line[0]
     measured = line[0].split("round ")[1].split(" bytes")[0]
     analytic = line[0].split("analytic ")[1].rstrip(")")
     assert measured == analytic

@@ -23,7 +23,7 @@ K, B, C = 2, 8, 3
 
 def _cnn_task(widths=(4, 8), inner=None, batch_norm="running"):
     model = CNN(widths=widths, blocks=(1, 1), inner=inner, num_classes=C, batch_norm=batch_norm)
-    return istjax.classifier(model, jnp.zeros((B, 6, 6, 2)))
+    return istjax.classifier(model, jnp.zeros((B, 6, 6, 2)), num_classes=C)
 
 
 def _image_batches(w, seed=0):
@@ -192,7 +192,7 @@ def _graph():
 
 
 def _graph_task(shared):
-    return istjax.classifier(TinyGraph(), jnp.zeros((B, N_NODES)), example_shared=shared)
+    return istjax.classifier(TinyGraph(), jnp.zeros((B, N_NODES)), example_shared=shared, num_classes=C)
 
 
 def _node_batches(w, seed=0):
@@ -280,8 +280,8 @@ def test_a_module_without_subnet_or_rules_is_refused_up_front():
             return nn.Dense(C)(x)
 
     with pytest.raises(TypeError, match="no partition_rules"):
-        istjax.classifier(Plain(), jnp.zeros((2, 4)))
-    task = istjax.classifier(Plain(), jnp.zeros((2, 4)), rules={})
+        istjax.classifier(Plain(), jnp.zeros((2, 4)), num_classes=C)
+    task = istjax.classifier(Plain(), jnp.zeros((2, 4)), rules={}, num_classes=C)
     with pytest.raises(ValueError, match="no neuron group"):
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
 
@@ -307,5 +307,6 @@ def test_rules_that_would_add_mismatched_channels_are_refused():
             return nn.Dense(C, kernel_init=nn.with_logical_partitioning(init, ("a", "classes")))(ha + hb)
 
     with pytest.raises(ValueError, match=r"adds the channels of logical axes \('a', 'b'\).*different neuron groups"):
-        istjax.classifier(Residual(), jnp.zeros((2, 5)))
-    istjax.classifier(Residual(), jnp.zeros((2, 5)), rules={"input": None, "a": "h", "b": "h", "classes": None})
+        istjax.classifier(Residual(), jnp.zeros((2, 5)), num_classes=C)
+    istjax.classifier(Residual(), jnp.zeros((2, 5)), rules={"input": None, "a": "h", "b": "h", "classes": None},
+                      num_classes=C)

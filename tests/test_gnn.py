@@ -76,7 +76,7 @@ def test_from_edges_refuses_out_of_range_indices():
 
 
 def _task(model, g):
-    return istjax.classifier(model, jnp.zeros((B,)), example_shared={"graph": g})
+    return istjax.classifier(model, jnp.zeros((B,)), example_shared={"graph": g}, num_classes=C)
 
 
 def _batches(w, seed=0):

@@ -139,18 +139,19 @@ def test_a_module_missing_part_of_the_contract_is_refused_when_the_task_is_built
 
     from istjax.core.contract import ContractError
 
-    x = jnp.zeros((2, 4))
+    x, c = jnp.zeros((2, 4)), 2  # the Dense below: 2 outputs
     with pytest.raises(ContractError, match=r"Dense has no partition_rules\(\) method and no rules= were given"):
-        istjax.classifier(_dense(), x)
+        istjax.classifier(_dense(), x, num_classes=c)
     with pytest.raises(ContractError, match=r"partition_rules\(\) returned \['in'\]; it must return a dict"):
-        istjax.classifier(_dense(partition_rules=lambda self: ["in"]), x)
+        istjax.classifier(_dense(partition_rules=lambda self: ["in"]), x, num_classes=c)
     with pytest.raises(ContractError, match=r"tied_axes\(\) holds 'in'; it must return a sequence of tuples"):
         istjax.classifier(_dense(partition_rules=lambda self: {"in": None, "out": "h"},
-                                 tied_axes=lambda self: ("in",)), x)
+                                 tied_axes=lambda self: ("in",)), x, num_classes=c)
     with pytest.raises(ContractError, match=r"eval_module\(\) returned int"):
-        istjax.classifier(_dense(partition_rules=lambda self: {"in": None, "out": "h"}, eval_module=lambda self: 3), x)
+        istjax.classifier(_dense(partition_rules=lambda self: {"in": None, "out": "h"}, eval_module=lambda self: 3), x,
+                          num_classes=c)
     # Partition rules but no subnet(): the replicated baselines train it; IST is refused at build, naming the fix.
-    task = istjax.classifier(_dense(partition_rules=lambda self: {"in": None, "out": "h"}), x)
+    task = istjax.classifier(_dense(partition_rules=lambda self: {"in": None, "out": "h"}), x, num_classes=c)
     istjax.local_sgd(task, optax.sgd(0.1), num_workers=2, local_steps=1)
     with pytest.raises(ContractError, match=r"no subnet\(units\) method, which IST needs"):
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
@@ -177,7 +178,7 @@ def test_an_algorithm_declaring_an_unknown_exchange_is_refused():
     import jax.numpy as jnp
     import optax
 
-    task = istjax.classifier(istjax.models.MLP(hidden=(4,), num_classes=3), jnp.zeros((2, 4)))
+    task = istjax.classifier(istjax.models.MLP(hidden=(4,), num_classes=3), jnp.zeros((2, 4)), num_classes=3)
     alg = istjax.local_sgd(task, optax.sgd(0.1), num_workers=2, local_steps=1)
     assert alg.exchange == "replicas" and f"{alg.exchange}" == "replicas"  # reads as its plain name
     with pytest.raises(ValueError, match=r"exchange='swapping'; choose one of \('subnetworks'"):

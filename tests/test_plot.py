@@ -197,7 +197,8 @@ def test_log_axes_read_in_units(tmp_path, monkeypatch):
     assert all(t.split()[-1] in ("B", "kB", "MB", "GB", "TB") for t in labels), labels
     assert all(t.split()[-1] in ("µs", "ms", "s", "min", "h") for t in _tick_labels(fig.axes[1].xaxis))
     # Less than two decades: the 2x and 5x ticks are labelled too, so the axis has more than one label.
-    c = _hand_run(tmp_path / "c", [0.2, 0.5, 0.6, 0.7, 0.8], every=3, bytes_per_round=1e6)
+    # (bytes_total 4 MB per round at W=2: the panel's 1 MB per worker each way per round)
+    c = _hand_run(tmp_path / "c", [0.2, 0.5, 0.6, 0.7, 0.8], every=3, bytes_per_round=4e6)
     plot.plot_runs([c], tmp_path / "narrow.png")
     labels = _tick_labels(kept.pop().axes[2].xaxis)
     assert {"5 MB", "10 MB"} <= set(labels) and all(t.endswith("MB") for t in labels), labels
@@ -279,3 +280,23 @@ def _assert_clean_layout(fig):
     labels_bottom = min(ax.get_tightbbox(renderer).transformed(fig.transFigure.inverted()).y0 for ax in fig.axes[:3])
     assert legend_box.y1 <= labels_bottom + 1e-3 and legend_box.y0 >= 0 and legend_box.x0 >= 0
     assert legend_box.x1 <= 1
+
+
+def test_wall_time_axis_says_what_was_timed(tmp_path, monkeypatch):
+    """The wall-time panel names the runtime each run recorded: simulate is one process with no communication; an
+    MPI run names its process count (summary.json's num_processes, else one peak_rss entry per process)."""
+    sim = _hand_run(tmp_path / "sim", [0.5, 0.7], runtime={"name": "simulate", "mode": "parameter_server"})
+    fig = _figure_of([sim], tmp_path / "sim.png", monkeypatch)
+    assert fig.axes[1].get_xlabel().replace("\n", " ") == (
+        "training wall time (s): one process computes every worker, no communication (runtime=simulate)")
+    mpi = _hand_run(tmp_path / "mpi", [0.5, 0.7], runtime={"name": "mpi", "mode": "parameter_server"})
+    (mpi / "summary.json").write_text(json.dumps({"peak_rss_mib_per_process": [600.0, 610.0]}))
+    runs = [plot.load_run(mpi)]
+    assert plot.wall_time_label(runs) == "training wall time (s) under runtime=mpi, 2 processes"
+    (mpi / "summary.json").write_text(json.dumps({"runtime": "mpi", "runtime_mode": "sharded", "num_processes": 4}))
+    assert plot.wall_time_label(runs, log_time=True) == (
+        "training wall time (log scale) under runtime=mpi (sharded), 4 processes")
+    assert plot.wall_time_text([plot.load_run(sim), *runs]) == (
+        "one process computes every worker, no communication (runtime=simulate); runtime=mpi (sharded), 4 processes")
+    # Runs that record no runtime (hand-written ones, runs of old versions): the plain label.
+    assert plot.wall_time_label([plot.load_run(_hand_run(tmp_path / "old", [0.5]))]) == "training wall time (s)"

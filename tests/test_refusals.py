@@ -228,7 +228,7 @@ def test_sharded_mpi_with_the_default_sampler_says_the_command_line_fix(tmp_path
 
 
 def test_sharded_mpi_fix_speaks_python_from_python_and_flags_from_the_cli(monkeypatch):
-    task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((4, 5)))
+    task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((4, 5)), num_classes=3)
     with pytest.raises(ValueError, match=r"istjax.ist\(\.\.\., sampler=istjax.stratified\(num_owners=2\)\)"):
         mpi.sharded_layout(istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1), 2, 0)
     _as_if_launched_by_mpiexec(monkeypatch, 2)
@@ -246,11 +246,11 @@ def test_sharded_recompute_runs_from_owner_statistics_and_is_refused_without_the
     from istjax.models import DepthResNet, ResNet
 
     x = jnp.zeros((2, 8, 8, 1))
-    resnet = istjax.classifier(ResNet(stage_sizes=(1,), widths=(4,), num_classes=3), x)
+    resnet = istjax.classifier(ResNet(stage_sizes=(1,), widths=(4,), num_classes=3), x, num_classes=3)
     alg = istjax.ist(resnet, optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
                      sampler=istjax.stratified(num_owners=2))
     assert mpi.sharded_layout(alg, 2, 0).owned == frozenset(resnet.spec.group_sizes)
-    depth = istjax.classifier(DepthResNet(stage_sizes=(5,), widths=(4,), num_classes=3), x)
+    depth = istjax.classifier(DepthResNet(stage_sizes=(5,), widths=(4,), num_classes=3), x, num_classes=3)
     resist = istjax.resist(depth, optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
                            test_scale=False, num_owners=2)
     with pytest.raises(ValueError, match=r"DepthResNet gives no owner_statistics .* Use model_state='carry'"):

@@ -21,6 +21,10 @@ def _model(**fields):
     return DepthResNet(**{"stage_sizes": (3, 4), "widths": (4, 8), "num_classes": C, **fields})
 
 
+def _task(model):
+    return istjax.classifier(model, X, num_classes=C)
+
+
 def _batches(w, seed=0):
     rng = np.random.default_rng(seed)
     return {"x": jnp.asarray(rng.normal(size=(w, K, B, 8, 8, 3)), jnp.float32),
@@ -35,7 +39,7 @@ def _close(a, b, what=""):
 
 
 def test_blocks_are_the_only_neuron_groups():
-    alg = istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=2, local_steps=K)
+    alg = istjax.resist(_task(_model()), optax.sgd(0.1), num_workers=2, local_steps=K)
     assert alg.name == "resist" and alg.exchange == "subnetworks"
     assert alg.task.spec.group_sizes == {"blocks_0": 2, "blocks_1": 3}
     shared = [leaf for leaf in jax.tree.leaves(alg.task.spec.leaves) if leaf.shared]
@@ -50,7 +54,7 @@ def test_blocks_are_the_only_neuron_groups():
 def test_resist_round_equals_reference_loop(w, min_depth):
     """Disjoint (3 blocks on 2 workers: padded), a minimum depth (overlapping blocks averaged by count), and more
     workers than a stage's blocks with overlap; parameters and BatchNorm statistics."""
-    alg = istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1, momentum=0.9), num_workers=w, local_steps=K,
+    alg = istjax.resist(_task(_model()), optax.sgd(0.1, momentum=0.9), num_workers=w, local_steps=K,
                         min_depth=min_depth)
     state = alg.init(jax.random.key(0))
     for r in range(2):
@@ -67,7 +71,7 @@ def test_sub_resnet_equals_full_network_without_the_other_blocks():
     """Worker w's shallow sub-ResNet computes what the full network computes when the blocks w does not hold are
     removed (their residual branch zeroed: the last conv of each such block set to 0)."""
     model = _model()
-    task = istjax.classifier(model, X)
+    task = _task(model)
     params, stats = task.init(jax.random.key(1)), task.init_state(jax.random.key(1))
     sampler = istjax.per_group({"blocks_0": istjax.uniform(pad=True), "blocks_1": istjax.uniform(pad=True)})
     p = sampler.sample(jax.random.key(2), task.spec.group_sizes, 2)
@@ -95,11 +99,11 @@ def test_test_time_branch_scaling():
     """At test time every partitioned block's residual branch is scaled by 1/S (S = num_workers); training never
     scales; with the switch off the test-time network is the trained one."""
     model = _model()
-    task = istjax.classifier(model, X)
+    task = _task(model)
     params, stats = task.init(jax.random.key(3)), task.init_state(jax.random.key(3))
     x = _batches(1)["x"][0, 0]
-    alg = istjax.resist(istjax.classifier(model, X), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
-    off = istjax.resist(istjax.classifier(model, X), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1,
+    alg = istjax.resist(_task(model), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
+    off = istjax.resist(_task(model), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1,
                         test_scale=False)
     batch = {"x": x, "y": jnp.zeros((B,), jnp.int32)}
     scaled = model.clone(test_branch_scale=0.25).apply({"params": params, **stats}, x, train=False)
@@ -107,14 +111,14 @@ def test_test_time_branch_scaling():
     # Stage 0 has 2 partitioned blocks and stage 1 has 3; with a minimum depth of 1 on 4 workers each worker trains
     # 1 of them: the test-time scales are 1/2 and 1/3 (the fraction of a stage a worker trains).
     _close(alg.task.evaluate(params, stats, batch)[0],
-           istjax.classifier(model.clone(test_branch_scale=(0.5, 1 / 3)), X).evaluate(params, stats, batch)[0])
+           _task(model.clone(test_branch_scale=(0.5, 1 / 3))).evaluate(params, stats, batch)[0])
     # Blocks that divide evenly among the workers: the paper's 1/S.
     deeper = _model(stage_sizes=(3, 5))
-    even = istjax.resist(istjax.classifier(deeper, X), optax.sgd(0.1), num_workers=2, local_steps=K)
+    even = istjax.resist(_task(deeper), optax.sgd(0.1), num_workers=2, local_steps=K)
     p2, s2 = even.task.init(jax.random.key(4)), even.task.init_state(jax.random.key(4))
     _close(even.task.evaluate(p2, s2, batch)[0],
-           istjax.classifier(deeper.clone(test_branch_scale=0.5), X).evaluate(p2, s2, batch)[0])
-    _close(off.task.evaluate(params, stats, batch)[0], istjax.classifier(model, X).evaluate(params, stats, batch)[0])
+           _task(deeper.clone(test_branch_scale=0.5)).evaluate(p2, s2, batch)[0])
+    _close(off.task.evaluate(params, stats, batch)[0], _task(model).evaluate(params, stats, batch)[0])
     assert not np.allclose(np.asarray(scaled), np.asarray(plain))
     # Scale 0 removes every partitioned block at test time: the shallow network of the shared layers only.
     zero = model.clone(test_branch_scale=0.0).apply({"params": params, **stats}, x, train=False)
@@ -134,7 +138,7 @@ def test_naive_ablation_deals_first_blocks_and_matches_the_reference():
     The round equals the plain loop, and the worker dealt a first block's padding slot computes the network whose
     first-block branch is removed (its shortcut alone)."""
     model = _model(preactivation=False, partition_strided=True)
-    alg = istjax.resist(istjax.classifier(model, X), optax.sgd(0.1, momentum=0.9), num_workers=2, local_steps=K)
+    alg = istjax.resist(_task(model), optax.sgd(0.1, momentum=0.9), num_workers=2, local_steps=K)
     assert alg.task.spec.group_sizes == {"blocks_0": 2, "blocks_1": 3, "first_0": 1, "first_1": 1}
     state = alg.init(jax.random.key(5))
     b = _batches(2, seed=3)
@@ -171,8 +175,8 @@ def test_naive_ablation_deals_first_blocks_and_matches_the_reference():
 
 @pytest.mark.slow
 def test_resist_simulate_equals_devices():
-    sim = istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
-    dev = istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1,
+    sim = istjax.resist(_task(_model()), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1)
+    dev = istjax.resist(_task(_model()), optax.sgd(0.1), num_workers=4, local_steps=K, min_depth=1,
                         backend="devices")
     s1 = s2 = sim.init(jax.random.key(0))
     for r in range(2):
@@ -185,25 +189,25 @@ def test_resist_simulate_equals_devices():
 
 def test_bad_resist_input_is_refused_before_compiling():
     with pytest.raises(ValueError, match=r"num_workers=4 is more than the 2 partitioned block\(s\) of 'blocks_0'"):
-        istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=4, local_steps=1)
+        istjax.resist(_task(_model()), optax.sgd(0.1), num_workers=4, local_steps=1)
     with pytest.raises(ValueError, match=r"min_depth=3: stage group 'blocks_0' has only 2"):
-        istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=2, local_steps=1, min_depth=3)
+        istjax.resist(_task(_model()), optax.sgd(0.1), num_workers=2, local_steps=1, min_depth=3)
     with pytest.raises(ValueError, match=r"stage 5 does not exist; the stages are 0 .. 1"):
         _model(partitioned_stages=(5,))
     with pytest.raises(ValueError, match=r"stage 0 has 1 block\(s\)"):
         _model(stage_sizes=(1, 4), partitioned_stages=(0,))
     with pytest.raises(ValueError, match=r"model_state='recompute', test_scale=True\): recomputed statistics"):
-        istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=2, local_steps=1,
+        istjax.resist(_task(_model()), optax.sgd(0.1), num_workers=2, local_steps=1,
                       model_state="recompute")
-    istjax.resist(istjax.classifier(_model(), X), optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
+    istjax.resist(_task(_model()), optax.sgd(0.1), num_workers=2, local_steps=1, model_state="recompute",
                   test_scale=False)  # consistent: the unscaled network is evaluated
     with pytest.raises(TypeError, match=r"takes a task, as every algorithm factory does.*istjax.classifier"):
         istjax.resist(_model(), optax.sgd(0.1), num_workers=2, local_steps=1)  # the module, not a task
+    mlp = istjax.classifier(istjax.models.MLP(hidden=(8,), num_classes=3), jnp.zeros((2, 4)), num_classes=3)
     with pytest.raises(ValueError, match=r"needs a depth-split ResNet"):
-        istjax.resist(istjax.classifier(istjax.models.MLP(hidden=(8,), num_classes=3), jnp.zeros((2, 4))),
-                      optax.sgd(0.1), num_workers=2, local_steps=1)
+        istjax.resist(mlp, optax.sgd(0.1), num_workers=2, local_steps=1)
     # Partitioning one section only (the ablation): the other stage's blocks are shared.
-    one = istjax.resist(istjax.classifier(_model(partitioned_stages=(1,)), X), optax.sgd(0.1), num_workers=2,
+    one = istjax.resist(_task(_model(partitioned_stages=(1,))), optax.sgd(0.1), num_workers=2,
                         local_steps=1)
     assert one.task.spec.group_sizes == {"blocks_1": 3}
 

@@ -19,7 +19,7 @@ D, C, K = 6, 3, 2
 
 
 def _task():
-    return istjax.classifier(MLP(hidden=(8,), num_classes=C), jnp.ones((8, D)))
+    return istjax.classifier(MLP(hidden=(8,), num_classes=C), jnp.ones((8, D)), num_classes=C)
 
 
 def _batches(w, seed):

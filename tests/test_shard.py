@@ -93,7 +93,7 @@ def test_mlp_owner_logits_equal_the_whole_model(hidden, use_bias):
     summed across owners (`jax.lax.psum` under `vmap`, as the MPI runtime's allreduce), equal ``apply``."""
     n = 2
     model = MLP(hidden=hidden, num_classes=3, use_bias=use_bias)
-    task = istjax.classifier(model, jnp.zeros((4, 6)))
+    task = istjax.classifier(model, jnp.zeros((4, 6)), num_classes=3)
     params = task.init(jax.random.key(1))
     sizes = dict(task.spec.group_sizes)
     lay = shard.Layout(n, 0, n, sizes, frozenset(sizes))
@@ -122,7 +122,7 @@ def test_graph_owner_logits_equal_the_whole_model(kind, hidden, layer_norm):
     rng = np.random.default_rng(3)
     graph = from_edges(rng.normal(size=(nodes, 5)).astype(np.float32), rng.integers(0, nodes, size=(70, 2)))
     model = (GCN if kind == "gcn" else GraphSAGE)(hidden=hidden, num_classes=3, layer_norm=layer_norm)
-    task = istjax.classifier(model, jnp.zeros((4,)), example_shared={"graph": graph})
+    task = istjax.classifier(model, jnp.zeros((4,)), example_shared={"graph": graph}, num_classes=3)
     params = task.init(jax.random.key(1))
     sizes = dict(task.spec.group_sizes)
     lay = shard.Layout(n, 0, n, sizes, frozenset(sizes))
@@ -184,7 +184,7 @@ def test_image_owner_logits_equal_the_whole_model(name):
     n = 2
     model = _image_models()[name]
     x = jnp.asarray(np.random.default_rng(2).normal(size=(5, 8, 8, 1)), jnp.float32)
-    task = istjax.classifier(model, x[:2])
+    task = istjax.classifier(model, x[:2], num_classes=3)
     sizes = dict(task.spec.group_sizes)
     owned = frozenset(sizes) - task.owner_whole
     assert task.owner_evaluate is not None and task.owner_whole == frozenset(

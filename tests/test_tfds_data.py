@@ -76,7 +76,7 @@ def test_mock_mnist_trains_with_ist(tmp_path):
     with tfds.testing.mock_data(num_examples=64):
         ds = tfds_data.load_tfds("mnist", data_dir=str(tmp_path))
     model = MLP(hidden=(16,), num_classes=ds.num_classes)
-    task = istjax.classifier(model, jnp.zeros((8, 28, 28, 1), jnp.float32), MLP.rules(1))
+    task = istjax.classifier(model, ds, MLP.rules(1))
     algo = istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=4)
     batches = make_batch_fn(ds, num_workers=2, local_steps=4, batch_size=8, seed=0)
     loss_fn = jax.jit(task.loss_fn(None))

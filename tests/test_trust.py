@@ -234,7 +234,7 @@ def test_mpi_backend_without_mpiexec_says_how_to_launch(tmp_path, capsys):
     assert cli.main(["istjax", "train", f"--workdir={tmp_path}", "--config.runtime.name=mpi", *TINY]) == 2
     err = capsys.readouterr().err
     assert "mpiexec -n 2 istjax train --config.runtime.name=mpi" in err
-    task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((4, 5)))
+    task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((4, 5)), num_classes=3)
     with pytest.raises(ValueError, match="one process.*mpiexec -n 2"):
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1, backend="mpi")
 
@@ -246,13 +246,13 @@ def test_small_eval_batches_are_refused_for_batch_statistics_models():
     config = tiny(eval_batch_size=7)
     with pytest.raises(config_lib.ConfigError, match=r"eval_batch_size=7: .*at least 256"):
         config_lib.validate(config)
-    task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((4, 5)))
+    task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((4, 5)), num_classes=3)
     params = task.init(jax.random.key(0))
     one = {"x": jnp.ones((1, 5)), "y": jnp.zeros((1,), jnp.int32)}
     with pytest.raises(ValueError, match="a batch of 1 example.*one example: chance"):
         task.evaluate(params, {}, one)
     no_bn = istjax.classifier(MLP(hidden=(8,), num_classes=3, batch_norm=False, output_batch_norm=False),
-                              jnp.zeros((4, 5)))
+                              jnp.zeros((4, 5)), num_classes=3)
     assert no_bn.min_eval_batch == 1  # a model without batch statistics predicts single examples
     no_bn.evaluate(no_bn.init(jax.random.key(0)), {}, one)
 
@@ -267,7 +267,7 @@ def test_module_without_subnet_is_refused_before_tracing():
             return nn.Dense(3)(nn.Dense(4, kernel_init=nn.with_logical_partitioning(
                 nn.initializers.lecun_normal(), ("input", "h")))(x))
 
-    task = istjax.classifier(NoSubnet(), jnp.zeros((2, 5)))
+    task = istjax.classifier(NoSubnet(), jnp.zeros((2, 5)), num_classes=3)
     with pytest.raises(TypeError, match="no subnet\\(units\\) method"):
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
     istjax.local_sgd(task, optax.sgd(0.1), num_workers=2, local_steps=1)  # the full-width baselines need none

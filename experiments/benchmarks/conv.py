@@ -70,15 +70,14 @@ class ConvWorkload:
         return jnp.zeros((self.batch, *self.image), jnp.float32)
 
     def task(self) -> istjax.Task:
-        return istjax.classifier(self.model(), self.example())
+        return istjax.classifier(self.model(), self.example(), num_classes=self.num_classes)
 
     def algorithm(self, name: str, *, num_workers: int | None = None, local_steps: int | None = None,
                   task: istjax.Task | None = None, backend: str = "simulate") -> istjax.Algorithm:
         W, K = num_workers or self.num_workers, local_steps or self.local_steps
         opt = optax.sgd(self.lr, momentum=0.9)
         if name == "resist":
-            return istjax.resist(istjax.classifier(self.model(), self.example()), opt, num_workers=W, local_steps=K,
-                                 backend=backend)
+            return istjax.resist(self.task(), opt, num_workers=W, local_steps=K, backend=backend)
         return suite.ALGORITHMS[name](task or self.task(), opt, num_workers=W, local_steps=K, backend=backend)
 
     def batches(self, num_workers: int, local_steps: int, seed: int = 0) -> dict[str, jax.Array]:

@@ -97,9 +97,10 @@ def run(quick: bool) -> dict[str, Any]:
     t0 = time.time()
     data = csbm(num_nodes=s["num_nodes"], num_classes=10, num_features=s["features"], avg_degree=10.0, seed=0,
                 num_val=100, num_test=500)
-    shared = as_dataset(data).shared
+    dataset = as_dataset(data)
+    shared = dataset.shared
     task = graph_task.node_classifier(GraphSAGE(hidden=(s["hidden"], s["hidden"]), num_classes=10,
-                                                layer_norm=True), shared)
+                                                layer_norm=True), dataset)
     out: dict[str, Any] = {"machine": suite.machine(), "quick": quick, "graph": repr(data), "hidden": s["hidden"]}
     print("1. aggregation vs copy", flush=True)
     out["aggregation"] = aggregation(shared, s["hidden"], s["reps"])

@@ -73,7 +73,7 @@ class Workload:
     def task(self) -> istjax.Task:
         model = MLP(hidden=self.hidden, num_classes=self.num_classes)
         return istjax.classifier(model, jnp.zeros((self.batch, self.input_dim), jnp.float32),
-                                 MLP.rules(len(self.hidden)))
+                                 MLP.rules(len(self.hidden)), num_classes=self.num_classes)
 
     def algorithm(self, name: str, *, num_workers: int | None = None, local_steps: int | None = None,
                   task: istjax.Task | None = None, backend: str = "simulate") -> istjax.Algorithm:

@@ -9,8 +9,8 @@ Command::
 
     istjax train --config=experiments/configs/csbm_gist.py --workdir=runs/csbm_gist
 
-Result: ``docs/graphs.md`` (one seed, from a run whose results were not committed; being re-run on three seeds with a
-committed results file, issue 20).
+Result: none committed. This config shows GIST on a graph that needs no data; the committed GIST studies (three
+seeds) are on Cora and Citeseer: ``experiments/graphs/results/``, rendered in ``docs/graphs.md``.
 """
 
 import ml_collections

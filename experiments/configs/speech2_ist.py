@@ -10,8 +10,9 @@ Command::
 
     istjax train --config=experiments/configs/speech2_ist.py --workdir=runs/speech2_ist
 
-Result: ``docs/network.md`` (one seed, from a run whose results were not committed; being re-run on three seeds with a
-committed results file, issue 20).
+Result: none committed (the run prints its own summary). The committed speech studies are the keywords
+generalisation study (``python experiments/mlp/studies.py keywords``) and the time-to-accuracy study on real spoken
+digits (``docs/network.md``).
 """
 
 from istjax.experiment.config import default_config

@@ -39,7 +39,7 @@ def child(algorithm: str, mode: str, rounds: int):
 
     n = M.size()
     w = n
-    task = istjax.classifier(MLP(hidden=(H,), num_classes=C), jnp.zeros((B, D)), MLP.rules(1))
+    task = istjax.classifier(MLP(hidden=(H,), num_classes=C), jnp.zeros((B, D)), MLP.rules(1), num_classes=C)
     opt = optax.sgd(0.01)
     if algorithm == "ist":
         alg = istjax.ist(task, opt, num_workers=w, local_steps=K, sampler=istjax.stratified(num_owners=n))

@@ -36,7 +36,7 @@ def child(way: str) -> None:
     from istjax.runtimes import mpi as M
 
     n = M.size()
-    task = istjax.classifier(MLP(hidden=HIDDEN, num_classes=C), jnp.zeros((B, D)))
+    task = istjax.classifier(MLP(hidden=HIDDEN, num_classes=C), jnp.zeros((B, D)), num_classes=C)
     alg = istjax.ist(task, optax.sgd(0.01), num_workers=n, local_steps=K, sampler=istjax.stratified(num_owners=n),
                      backend="mpi", mode="sharded")
     state = alg.init(jax.random.key(0))

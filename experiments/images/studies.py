@@ -195,8 +195,8 @@ def bytes_study(workers: Sequence[int] = (2, 4, 8)) -> dict:
         ratios = []
         for w in workers:
             min_depth = 0 if all(n - 1 >= w for n in (fields["stage_sizes"][i] for i in model.partitioned_stages)) else 1
-            rs = istjax.resist(istjax.classifier(model, x), optax.sgd(0.1), num_workers=w, local_steps=1,
-                               min_depth=min_depth)
+            task = istjax.classifier(model, x, num_classes=10)
+            rs = istjax.resist(task, optax.sgd(0.1), num_workers=w, local_steps=1, min_depth=min_depth)
             ls = istjax.local_sgd(rs.task, optax.sgd(0.1), num_workers=w, local_steps=1)
             ratios.append(rs.comm.received / ls.comm.received)
         rows.append({"model": name, "fields": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},

@@ -3,6 +3,7 @@
     python experiments/mlp/studies.py digits  [--seeds 0,1,2]   # scikit-learn digits, W = 4, 76,800 samples
     python experiments/mlp/studies.py mnist1d [--seeds 0,1,2]   # MNIST-1D, W = 4, 2-hidden-layer MLP
     python experiments/mlp/studies.py keywords [--seeds 0,1,2]  # synthesised keywords, held-out voices: IST vs DP
+    python experiments/mlp/studies.py breast_cancer [--seeds 0,1,2]  # your own data (data.module), W = 4
 
 Each trains its configs (``experiments/configs/<study>_{ist,data_parallel,local_sgd}.py``: the same samples for
 every algorithm) once per seed into ``runs/mlp/<study>/<cell>/s<seed>`` and writes
@@ -32,12 +33,15 @@ def cells(study: str) -> list[Cell]:
     if study == "keywords":
         return [Cell(a, "experiments/configs/keywords_speech.py:2", (f"--config.algorithm.name={a}",),
                      {"dataset": study}) for a in ("ist", "data_parallel")]
+    if study == "breast_cancer":  # one config, data from a user's file (docs/your_data.md)
+        return [Cell(a, "experiments/configs/breast_cancer.py", (f"--config.algorithm.name={a}",),
+                     {"dataset": study}) for a in ALGORITHMS]
     return [Cell(a, f"experiments/configs/{study}_{a}.py", (), {"dataset": study}) for a in ALGORITHMS]
 
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("\n\n")[0].strip())
-    parser.add_argument("study", choices=["digits", "mnist1d", "keywords"])
+    parser.add_argument("study", choices=["digits", "mnist1d", "keywords", "breast_cancer"])
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--workdir", type=pathlib.Path, default=None, help="where the runs go")
     args = parser.parse_args(argv)

@@ -71,7 +71,7 @@ def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     """ResIST on a depth-split ResNet.
 
     Args:
-      task: ``istjax.classifier(model, example_x)`` of a `istjax.models.resist.DepthResNet` (or any module with
+      task: ``istjax.classifier(model, data)`` of a `istjax.models.resist.DepthResNet` (or any module with
         ``block_groups()``, ``partition_rules()``, ``subnet()`` and a ``test_branch_scale`` field); every algorithm
         factory takes a task first.
       optimizer: any optax transformation (the paper: SGD with momentum, re-created every round, which is
@@ -102,7 +102,8 @@ def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     scales = tuple(slots[f"blocks_{i}"] / groups[f"blocks_{i}"] if f"blocks_{i}" in groups else 1.0
                    for i in range(len(model.stage_sizes)))
     if test_scale:
-        task = classifier(model, task.example_x, eval_model=model.clone(test_branch_scale=scales))
+        task = classifier(model, task.example_x, num_classes=task.num_classes,
+                          eval_model=model.clone(test_branch_scale=scales))
     algorithm = ist(task, optimizer, num_workers=num_workers, local_steps=local_steps, sampler=sampler,
                     optimizer_state=optimizer_state, model_state=model_state, backend=backend, **backend_options)
     return dataclasses.replace(algorithm, name="resist")
@@ -112,14 +113,14 @@ def _depth_split_module(task: Any):
     """The depth-split module a ResIST task was built from, or a TypeError / ValueError that says what to pass."""
     if isinstance(task, nn.Module):
         raise TypeError(f"resist(task, optimizer, ...) takes a task, as every algorithm factory does, not the module "
-                        f"{type(task).__name__}: pass istjax.classifier(model, example_x).")
+                        f"{type(task).__name__}: pass istjax.classifier(model, data).")
     if not isinstance(task, Task):
-        raise TypeError(f"resist(task=...): need an istjax.Task built by istjax.classifier(model, example_x), not "
+        raise TypeError(f"resist(task=...): need an istjax.Task built by istjax.classifier(model, data), not "
                         f"{type(task).__name__}.")
     if task.module is None or contract.block_groups(task.module) is None:
         raise ValueError("resist() needs a depth-split ResNet (istjax.models.DepthResNet, model.name='depth_resnet' "
                          "in a config): its residual blocks are the neuron groups ResIST deals to workers. Build the "
-                         "task with istjax.classifier(DepthResNet(...), example_x).")
+                         "task with istjax.classifier(DepthResNet(...), data).")
     return task.module
 
 

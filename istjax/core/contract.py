@@ -24,6 +24,9 @@ Optional (`OPTIONAL`):
 ``test_batch_statistics() -> bool``
     True when the module normalises with the statistics of the batch it is given at test time (evaluation then
     needs batches of at least `istjax.core.task.MIN_BATCH_STATISTICS_EVAL`).
+``without_batch_statistics() -> {field: value}``
+    the field values that make such a module evaluate without batch statistics (named in the refusal of a split
+    too small to evaluate).
 ``bn_momentum`` (a field)
     present on modules whose BatchNorm running statistics can be recomputed (``model_state="recompute"``).
 ``dropout`` (a field)
@@ -53,7 +56,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, Protocol, runtime_checkable
 
 __all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "has_subnet", "eval_module", "tied_axes",
-           "batch_statistics_at_test", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
+           "batch_statistics_at_test", "batch_statistics_fix", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
            "owner_logits", "owner_statistics", "owner_whole_groups"]
 
 
@@ -71,6 +74,7 @@ OPTIONAL = {
     "tied_axes": "method: the logical axis names each residual addition joins",
     "eval_module": "method: the module evaluated at test time",
     "test_batch_statistics": "method: True when test time normalises with batch statistics",
+    "without_batch_statistics": "method: the field values that make the module evaluate without batch statistics",
     "bn_momentum": "field: BatchNorm momentum (statistics can be recomputed)",
     "dropout": "field: dropout rate (a step key per step when > 0)",
     "block_groups": "method: ResIST's residual-block groups",
@@ -158,6 +162,13 @@ def batch_statistics_at_test(model) -> bool:
     """Whether the module declares that it normalises with batch statistics at test time."""
     method = _method(model, "test_batch_statistics")
     return bool(method()) if method is not None else False
+
+
+def batch_statistics_fix(model) -> dict:
+    """The field values that make ``model`` evaluate without batch statistics (``{"batch_norm": "running"}``), from
+    its optional ``without_batch_statistics()``; ``{}`` when it declares none."""
+    method = _method(model, "without_batch_statistics")
+    return dict(method()) if method is not None else {}
 
 
 def recomputable(model) -> bool:

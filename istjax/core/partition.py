@@ -30,6 +30,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from istjax.core.errors import ArgError
 from istjax.core.registry import Registry
 
 __all__ = ["Partition", "Sampler", "SamplerEntry", "SAMPLERS", "uniform", "stratified", "overlapping", "uneven",
@@ -141,10 +142,12 @@ def uniform(pad: bool = False, idle: bool = False) -> Sampler:
         _check_workers(group_sizes, num_workers, allow_more_workers=idle)
         for g, n in group_sizes.items():
             if n % num_workers and not pad:
-                raise ValueError(
+                raise ArgError(
+                    "num_workers", num_workers,
                     f"neuron group {g!r} has {n} units, not divisible by num_workers={num_workers}. Use a width that "
-                    f"is a multiple of {num_workers} (e.g. {n - n % num_workers} or {n + num_workers - n % num_workers}), "
-                    f"or sample with istjax.uniform(pad=True) to pad and mask the short workers.")
+                    f"is a multiple of {num_workers} (e.g. {n - n % num_workers} or {n + num_workers - n % num_workers}),",
+                    "or sample with istjax.uniform(pad=True) to pad and mask the short workers.",
+                    "or sample with --config.sampler.name=uniform_pad to pad and mask the short workers.")
         return {g: -(-n // num_workers) for g, n in group_sizes.items()}
 
     def sample(key, group_sizes, num_workers):

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.registry import close_matches
+
 __all__ = [
     "GroupAxis",
     "LeafSpec",
@@ -207,16 +209,29 @@ def spec_from_logical(params: PyTree, rules: Mapping[str, Any]) -> SubnetSpec:
                 axes.append(None)
         leaves.append((path, LeafSpec(tuple(axes))))
     if unknown:
-        listed = ", ".join(f"{n!r} (at {p})" for n, p in unknown.items())
-        raise ValueError(
-            f"unknown logical axis name(s) {listed}; known: {sorted(rules)}. Add each to the rules table, mapped to a "
-            f"neuron group (e.g. {{{next(iter(unknown))!r}: 'hidden'}}) or to None to keep that axis whole."
-        )
+        used = {str(n) for _, pspec in flat_names for n in tuple(pspec) if n is not None}
+        raise ValueError(_unknown_names(unknown, rules, used))
     shapes = [np.shape(p) for p in flat_params]
     # A PartitionSpec shorter than the rank leaves trailing axes unpartitioned.
     leaves = [(path, LeafSpec(leaf.axes + (None,) * (len(s) - len(leaf.axes)))) if len(leaf.axes) < len(s)
               else (path, leaf) for (path, leaf), s in zip(leaves, shapes)]
     return _finish(leaves, shapes, jax.tree.structure(unboxed))
+
+
+def _unknown_names(unknown: Mapping[str, str], rules: Mapping[str, Any], used: set) -> str:
+    """The error for logical axis names the rules do not map (``unknown``: name -> where), with the rules keys no
+    parameter carries as "did you mean" (a typo in the rules) and an example that keeps the axis's intent."""
+    listed = ", ".join(f"{n!r} (at {p})" for n, p in unknown.items())
+    unused = sorted(k for k in rules if k not in used)
+    typos = [f"the rules key {k!r} is no logical axis name of the model{close_matches(k, unknown)}" for k in unused
+             if close_matches(k, unknown)]
+    first = next(iter(unknown))
+    near = [k for k in unused if close_matches(k, [first])]
+    example = (f"{{{first!r}: {rules[near[0]]!r}}} (the value your rules give {near[0]!r})" if near else
+               f"{{{first!r}: None}} to keep that axis whole (an input or a class/output axis), or "
+               f"{{{first!r}: {first!r}}} to split it among workers (a hidden axis)")
+    return (f"unknown logical axis name(s) {listed}; known: {sorted(rules)}" +
+            "".join(f"; {t}" for t in typos) + f". Add each to the rules table, e.g. {example}.")
 
 
 def spec_from_table(params: PyTree, table: Mapping[str, tuple], *, strict: bool = True) -> SubnetSpec:
@@ -295,5 +310,6 @@ def spec_for_state(state: PyTree, params_spec: SubnetSpec, rules: Optional[Mappi
 
 
 def _unknown_name(name, path, rules):
-    raise ValueError(f"unknown logical axis name {name!r} at model state {path_str(path)!r}; known: {sorted(rules)}. "
+    raise ValueError(f"unknown logical axis name {name!r} at model state {path_str(path)!r}"
+                     f"{close_matches(name, rules)}; known: {sorted(rules)}. "
                      f"Add it to the rules table (mapped to a neuron group or None).")

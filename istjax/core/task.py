@@ -34,13 +34,18 @@ import optax
 from istjax.core import contract, model_checks
 from istjax.core.spec import SubnetSpec, spec_for_state, spec_from_logical
 
-__all__ = ["Task", "classifier", "stateless", "EMPTY_SPEC", "MIN_BATCH_STATISTICS_EVAL"]
+__all__ = ["Task", "classifier", "example_and_classes", "is_dataset", "stateless", "EMPTY_SPEC",
+           "MIN_BATCH_STATISTICS_EVAL", "MIN_BATCH_STATISTICS_SPLIT"]
 
 # The smallest evaluation batch for a model that normalises with batch statistics at test time. Measured on the IST
 # MLP (512 hidden, W=4, 60 rounds): test accuracy by evaluation batch size on digits (360 test examples)
 # 1: 0.100, 7: 0.767, 32: 0.942, 128: 0.978, 256: 0.972, 360 (whole set): 0.972; on MNIST-1D (1000) 1: 0.102,
 # 7: 0.369, 32: 0.515, 128: 0.542, 256: 0.546, 1000: 0.550. From 256 on the result is the whole set's within 0.004.
 MIN_BATCH_STATISTICS_EVAL = 256
+# The smallest batch such a model's ``evaluate`` accepts at all: a split of your own smaller than
+# `MIN_BATCH_STATISTICS_EVAL` (a table's 143 test examples) is evaluated as one batch, and a warning says the score
+# depends on it (digits above: 32 examples score 0.942 against the whole set's 0.972); below this it is refused.
+MIN_BATCH_STATISTICS_SPLIT = 32
 
 PyTree = Any
 Batch = Mapping[str, jax.Array]
@@ -80,10 +85,12 @@ class Task:
       init_state: ``key -> model_state`` (default: no state, ``{}``).
       state_spec: the model state's `SubnetSpec` (same neuron groups as ``spec``).
       recompute_state: optional ``(params, model_state, batches [N, B, ...], shared) -> model_state``.
-      module, example_x: what `classifier` built the task from (families such as `istjax.resist` rebuild it).
-      min_eval_batch: the smallest batch ``evaluate`` accepts: `MIN_BATCH_STATISTICS_EVAL` for a model that
+      module, example_x, num_classes: what `classifier` built the task from (families such as `istjax.resist`
+        rebuild it).
+      min_eval_batch: the smallest batch to evaluate in: `MIN_BATCH_STATISTICS_EVAL` for a model that
         normalises with the statistics of the batch it is given at test time (a smaller batch, let alone one
-        example, gives another and worse model), else 1.
+        example, gives another and worse model), else 1. Such a model's ``evaluate`` refuses batches under
+        `MIN_BATCH_STATISTICS_SPLIT`; a whole split between the two is evaluated as one batch.
       owner_evaluate: ``evaluate`` from one owner's slice of the parameters and model state, given ``owner``,
         ``num_owners`` and ``reduce`` (a sum across the owners), for a module with ``owner_logits``
         (`istjax.core.contract`); None otherwise. Every owner gets the same result.
@@ -103,6 +110,7 @@ class Task:
     min_eval_batch: int = 1
     module: Any = None  # the Flax module `classifier` built the task from (None for hand-written tasks)
     example_x: Any = None  # its example input (shape and dtype), so a family can rebuild the task around the module
+    num_classes: Optional[int] = None  # the data's classes `classifier` checked the module's output against
     owner_evaluate: Optional[Callable[..., tuple[jax.Array, dict]]] = None
     owner_recompute_state: Optional[Callable[..., PyTree]] = None
     owner_whole: frozenset = frozenset()  # groups owner_evaluate accepts held whole by every owner, not sharded
@@ -200,20 +208,29 @@ def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...]) 
 
 
 def _evaluator(call: Callable, eval_model: nn.Module, min_eval_batch: int) -> Callable:
-    """The task's ``evaluate``: test-time scores, refusing a batch too small for batch-statistics normalisation."""
+    """The task's ``evaluate``: test-time scores, refusing a batch too small for batch-statistics normalisation
+    (below `MIN_BATCH_STATISTICS_SPLIT` examples for a model that normalises with them)."""
+    smallest = min(min_eval_batch, MIN_BATCH_STATISTICS_SPLIT)
 
     def evaluate(params, model_state, batch, shared=None):
         size = jax.tree.leaves(batch["x"])[0].shape[0]
-        if size < min_eval_batch:  # static: refused before anything is traced further
+        if size < smallest:  # static: refused before anything is traced further
             raise ValueError(
                 f"evaluate: a batch of {size} example(s); {type(eval_model).__name__} normalises with the statistics "
                 f"of the batch it is given at test time, so predictions depend on the batch (one example: chance). "
-                f"Evaluate batches of at least {min_eval_batch} examples (istjax.core.task.MIN_BATCH_STATISTICS_EVAL), "
-                f"or use a model with running statistics (e.g. istjax.models.CNN(batch_norm='running')).")
+                f"Evaluate batches of at least {min_eval_batch} examples (istjax.core.task.MIN_BATCH_STATISTICS_EVAL; "
+                f"{smallest} at the very least), or build the model without test-time batch statistics"
+                f"{_fields_text(eval_model)}.")
         logits = call(eval_model, {"params": params, **model_state}, batch["x"], shared, False)
         return scores(logits, batch["y"])
 
     return evaluate
+
+
+def _fields_text(model: nn.Module) -> str:
+    """`` (MLP(..., batch_norm=False))``: the model's own fix (`contract.batch_statistics_fix`), or ``""``."""
+    fix = contract.batch_statistics_fix(model)
+    return f" ({type(model).__name__}(..., {', '.join(f'{k}={v!r}' for k, v in fix.items())}))" if fix else ""
 
 
 def _recomputer(call: Callable, fresh: nn.Module, collections: tuple[str, ...]) -> Callable:
@@ -241,14 +258,41 @@ def _traced_forward(model: nn.Module, example_x: Any, init_with_output: Callable
         raise
     except Exception as e:  # noqa: BLE001 - the user's module: report it in their terms, not a 40-line trace
         raise model_checks.forward_failed(model, example_x, e) from None
-    model_checks.check_output(model, out, jax.tree.leaves(example_x)[0].shape[0], num_classes)
+    model_checks.check_output(model, out, example_x, num_classes)
     model_checks.warn_if_normalised(model, closed)
     return abstract
 
 
-def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[str, Any]] = None, *,
-               example_shared: Any = None, eval_model: Optional[nn.Module] = None,
-               num_classes: Optional[int] = None) -> Task:
+def is_dataset(example: Any) -> bool:
+    """Whether ``example`` is a data set (`istjax.data.Dataset`, by what it has: istjax.core does not import
+    istjax.data) rather than an example input."""
+    return all(hasattr(example, a) for a in ("train_x", "train_y", "num_classes"))
+
+
+def example_and_classes(example: Any, num_classes: Optional[int], example_shared: Any = None, *,
+                        call: str = "istjax.classifier(model, data, ...)") -> tuple[Any, int, Any]:
+    """``(example_x, num_classes, example_shared)`` from a data set (its first two training examples, its classes,
+    its shared input unless ``example_shared`` is given) or from an example input and ``num_classes``; a TypeError
+    naming the fix, before anything is traced, when ``num_classes`` is missing."""
+    if is_dataset(example):
+        classes = int(example.num_classes)
+        if num_classes is not None and int(num_classes) != classes:
+            raise ValueError(f"{call}: num_classes={num_classes} but the data set has {classes} classes; leave "
+                             f"num_classes out (it is read from the data).")
+        shared = getattr(example, "shared", None) if example_shared is None else example_shared
+        return jnp.asarray(example.train_x[:2]), classes, shared
+    if num_classes is None:
+        shapes = jax.tree.map(lambda v: tuple(jnp.shape(v)), example)
+        raise TypeError(
+            f"{call.split('(')[0]}: an example input (shape {shapes}) needs num_classes=, the data's number of "
+            f"classes, so the model's output width is checked against it before training (5 logits for 10 classes "
+            f"trains to a NaN loss). Pass the data set itself, {call}, or num_classes=data.num_classes.")
+    return example, int(num_classes), example_shared
+
+
+def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]] = None, *,
+               num_classes: Optional[int] = None, example_shared: Any = None,
+               eval_model: Optional[nn.Module] = None) -> Task:
     """A classification Task (softmax cross-entropy on integer labels) for a Flax module.
 
     The module is called as ``model.apply(variables, x[, shared], train=...)``: ``train`` is passed when its
@@ -258,17 +302,21 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
     Args:
       model: a Flax module providing the model contract (`istjax.core.contract.Partitionable`: partition rules and,
         for IST, ``subnet(units) -> module``, the module at a worker's widths); checked here, before tracing.
-      example_x: `[B, ...]` an input batch (only its shape and dtype matter).
+      example: the data set (an `istjax.data.Dataset`: its first two training examples are the example input,
+        its ``num_classes`` and its ``shared`` input are used), or an example input batch `[B, ...]` (only its
+        shape and dtype matter; ``num_classes`` is then required).
       rules: logical axis name -> neuron group, see `istjax.spec_from_logical` (default: ``model.partition_rules()``).
-      example_shared: an example of the shared input, when the model reads one.
+      num_classes: the data's classes: the model's output width is checked against it. Required with an example
+        input; read from a data set.
+      example_shared: an example of the shared input, when the model reads one (default: the data set's).
       eval_model: the module evaluated at test time (default: ``model.eval_module()`` when the module defines it,
         else the module itself), e.g. a ResNet whose partitioned residual branches are scaled.
-      num_classes: the data's classes, when known: the model's output width is checked against it.
 
     The module is traced here (shapes only, `istjax.core.model_checks`): its forward pass on ``example_x``, its
     output (``[N, num_classes]`` logits; a softmax at the end is warned about) and one sub-network; a failure raises
     `istjax.core.model_checks.ModelCheckError` in the module's terms, before anything is compiled.
     """
+    example_x, num_classes, example_shared = example_and_classes(example, num_classes, example_shared)
     rules = contract.check_module(model, rules)
     takes_train = _takes(type(model).__call__, "train")
     if eval_model is None:
@@ -308,6 +356,6 @@ def classifier(model: nn.Module, example_x: jax.Array, rules: Optional[Mapping[s
     recompute_state = None if fresh is None else _recomputer(call, fresh, collections)
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
-                example_x=example_x, **_owner_pieces(eval_model, fresh),
+                example_x=example_x, num_classes=num_classes, **_owner_pieces(eval_model, fresh),
                 no_groups_reason="" if spec.group_sizes else model_checks.no_groups_reason(model, abstract["params"],
                                                                                             rules))

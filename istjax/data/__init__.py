@@ -1,6 +1,8 @@
 """Data: loaders, the dataset registry and the per-worker batching plan.
 
 Modules:
+  arrays    -- your own data: `from_arrays` (a Dataset of your arrays: split, standardised, checked) and
+               `check_dataset` (the checks a `data.module` function's result passes).
   dataset   -- `Dataset`, the container every loader returns, `standardize` (train statistics) and `Rows` (a
                training split standardised row by row when indexed, as file-backed loaders return it).
   builtin   -- the loaders that ship with the install: `load_digits`, `load_mnist1d`, `load_synthetic_speech`.
@@ -14,6 +16,8 @@ Modules:
   audio     -- log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
 """
 
+from istjax.data.arrays import check_dataset as check_dataset
+from istjax.data.arrays import from_arrays as from_arrays
 from istjax.data.augment import augment_batches as augment_batches
 from istjax.data.augment import augmented as augmented
 from istjax.data.augment import with_step_keys as with_step_keys
@@ -33,6 +37,7 @@ from istjax.data.images import DataNotFoundError as DataNotFoundError
 from istjax.data.images import load_fashion_mnist as load_fashion_mnist
 from istjax.data.registry import DATASETS as DATASETS
 from istjax.data.registry import load_dataset as load_dataset
+from istjax.data.registry import load_module_dataset as load_module_dataset
 
 # Private names the tests reach as `istjax.data.X` (key tags of the sampling contract, the mnist1d caches).
 from istjax.core.streams import SHARD_TAG as _SHARD_TAG
@@ -48,6 +53,9 @@ __all__ = [
     "DataNotFoundError",
     "Dataset",
     "augment_batches",
+    "check_dataset",
+    "from_arrays",
+    "load_module_dataset",
     "augmented",
     "with_step_keys",
     "eval_batches",

@@ -39,7 +39,8 @@ class Dataset(NamedTuple):
     """A classification dataset with standardised features.
 
     Fields:
-      name: dataset name, one of :data:`istjax.data.registry.DATASETS` (or `tfds:<name>`).
+      name: what runs and summaries call the data: a built-in loader's :data:`istjax.data.registry.DATASETS` name,
+        `tfds:<name>`, or any name for your own data (:func:`istjax.data.from_arrays`).
       train_x: `[N, ...] float32`, standardised with train statistics: an array, or :class:`Rows` (a file-backed
         loader's, standardised row by row when indexed, so a process that needs some examples decodes only those).
       train_y: `[N] int32` in `[0, num_classes)`.

@@ -7,7 +7,9 @@ Names are the shipped loaders of :mod:`istjax.data.builtin`, ``fashion_mnist``
 :mod:`istjax.data.graphs` (``cora``, ``citeseer``, ``pubmed`` from Planetoid files, ``csbm`` generated,
 ``graph_npz`` from an ``.npz``: node indices as examples, the graph as the shared input); ``tfds:<name>``
 dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
-for, since it pulls in tensorflow-datasets).
+for, since it pulls in tensorflow-datasets). Your own data comes from a function of yours
+(:func:`load_module_dataset`, ``data.module`` in a config) that returns a Dataset
+(:func:`istjax.data.from_arrays`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from istjax.core.user_code import Field, load_object
+from istjax.data.arrays import check_dataset
 from istjax.data.builtin import _mnist1d_default_args, load_digits, load_mnist1d, load_synthetic_speech
 from istjax.data.dataset import Dataset
 from istjax.data.graphs import as_dataset, csbm, load_graph
@@ -25,8 +29,12 @@ from istjax.data.speech import load_fsdd
 
 __all__ = [
     "DATASETS",
+    "DATA_MODULE",
     "load_dataset",
+    "load_module_dataset",
 ]
+
+DATA_MODULE = Field("data.module", "function")
 
 _LOADERS: dict[str, Callable[..., Dataset]] = {
     "digits": load_digits,
@@ -82,3 +90,33 @@ def load_dataset(name: str, **kwargs: Any) -> Dataset:
             f"{_accepted_kwargs(name)}."
         )
     return _LOADERS[name](**kwargs)
+
+
+def load_module_dataset(spec: str, **kwargs: Any) -> Dataset:
+    """The Dataset your function returns: ``spec`` is ``"path/to/file.py:function"`` or ``"package.module:function"``
+    (``data.module``, loaded by `istjax.core.user_code`), called with ``kwargs`` (``data.kwargs``) and its result
+    checked (`istjax.data.check_dataset`: shapes, dtypes, label range, non-empty splits).
+
+    Raises:
+      ValueError: naming ``data.module``, the value and the fix (no such file or function, arguments the function
+        does not take, a call that fails, a result that breaks the Dataset contract).
+    """
+    fn, _ = load_object(spec, DATA_MODULE)
+    where = f"data.module={spec!r}"
+    if fn is None or not callable(fn) or inspect.isclass(fn):
+        found = "nothing of that name" if fn is None else f"a {type(fn).__name__}"
+        raise ValueError(f"{where}: {spec.rsplit(':', 1)[1]!r} is {found}; name a function that returns an "
+                         f"istjax.data.Dataset (e.g. `return istjax.data.from_arrays(x, y)`).")
+    params = inspect.signature(fn).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    unknown = sorted(set(kwargs) - set(params)) if not takes_any else []
+    if unknown:
+        raise ValueError(f"{where}: {fn.__name__} takes no argument(s) {unknown} (given by data.kwargs); it takes "
+                         f"{sorted(params)}.")
+    try:
+        data = fn(**kwargs)
+    except Exception as e:  # noqa: BLE001 - the user's function: report it in one line, its type and message
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"{where}: calling {fn.__name__}(**{kwargs!r}) failed with {type(e).__name__}: {first}") \
+            from e
+    return check_dataset(data, where)

@@ -133,7 +133,7 @@ def parse_train_args(argv: Sequence[str]):
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise config_lib.ConfigError([f"bad --config override in {overrides}: {type(e).__name__}: {e}"]) from e
     _switch_model(base, config, overrides + list(new_keys))
-    _locate_model_file(config, config_file)
+    _locate_user_files(config, config_file)
     return config, fv.workdir, fv.resume, fv.overwrite
 
 
@@ -173,17 +173,20 @@ def _switch_model(base, config, overrides: Sequence[str]) -> None:
             config.model.module = ""
 
 
-def _locate_model_file(config, config_file: Optional[str]) -> None:
-    """A relative ``model.module`` file path is read from the current folder, or else from the config file's."""
-    import istjax.experiment.config as config_lib
-    from istjax.models import user
+def _locate_user_files(config, config_file: Optional[str]) -> None:
+    """A relative ``model.module`` or ``data.module`` file path is read from the current folder, or else from the
+    config file's."""
+    from istjax.core import user_code
 
-    spec = config_lib.model_module(config)
-    if not spec or not user.is_file_spec(spec) or os.path.isabs(spec) or config_file is None:
-        return
-    here, beside = user.absolute(spec), user.absolute(spec, base=os.path.dirname(os.path.abspath(config_file)))
-    if not os.path.isfile(here.rsplit(":", 1)[0]) and os.path.isfile(beside.rsplit(":", 1)[0]):
-        config.model.module = beside
+    for section in (config.model, config.data):
+        spec = section.get("module", "") or ""
+        if not isinstance(spec, str) or not spec or not user_code.is_file_spec(spec) or os.path.isabs(spec) \
+                or config_file is None:
+            continue
+        here = user_code.absolute(spec)
+        beside = user_code.absolute(spec, base=os.path.dirname(os.path.abspath(config_file)))
+        if not os.path.isfile(here.rsplit(":", 1)[0]) and os.path.isfile(beside.rsplit(":", 1)[0]):
+            section.module = beside
 
 
 def _load_hint(error: Exception) -> str:
@@ -191,14 +194,15 @@ def _load_hint(error: Exception) -> str:
     earlier version: ``c.algorithm = "resist"`` (a section given a plain value) or ``c.backend = "mpi"`` (a field
     that no longer exists)."""
     import istjax.experiment.config as config_lib
+    from istjax.core.user_code import searched
 
     text = str(error)
     missing = re.search(r"No module named '([\w.]+)'", text)
     if missing:
-        return (f". Python searched the config file's folder, the current folder and sys.path (PYTHONPATH="
-                f"{os.environ.get('PYTHONPATH', '')!r}) for {missing.group(1)!r}. Put the module beside the config "
-                f"file, or name your model's file instead of importing it: c.model.module = "
-                f"'path/to/file.py:ClassName' (docs/custom_models.md)")
+        return (f". Python searched the config file's folder and {searched()} for {missing.group(1)!r}. Put the "
+                f"module beside the config file, or name your model's file instead of importing it: c.model.module = "
+                f"'path/to/file.py:ClassName' (docs/custom_models.md), or your data's: c.data.module = "
+                f"'path/to/file.py:function' (docs/your_data.md)")
     field = re.search(r"override field '(\w+)'", text) or re.search(r"(?:key|attribute) '?(\w+)'?", text)
     new = config_lib.renamed(field.group(1)) if field else None
     if not new:

@@ -31,6 +31,7 @@ import numpy as np
 from ml_collections import config_dict
 
 from istjax.algorithms import ALGORITHMS, ModelNeeds
+from istjax.core.errors import config_terms
 from istjax.core.partition import SAMPLERS
 from istjax.data.cluster_batches import FULL_GRAPH, GRAPH_BATCHES, clustered
 
@@ -61,6 +62,8 @@ __all__ = [
     "MODEL_KEYS",
     "use_model",
     "model_module",
+    "data_module",
+    "load_config_data",
     "renamed",
     "upgrade_dict",
     "get_field",
@@ -149,6 +152,11 @@ def _data_section(c: ml_collections.ConfigDict) -> None:
     # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" | graphs: "cora" | "citeseer" | "pubmed" | "csbm" |
     # "graph_npz" (istjax.data.DATASETS) | "tfds:<name>"
     c.data.name = "digits"
+    # Your own data: "path/to/file.py:function" (no PYTHONPATH needed) or "package.module:function", a function
+    # returning an istjax.data.Dataset (istjax.data.from_arrays), called with data.kwargs; data.name is then your
+    # data's name. A run records it with the file's absolute path, so --resume, eval, compare and plot need nothing
+    # else (docs/your_data.md).
+    c.data.module = ""
     # Passed to istjax.data.load_dataset(name, **kwargs); new keys may be given on the command line
     # (--config.data.kwargs.num_train=5000).
     c.data.kwargs = ml_collections.ConfigDict()
@@ -484,6 +492,32 @@ def _record_model_source(config: ml_collections.ConfigDict) -> None:
             config.model.module = source
 
 
+def data_module(config: ml_collections.ConfigDict) -> str:
+    """``data.module`` (``""`` for a dataset istjax ships, or a config.json written before the field existed)."""
+    return config.data.get("module", "") or ""
+
+
+def _record_data_source(config: ml_collections.ConfigDict) -> None:
+    """Sets ``data.module`` to its file's absolute path, so the run's config.json loads the data again from any
+    folder (`istjax.core.user_code.absolute`)."""
+    from istjax.core.user_code import absolute
+
+    spec = data_module(config)
+    if spec and isinstance(spec, str) and absolute(spec) != spec:
+        config.data.module = absolute(spec)
+
+
+def load_config_data(config: ml_collections.ConfigDict):
+    """The dataset the config names: a built-in loader's (``data.name``) or your function's (``data.module``), with
+    ``data.kwargs``. Raises ValueError naming the field and the fix."""
+    import istjax.data as data_lib
+
+    kwargs = dict(config.data.kwargs)
+    if data_module(config):
+        return data_lib.load_module_dataset(data_module(config), **kwargs)._replace(name=str(config.data.name))
+    return data_lib.load_dataset(config.data.name, **kwargs)
+
+
 def make_task(config: ml_collections.ConfigDict, dataset):
     """The `istjax.Task` of the config's model on ``dataset`` (nothing is compiled: shapes come from eval_shape)."""
     import jax.numpy as jnp
@@ -496,7 +530,7 @@ def make_task(config: ml_collections.ConfigDict, dataset):
     if clustered(dataset.shared):
         from istjax.graph.task import cluster_classifier
 
-        return cluster_classifier(model, dataset.shared)
+        return cluster_classifier(model, dataset.shared, num_classes=int(dataset.num_classes))
     return classifier(model, jnp.asarray(dataset.train_x[:2]), example_shared=dataset.shared,
                       num_classes=int(dataset.num_classes))
 
@@ -566,6 +600,7 @@ def check(config: ml_collections.ConfigDict, *, load_data: bool = True) -> Check
     _check_known_fields(config, p)
     p.raise_any()  # a missing field would fail every check below
     _record_model_source(config)
+    _record_data_source(config)
     names_ok = _check_names(config, p)
     counts_ok = _check_numbers(config, p)
     dataset = _check_data(config, p, load_data and names_ok["dataset"], counts_ok)
@@ -623,7 +658,7 @@ def _check_names(config, p: _Problems) -> dict[str, bool]:
     import istjax.data as data_lib
 
     ok = {"algorithm": p.choice("algorithm.name", ALGORITHMS.names()),
-          "dataset": str(config.data.name).startswith("tfds:") or p.choice("data.name", data_lib.DATASETS),
+          "dataset": _check_data_name(config, p),
           "sampler": p.choice("sampler.name", SAMPLERS.names())}
     p.choice("data.sharding", data_lib.SHARDINGS)
     p.choice("optimizer", OPTIMIZERS)
@@ -637,6 +672,25 @@ def _check_names(config, p: _Problems) -> dict[str, bool]:
     return ok
 
 
+def _check_data_name(config, p: _Problems) -> bool:
+    """``data.name`` names a shipped dataset, or (with ``data.module``) your data, under a name of its own."""
+    import istjax.data as data_lib
+
+    spec = data_module(config)
+    if not spec:
+        return str(config.data.name).startswith("tfds:") or p.choice("data.name", data_lib.DATASETS)
+    if not isinstance(spec, str):
+        p.bad("data.module", "give 'path/to/file.py:function' or 'package.module:function'.")
+        return False
+    name = str(config.data.name)
+    if name in data_lib.DATASETS or name.startswith("tfds:") or not name:
+        fn = spec.rsplit(":", 1)[-1].split(".")[-1] or "my_data"
+        p.add(f"data.name={name!r} with data.module={spec!r}: {name!r} names a dataset istjax ships, but data.module "
+              f"loads your own; give yours its own name, e.g. --config.data.name={fn}.")
+        return False
+    return True
+
+
 def _check_numbers(config, p: _Problems) -> bool:
     """Counts, the learning rate and its schedule, the target, the runtime's own fields. True when num_workers and
     batch_size are positive integers (the checks that divide by them can run)."""
@@ -644,8 +698,11 @@ def _check_numbers(config, p: _Problems) -> bool:
 
     ok = {f: p.positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
                                      "checkpoint_every", "max_to_keep", "eval_batch_size")}
-    if p.choice("runtime.name", runtimes.names()) and runtimes.get(config.runtime.name).multi_process:
-        _check_mpi(config, p.list, p.choice, workers_ok=ok["num_workers"])
+    if p.choice("runtime.name", runtimes.names()):
+        if runtimes.get(config.runtime.name).multi_process:
+            _check_mpi(config, p.list, p.choice, workers_ok=ok["num_workers"])
+        else:
+            _check_single_launch(config, p)
     if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:
         p.bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
     if not _is_int(config.seed):
@@ -674,9 +731,10 @@ def _check_data(config, p: _Problems, load_data: bool, counts_ok: bool):
     dataset = None
     if load_data:
         try:
-            dataset = data_lib.load_dataset(config.data.name, **dict(config.data.kwargs))
+            dataset = load_config_data(config)
         except (ValueError, TypeError) as e:
-            p.add(f"data.kwargs={to_dict(config.data.kwargs)!r} for data.name={config.data.name!r}: {e}")
+            p.add(str(e) if data_module(config) else
+                  f"data.kwargs={to_dict(config.data.kwargs)!r} for data.name={config.data.name!r}: {e}")
     if not isinstance(config.data.augment, bool):
         p.bad("data.augment", "must be True or False.")
     if not _is_int(config.data.augment_pad) or config.data.augment_pad < 0:
@@ -749,6 +807,19 @@ def _check_graph_batches(config, dataset, bad, choice):
     return dataset._replace(shared=shared)
 
 
+def _check_single_launch(config, p: _Problems) -> None:
+    """A runtime of one process, launched by mpiexec with several: every rank would train its own copy of the run
+    into one workdir. Refused on every rank, before anything is written."""
+    from istjax.experiment.metrics import process_count
+
+    n = process_count()
+    if n > 1:
+        p.bad("runtime.name", f"runs every worker in one process, but mpiexec launched {n} processes: each would train "
+                              f"its own copy of the run into the same workdir. Add --config.runtime.name=mpi (`mpiexec "
+                              f"-n {n} istjax train --config.runtime.name=mpi ...`), or run `istjax train` without "
+                              f"mpiexec.")
+
+
 def _check_mpi(config, problems: list[str], choice, *, workers_ok: bool) -> None:
     """runtime.name='mpi': a launch by mpiexec, W a multiple of the process count and, with mode='sharded', what that
     mode needs, each with the command-line fix (`istjax.runtimes.mpi` refuses the same in the Python API's terms)."""
@@ -776,7 +847,8 @@ def _check_sharded(config, problems: list[str], n: int) -> None:
     """runtime.mode='sharded' for an algorithm that exchanges subnetworks: each process holds 1/N of the groups dealt
     stratified by N owners, so the algorithm must deal some that way: through the sampler it reads (IST:
     ``sampler.name=stratified``, ``sampler.num_owners=N``, for every group or some in ``sampler.groups``) or its own
-    ``num_owners`` option (ResIST). Algorithms that exchange replicas or gradients run in it as they are."""
+    ``num_owners`` option (ResIST). Algorithms that exchange replicas or gradients are refused by the runtime
+    (`istjax.runtimes.mpi.mpi_runtime`: there is nothing to shard)."""
     from istjax.algorithms import Exchange
     from istjax.core.partition import owner_counts
 
@@ -886,6 +958,9 @@ def _check_groups(config, dataset, problems: list[str], sampler_ok: bool):
 
 
 def _check_task(config, dataset, task, problems: list[str], sampler_ok: bool) -> None:
+    from istjax.core import contract
+    from istjax.core.task import MIN_BATCH_STATISTICS_SPLIT
+
     if int(config.eval_batch_size) < task.min_eval_batch:
         problems.append(f"eval_batch_size={config.eval_batch_size}: model {config.model.name!r} normalises with the "
                         f"statistics of the evaluation batch at test time, so a small batch evaluates another, worse "
@@ -897,11 +972,13 @@ def _check_task(config, dataset, task, problems: list[str], sampler_ok: bool) ->
                         f"statistics at test time; the training-set evaluation needs at least {task.min_eval_batch} "
                         f"examples (or 0: the whole training set).")
     smallest = min(len(dataset.test_y), len(dataset.train_y))
-    if smallest < task.min_eval_batch:
-        problems.append(f"data.name={config.data.name!r}: a split of {smallest} examples is smaller than the "
-                        f"{task.min_eval_batch}-example evaluation batch that model {config.model.name!r} needs (it "
-                        f"normalises with batch statistics at test time). Use more examples (data.kwargs) or a "
-                        f"model with running statistics.")
+    if smallest < min(task.min_eval_batch, MIN_BATCH_STATISTICS_SPLIT):
+        fix = " ".join(f"--config.model.{k}={v}" for k, v in contract.batch_statistics_fix(task.module).items())
+        problems.append(f"data.name={config.data.name!r}: a split of {smallest} examples; model {config.model.name!r} "
+                        f"normalises with the statistics of the batch it is given at test time, and a batch under "
+                        f"{MIN_BATCH_STATISTICS_SPLIT} examples scores another, worse model. Use more examples"
+                        f"{' (data.kwargs)' if not data_module(config) else ''}, or the model without test-time "
+                        f"batch statistics{': ' + fix if fix else ''}.")
     groups = dict(task.spec.group_sizes)
     unknown = sorted(set(config.sampler.groups) - set(groups))
     for g in unknown:
@@ -924,7 +1001,8 @@ def _check_task(config, dataset, task, problems: list[str], sampler_ok: bool) ->
     except ValueError as e:
         where = f"sampler.name={config.sampler.name!r}" + (f", sampler.groups={to_dict(config.sampler.groups)!r}"
                                                  if len(config.sampler.groups) else "")
-        problems.append(f"{_sizes_text(config)} with num_workers={config.num_workers} and {where}: {e}")
+        problems.append(f"{_sizes_text(config)} with num_workers={config.num_workers} and {where}: "
+                        f"{config_terms(e)}")
 
 
 def get_field(config, field: str):

@@ -52,6 +52,7 @@ import istjax.experiment.config as config_lib
 from istjax.algorithms import ALGORITHMS
 from istjax.algorithms.base import Algorithm, init_state
 from istjax.core import contract
+from istjax.core.errors import config_terms
 from istjax.core.state import TrainState
 from istjax.core.task import Task
 from istjax.data.cluster_batches import CLUSTERS, cluster_batch_fn, clustered
@@ -159,7 +160,7 @@ def build(config: ml_collections.ConfigDict, checked: Optional[config_lib.Checke
     except (TypeError, ValueError) as e:
         where = ", ".join(f"{f}={config_lib.get_field(config, f)!r}"
                           for f in ("runtime.name", *_runtime_fields(config)))
-        raise ConfigError([f"{config.algorithm.name} on {where}: {e}"]) from e
+        raise ConfigError([f"{config.algorithm.name} on {where}: {config_terms(e)}"]) from e
     if getattr(batch_fn, "rows", None) is not None:  # this process holds its workers' examples, and evaluation's
         n = int(config.eval_train_examples) or len(dataset.train_y)
         dataset = dataset._replace(train_x=dataset.train_x[:n], train_y=dataset.train_y[:n])
@@ -201,29 +202,35 @@ def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task
     return batch_fn
 
 
-def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, shared: Any = None, *,
-                    fuse: bool = True) -> Callable:
-    """``step(state, data) -> (state, metrics)``: draws round ``state.round``'s batches on device and runs it.
+def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, *, fuse: bool = True) -> Callable:
+    """``step(state, (data, shared)) -> (state, metrics)``: draws round ``state.round``'s batches on device and runs
+    it.
 
-    ``data`` is ``batch_fn.data`` (passed as an argument so the training set is not baked into the program);
-    ``shared`` is the dataset's shared input, passed to every round as it is. With ``fuse`` the batch gather and the
-    round are one jitted function; without it (runtimes whose round is not traceable as a whole, e.g. ones that talk
-    MPI between device steps) the batches come from ``batch_fn``'s own jitted gather and the round is called as the
-    runtime built it (a batch function built for an MPI rank's workers, `own_rows`, draws only their rows). Either
-    way no data passes through the host.
+    ``data`` is ``batch_fn.data`` and ``shared`` the dataset's shared input (a graph), both passed as arguments so
+    that neither the training set nor the graph is baked into the program as a constant (XLA would fold it, seconds
+    of compilation for a large graph). With ``fuse`` the batch gather and the round are one jitted function; without
+    it (runtimes whose round is not traceable as a whole, e.g. ones that talk MPI between device steps) the batches
+    come from ``batch_fn``'s own jitted gather and the round is called as the runtime built it (a batch function
+    built for an MPI rank's workers, `own_rows`, draws only their rows). Either way no data passes through the host.
     """
     if fuse:
         @jax.jit
-        def step(state: TrainState, data):
+        def step(state: TrainState, inputs):
+            data, shared = inputs
             return algorithm.round(state, batch_fn.apply(data, state.round), shared)
 
         return step
 
-    def step_unfused(state: TrainState, data):
-        del data  # batch_fn closes over the same arrays
+    def step_unfused(state: TrainState, inputs):
+        _, shared = inputs  # batch_fn closes over the same arrays
         return algorithm.round(state, batch_fn(state.round), shared)
 
     return step_unfused
+
+
+def step_inputs(run: "Run") -> tuple[Any, Any]:
+    """What every round step reads besides the state: ``(batch_fn.data, dataset.shared)`` (`make_train_step`)."""
+    return run.batch_fn.data, run.dataset.shared
 
 
 def step_examples(config: ml_collections.ConfigDict) -> int:
@@ -235,7 +242,8 @@ def step_examples(config: ml_collections.ConfigDict) -> int:
 
 
 def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, train_examples: int = 0,
-                   evaluate_fn: Optional[Callable] = None) -> Callable[[TrainState], dict[str, float]]:
+                   evaluate_fn: Optional[Callable] = None,
+                   log: Optional[Callable[[str], None]] = None) -> "Evaluator":
     """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model.
 
     The model runs in test mode (`istjax.Task.evaluate`: running statistics where the model keeps them, and any
@@ -244,13 +252,12 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, tr
     example-weighted means. Chunks are equal (``len // batch_size`` of them), never shorter than ``batch_size`` nor
     than the task's ``min_eval_batch`` (a model with batch-statistics BatchNorm normalises each chunk with its own
     statistics). ``evaluate_fn`` replaces ``task.evaluate`` (a runtime that evaluates a sharded state in place:
-    `istjax.runtimes.RuntimeHandle.evaluate`).
+    `istjax.runtimes.RuntimeHandle.evaluate`). A split smaller than ``min_eval_batch`` (your own table's test set) is
+    evaluated as one batch, and ``log`` is told that its score depends on the split's size.
     """
-    shared = dataset.shared
     evaluate_fn = task.evaluate if evaluate_fn is None else evaluate_fn
 
-    @jax.jit
-    def chunk(params, model_state, x, y):
+    def chunk_scores(params, model_state, x, y, shared):
         loss, aux = evaluate_fn(params, model_state, {"x": x, "y": y}, shared)
         return loss, aux["accuracy"]
 
@@ -265,17 +272,52 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, tr
     n_train = len(dataset.train_y) if train_examples in (0, None) else min(train_examples, len(dataset.train_y))
     splits = {"test": put(dataset.test_x, dataset.test_y),
               "train": put(dataset.train_x[:n_train], dataset.train_y[:n_train])}
+    small = {split: n for split, n in (("test", len(dataset.test_y)), ("train", n_train)) if n < task.min_eval_batch}
+    if small and log is not None:
+        log(_small_split_note(task, small))
+    return Evaluator(jax.jit(chunk_scores), splits, dataset.shared)
 
-    def evaluate(state: TrainState) -> dict[str, float]:
+
+class Evaluator:
+    """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` (`make_evaluator`): the chunk
+    function compiled ahead of time for each chunk shape on first use, the shared input passed as an argument (never
+    folded into the program as a constant); ``compile_time`` is the seconds its compilation took."""
+
+    def __init__(self, chunk: Callable, splits: dict[str, list], shared: Any):
+        self.chunk, self.splits, self.shared = chunk, splits, shared
+        self.compiled: dict[Any, Callable] = {}
+        self.compile_time = 0.0
+
+    def _compiled(self, state: TrainState, x, y) -> Callable:
+        args = (state.params, state.model_state, x, y, self.shared)
+        key = jax.tree.map(lambda a: (jnp.shape(a), jnp.result_type(a)), args)
+        key = (jax.tree.structure(args), tuple(jax.tree.leaves(key)))
+        if key not in self.compiled:
+            t = time.perf_counter()
+            self.compiled[key] = self.chunk.lower(*args).compile()
+            self.compile_time += time.perf_counter() - t
+        return self.compiled[key]
+
+    def __call__(self, state: TrainState) -> dict[str, float]:
         out = {}
-        for split, chunks in splits.items():
-            results = jax.device_get([(chunk(state.params, state.model_state, x, y), n) for x, y, n in chunks])
+        for split, chunks in self.splits.items():
+            results = jax.device_get([
+                (self._compiled(state, x, y)(state.params, state.model_state, x, y, self.shared), n)
+                for x, y, n in chunks])
             total = sum(n for _, n in results)
             out[f"{split}_loss"] = float(sum(float(l) * n for (l, _), n in results) / total)
             out[f"{split}_accuracy"] = float(sum(float(a) * n for (_, a), n in results) / total)
         return out
 
-    return evaluate
+
+def _small_split_note(task: Task, small: dict[str, int]) -> str:
+    """The warning for splits evaluated as one batch smaller than ``task.min_eval_batch`` (`make_evaluator`)."""
+    fix = contract.batch_statistics_fix(task.module)
+    splits = " and ".join(f"the {split} split ({n} examples)" for split, n in small.items())
+    return (f"note: {splits} evaluated as one batch, smaller than the {task.min_eval_batch} examples "
+            f"{type(task.module).__name__} should be evaluated in: it normalises with the batch's statistics at test "
+            f"time, so the score depends on the batch (docs/your_data.md)"
+            + (f"; without that: {', '.join(f'model.{k}={v!r}' for k, v in fix.items())}." if fix else "."))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -306,7 +348,9 @@ def _prepare_workdir(workdir: pathlib.Path, config_dict: dict, *, resume: bool, 
             raise ConfigError([f"resume=True but workdir={str(workdir)!r} holds no run to resume (no config.json). "
                                f"Drop --resume to start a new run there."])
         return
-    old = config_lib.read_run_config(config_path)
+    # Read through from_dict: a field the run's file lacks (added since it was written) takes its default, the value
+    # that keeps what the run computed.
+    old = config_lib.to_dict(config_lib.load_run_config(workdir))
     computing = config_lib.differences(old, config_dict, ignore=config_lib.run_control_fields(old))
     if computing:
         fix = ("--resume continues that run with its own config (config.json in the workdir): drop the overrides "
@@ -525,18 +569,18 @@ def initial_state(run: Run, *, resume: bool) -> TrainState:
 def compile_step(run: Run, state: TrainState) -> Callable:
     """The round step, fused with the batch draw and compiled ahead of time where the runtime allows, else compiled
     by a warm-up round whose result is dropped (step 3); ``run.compile_time`` is the time either took."""
-    alg, shared = run.algorithm, run.dataset.shared
+    alg, inputs = run.algorithm, step_inputs(run)
     if not alg.runtime.fusable:  # its round exchanges buffers between device steps: compiled in the first round
-        step = make_train_step(alg, run.batch_fn, shared, fuse=False)
+        step = make_train_step(alg, run.batch_fn, fuse=False)
         # A warm-up round, run once and thrown away (the round is pure in the state; every rank runs it, so the
         # collectives match): it compiles every piece, so that no round's time counts compilation.
         # ``compile_time_s`` is its time: compilation plus one round's work.
         t = time.perf_counter()
-        jax.block_until_ready(step(state, run.batch_fn.data))
+        jax.block_until_ready(step(state, inputs))
         run.compile_time = time.perf_counter() - t
         return step
     t = time.perf_counter()
-    step = make_train_step(alg, run.batch_fn, shared, fuse=True).lower(state, run.batch_fn.data).compile()
+    step = make_train_step(alg, run.batch_fn, fuse=True).lower(state, inputs).compile()
     run.compile_time = time.perf_counter() - t
     return step
 
@@ -597,12 +641,12 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
     writer = MetricWriter(run.workdir, enabled=run.primary, purge_step=start + 1 if start else None)
     bar = tqdm(total=n, initial=start, unit="round", dynamic_ncols=True, file=sys.stderr,
                disable=not (run.primary and c.progress), desc=f"{alg.name} W={w}")
-    data = run.batch_fn.data
+    inputs = step_inputs(run)
     try:
         with _stop_on_signals(run.log) as stop:
             for r in range(start, n):
                 t0 = time.perf_counter()
-                new_state, metrics = step_fn(state, data)
+                new_state, metrics = step_fn(state, inputs)
                 metrics = jax.device_get(metrics)
                 run.wall += time.perf_counter() - t0
                 _check_finite(run, state, metrics, r)
@@ -657,6 +701,7 @@ def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: in
     summary = _summary(run.config, run.algorithm, records, run.workdir, compile_time=run.compile_time,
                        wall=run.wall, bytes_total=run.bytes_total)
     summary["peak_rss_mib_per_process"] = peak_rss
+    summary["eval_compile_time_s"] = getattr(evaluate, "compile_time", None)  # compile_time_s is the step's
     write_atomic(run.workdir / "summary.json", json.dumps(summary, indent=2) + "\n")
     print(_summary_text(summary), flush=True)
     return summary
@@ -738,7 +783,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
                 records = read_metrics(run.workdir / "metrics.jsonl")
         evaluate = make_evaluator(run.task, run.dataset, batch_size=int(config.eval_batch_size),
                                   evaluate_fn=run.algorithm.runtime.evaluate,
-                                  train_examples=int(config.eval_train_examples))
+                                  train_examples=int(config.eval_train_examples), log=run.log)
         step_fn = compile_step(run, state) if start < int(config.num_rounds) else None
         state = train_loop(run, state, step_fn, evaluate, records)
         return finish(run, state, records, evaluate, start)
@@ -754,7 +799,9 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
     out = {
         "name": config.name, "algorithm": algorithm.name, "dataset": config.data.name, "num_workers": W,
         "local_steps": K, "batch_size": B, "rounds": rounds, "samples_seen": rounds * W * K * B,
-        "graph_batches": config.data.graph_batches,
+        "graph_batches": config.data.graph_batches, "runtime": config.runtime.name,
+        "runtime_mode": config.runtime.mode if algorithm.runtime.size > 1 else None,
+        "num_processes": int(algorithm.runtime.size),
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
         "train_loss": last.get("train_loss"), "train_accuracy": last.get("train_accuracy"),
         "wall_time_s": wall, "time_per_round_s": wall / rounds if rounds else float("nan"),
@@ -772,17 +819,27 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
     return out
 
 
+def _runtime_text(s: dict[str, Any]) -> str:
+    """``simulate, 1 process`` / ``mpi (sharded), 2 processes``, from a summary (older ones lack the fields)."""
+    n = s.get("num_processes", 1)
+    mode = f" ({s['runtime_mode']})" if s.get("runtime_mode") else ""
+    return f"{s.get('runtime', 'simulate')}{mode}, {n} process{'es' if n != 1 else ''}"
+
+
 def _summary_text(s: dict[str, Any]) -> str:
     lines = [
         f"Finished {s['rounds']} rounds of {s['algorithm']} on {s['dataset']} (W={s['num_workers']}, "
         f"K={s['local_steps']}, " + (f"{s['batch_size']} cluster(s) per step)." if s.get("graph_batches") == CLUSTERS
                                       else f"B={s['batch_size']})."),
+        f"  runtime {_runtime_text(s)}",
         f"  test accuracy {s['test_accuracy']:.4f}, test loss {s['test_loss']:.4f}, train loss "
         f"{s['train_loss']:.4f}",
         f"  samples seen {s['samples_seen']:,}; {1000 * s['time_per_round_s']:.1f} ms per round "
         f"(training {s['wall_time_s']:.1f} s, "
-        + ("compilation included in the first round)" if s["compile_time_s"] is None
-           else f"compilation {s['compile_time_s']:.1f} s)"),
+        + ("compilation included in the first round" if s["compile_time_s"] is None
+           else f"compiling the step {s['compile_time_s']:.1f} s")
+        + (f", the evaluation {s['eval_compile_time_s']:.1f} s)" if s.get("eval_compile_time_s") is not None
+           else ")"),
         f"  per worker per round: received {format_bytes(s['bytes_received_per_worker_per_round'])}, sent "
         f"{format_bytes(s['bytes_sent_per_worker_per_round'])}; all workers so far {format_bytes(s['bytes_total'])}",
     ]

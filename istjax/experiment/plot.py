@@ -5,7 +5,11 @@ Reads each run directory's ``metrics.jsonl`` (one JSON object per evaluation, sc
 
 1. test accuracy vs rounds (the optimisation view: same rounds = same samples seen at equal W, K, B),
 2. test accuracy vs training wall time in seconds (compilation and evaluation excluded; ``--log-time``: log scale),
-3. test accuracy vs bytes communicated by all workers so far (``bytes_total``, log scale).
+   its axis label saying what was timed, from the runtime each run recorded (`wall_time_label`): under
+   ``runtime=simulate`` one process computes every worker with no communication, under ``runtime=mpi`` the
+   processes (``summary.json``'s count) train and communicate,
+3. test accuracy vs bytes one worker moved each way so far (`bytes_per_worker`: ``bytes_total / (2 W)``, log
+   scale), the convention of ``summary.json``'s ``bytes_sent_per_worker_per_round`` and of ``istjax compare``.
 
 Log axes are labelled in units (``1 kB``, ``10 MB``; ``10 ms``, ``1 min``), one label per decade; an axis that shows
 fewer than two decade ticks also labels its 2x and 5x ticks.
@@ -50,9 +54,10 @@ from typing import Any, NamedTuple, Optional
 from istjax.experiment.config import RUN_CONTROL_FIELDS, flat_dict, upgrade_dict
 from istjax.experiment.metrics import format_bytes
 
-__all__ = ["PlotError", "Run", "BANDS", "Curve", "NAMED_SECTIONS", "figure_title", "format_seconds", "group_curve",
-           "group_runs", "label", "legend_labels", "load_run", "log_unit_formatters", "main", "plot_runs", "read_json_object", "run_fields",
-           "shown_fields", "varying_fields", "wrap_label"]
+__all__ = ["PlotError", "Run", "BANDS", "BYTES_CONVENTION", "Curve", "NAMED_SECTIONS", "bytes_per_worker",
+           "figure_title", "format_seconds", "group_curve", "group_runs", "label", "legend_labels", "load_run",
+           "log_unit_formatters", "main", "plot_runs", "read_json_object", "run_fields", "shown_fields",
+           "varying_fields", "wall_time_label", "wall_time_text", "wrap_label"]
 
 # Fixed colours per algorithm (matplotlib's tab10), so every figure of a study reads the same way.
 ALGORITHM_COLORS = {"ist": "tab:blue", "data_parallel": "tab:red", "local_sgd": "tab:green"}
@@ -67,6 +72,9 @@ NOISY_FIELDS = frozenset(RUN_CONTROL_FIELDS) | {"workdir"}
 _BASE_FIELDS = ("algorithm", "num_workers", "local_steps")  # in the base label: ``algorithm`` (``W=.. K=..``)
 # The band drawn around a seed group's mean: the min..max across seeds, or mean +- one sample standard deviation.
 BANDS = {"minmax": "min–max across seeds", "std": "±1 std across seeds"}
+# The bytes panel (and `istjax compare`'s bytes columns): what one worker moved each way, as summary.json counts.
+BYTES_PER_WORKER = "bytes_per_worker"
+BYTES_CONVENTION = "bytes per worker, each way"
 
 
 class PlotError(ValueError):
@@ -405,15 +413,33 @@ def _styles(groups: Sequence[Sequence[Run]], show_seed: bool = False) -> list[di
 
 # ----------------------------------------------------------------------------------------------- curves and bands
 
+def bytes_per_worker(rec: dict[str, Any], num_workers: Optional[int]) -> Optional[float]:
+    """Bytes one worker moved each way so far, from a record's ``bytes_total`` (all workers, both ways):
+    ``bytes_total / (2 W)``; the convention of ``summary.json``'s ``bytes_sent_per_worker_per_round`` and
+    ``bytes_received_per_worker_per_round`` (equal for the analytic counts; the mean of the two where a runtime
+    measured them apart). None when the record lacks ``bytes_total`` or W is unknown."""
+    total = rec.get("bytes_total")
+    w = rec.get("num_workers", num_workers)
+    if not isinstance(total, (int, float)) or isinstance(total, bool) or not w:
+        return None
+    return float(total) / (2 * int(w))
+
+
+BYTES_FIELDS = ("bytes_total", BYTES_PER_WORKER)
+
+
 def _points(run: Run, x_field: str) -> tuple[list[float], list[float], list[float]]:
-    """``(rounds, x, test_accuracy)`` of the records with finite values (x = round for ``"round"``), by round."""
+    """``(rounds, x, test_accuracy)`` of the records with finite values (x = round for ``"round"``, `bytes_per_worker`
+    for ``"bytes_per_worker"``), by round."""
     by_round: dict[float, tuple[float, float]] = {}
     for rec in run.records:
         r, y = rec.get("round"), rec.get("test_accuracy")
         x = r if x_field == "round" else rec.get(x_field)
+        if x_field == BYTES_PER_WORKER:
+            x = bytes_per_worker(rec, run.num_workers)
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (r, x, y)):
             continue
-        if x_field == "bytes_total" and x <= 0:
+        if x_field in BYTES_FIELDS and x <= 0:
             continue  # nothing communicated yet: no place on a log axis
         if x_field != "round" and "wall_time_s" not in rec and float(r) in by_round:
             continue  # a re-evaluation of a finished run: keep the training record of that round
@@ -433,9 +459,10 @@ class Curve(NamedTuple):
 
 def group_curve(group: Sequence[Run], x_field: str, band: str = "minmax") -> Optional[Curve]:
     """The mean curve of a seed group in the panel of ``x_field`` (``"round"``, ``"wall_time_s"``,
-    ``"bytes_total"``) with its band (``band``: a key of `BANDS`), on the group's grid of rounds: the union of the
-    seeds' evaluated rounds inside the range all of them cover, each seed interpolated linearly between its own
-    evaluations (exact at rounds every seed evaluated). x is the seeds' mean at each round. None: no common range.
+    ``"bytes_per_worker"``: `bytes_per_worker`; or any numeric record field, such as ``"bytes_total"``) with its band
+    (``band``: a key of `BANDS`), on the group's grid of rounds: the union of the seeds' evaluated rounds inside the
+    range all of them cover, each seed interpolated linearly between its own evaluations (exact at rounds every seed
+    evaluated). x is the seeds' mean at each round. None: no common range.
     """
     import numpy as np
 
@@ -541,6 +568,59 @@ def figure_title(runs: Sequence[Run]) -> str:
             + (f" on {_join(datasets)}" if datasets else "") + "".join(f", {p}" for p in shared))
 
 
+def _runtime_of(run: Run) -> tuple[Optional[str], Optional[int]]:
+    """``(runtime, processes)`` a run recorded: ``runtime.name`` of its ``config.json`` (else ``summary.json``'s
+    ``runtime``; with ``summary.json``'s ``runtime_mode`` where it names one: ``"mpi (sharded)"``), and its process
+    count (``summary.json``'s ``num_processes``, else the length of its ``peak_rss_mib_per_process``). None: not
+    recorded."""
+    try:
+        summary = read_json_object(run.path / "summary.json")
+    except PlotError:
+        summary = {}
+    runtime = run.config.get("runtime")
+    name = runtime.get("name") if isinstance(runtime, dict) else None
+    name = summary.get("runtime") if name is None else name
+    if name is not None and summary.get("runtime_mode"):
+        name = f"{name} ({summary['runtime_mode']})"
+    processes = summary.get("num_processes")
+    if not isinstance(processes, int) or isinstance(processes, bool):
+        per = summary.get("peak_rss_mib_per_process")
+        processes = len(per) if isinstance(per, list) and per else None
+    return (None if name is None else str(name)), processes
+
+
+SIMULATE_WALL = "one process computes every worker, no communication (runtime=simulate)"
+
+
+def wall_time_text(runs: Sequence[Run]) -> str:
+    """What the runs' training wall time measures, from the runtime each recorded (`_runtime_of`):
+    ``"one process computes every worker, no communication (runtime=simulate)"``, ``"runtime=mpi, 4 processes"``;
+    several kinds joined by ``"; "``; ``""`` when no run records its runtime."""
+    recorded = [_runtime_of(r) for r in runs]
+    parts = []
+    for name, processes in recorded:
+        if name == "simulate":
+            parts.append(SIMULATE_WALL)
+        elif name is not None:
+            parts.append(f"runtime={name}" + (f", {processes} process{'es' if processes != 1 else ''}"
+                                              if processes else ""))
+    if parts and any(name is None for name, _ in recorded):
+        parts.append("runtime not recorded")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def wall_time_label(runs: Sequence[Run], *, log_time: bool = False) -> str:
+    """The wall-time panel's axis label, saying what was timed (`wall_time_text`): ``"training wall time (s): one
+    process computes every worker, no communication (runtime=simulate)"``, ``"training wall time (s) under
+    runtime=mpi, 4 processes"``; plain ``"training wall time (s)"`` when no run records its runtime."""
+    unit = " (log scale)" if log_time else " (s)"
+    text = wall_time_text(runs)
+    if not text:
+        return "training wall time" + unit
+    return "training wall time" + unit + (f": {text}" if text.startswith(SIMULATE_WALL) or ";" in text
+                                          else f" under {text}")
+
+
 def wrap_label(text: str, width: int = _WRAP) -> str:
     """``text`` broken at spaces into lines of at most ``width`` characters (a longer word stays whole), so a long
     legend label takes several short lines instead of the figure's width."""
@@ -588,7 +668,7 @@ def _decorate_axes(axes, panels, drawn: dict[str, bool], target: Optional[float]
         ax.set_xlabel(xlabel)
         if scale == "log" and drawn[field]:
             ax.set_xscale("log")
-            _log_units(ax.xaxis, format_bytes if field == "bytes_total" else format_seconds)
+            _log_units(ax.xaxis, format_bytes if field in BYTES_FIELDS else format_seconds)
         if field == "round":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, which="major", alpha=0.35)
@@ -636,9 +716,9 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     labels = legend_labels(groups, show_seed=show_seed, shared_in_title=title is None)
     styles = _styles(groups, show_seed=show_seed)
     panels = (("round", "rounds", "linear"),
-              ("wall_time_s", "training wall time" + (" (log scale)" if log_time else " (s)"),
+              ("wall_time_s", wrap_label(wall_time_label(runs, log_time=log_time), 55),
                "log" if log_time else "linear"),
-              ("bytes_total", "bytes communicated, all workers (log scale)", "log"))
+              (BYTES_PER_WORKER, f"{BYTES_CONVENTION}, so far (log scale)", "log"))
     texts = [wrap_label(t) for t in labels]
     legend_title = (f"line: mean over seeds\nshaded: {BANDS[band or 'minmax']}"
                     if any(len(g) > 1 for g in groups) else None)

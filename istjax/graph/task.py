@@ -2,7 +2,7 @@
 
 Full graph (graphs that fit): the batch is ``{"x": node ids [B], "y": labels [B]}`` and the graph is the shared
 input ``shared["graph"]``; the model runs over the whole graph and is scored at the batch's nodes. That is
-`istjax.classifier` as it is: `node_classifier(model, shared)`.
+`istjax.classifier` as it is: `node_classifier(model, data)`.
 
 Cluster mini-batches (graphs that do not): the graph's nodes are partitioned into C clusters
 (`istjax.graph.clusters.partition_nodes`, METIS), and the shared input also holds the padded cluster table, the
@@ -16,22 +16,55 @@ would not). Every worker draws its own clusters as a pure function of (seed, rou
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from istjax.core.task import Task, classifier
+from istjax.core.task import Task, classifier, example_and_classes, is_dataset
 from istjax.graph import clusters as clusters_lib
 from istjax.graph.graph import Graph
 
 __all__ = ["cluster_classifier", "node_classifier", "with_clusters"]
 
 
-def node_classifier(model, shared: dict, batch_size: int = 2) -> Task:
-    """Full-graph node classification: ``model(node ids, shared)`` scored at the batch's nodes."""
-    return classifier(model, jnp.zeros((batch_size,), jnp.float32), example_shared=shared)
+def _graph_data(data: Any, num_classes: Optional[int], call: str) -> tuple[dict, Optional[int]]:
+    """``(shared, num_classes)`` from a data set (its shared input and classes) or from a shared input."""
+    if is_dataset(data):
+        _, num_classes, shared = example_and_classes(data, num_classes, call=call)
+        return shared, num_classes
+    return data, num_classes
+
+
+def node_classifier(model, shared: Any, batch_size: int = 2, *, num_classes: Optional[int] = None) -> Task:
+    """Full-graph node classification: ``model(node ids, shared)`` scored at the batch's nodes. ``shared`` is the
+    data set (its shared input and ``num_classes`` are read) or its shared input, with ``num_classes`` (required:
+    the model's output width is checked against it)."""
+    shared, num_classes = _graph_data(shared, num_classes, "node_classifier(model, data)")
+    if num_classes is None:
+        raise TypeError("node_classifier(model, shared): num_classes= is required (the data's number of classes, "
+                        "checked against the model's output width before training). Pass the data set itself, "
+                        "node_classifier(model, data), or num_classes=data.num_classes.")
+    return classifier(model, jnp.zeros((batch_size,), jnp.float32), example_shared=shared, num_classes=num_classes)
+
+
+def _classes_of_labels(model, labels) -> int:
+    """The model's ``num_classes`` field, after checking that every label in ``labels`` has a logit."""
+    width = getattr(model, "num_classes", None)
+    if not isinstance(width, int):
+        raise TypeError(f"cluster_classifier(model, shared): {type(model).__name__} has no num_classes field, so "
+                        f"num_classes= is required (the data's number of classes): pass the data set, "
+                        f"cluster_classifier(model, data), or num_classes=data.num_classes.")
+    top = int(np.max(np.asarray(labels))) + 1
+    if width < top:
+        raise ValueError(f"cluster_classifier: shared['labels'] holds labels up to {top - 1}, but "
+                         f"{type(model).__name__} has num_classes={width} (labels past the logits give a NaN "
+                         f"loss); build the model with the data's num_classes, or pass cluster_classifier(model, "
+                         f"data).")
+    return width
 
 
 def with_clusters(shared: dict, labels: np.ndarray, train_idx: np.ndarray, num_clusters: int, *,
@@ -48,13 +81,18 @@ def with_clusters(shared: dict, labels: np.ndarray, train_idx: np.ndarray, num_c
             "clusters": table}
 
 
-def cluster_classifier(model, shared: dict) -> Task:
-    """A task whose training step reads a batch of cluster ids (see the module docstring); ``shared`` must come
-    from `with_clusters`. Evaluation, parameters and spec are `node_classifier`'s."""
-    if "clusters" not in shared:
+def cluster_classifier(model, shared: Any, *, num_classes: Optional[int] = None) -> Task:
+    """A task whose training step reads a batch of cluster ids (see the module docstring); ``shared`` (or the data
+    set's, when ``shared`` is the data set) must come from `with_clusters`. ``num_classes`` (read from a data set)
+    is checked against the model's output width; without it, every label of ``shared["labels"]`` must be below the
+    model's ``num_classes`` field. Evaluation, parameters and spec are `node_classifier`'s."""
+    shared, num_classes = _graph_data(shared, num_classes, "cluster_classifier(model, data)")
+    if not isinstance(shared, Mapping) or "clusters" not in shared:
         raise ValueError("cluster_classifier: shared has no 'clusters'; build it with "
                          "istjax.graph.task.with_clusters(shared, labels, train_idx, num_clusters).")
-    base = node_classifier(model, shared)
+    if num_classes is None:
+        num_classes = _classes_of_labels(model, shared["labels"])
+    base = node_classifier(model, shared, num_classes=num_classes)
 
     def train_loss(units):
         module = model if units is None else model.subnet(units)

@@ -65,6 +65,7 @@ def register_model(name: str, module: type[nn.Module]) -> type[nn.Module]:
         raise TypeError(f"register_model({name!r}, {module.__name__}): the module lacks {missing}; a model gives "
                         f"partition_rules(self) (logical axis name -> neuron group) and subnet(self, units) (the "
                         f"module at a worker's widths). See istjax.models.MLP.")
+    _check_num_classes_field(module, name)
     return MODELS.register(name, module)
 
 
@@ -113,6 +114,7 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
     lacks, at once), or a value the module itself rejects; nothing is traced.
     """
     cls = model_class(name, module)
+    _check_num_classes_field(cls, name)
     known = _fields_of(cls)
     values = {k: tuple(_tuples(v)) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
     unknown = sorted(set(fields) - set(known))
@@ -127,6 +129,22 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
         return cls(**values, num_classes=int(num_classes))
     except (TypeError, ValueError) as e:
         raise ValueError(f"model.name={name!r} with fields {values}: {e}") from e
+
+
+def _check_num_classes_field(cls: type[nn.Module], name: str) -> None:
+    """A ValueError naming the fix unless ``cls`` has the field the library fills from the data, ``num_classes``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    if "num_classes" in fields and fields["num_classes"].init:
+        return
+    ints = [f for f, v in fields.items() if f not in _FLAX_FIELDS and v.type in (int, "int")]
+    like = [f for f in ints if any(w in f.lower() for w in ("out", "class", "label", "logit", "target"))]
+    raise ValueError(
+        f"model {name!r} ({cls.__name__}) has no field num_classes: istjax builds the model with num_classes= the "
+        f"data's number of classes (its output width, one logit per class), so the module needs a field "
+        f"`num_classes: int` for its output width" +
+        (f"; rename its output-width field ({', '.join(like)}?) to num_classes" if like else "") +
+        ". A model built in Python is given its width by you: istjax.classifier(model, data) checks it against "
+        "the data's classes.")
 
 
 def _tuples(v):

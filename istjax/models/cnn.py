@@ -186,6 +186,10 @@ class CNN(nn.Module):
         """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
         return self.batch_norm == "batch"
 
+    def without_batch_statistics(self) -> dict:
+        """The fields that make this module evaluate with running statistics instead."""
+        return {"batch_norm": "running"}
+
     def inner_widths(self) -> tuple[tuple[int, ...], ...]:
         """``inner`` with None filled in: ``inner_widths()[i][j]`` is block j of stage i's inner channel count."""
         if self.inner is not None:

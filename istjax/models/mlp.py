@@ -71,6 +71,11 @@ class MLP(nn.Module):
         model keeps no running averages), so an evaluation batch must be large (`istjax.Task.min_eval_batch`)."""
         return bool(self.batch_norm or self.output_batch_norm)
 
+    def without_batch_statistics(self) -> dict:
+        """The fields that make this module evaluate without batch statistics: no BatchNorm (the model then
+        predicts single examples)."""
+        return {"batch_norm": False, "output_batch_norm": False}
+
     def subnet(self, units: Mapping[str, int]) -> "MLP":
         """This module at the widths of one worker's sub-network (``units["hidden_i"]`` units in layer i)."""
         return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))

@@ -286,6 +286,10 @@ class _ResNetBase(nn.Module):
         """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
         return self.batch_norm == "batch"
 
+    def without_batch_statistics(self) -> dict:
+        """The fields that make this module evaluate with running statistics instead."""
+        return {"batch_norm": "running"}
+
     def _blocks(self):
         """``(i, j, stride, in_group, out_group, inner_group, width, inner, projection)`` for every block."""
         widths, inner, out = self.stage_widths(), self.inner_widths(), []

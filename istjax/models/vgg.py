@@ -113,6 +113,10 @@ class VGG(nn.Module):
         """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
         return self.batch_norm == "batch"
 
+    def without_batch_statistics(self) -> dict:
+        """The fields that make this module evaluate with running statistics instead."""
+        return {"batch_norm": "running"}
+
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
         x = layers.as_image(self, x_BxHxWxC)

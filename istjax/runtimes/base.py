@@ -108,8 +108,9 @@ def _check_example_shape(batches: Any, example_x: Any) -> None:
             raise ValueError(
                 f"batches['x'] holds examples of shape {tuple(g.shape[3:])} ([W, K, B] = {tuple(g.shape[:3])} "
                 f"first), but the task was built from an example input whose examples have shape "
-                f"{tuple(e.shape[1:])}: the model's weights are shaped for that. Build the task with "
-                f"example_x=train_x[:2] (istjax.classifier(model, example_x)).")
+                f"{tuple(e.shape[1:])}: the model's weights are shaped for that. Build the task from the data "
+                f"these batches come from: istjax.classifier(model, data) (or its examples train_x[:2] with "
+                f"num_classes=data.num_classes).")
 
 
 WORKER_MAPS = ("auto", "vmap", "sequential")

@@ -27,10 +27,10 @@ The runtime never asks which algorithm it runs; it applies the exchange the algo
     (ResIST's strided first blocks) are held whole by every rank, their trained pieces all-gathered and merged by
     every rank; shared leaves are replicated and averaged with an allreduce. The ``recompute`` model-state policy
     is refused (it is a forward pass of the whole merged model).
-``"replicas"`` (local SGD), both modes
+``"replicas"`` (local SGD), ``mode="parameter_server"`` (``"sharded"`` is refused: every rank holds the model)
     every rank holds the global state and runs ``distribute`` for its own workers; after ``local`` the L workers'
     states are summed across ranks (one allreduce buffer per worker) and ``collect`` averages them.
-``"gradients"`` (data parallel), both modes
+``"gradients"`` (data parallel), ``mode="parameter_server"``
     as replicas, but ``local`` receives a ``reduce`` that averages each step's gradients across every worker of
     every rank (an allreduce inside the compiled local phase); the model state is averaged at the end of the round.
 
@@ -277,8 +277,12 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
     if gradient_buffers not in GRADIENT_BUFFERS:
         raise ValueError(f"gradient_buffers={gradient_buffers!r}: choose one of {GRADIENT_BUFFERS}.")
     builders = {("subnetworks", "parameter_server"): _server, ("subnetworks", "sharded"): _sharded,
-                ("replicas", "parameter_server"): _replicas, ("replicas", "sharded"): _replicas,
-                ("gradients", "parameter_server"): _replicas, ("gradients", "sharded"): _replicas}
+                ("replicas", "parameter_server"): _replicas, ("gradients", "parameter_server"): _replicas}
+    if mode == "sharded" and algorithm.exchange in ("replicas", "gradients"):
+        raise ValueError(f"mode='sharded' splits the model among the processes for an algorithm that exchanges "
+                         f"sub-networks (ist, resist), but {algorithm.name!r} exchanges {algorithm.exchange}: every "
+                         f"process holds the whole model, so the mode would change nothing. Use "
+                         f"mode='parameter_server' (--config.runtime.mode=parameter_server).")
     if (algorithm.exchange, mode) not in builders:
         raise ValueError(f"algorithm {algorithm.name!r} declares exchange={algorithm.exchange!r}, which the MPI "
                          f"runtime does not know; exchanges: subnetworks, replicas, gradients.")

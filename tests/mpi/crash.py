@@ -19,7 +19,7 @@ from istjax.runtimes import mpi as M
 from istjax.models.mlp import MLP
 
 W, K, B, D = 2, 1, 4, 8
-task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((B, D)), MLP.rules(1))
+task = istjax.classifier(MLP(hidden=(8,), num_classes=3), jnp.zeros((B, D)), MLP.rules(1), num_classes=3)
 rt = M.mpi_runtime(istjax.local_sgd(task, optax.sgd(0.1), num_workers=W, local_steps=K), mode="parameter_server")
 batches = {"x": jnp.asarray(np.random.default_rng(0).normal(size=(W, K, B, D)), jnp.float32),
            "y": jnp.zeros((W, K, B), jnp.int32)}

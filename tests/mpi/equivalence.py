@@ -21,7 +21,7 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 N, ME = M.size(), M.rank()
 W = int(sys.argv[1])
-FULL = "--full" in sys.argv  # also the devices backend, and both modes for the replicated algorithms (same code)
+FULL = "--full" in sys.argv  # also the devices backend
 K, B, D, C, H = 2, 8, 16, 5, 144  # H divisible by N * W for (N, W) in (2, 4), (3, 3), (4, 4)
 ROUNDS = 2
 FOUR = 4  # float32 bytes
@@ -38,7 +38,8 @@ def batches(r):
             "y": jnp.asarray(rng.integers(0, C, size=(W, K, B)), jnp.int32)}
 
 
-task = istjax.classifier(MLP(hidden=(H, H), num_classes=C, use_bias=True), jnp.zeros((B, D)), MLP.rules(2))
+task = istjax.classifier(MLP(hidden=(H, H), num_classes=C, use_bias=True), jnp.zeros((B, D)), MLP.rules(2),
+                         num_classes=C)
 make = {
     "ist": lambda b: istjax.ist(task, optax.sgd(0.1), num_workers=W, local_steps=K,
                                 sampler=istjax.stratified(num_owners=N), backend=b),
@@ -74,7 +75,16 @@ sharded_params = rt.gather_params(sharded_state)
 results = {("ist", "sharded"): (sharded_params, rt)}
 for name in make:
     for mode in M.MODES:
-        if (name, mode) in results or (name != "ist" and mode == "sharded" and not FULL):
+        if (name, mode) in results:
+            continue
+        if name != "ist" and mode == "sharded":  # nothing to shard: every rank holds the replica; refused
+            try:
+                M.mpi_runtime(make[name]("simulate"), mode=mode)
+            except ValueError as e:
+                assert "would change nothing" in str(e) and "parameter_server" in str(e), e
+            else:
+                raise AssertionError(f"{name} in sharded mode was not refused")
+            say(f"OK {name} sharded: refused")
             continue
         rt = M.mpi_runtime(make[name]("simulate"), mode=mode)
         state, metrics = run(rt, rt.init)

@@ -65,7 +65,8 @@ def close(a, b, what, atol=2e-6):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=atol, err_msg=what)
 
 
-cnn = istjax.classifier(CNN(widths=(8, 16), blocks=(1, 1), num_classes=C), jnp.zeros((B, 6, 6, 2)))
+cnn = istjax.classifier(CNN(widths=(8, 16), blocks=(1, 1), num_classes=C), jnp.zeros((B, 6, 6, 2)),
+                        num_classes=C)
 cases = {
     "ist parameter_server": (lambda b, **o: istjax.ist(cnn, optax.sgd(0.1), num_workers=W, local_steps=K,
                                                          backend=b, **o), {"mode": "parameter_server"}),
@@ -78,8 +79,8 @@ cases = {
         local_steps=K, sampler=istjax.stratified(num_owners=N), backend=b, **o), {"mode": "sharded"}),
     # ResIST: a depth-split pre-activation ResNet, blocks dealt with a minimum depth (overlaps averaged).
     "resist parameter_server": (lambda b, **o: istjax.resist(istjax.classifier(
-        DepthResNet(stage_sizes=(3, 3), widths=(8, 16), num_classes=C), jnp.zeros((B, 6, 6, 2))), optax.sgd(0.1),
-        num_workers=W, local_steps=K, min_depth=1, backend=b, **o), {"mode": "parameter_server"}),
+        DepthResNet(stage_sizes=(3, 3), widths=(8, 16), num_classes=C), jnp.zeros((B, 6, 6, 2)), num_classes=C),
+        optax.sgd(0.1), num_workers=W, local_steps=K, min_depth=1, backend=b, **o), {"mode": "parameter_server"}),
     "data_parallel": (lambda b, **o: istjax.data_parallel(cnn, optax.sgd(0.1), num_workers=W, local_steps=K,
                                                           backend=b, **o), {"mode": "parameter_server"}),
     "local_sgd": (lambda b, **o: istjax.local_sgd(cnn, optax.sgd(0.1), num_workers=W, local_steps=K, backend=b,
@@ -101,7 +102,7 @@ for name, (make, options) in cases.items():
         f"{metrics['measured_bytes_received']} == analytic {alg.comm.received}")
 
 shared = _graph()  # every rank builds the same graph and passes it; it never crosses MPI
-graph = istjax.classifier(TinyGraph(hidden=8), jnp.zeros((B, N_NODES)), example_shared=shared)
+graph = istjax.classifier(TinyGraph(hidden=8), jnp.zeros((B, N_NODES)), example_shared=shared, num_classes=C)
 for mode in M.MODES:
     sampler = istjax.stratified(num_owners=N) if mode == "sharded" else None
     alg = istjax.ist(graph, optax.sgd(0.1), num_workers=W, local_steps=K, sampler=sampler, backend="mpi", mode=mode)
@@ -120,7 +121,7 @@ from istjax.models import GCN, GraphSAGE  # noqa: E402
 rng = np.random.default_rng(11)
 g = from_edges(rng.normal(size=(30, 5)).astype(np.float32), rng.integers(0, 30, size=(60, 2)))
 full = {"graph": g}
-sage = graph_task.node_classifier(GraphSAGE(hidden=(8, 8), num_classes=C, layer_norm=True), full)
+sage = graph_task.node_classifier(GraphSAGE(hidden=(8, 8), num_classes=C, layer_norm=True), full, num_classes=C)
 
 
 def node_ids(r):

@@ -9,7 +9,7 @@ import istjax
 from istjax.runtimes import mpi as M
 from istjax.models.mlp import MLP
 
-task = istjax.classifier(MLP(hidden=(6,), num_classes=3), jnp.zeros((4, 8)), MLP.rules(1))
+task = istjax.classifier(MLP(hidden=(6,), num_classes=3), jnp.zeros((4, 8)), MLP.rules(1), num_classes=3)
 try:
     M.mpi_runtime(istjax.local_sgd(task, optax.sgd(0.1), num_workers=3, local_steps=1))
 except ValueError as e:

@@ -72,12 +72,16 @@ clustered = graph_task.with_clusters(full_graph, rng.integers(0, C, size=30), np
 clusters = cluster_batch_fn(clustered, num_workers=W, local_steps=K, clusters_per_step=2, seed=3)
 stratified = istjax.stratified(num_owners=N)
 
-mlp = istjax.classifier(MLP(hidden=(2 * U, 2 * U), num_classes=C), jnp.zeros((B, 6)), MLP.rules(2))
-cnn = istjax.classifier(CNN(widths=(U, 2 * U), blocks=(1, 1), num_classes=C), jnp.zeros((B, 6, 6, 2)))
-resnet = istjax.classifier(ResNet(stage_sizes=(1, 1), widths=(U, 2 * U), num_classes=C), jnp.zeros((B, 6, 6, 2)))
+mlp = istjax.classifier(MLP(hidden=(2 * U, 2 * U), num_classes=C), jnp.zeros((B, 6)), MLP.rules(2),
+                        num_classes=C)
+cnn = istjax.classifier(CNN(widths=(U, 2 * U), blocks=(1, 1), num_classes=C), jnp.zeros((B, 6, 6, 2)),
+                        num_classes=C)
+resnet = istjax.classifier(ResNet(stage_sizes=(1, 1), widths=(U, 2 * U), num_classes=C),
+                           jnp.zeros((B, 6, 6, 2)), num_classes=C)
 depth = istjax.classifier(DepthResNet(stage_sizes=(U + 1, U + 1), widths=(4, 8), num_classes=C,
-                                      partition_strided=True), jnp.zeros((B, 6, 6, 2)))
-sage = graph_task.node_classifier(GraphSAGE(hidden=(U, U), num_classes=C, layer_norm=True), full_graph)
+                                      partition_strided=True), jnp.zeros((B, 6, 6, 2)), num_classes=C)
+sage = graph_task.node_classifier(GraphSAGE(hidden=(U, U), num_classes=C, layer_norm=True), full_graph,
+                                  num_classes=C)
 gcn = graph_task.cluster_classifier(GCN(hidden=(2 * U,), num_classes=C), clustered)
 
 # Plain SGD outside the Adam case: Adam divides by the root of a squared-gradient average, so a last-bit difference

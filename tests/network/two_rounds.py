@@ -17,7 +17,7 @@ from istjax.runtimes import mpi as M
 
 N, ME = M.size(), M.rank()
 W, K, B, D, C, H = N, 2, 16, 64, 5, int(sys.argv[1]) if len(sys.argv) > 1 else 1024
-task = istjax.classifier(MLP(hidden=(H,), num_classes=C), jnp.zeros((B, D)), MLP.rules(1))
+task = istjax.classifier(MLP(hidden=(H,), num_classes=C), jnp.zeros((B, D)), MLP.rules(1), num_classes=C)
 alg = istjax.ist(task, optax.sgd(0.1), num_workers=W, local_steps=K, backend="mpi")
 state = alg.init(jax.random.key(0))
 sent = received = 0
