@@ -258,3 +258,11 @@ def test_workers_that_do_not_split_a_width_under_mpi_get_the_command_line_fix(mo
     assert "istjax.uniform(pad=True)" not in text
     with pytest.raises(istjax.ArgError, match=r"istjax.uniform\(pad=True\)"):
         istjax.uniform().slots({"hidden_0": 512}, 3)
+
+
+def test_a_runtime_option_the_runtime_does_not_read_is_refused():
+    config = config_lib.default_config()
+    config.runtime.mode = "sharded"
+    with pytest.raises(ConfigError, match=r"runtime.mode='sharded': runtime.name='simulate' does not read it, so it "
+                                          r"would change nothing.*--config.runtime.name=mpi"):
+        config_lib.validate(config, load_data=False)

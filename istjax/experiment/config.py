@@ -699,6 +699,7 @@ def _check_numbers(config, p: _Problems) -> bool:
     ok = {f: p.positive(f) for f in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every",
                                      "checkpoint_every", "max_to_keep", "eval_batch_size")}
     if p.choice("runtime.name", runtimes.names()):
+        _check_runtime_options(config, p, runtimes.get(config.runtime.name).config_options)
         if runtimes.get(config.runtime.name).multi_process:
             _check_mpi(config, p.list, p.choice, workers_ok=ok["num_workers"])
         else:
@@ -805,6 +806,20 @@ def _check_graph_batches(config, dataset, bad, choice):
         bad("data.cluster_method", str(e))
         return None
     return dataset._replace(shared=shared)
+
+
+def _check_runtime_options(config, p: _Problems, reads: tuple[str, ...]) -> None:
+    """A ``runtime`` field the chosen runtime does not read, set to other than its default, is refused, not ignored
+    (``runtime.mode=sharded`` with ``runtime.name=simulate``)."""
+    import istjax.runtimes as runtimes
+
+    defaults = default_config().runtime
+    for field in sorted(set(defaults) - {"name", *reads}):
+        if field in config.runtime and config.runtime[field] != defaults[field]:
+            users = [n for n in runtimes.names() if field in runtimes.get(n).config_options]
+            p.bad(f"runtime.{field}", f"runtime.name={config.runtime.name!r} does not read it, so it would change "
+                                      f"nothing; it is read by runtime.name in {users}. Drop it, or set "
+                                      f"--config.runtime.name={users[0] if users else '...'}.")
 
 
 def _check_single_launch(config, p: _Problems) -> None:

@@ -718,7 +718,9 @@ def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = Non
     """
     workdir = pathlib.Path(workdir).absolute()
     config = config_lib.load_run_config(workdir)
-    config.runtime.name = "simulate"  # the state is whole in a checkpoint; evaluation needs no workers
+    # The state is whole in a checkpoint; evaluation needs no workers: the default runtime, with none of the run's
+    # runtime options (the MPI mode it trained in).
+    config.runtime = config_lib.default_config().runtime
     if model_module:
         with config.model.unlocked():
             config.model.module = model_module
