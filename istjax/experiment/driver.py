@@ -58,7 +58,7 @@ from istjax.core.task import Task
 from istjax.data.cluster_batches import CLUSTERS, cluster_batch_fn, clustered
 from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
 from istjax.experiment.config import ConfigError
-from istjax.experiment.lock import WorkdirLock, lock_workdir
+from istjax.experiment.lock import LOCK_FILE, WorkdirLock, lock_workdir
 from istjax.experiment.metrics import (MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
                                       truncate_metrics, write_atomic)
 
@@ -460,12 +460,15 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, 
         raise ConfigError(["resume=True and overwrite=True contradict each other; pass one of them."])
     checked = config_lib.check(config)
     workdir = pathlib.Path(workdir).absolute()
+    new = not workdir.exists()
     lock, refusal = _claim_workdir(workdir) if is_primary() else (None, None)
     try:
         run = _build_run(config, checked, workdir, refusal, resume=resume, overwrite=overwrite)
     except BaseException:
         if lock is not None:
             lock.release()
+            if new and [p.name for p in workdir.iterdir()] == [LOCK_FILE]:  # refused before anything was written
+                shutil.rmtree(workdir, ignore_errors=True)
         raise
     run.lock = lock
     return run
