@@ -43,7 +43,7 @@ __all__ = ["Task", "classifier", "example_and_classes", "is_dataset", "stateless
 # 7: 0.369, 32: 0.515, 128: 0.542, 256: 0.546, 1000: 0.550. From 256 on the result is the whole set's within 0.004.
 MIN_BATCH_STATISTICS_EVAL = 256
 # The smallest batch such a model's ``evaluate`` accepts at all: a split of your own smaller than
-# `MIN_BATCH_STATISTICS_EVAL` (a table's 143 test examples) is evaluated as one batch, and a warning says the score
+# `MIN_BATCH_STATISTICS_EVAL` (a table's 142 test examples) is evaluated as one batch, and a warning says the score
 # depends on it (digits above: 32 examples score 0.942 against the whole set's 0.972); below this it is refused.
 MIN_BATCH_STATISTICS_SPLIT = 32
 

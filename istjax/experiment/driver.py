@@ -291,7 +291,7 @@ class Evaluator:
 
     def _scores(self, state: TrainState, x, y):
         args = (state.params, state.model_state, x, y, self.shared)
-        key = (jax.tree.structure(args), tuple((jnp.shape(a), jnp.result_type(a)) for a in jax.tree.leaves(args)))
+        key = (x.shape, y.shape)  # the state's and the shared input's shapes are the run's, fixed
         if key in self.seen:
             return self.chunk(*args)
         t = time.perf_counter()
