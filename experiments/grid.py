@@ -69,7 +69,7 @@ def commit() -> str:
 
 
 def _config(cell: Cell, seed: int):
-    import istjax.experiment.cli as cli
+    import istjax.launch.cli as cli
 
     config = cli.parse_train_args(["grid", f"--config={REPO / cell.config}", *cell.overrides])[0]
     config.seed = int(seed)
@@ -80,7 +80,7 @@ def _config(cell: Cell, seed: int):
 def _finished(config, run_dir: pathlib.Path) -> bool:
     """Whether ``run_dir`` holds a finished run of exactly ``config`` (then it is not opened again: resuming a
     finished run would recompile and re-evaluate it)."""
-    from istjax.experiment.config import to_dict
+    from istjax.launch.config import to_dict
 
     try:
         done = json.loads((run_dir / "summary.json").read_text())
@@ -180,13 +180,13 @@ def _train_one(config, run_dir: pathlib.Path, cache: pathlib.Path) -> int:
     """Trains one run (in this process or a pool's); 1 if it failed, else 0."""
     import jax
 
-    from istjax.experiment import driver
+    from istjax.launch import driver
 
     jax.config.update("jax_compilation_cache_dir", str(cache))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     t0 = time.perf_counter()
     print(f"== {config.seed} -> {run_dir}", file=sys.stderr, flush=True)
-    from istjax.experiment.config import ConfigError
+    from istjax.launch.config import ConfigError
 
     try:
         driver.train_and_evaluate(config, run_dir)

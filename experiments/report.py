@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from istjax.experiment.metrics import format_mean_std as mean_std
+from istjax.launch.metrics import format_mean_std as mean_std
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/*.md")  # the files whose markers are kept, relative to the root

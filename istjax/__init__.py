@@ -12,7 +12,7 @@ The package's folders tell its architecture:
 * ``istjax.models``: Flax modules by name, each with its partition rules.
 * ``istjax.data``: loaders, the dataset registry and the batching plan.
 * ``istjax.graph``: the sparse `Graph`, its aggregation ops, graph clusters and the GIST task.
-* ``istjax.experiment``: config, driver, checkpoints, metrics, plots, comparisons and the CLI.
+* ``istjax.launch``: config, driver, checkpoints, metrics, plots, comparisons and the CLI.
 * ``istjax.theory``: the convergence toolkit.
 """
 
@@ -54,12 +54,12 @@ from istjax.core.task import classifier as classifier
 __version__ = "0.2.0"
 
 # The driver pulls in orbax, tensorboardX and tqdm; load it only when asked for.
-_LAZY = {"train_and_evaluate": ("istjax.experiment.driver", "train_and_evaluate"),
-         "default_config": ("istjax.experiment.config", "default_config")}
+_LAZY = {"train_and_evaluate": ("istjax.launch.driver", "train_and_evaluate"),
+         "default_config": ("istjax.launch.config", "default_config")}
 
 # `istjax.<name>` for every subpackage, without a separate import (`istjax.data.load_dataset(...)`).
 _SUBMODULES = {name: f"istjax.{name}" for name in
-               ("algorithms", "core", "data", "experiment", "graph", "models", "runtimes", "theory")}
+               ("algorithms", "core", "data", "graph", "launch", "models", "runtimes", "theory")}
 
 
 def __getattr__(name):

@@ -3,8 +3,8 @@
 import json
 import pathlib
 
-from istjax.experiment import catalog
-from istjax.experiment.metrics import format_mean_std
+from istjax.launch import catalog
+from istjax.launch.metrics import format_mean_std
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from istjax.core.state import TrainState
-from istjax.experiment.checkpoint import Checkpointer, state_to_tree, tree_to_state
+from istjax.launch.checkpoint import Checkpointer, state_to_tree, tree_to_state
 
 
 def make_state(seed: int, round_: int) -> TrainState:

@@ -13,10 +13,10 @@ import jax
 import numpy as np
 import pytest
 
-from istjax.experiment import cli
-from istjax.experiment import config as config_lib
-from istjax.experiment import driver as train
-from istjax.experiment.checkpoint import Checkpointer
+from istjax.launch import cli
+from istjax.launch import config as config_lib
+from istjax.launch import driver as train
+from istjax.launch.checkpoint import Checkpointer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local_steps=2",
@@ -25,7 +25,7 @@ TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local
 
 def istjax_command() -> list[str]:
     script = pathlib.Path(sys.executable).with_name("istjax")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "istjax.experiment.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "istjax.launch.cli"]
 
 
 def subprocess_env() -> dict:
@@ -67,9 +67,9 @@ def test_every_config_problem_reported_before_training(capsys, tmp_path):
 def test_subcommands_dispatch(monkeypatch):
     calls = []
     for name in ("plot", "compare"):
-        fake = types.ModuleType(f"istjax.experiment.{name}")
+        fake = types.ModuleType(f"istjax.launch.{name}")
         fake.main = lambda argv, name=name: calls.append((name, argv)) or 0
-        monkeypatch.setitem(sys.modules, f"istjax.experiment.{name}", fake)
+        monkeypatch.setitem(sys.modules, f"istjax.launch.{name}", fake)
     assert cli.main(["istjax", "plot", "runs/a", "runs/b"]) == 0
     assert cli.main(["istjax", "compare", "--x=1"]) == 0
     assert calls == [("plot", ["runs/a", "runs/b"]), ("compare", ["--x=1"])]

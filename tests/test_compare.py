@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from istjax.experiment import compare
-from istjax.experiment import plot
+from istjax.launch import compare
+from istjax.launch import plot
 
 
 def _write_run(path, algorithm, w, accs, wall_per_round, bytes_per_round, k=5, b=10, every=2):
@@ -271,8 +271,8 @@ def _fake_training(monkeypatch, accuracy):
     """Replaces training by hand-written runs: ``accuracy(config, i, n)`` is the test accuracy of the i-th of n
     evaluations (every ``eval_every`` rounds up to ``num_rounds``); config.json is the config as the driver writes it.
     Returns the configs "trained"."""
-    from istjax.experiment import config as config_lib
-    from istjax.experiment import driver
+    from istjax.launch import config as config_lib
+    from istjax.launch import driver
 
     trained = []
 
@@ -341,7 +341,7 @@ def test_compare_budget_rounds_and_a_target_that_separates(tmp_path, monkeypatch
 
 
 def test_plan_budget_scales_rounds_per_w(tmp_path):
-    from istjax.experiment import config as config_lib
+    from istjax.launch import config as config_lib
 
     config = config_lib.default_config()  # W=4, 60 rounds, K=10, B=32: 76,800 samples
     plan = compare.plan_budget(config, [2, 4])
@@ -393,8 +393,8 @@ def test_compare_runs_states_budget_target_and_per_worker_bytes(runs, tmp_path, 
 def test_bytes_match_the_summary_of_a_real_run(tmp_path, monkeypatch):
     """One tiny real run: the table's bytes per round is summary.json's per-worker value, "to target" and the
     figure's bytes axis are bytes_total / (2 W), and the wall-time axis says the run was simulated."""
-    from istjax.experiment import config as config_lib
-    from istjax.experiment import driver
+    from istjax.launch import config as config_lib
+    from istjax.launch import driver
 
     c = config_lib.default_config()
     c.num_workers, c.local_steps, c.batch_size, c.model.hidden, c.num_rounds, c.eval_every = 2, 2, 16, (8,), 2, 1
@@ -406,7 +406,7 @@ def test_bytes_match_the_summary_of_a_real_run(tmp_path, monkeypatch):
     assert r.bytes_received_per_round == summary["bytes_received_per_worker_per_round"]
     assert r.bytes_to_target == pytest.approx(summary["bytes_sent_per_worker_per_round"])  # reached at round 1
     assert summary["bytes_total"] == pytest.approx(2 * 2 * 2 * r.bytes_per_round)  # 2 rounds, W=2, both ways
-    from istjax.experiment.metrics import format_bytes
+    from istjax.launch.metrics import format_bytes
 
     assert f"| {format_bytes(summary['bytes_sent_per_worker_per_round'])} |" in compare.format_table([r])
     import matplotlib.pyplot as plt

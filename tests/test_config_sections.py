@@ -7,9 +7,9 @@ import json
 import ml_collections
 import pytest
 
-from istjax.experiment import cli
-from istjax.experiment import config as config_lib
-from istjax.experiment import driver
+from istjax.launch import cli
+from istjax.launch import config as config_lib
+from istjax.launch import driver
 
 # An old (flat) config.json, as istjax wrote it before the sections.
 OLD_FLAT = {
@@ -65,7 +65,7 @@ def test_an_old_config_file_is_refused_with_the_nested_name(tmp_path):
     for line, words in [('c.algorithm = "resist"', "'algorithm' is now 'algorithm.name': write config.algorithm.name"),
                         ('c.backend = "mpi"', "'backend' is now 'runtime.name'; set --config.runtime.name=mpi")]:
         path = tmp_path / "old.py"
-        path.write_text("from istjax.experiment.config import default_config\n\n\ndef get_config():\n"
+        path.write_text("from istjax.launch.config import default_config\n\n\ndef get_config():\n"
                         f"    c = default_config()\n    {line}\n    return c\n")
         with pytest.raises(config_lib.ConfigError, match=words):
             config_lib.validate(cli.parse_train_args(["istjax", f"--config={path}"])[0], load_data=False)

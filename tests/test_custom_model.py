@@ -18,7 +18,7 @@ import optax
 import pytest
 
 import istjax
-import istjax.experiment.config as config_lib
+import istjax.launch.config as config_lib
 from istjax.core.model_checks import ModelCheckError, OutputWarning
 from istjax.data import load_dataset, make_batch_fn
 from test_cli import istjax_command, subprocess_env
@@ -78,7 +78,7 @@ def user_dir(tmp_path):
     """A folder of the user's: their model file, and a config file that imports it by module name."""
     (tmp_path / "my_models.py").write_text(MODEL_FILE)
     (tmp_path / "resmlp_config.py").write_text(textwrap.dedent('''
-        from istjax.experiment.config import default_config, use_model
+        from istjax.launch.config import default_config, use_model
         from my_models import ResMLP  # beside this file: found with no PYTHONPATH
 
         def get_config():
@@ -137,7 +137,7 @@ def test_a_model_that_cannot_be_found_says_how_to_name_it(user_dir, capsys, monk
 def test_switching_models_in_a_config_file_reports_every_stale_field_at_once(tmp_path, capsys):
     (tmp_path / "my_models.py").write_text(MODEL_FILE)
     (tmp_path / "cfg.py").write_text(textwrap.dedent('''
-        from istjax.experiment.config import default_config
+        from istjax.launch.config import default_config
 
         def get_config():
             c = default_config()
@@ -398,7 +398,7 @@ def test_the_non_finite_guard_stops_a_diverging_loop_with_the_round_and_workers(
 
 def test_eval_of_a_run_that_does_not_record_its_model_is_told_where_it_lives(user_dir, capsys, monkeypatch, tmp_path):
     """A run of an earlier version (its config.json without model.module) evaluates with --model-module."""
-    from istjax.experiment import cli
+    from istjax.launch import cli
 
     monkeypatch.chdir(user_dir)
     run = tmp_path / "run"

@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import istjax
-import istjax.experiment.config as config_lib
+import istjax.launch.config as config_lib
 from istjax.algorithms.reference import reference_round
 from istjax.models import CNN
 

@@ -180,7 +180,7 @@ def test_gist_from_configs_full_graph_and_clusters(tmp_path):
     the config errors for graph batching."""
     import ml_collections
 
-    from istjax.experiment import config as config_lib
+    from istjax.launch import config as config_lib
 
     c = config_lib.default_config()
     c.data.name = "csbm"
@@ -232,7 +232,7 @@ def test_dropout_draws_from_the_step_key_the_batch_carries(tmp_path):
 
     import ml_collections
 
-    from istjax.experiment import config as config_lib
+    from istjax.launch import config as config_lib
 
     c = config_lib.default_config()
     c.data.name = "csbm"

@@ -261,7 +261,7 @@ def test_bad_arguments(tmp_path):
 
 
 def test_config_validator_accepts_fashion_mnist(tmp_path):
-    from istjax.experiment import config as C
+    from istjax.launch import config as C
 
     root, _ = _make_set(tmp_path / "fm", n_train=300, n_test=260)
     c = C.default_config()
@@ -419,8 +419,8 @@ def test_augmented_batch_fn_through_the_driver_resumes_exactly(tmp_path):
     import ml_collections
 
     import istjax.data as D
-    import istjax.experiment.config as config_lib
-    import istjax.experiment.driver as driver
+    import istjax.launch.config as config_lib
+    import istjax.launch.driver as driver
 
     if not all((pathlib.Path("/usr/share/datasets/fashion-mnist") / f).exists() for f in
                ("train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz")):

@@ -16,7 +16,7 @@ from istjax.models import MODELS
 from istjax.runtimes import RUNTIMES
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("algorithms", "core", "data", "experiment", "graph", "models", "runtimes", "theory")
+SUBPACKAGES = ("algorithms", "core", "data", "graph", "launch", "models", "runtimes", "theory")
 
 
 def test_every_subpackage_is_an_attribute_of_a_fresh_import():
@@ -62,7 +62,7 @@ def test_a_registered_algorithm_is_found_by_the_driver_options():
     # The driver reads an entry's declared options from the config's sections; every option an entry declares has a
     # config value, and a runtime's options are its section's fields.
     import istjax.runtimes as runtimes
-    from istjax.experiment import config as config_lib, driver
+    from istjax.launch import config as config_lib, driver
 
     config = config_lib.default_config()
     for name, entry in ALGORITHMS.items():
@@ -190,8 +190,8 @@ def test_an_algorithm_declaring_an_unknown_exchange_is_refused():
 def test_build_makes_every_piece_once(monkeypatch):
     """`driver.build(config) -> Experiment`: the config is checked (every problem at once) and the task the check
     built is the one the algorithm trains; nothing is built twice."""
-    import istjax.experiment.config as config_lib
-    import istjax.experiment.driver as driver
+    import istjax.launch.config as config_lib
+    import istjax.launch.driver as driver
 
     calls = []
     real = config_lib.make_task

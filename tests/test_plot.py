@@ -5,15 +5,15 @@ import json
 import numpy as np
 import pytest
 
-from istjax.experiment import config as config_lib
-from istjax.experiment import plot
-from istjax.experiment.metrics import RECORD_FIELDS, format_bytes
+from istjax.launch import config as config_lib
+from istjax.launch import plot
+from istjax.launch.metrics import RECORD_FIELDS, format_bytes
 
 
 @pytest.fixture(scope="module")
 def run_dirs(tmp_path_factory):
     """Two tiny real runs on digits (IST and local SGD, W=2) via train_and_evaluate."""
-    from istjax.experiment import driver as train
+    from istjax.launch import driver as train
 
     root = tmp_path_factory.mktemp("runs")
     dirs = []

@@ -23,10 +23,10 @@ import optax
 import pytest
 
 import istjax
-import istjax.experiment.config as config_lib
+import istjax.launch.config as config_lib
 from istjax.data import keywords, speech
-from istjax.experiment import cli, lock
-from istjax.experiment.metrics import read_metrics
+from istjax.launch import cli, lock
+from istjax.launch.metrics import read_metrics
 from istjax.models import MLP, build_model
 from istjax.runtimes import mpi
 from test_cli import TINY, istjax_command, subprocess_env
@@ -208,7 +208,7 @@ def test_run_config_cut_short_is_refused(tmp_path, capsys):
 
 
 def _as_if_launched_by_mpiexec(monkeypatch, ranks: int):
-    monkeypatch.setattr("istjax.experiment.metrics.process_count", lambda: ranks)
+    monkeypatch.setattr("istjax.launch.metrics.process_count", lambda: ranks)
 
 
 @pytest.mark.mpi

@@ -216,7 +216,7 @@ def test_bad_resist_input_is_refused_before_compiling():
 def test_resist_from_a_config(tmp_path):
     import ml_collections
 
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     c = config_lib.default_config()
     c.algorithm.name, c.algorithm.min_depth = "resist", 1
@@ -228,7 +228,7 @@ def test_resist_from_a_config(tmp_path):
     assert summary["algorithm"] == "resist" and summary["rounds"] == 2
     # The driver evaluates ResIST's test-time network (branches scaled), and `istjax eval` agrees; the same
     # checkpoint evaluated without the scale is another network.
-    from istjax.experiment.driver import evaluate_run
+    from istjax.launch.driver import evaluate_run
 
     scaled = evaluate_run(tmp_path / "run")
     assert scaled["test_loss"] == pytest.approx(summary["test_loss"], rel=1e-5)
@@ -249,8 +249,8 @@ def test_ablation_configs_are_the_papers_cumulative_steps():
     (model, sampler and W) before anything trains."""
     import pathlib
 
-    from istjax.experiment import cli
-    from istjax.experiment import config as config_lib
+    from istjax.launch import cli
+    from istjax.launch import config as config_lib
 
     path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "configs" / "fmnist_resist_ablation.py"
     steps = ("naive", "share_strided", "one_section", "test_scale", "preactivation")

@@ -8,8 +8,8 @@ import optax
 import pytest
 
 import istjax
-import istjax.experiment.config as config_lib
-import istjax.experiment.driver as driver
+import istjax.launch.config as config_lib
+import istjax.launch.driver as driver
 from istjax.algorithms.reference import reference_round
 from istjax.core.schedule import at_round, make_schedule, round_scheduled
 from istjax.models import MLP

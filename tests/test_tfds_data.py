@@ -57,8 +57,8 @@ def test_mock_cifar10_trains_a_resnet_with_channel_ist_from_a_config(tmp_path):
     partitioned, augmentation on; runs through the driver and evaluates with running BatchNorm statistics."""
     import ml_collections
 
-    from istjax.experiment import config as config_lib
-    from istjax.experiment.driver import train_and_evaluate
+    from istjax.launch import config as config_lib
+    from istjax.launch.driver import train_and_evaluate
 
     c = config_lib.default_config()
     c.data.name, c.data.kwargs = "tfds:cifar10", ml_collections.ConfigDict({"data_dir": str(tmp_path / "data")})

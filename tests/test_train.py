@@ -6,10 +6,10 @@ import jax
 import numpy as np
 import pytest
 
-from istjax.experiment import config as config_lib
-from istjax.experiment import driver as train
-from istjax.experiment.checkpoint import Checkpointer
-from istjax.experiment.metrics import RECORD_FIELDS, read_metrics
+from istjax.launch import config as config_lib
+from istjax.launch import driver as train
+from istjax.launch.checkpoint import Checkpointer
+from istjax.launch.metrics import RECORD_FIELDS, read_metrics
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,11 +19,11 @@ import optax
 import pytest
 
 import istjax
-import istjax.experiment.config as config_lib
-import istjax.experiment.driver as driver
-from istjax.experiment import cli
-from istjax.experiment.checkpoint import Checkpointer
-from istjax.experiment.metrics import read_metrics
+import istjax.launch.config as config_lib
+import istjax.launch.driver as driver
+from istjax.launch import cli
+from istjax.launch.checkpoint import Checkpointer
+from istjax.launch.metrics import read_metrics
 from istjax.models import MLP
 from test_train import tiny_config  # the suite's small digits config
 
@@ -122,7 +122,7 @@ def test_truncated_checkpoint_is_one_line_not_pages(tmp_path):
     args = [str(ROOT / ".venv/bin/istjax") if (ROOT / ".venv/bin/istjax").exists() else sys.executable, "train",
             f"--workdir={workdir}", "--config.num_rounds=2", *TINY]
     if not args[0].endswith("istjax"):
-        args = [sys.executable, "-m", "istjax.experiment.cli"] + args[1:]
+        args = [sys.executable, "-m", "istjax.launch.cli"] + args[1:]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     assert subprocess.run(args, capture_output=True, text=True, env=env, timeout=300).returncode == 0
     for f in (workdir / "checkpoints" / "2" / "state").rglob("*"):

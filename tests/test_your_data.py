@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import istjax
-import istjax.experiment.config as config_lib
+import istjax.launch.config as config_lib
 from istjax.data import check_dataset, from_arrays, load_module_dataset
-from istjax.experiment.config import ConfigError
+from istjax.launch.config import ConfigError
 from test_cli import istjax_command, subprocess_env
 
 DATA_FILE = textwrap.dedent('''
@@ -198,7 +198,7 @@ def test_the_sharded_mode_for_an_algorithm_that_holds_replicas_is_refused(tmp_pa
 
 
 def test_the_run_summary_names_the_runtime_and_the_process_count():
-    from istjax.experiment.driver import _summary_text
+    from istjax.launch.driver import _summary_text
 
     base = {"rounds": 2, "algorithm": "ist", "dataset": "digits", "num_workers": 4, "local_steps": 2, "batch_size": 8,
             "test_accuracy": 0.5, "test_loss": 1.0, "train_loss": 1.0, "samples_seen": 128, "time_per_round_s": 0.1,

@@ -11,7 +11,7 @@ Result: ``experiments/mlp/results/breast_cancer.json`` (three seeds, IST, data p
 ``python experiments/mlp/studies.py breast_cancer`` regenerates it), rendered in ``docs/your_data.md``.
 """
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

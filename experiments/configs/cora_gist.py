@@ -22,7 +22,7 @@ paper's 16-wide GCN; ``python experiments/graphs/studies.py cora`` regenerates i
 
 import ml_collections
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

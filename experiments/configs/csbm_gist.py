@@ -15,7 +15,7 @@ seeds) are on Cora and Citeseer: ``experiments/graphs/results/``, rendered in ``
 
 import ml_collections
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

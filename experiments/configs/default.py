@@ -10,7 +10,7 @@ Result: the IST row of ``experiments/mlp/results/digits.json`` (the same config 
 seeds).
 """
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

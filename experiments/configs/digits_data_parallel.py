@@ -10,7 +10,7 @@ Result: ``experiments/mlp/results/digits.json`` (three seeds, with IST and the t
 samples; ``python experiments/mlp/studies.py digits`` regenerates it), rendered in the README's headline table.
 """
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

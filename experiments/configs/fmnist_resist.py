@@ -22,7 +22,7 @@ three seeds per cell; ``python experiments/images/studies.py resist``), rendered
 
 import ml_collections
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

@@ -27,7 +27,7 @@ Result: ``experiments/images/results/ablation.json`` (the five steps at 150 roun
 
 import ml_collections
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 STEPS = ("naive", "share_strided", "one_section", "test_scale", "preactivation")
 

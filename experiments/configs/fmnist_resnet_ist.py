@@ -23,7 +23,7 @@ in docs/images.md.
 
 import ml_collections
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

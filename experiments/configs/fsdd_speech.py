@@ -17,7 +17,7 @@ Result: ``experiments/network/results.json`` (time to 0.9 across shaped links, r
 ``python -m experiments.network.time_to_accuracy`` regenerates it).
 """
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

@@ -14,7 +14,7 @@ Result: ``experiments/mlp/results/keywords.json`` (IST vs data parallel at equal
 ``experiments/network/results_keywords.json``.
 """
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

@@ -11,7 +11,7 @@ Result: ``experiments/mlp/results/mnist1d.json`` (three seeds, with IST and the 
 samples; ``python experiments/mlp/studies.py mnist1d`` regenerates it), rendered in the README's headline table.
 """
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

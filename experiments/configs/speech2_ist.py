@@ -15,7 +15,7 @@ generalisation study (``python experiments/mlp/studies.py keywords``) and the ti
 digits (``docs/network.md``).
 """
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 
 def get_config(arg=None):

@@ -3,7 +3,7 @@
 Run as root (or with CAP_NET_ADMIN) from the repository root::
 
     python -m experiments.network.slow_net --hosts 2 --rate 100mbit -- \\
-        python -m istjax.experiment train --config=experiments/configs/speech2_ist.py --config.runtime.name=mpi
+        python -m istjax.launch train --config=experiments/configs/speech2_ist.py --config.runtime.name=mpi
 
 What it builds (every name carries a per-run tag, so two runs never touch each other's devices)::
 
@@ -157,7 +157,7 @@ def mpiexec_command(plan: Plan, command: Sequence[str], *, mpiexec: str = "mpiex
                     env: Optional[dict[str, str]] = None) -> list[str]:
     """One rank per host, each started inside its namespace; MPICH told to use TCP, not shared memory."""
     if not command:
-        raise ValueError("no command to run: put it after `--`, e.g. `-- python -m istjax.experiment train ...`.")
+        raise ValueError("no command to run: put it after `--`, e.g. `-- python -m istjax.launch train ...`.")
     genv = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp,self", **(env or {})}
     argv = [mpiexec]
     for k, v in genv.items():
@@ -318,7 +318,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         link = Link(args.rate, args.delay, args.loss)
         make_plan(args.hosts, args.tag or "x")  # validate before anything is created
         if not command:
-            raise ValueError("no command to run: put it after `--`, e.g. `-- python -m istjax.experiment train ...`.")
+            raise ValueError("no command to run: put it after `--`, e.g. `-- python -m istjax.launch train ...`.")
     except ValueError as e:
         ap.error(str(e))
     try:

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 from experiments.network import slow_net
-from istjax.experiment.metrics import read_metrics
+from istjax.launch.metrics import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
@@ -56,7 +56,7 @@ RUN_KEY = ("model", "ranks", "link", "algorithm")  # with the seed, what names a
 def train_command(model: str, algorithm: str, ranks: int, workdir: pathlib.Path, *, target: float,
                   max_rounds: int, dataset: str = "fsdd", seed: int = 0, extra: Sequence[str] = ()) -> list[str]:
     """The ``istjax train`` line every rank runs."""
-    return [sys.executable, "-m", "istjax.experiment.cli", "train",
+    return [sys.executable, "-m", "istjax.launch.cli", "train",
             f"--config={ROOT / 'experiments' / 'configs' / CONFIGS[dataset]}:{model}",
             f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", f"--config.num_workers={ranks}",
             f"--config.target_accuracy={target}", "--config.stop_at_target=True", "--config.eval_every=1",

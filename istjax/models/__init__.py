@@ -123,7 +123,7 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
         raise ValueError(f"model {name!r} ({cls.__name__}) has no field{'s' if len(unknown) > 1 else ''} {stale}; its "
                          f"fields are {sorted(known)}. Remove {'them' if len(unknown) > 1 else 'it'}: a config that "
                          f"switches model.name keeps the old model's fields, so start its model section afresh "
-                         f"(istjax.experiment.config.use_model(config, {name!r}, ...) in a config file; on the "
+                         f"(istjax.launch.config.use_model(config, {name!r}, ...) in a config file; on the "
                          f"command line --config.model.name replaces the file's model fields).")
     try:
         return cls(**values, num_classes=int(num_classes))

@@ -1,6 +1,6 @@
 """Run under ``mpiexec -n 2 python rank_data.py``: each rank holds only the training examples its workers read.
 
-For the parameter-server and sharded modes (digits, W = 4, disjoint shards), `istjax.experiment.driver.build` gives
+For the parameter-server and sharded modes (digits, W = 4, disjoint shards), `istjax.launch.driver.build` gives
 every rank a batch function holding the examples of its two workers' shards alone (half the training set), whose
 batches are rows ``2r, 2r + 1`` of the whole round's, and a dataset whose training split is only what evaluation
 reads (``eval_train_examples``). With ``model_state="recompute"`` in the parameter-server mode, whose collect
@@ -18,9 +18,9 @@ import tempfile
 import numpy as np
 
 import istjax.data as data_lib
-import istjax.experiment.driver as driver
+import istjax.launch.driver as driver
 from istjax.data import images as I
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 from istjax.runtimes import mpi as M
 
 N, ME = M.size(), M.rank()

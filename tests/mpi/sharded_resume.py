@@ -23,10 +23,10 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-import istjax.experiment.driver as driver
-from istjax.experiment.checkpoint import Checkpointer
+import istjax.launch.driver as driver
+from istjax.launch.checkpoint import Checkpointer
 from istjax.core import shard as shard_lib
-from istjax.experiment.config import ConfigError, default_config
+from istjax.launch.config import ConfigError, default_config
 from istjax.runtimes import mpi as M
 
 ROOT = pathlib.Path(sys.argv[1])

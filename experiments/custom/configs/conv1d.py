@@ -13,7 +13,7 @@ regenerates it), rendered in docs/ist_fit.md.
 
 import os
 
-from istjax.experiment.config import default_config, use_model
+from istjax.launch.config import default_config, use_model
 
 MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conv1d.py") + ":Conv1D"
 

@@ -36,7 +36,7 @@ SGD's at equal samples. The full-size ``mlp2``/``mlp3`` runs need a GPU or hours
 (its numbers: run it; they are measured, not quoted).
 """
 
-from istjax.experiment.config import default_config
+from istjax.launch.config import default_config
 
 MODELS = {"mlp2": (4096,), "mlp3": (8192, 8192), "mlp2_small": (512,)}
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")

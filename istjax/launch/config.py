@@ -1,4 +1,4 @@
-"""Run configurations: every field `istjax.experiment.driver.train_and_evaluate` reads, its default, and its validation.
+"""Run configurations: every field `istjax.launch.driver.train_and_evaluate` reads, its default, and its validation.
 
 A configuration is an ml_collections `ConfigDict` (the Flax-examples convention): experiment files under
 ``experiments/configs/`` define ``get_config()``, start from `default_config()` and override a few fields; the
@@ -8,7 +8,7 @@ command line overrides any field with ``--config.FIELD=VALUE``. This module is i
 `validate` checks a configuration before anything is built or compiled and reports *every* problem at once, each
 with the field, the value and the fix::
 
-    >>> import istjax.experiment.config as cfg
+    >>> import istjax.launch.config as cfg
     >>> c = cfg.default_config()
     >>> c.num_workers, c.model.hidden = 3, (100,)
     >>> cfg.validate(c)  # doctest: +IGNORE_EXCEPTION_DETAIL
@@ -571,7 +571,7 @@ class _Problems:
 
 
 class Checked(NamedTuple):
-    """What checking a config built on the way, for `istjax.experiment.driver.build` to use rather than build again:
+    """What checking a config built on the way, for `istjax.launch.driver.build` to use rather than build again:
     the loaded dataset (with its cluster table under graph_batches='clusters') and the task of the model on it
     (None where data was not loaded)."""
 
@@ -630,14 +630,14 @@ def _check_known_fields(config, p: _Problems) -> None:
                   f"(or config.{new} = {given[k]!r} in a config file).")
         else:
             p.add(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; known "
-                  f"fields are listed in istjax.experiment.config.default_config().")
+                  f"fields are listed in istjax.launch.config.default_config().")
     optional = ("model.", "sampler.min_units", "sampler.num_owners", "sampler.weights", "sampler.fractions")
     plain = {k for k in given if k in sections}  # a section given a plain value, reported above
     for k in sorted(set(known) - set(given)):
         if (k.startswith(optional) and k != "model.name") or k.rsplit(".", 1)[0] in plain:
             continue
         p.add(f"{k}: missing from the config; start your get_config() from "
-              f"istjax.experiment.config.default_config() so every field has its default.")
+              f"istjax.launch.config.default_config() so every field has its default.")
 
 
 def _flag_text(value) -> str:
@@ -825,7 +825,7 @@ def _check_runtime_options(config, p: _Problems, reads: tuple[str, ...]) -> None
 def _check_single_launch(config, p: _Problems) -> None:
     """A runtime of one process, launched by mpiexec with several: every rank would train its own copy of the run
     into one workdir. Refused on every rank, before anything is written."""
-    from istjax.experiment.metrics import process_count
+    from istjax.launch.metrics import process_count
 
     n = process_count()
     if n > 1:
@@ -838,7 +838,7 @@ def _check_single_launch(config, p: _Problems) -> None:
 def _check_mpi(config, problems: list[str], choice, *, workers_ok: bool) -> None:
     """runtime.name='mpi': a launch by mpiexec, W a multiple of the process count and, with mode='sharded', what that
     mode needs, each with the command-line fix (`istjax.runtimes.mpi` refuses the same in the Python API's terms)."""
-    from istjax.experiment.metrics import process_count
+    from istjax.launch.metrics import process_count
     from istjax.runtimes.mpi import MODES, check_fit
 
     n = process_count()

@@ -1,6 +1,6 @@
 """``istjax plot RUN_DIR... [--out FILE.png]``: test accuracy against rounds, wall time and bytes, one line per run.
 
-Reads each run directory's ``metrics.jsonl`` (one JSON object per evaluation, schema in `istjax.experiment.metrics`) and
+Reads each run directory's ``metrics.jsonl`` (one JSON object per evaluation, schema in `istjax.launch.metrics`) and
 ``config.json`` and draws three panels side by side into one PNG:
 
 1. test accuracy vs rounds (the optimisation view: same rounds = same samples seen at equal W, K, B),
@@ -24,7 +24,7 @@ round. The legend says what the band is. ``--no-bands`` draws every seed as its 
 **Legends** (`legend_labels`) read ``algorithm`` (``W=..`` and ``K=..`` when the runs differ in them; shared, they are
 in the title) followed by every config field in which the plotted runs
 (or seed groups) differ, ``learning_rate=0.1`` / ``learning_rate=0.05``; fields equal across all of them and
-run-control fields (`istjax.experiment.config.RUN_CONTROL_FIELDS`: name, num_rounds, eval_every, ...) are left out,
+run-control fields (`istjax.launch.config.RUN_CONTROL_FIELDS`: name, num_rounds, eval_every, ...) are left out,
 ``seed`` is named only when seeds are drawn as separate lines. A field one run lacks is shown only on the runs that
 have it (never as ``unset``); a model's fields are compared only between runs of the same model, so a run of your
 own model beside a stock MLP reads ``model=residual_mlp`` / ``model=mlp`` (`shown_fields`). The legend sits below
@@ -51,8 +51,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
-from istjax.experiment.config import RUN_CONTROL_FIELDS, flat_dict, upgrade_dict
-from istjax.experiment.metrics import format_bytes
+from istjax.launch.config import RUN_CONTROL_FIELDS, flat_dict, upgrade_dict
+from istjax.launch.metrics import format_bytes
 
 __all__ = ["PlotError", "Run", "BANDS", "BYTES_CONVENTION", "Curve", "NAMED_SECTIONS", "bytes_per_worker",
            "figure_title", "format_seconds", "group_curve", "group_runs", "label", "legend_labels", "load_run",
@@ -150,7 +150,7 @@ def load_run(run_dir: str | os.PathLike) -> Run:
         for field in ("round", "test_accuracy"):
             if field not in rec:
                 raise PlotError(f"{metrics}:{lineno}: the record has no {field!r} field (fields: {sorted(rec)}); "
-                                f"metrics.jsonl must follow the schema in istjax.experiment.metrics.")
+                                f"metrics.jsonl must follow the schema in istjax.launch.metrics.")
         records.append(rec)
     if not records:
         raise PlotError(f"{str(metrics)!r} is empty: the run has not evaluated yet (it writes a line every "
@@ -194,7 +194,7 @@ def _common(runs: Sequence[Run], attr: str) -> Optional[int]:
 # ----------------------------------------------------------------------------------------------- groups and labels
 
 def run_fields(run: Run) -> dict[str, Any]:
-    """What a run computes: its config as dotted fields (`istjax.experiment.config.flat_dict`) without the
+    """What a run computes: its config as dotted fields (`istjax.launch.config.flat_dict`) without the
     run-control fields (`NOISY_FIELDS`), with ``algorithm``, ``num_workers`` and ``local_steps`` as `Run` reads them
     (so runs without ``config.json`` still tell apart)."""
     out = {k: v for k, v in flat_dict(run.config).items()
@@ -501,7 +501,7 @@ def format_seconds(s: Optional[float]) -> str:
 
 def log_unit_formatters(fmt: Callable[[float], str]):
     """``(major, minor)`` matplotlib formatters for a log axis whose values ``fmt`` writes in units
-    (`istjax.experiment.metrics.format_bytes`, `format_seconds`): every major (decade) tick reads ``fmt(value)``,
+    (`istjax.launch.metrics.format_bytes`, `format_seconds`): every major (decade) tick reads ``fmt(value)``,
     e.g. ``1 kB``, ``10 MB``; minor ticks are unlabelled unless fewer than two decade ticks are in view (then the 2x
     and 5x ticks are labelled too, or every one when the axis spans less than half a decade), so an axis always has
     at least two labels and they do not overlap."""

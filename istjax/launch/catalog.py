@@ -147,7 +147,7 @@ def _committed(root: pathlib.Path, config: str, result: Optional[str]) -> Option
     (3 seeds) in experiments/mlp/results/digits.json'``; None when there is no such file or row."""
     import json
 
-    from istjax.experiment.metrics import format_mean_std
+    from istjax.launch.metrics import format_mean_std
 
     found = _RESULTS_FILE.search(result or "")
     if found is None:

@@ -2,13 +2,13 @@
 
 It reads as its steps, in order:
 
-1. `open_run`: `istjax.experiment.config.validate` checks the whole config (every problem reported at once, before
-   anything compiles) and loads the dataset; the writing process takes the workdir's lock (`istjax.experiment.lock`:
+1. `open_run`: `istjax.launch.config.validate` checks the whole config (every problem reported at once, before
+   anything compiles) and loads the dataset; the writing process takes the workdir's lock (`istjax.launch.lock`:
    a workdir another live run is writing is refused); `build` makes the task (the model named by
    ``config.model.name``, `istjax.models`), the optimizer, the algorithm bound to ``config.runtime.name`` and the batch
    function; the workdir is checked (a workdir holding another run's config is refused unless the differences are
    only in run-control fields and ``resume`` is set, or ``overwrite`` is set).
-2. `initial_state`: fresh from ``seed``, or the newest good checkpoint (`istjax.experiment.checkpoint`), each
+2. `initial_state`: fresh from ``seed``, or the newest good checkpoint (`istjax.launch.checkpoint`), each
    process keeping what its runtime holds.
 3. `compile_step`: one jitted function draws the round's batches on device (``make_batch_fn(...).apply(data,
    state.round)``, a pure function of seed and round) and runs the round, compiled ahead of the loop and timed
@@ -16,7 +16,7 @@ It reads as its steps, in order:
 4. `train_loop`: rounds under a tqdm bar. Every ``eval_every`` rounds (and after the last) the global model is
    evaluated at full width in test mode (`istjax.Task.evaluate`: running statistics, test-time transforms) on the
    whole test set and on (a prefix of) the training set, and a record goes to ``metrics.jsonl`` and TensorBoard
-   (schema: `istjax.experiment.metrics`). Every ``checkpoint_every`` rounds, at the end, and on SIGINT/SIGTERM the
+   (schema: `istjax.launch.metrics`). Every ``checkpoint_every`` rounds, at the end, and on SIGINT/SIGTERM the
    whole state is checkpointed.
 5. `finish`: a summary is printed, written to ``summary.json`` and returned.
 
@@ -24,7 +24,7 @@ Runtime differences (which process writes, gathering a state spread over process
 live behind the algorithm's `istjax.runtimes.RuntimeHandle`; the driver has no MPI branch.
 
 Failures: a non-finite loss stops the run (`TrainingError`, naming the round and the worker) after checkpointing the
-last good state; SIGINT/SIGTERM checkpoint the finished round and raise `Interrupted`. `istjax.experiment.cli` maps
+last good state; SIGINT/SIGTERM checkpoint the finished round and raise `Interrupted`. `istjax.launch.cli` maps
 these to exit codes 2 (config), 1 (training failure), 130/143 (interrupted).
 """
 
@@ -48,7 +48,7 @@ import ml_collections
 import numpy as np
 
 import istjax.data as data_lib
-import istjax.experiment.config as config_lib
+import istjax.launch.config as config_lib
 from istjax.algorithms import ALGORITHMS
 from istjax.algorithms.base import Algorithm, init_state
 from istjax.core import contract
@@ -56,10 +56,10 @@ from istjax.core.errors import config_terms
 from istjax.core.state import TrainState
 from istjax.core.task import Task
 from istjax.data.cluster_batches import CLUSTERS, cluster_batch_fn, clustered
-from istjax.experiment.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
-from istjax.experiment.config import ConfigError
-from istjax.experiment.lock import LOCK_FILE, WorkdirLock, lock_workdir
-from istjax.experiment.metrics import (MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
+from istjax.launch.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
+from istjax.launch.config import ConfigError
+from istjax.launch.lock import LOCK_FILE, WorkdirLock, lock_workdir
+from istjax.launch.metrics import (MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
                                       truncate_metrics, write_atomic)
 
 __all__ = ["train_and_evaluate", "evaluate_run", "build", "make_train_step", "make_evaluator", "TrainingError",
@@ -142,7 +142,7 @@ class Experiment(NamedTuple):
 
 
 def build(config: ml_collections.ConfigDict, checked: Optional[config_lib.Checked] = None) -> Experiment:
-    """The `Experiment` ``config`` describes: checked (`istjax.experiment.config.check`, every problem at once,
+    """The `Experiment` ``config`` describes: checked (`istjax.launch.config.check`, every problem at once,
     before anything compiles), then the algorithm built on the task the check built, bound to the runtime, and the
     batch function. Pass ``checked`` when the config was checked already.
 
@@ -425,7 +425,7 @@ class Run:
     bytes_total: float = 0.0
     compile_time: Optional[float] = None
     restored_from: Optional[pathlib.Path] = None  # the checkpoint the run resumed from
-    lock: Optional[WorkdirLock] = None  # the workdir's lock, held by the writing process (istjax.experiment.lock)
+    lock: Optional[WorkdirLock] = None  # the workdir's lock, held by the writing process (istjax.launch.lock)
 
     @property
     def primary(self) -> bool:
@@ -498,7 +498,7 @@ def _build_run(config: ml_collections.ConfigDict, checked: config_lib.Checked, w
 
 def _claim_workdir(workdir: pathlib.Path) -> tuple[Optional[WorkdirLock], Optional[Exception]]:
     """On the writing process: checks the workdir can be one (`check_workdir`) and takes its lock
-    (`istjax.experiment.lock`). Returns ``(lock, None)``, or ``(None, the refusal)`` for `open_run` to raise on every
+    (`istjax.launch.lock`). Returns ``(lock, None)``, or ``(None, the refusal)`` for `open_run` to raise on every
     process at once (under MPI the other ranks learn of it through the runtime, so none waits for a rank that left)."""
     try:
         check_workdir(workdir)
@@ -509,7 +509,7 @@ def _claim_workdir(workdir: pathlib.Path) -> tuple[Optional[WorkdirLock], Option
 
 def _checkpointer(directory: pathlib.Path, runtime, max_to_keep: int):
     """The whole state, written by the primary process; or, for a runtime that keeps the state sharded, every
-    rank's shard, committed when all have written (`istjax.experiment.checkpoint.ShardedCheckpointer`)."""
+    rank's shard, committed when all have written (`istjax.launch.checkpoint.ShardedCheckpointer`)."""
     if runtime.whole_state:
         return Checkpointer(directory, max_to_keep=max_to_keep, enabled=runtime.primary)
     return ShardedCheckpointer(directory, rank=runtime.rank, size=runtime.size, max_to_keep=max_to_keep,
@@ -760,7 +760,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     """Trains the study ``config`` describes, recording everything in ``workdir``; returns the summary.
 
     Args:
-      config: a config (start from `istjax.experiment.config.default_config()`; see its fields there).
+      config: a config (start from `istjax.launch.config.default_config()`; see its fields there).
       workdir: the run directory: ``config.json``, ``metrics.jsonl``, ``tensorboard/``, ``checkpoints/``,
         ``summary.json``.
       resume: continue the run in ``workdir`` (allows new run-control values such as a larger ``num_rounds``).

@@ -9,7 +9,7 @@
 
 Every (algorithm, W) pair trains the same config with only ``algorithm.name`` and ``num_workers`` changed (and the
 rounds the budget gives that W), once per seed (``--seeds``, default 0,1,2: ``config.seed`` changed, nothing else),
-into ``DIR/<algorithm>_W<W>_s<seed>`` (`istjax.experiment.driver.train_and_evaluate`; a finished run there with the
+into ``DIR/<algorithm>_W<W>_s<seed>`` (`istjax.launch.driver.train_and_evaluate`; a finished run there with the
 same config is reused, not retrained). The budget (``--budget``, `plan_budget`) is what every run gets the same of:
 
 * ``samples`` (default): the config's ``num_rounds * num_workers * K * B`` training samples, so W trains
@@ -38,13 +38,13 @@ bytes per worker per round, each way          what one worker sends (= receives)
 
 Bytes follow one convention in the table, ``summary.json`` and the figure: per worker, each way (where a runtime
 measured sent and received apart, the table shows both per round, and "to target" their mean). Wall times are what
-the run's runtime measured, and the table says which (`istjax.experiment.plot.wall_time_text`): under
+the run's runtime measured, and the table says which (`istjax.launch.plot.wall_time_text`): under
 ``runtime=simulate`` one process computes every worker and nothing is communicated.
 
 With several seeds per cell (`cells`) the table reads ``mean ± std (n)`` in every column: the mean over the cell's
 seeds, their sample standard deviation (``-`` for one seed) and how many seeds the numbers come from; the "to target"
 columns average the seeds that reached the target and a ``reached`` column says how many did (``2/3``). Runs are
-grouped into cells by their config without ``seed`` and run-control fields (`istjax.experiment.plot.group_runs`),
+grouped into cells by their config without ``seed`` and run-control fields (`istjax.launch.plot.group_runs`),
 so ``--runs`` tabulates seeds of finished studies the same way.
 
 The target (`choose_target`) is ``--target`` when given. Otherwise the runs' own ``target_accuracy`` (`run_target`:
@@ -56,10 +56,10 @@ target and how it was chosen (``target 93.00%: derived from the runs, ...``). Ru
 measured against their own; the table then gets a ``target`` column and a line under it saying so. The table is
 printed and written as ``DIR/comparison.md``, ``DIR/comparison.csv`` and ``DIR/comparison.json`` (per cell the
 mean, ``_std`` and ``_n`` of each number; JSON also lists every seed's own row under ``runs``), and the curves
-(`istjax.experiment.plot.plot_runs`: one mean curve per cell with a min..max band across seeds) as
+(`istjax.launch.plot.plot_runs`: one mean curve per cell with a min..max band across seeds) as
 ``DIR/comparison.png``. Evaluations happen every ``eval_every`` rounds, so "to target" is resolved to that grid.
 
-A run that fails (`istjax.experiment.driver.TrainingError`, e.g. a non-finite loss) does not stop the comparison:
+A run that fails (`istjax.launch.driver.TrainingError`, e.g. a non-finite loss) does not stop the comparison:
 the error is reported, the other runs still train, and ``istjax compare`` exits 1 after writing the outputs. The
 failure is named in the cell's ``note`` column. A failed seed is left out of its cell's numbers when another seed of
 the cell finished (n says how many were used); when none did (or with one seed), the failed runs' evaluations before
@@ -79,8 +79,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
-from istjax.experiment.metrics import format_bytes
-from istjax.experiment.plot import (BANDS, PlotError, Run, bytes_per_worker, group_runs,
+from istjax.launch.metrics import format_bytes
+from istjax.launch.plot import (BANDS, PlotError, Run, bytes_per_worker, group_runs,
                                    load_run, plot_runs, read_json_object, varying_fields, wall_time_text)
 
 __all__ = ["Budget", "Cell", "Comparison", "Row", "Stat", "TargetChoice", "cells", "choose_target", "default_target",
@@ -99,7 +99,7 @@ _ROUND_FIELDS = ("num_rounds", "lr_schedule_rounds", "warmup_rounds")
 class Row(NamedTuple):
     """One run's line of the comparison table (None: not reached / unknown).
 
-    Bytes are counted per worker, each way (`istjax.experiment.plot.bytes_per_worker`), as ``summary.json`` counts
+    Bytes are counted per worker, each way (`istjax.launch.plot.bytes_per_worker`), as ``summary.json`` counts
     them: ``bytes_per_round`` is what one worker sends (= receives) in a round, ``bytes_to_target`` what one worker
     sent (= received) until the target; where a runtime measured the two ways apart, their mean, with each way in
     ``bytes_sent_per_round`` / ``bytes_received_per_round`` (``summary.json``'s ``bytes_sent_per_worker_per_round``,
@@ -161,7 +161,7 @@ class Cell:
       rows: the runs its numbers come from (`Row` per seed).
       excluded: failed seeds left out of the numbers (a cell keeps its failed runs only when none finished).
       variant: ``field=value`` of the config fields besides algorithm, W, K and seed in which the table's cells
-        differ (`istjax.experiment.plot.varying_fields`; empty when they differ in none).
+        differ (`istjax.launch.plot.varying_fields`; empty when they differ in none).
       note: failures, as in the table's ``note`` column.
       target: the test accuracy its "to target" columns count to (None when its seeds' own targets differ; each
         `Row` carries its own).
@@ -226,7 +226,7 @@ class Cell:
 
 class Comparison(NamedTuple):
     """What `run_comparison` trained: the runs with metrics, and ``failed``: run directory -> the error's message
-    for every run that raised `istjax.experiment.driver.TrainingError` (its metrics up to the failure are among ``runs`` when it
+    for every run that raised `istjax.launch.driver.TrainingError` (its metrics up to the failure are among ``runs`` when it
     evaluated at least once), and the ``budget`` every run trained (`plan_budget`)."""
 
     runs: list[Run]
@@ -294,7 +294,7 @@ def default_target(runs: Sequence[Run]) -> float:
 
 def run_target(run: Run) -> Optional[float]:
     """The run's own target test accuracy: ``target_accuracy`` of its ``config.json``, else of its ``summary.json``
-    (what `istjax.experiment.driver` measured ``round_to_target`` against); None when neither names one.
+    (what `istjax.launch.driver` measured ``round_to_target`` against); None when neither names one.
 
     Raises:
       PlotError: ``summary.json`` is needed and is not a JSON object.
@@ -431,7 +431,7 @@ def _first_clause(message: str) -> str:
 
 def cells(runs: Sequence[Run], target: Optional[float] = None,
           failed: Optional[dict[str, str]] = None) -> list[Cell]:
-    """The table: ``runs`` grouped into cells of seeds (`istjax.experiment.plot.group_runs`: equal configs up to
+    """The table: ``runs`` grouped into cells of seeds (`istjax.launch.plot.group_runs`: equal configs up to
     ``seed`` and run-control fields), against ``target`` (default: `choose_target`'s for the runs used),
     sorted by W, then algorithm order.
 
@@ -557,7 +557,7 @@ def _targets_note(cs: Sequence[Cell]) -> str:
 
 def _columns(cs: Sequence[Cell], target: Optional[float]) -> tuple[list[str], dict[str, str]]:
     """The table's number columns and their titles. Bytes are per worker, each way (as ``summary.json``'s
-    ``bytes_sent_per_worker_per_round``; `istjax.experiment.plot.bytes_per_worker`); where some run's two ways
+    ``bytes_sent_per_worker_per_round``; `istjax.launch.plot.bytes_per_worker`); where some run's two ways
     differ (a runtime that measured them), sent and received get a column each and "bytes to target" is the mean
     of the two ways."""
     apart = any(r.bytes_sent_per_round != r.bytes_received_per_round for c in cs for r in c.rows
@@ -637,7 +637,7 @@ def write_outputs(runs: Sequence[Run], table: Sequence[Row | Cell], workdir: str
 
     The CSV has one line per cell (`Cell.as_dict`: mean, ``_std`` and ``_n`` columns), the JSON the same records
     with every seed's row under ``runs``. The figure plots the runs the table's numbers come from (failed seeds that
-    were left out are not drawn), seeds as one mean curve with a ``band`` (`istjax.experiment.plot.plot_runs`).
+    were left out are not drawn), seeds as one mean curve with a ``band`` (`istjax.launch.plot.plot_runs`).
     ``header`` goes above the table in ``comparison.md`` (`format_table`).
     """
     workdir = pathlib.Path(workdir)
@@ -700,8 +700,8 @@ def plan_budget(config, workers: Sequence[int], budget: str = "samples") -> Budg
       ConfigError: under ``"samples"``, a W that does not divide the worker-rounds of a round-counted field (with the
         multiple to set, or ``--budget=rounds``); an unknown ``budget``.
     """
-    from istjax.experiment.config import ConfigError
-    from istjax.experiment.driver import step_examples
+    from istjax.launch.config import ConfigError
+    from istjax.launch.driver import step_examples
 
     if budget not in BUDGETS:
         raise ConfigError([f"--budget={budget!r}: choose one of {sorted(BUDGETS)}."])
@@ -738,12 +738,12 @@ def _budget_problems(config, base: int, workers: Sequence[int]) -> list[str]:
 
 def _configs(config, workdir: pathlib.Path, algorithms: Sequence[str], workers: Sequence[int],
              seeds: Optional[Sequence[int]], budget: Budget) -> list[tuple[pathlib.Path, Any, Optional[int]]]:
-    """``(run directory, config, seed)`` of every run, each config validated (`istjax.experiment.config.validate`).
+    """``(run directory, config, seed)`` of every run, each config validated (`istjax.launch.config.validate`).
 
     Raises:
       ConfigError: every problem of every config, each prefixed by the algorithm and W it comes from.
     """
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     configs = []
     problems: dict[str, None] = {}
@@ -779,12 +779,12 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
     ``seeds=None``: once per (algorithm, W) with the config's seed, into ``workdir/<algorithm>_W<W>``.
 
     ``budget`` (`plan_budget`): ``"samples"`` gives every W the config's samples (W = 2 trains twice the rounds of
-    W = 4), ``"rounds"`` the config's rounds. Every config is validated (`istjax.experiment.config.validate`) before
+    W = 4), ``"rounds"`` the config's rounds. Every config is validated (`istjax.launch.config.validate`) before
     the first run starts, so a width that does not split over some W fails at once, not after an hour of the other
-    runs. A run that raises `istjax.experiment.driver.TrainingError` is reported on stderr and recorded in
+    runs. A run that raises `istjax.launch.driver.TrainingError` is reported on stderr and recorded in
     ``Comparison.failed``; the others still run.
     """
-    import istjax.experiment.driver as train
+    import istjax.launch.driver as train
 
     workdir = pathlib.Path(workdir)
     plan = plan_budget(config, workers, budget)
@@ -898,8 +898,8 @@ def _trained_runs(args, rest: Sequence[str]) -> tuple[list[Run], dict[str, str],
     """
     if args.workdir is None:
         _refuse("--workdir is required (the runs and the table are written there).")
-    import istjax.experiment.cli as cli
-    import istjax.experiment.config as config_lib
+    import istjax.launch.cli as cli
+    import istjax.launch.config as config_lib
 
     try:
         config, _, _, _ = cli.parse_train_args(["istjax compare", *rest])

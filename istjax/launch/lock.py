@@ -1,6 +1,6 @@
 """One writer per run directory: `lock_workdir` holds an exclusive lock on ``<workdir>/run.lock`` for a run's life.
 
-``istjax train`` (`istjax.experiment.driver.train_and_evaluate`) takes it before it touches the run directory; a
+``istjax train`` (`istjax.launch.driver.train_and_evaluate`) takes it before it touches the run directory; a
 second run on the same directory is refused at once (`ConfigError`, exit 2), naming the process that holds it and
 since when, before it resumes from, overwrites or appends to anything. The lock is an ``flock`` on the open file,
 which the kernel releases when its process ends however it ends (``kill -9``, the OOM killer included): the file a
@@ -21,7 +21,7 @@ import pathlib
 import socket
 import sys
 
-from istjax.experiment.config import ConfigError
+from istjax.launch.config import ConfigError
 
 __all__ = ["LOCK_FILE", "WorkdirLock", "lock_workdir"]
 

@@ -4,13 +4,13 @@
 
     istjax [train] [--config=FILE[:ARG]] [--workdir=DIR] [--config.FIELD=VALUE ...] [--resume | --overwrite]
     istjax eval --workdir=DIR [--checkpoint=N]
-    istjax plot RUN_DIR ...          (istjax.experiment.plot.main)
-    istjax compare ...               (istjax.experiment.compare.main)
-    istjax configs [--format=text|markdown]   (istjax.experiment.catalog.main)
+    istjax plot RUN_DIR ...          (istjax.launch.plot.main)
+    istjax compare ...               (istjax.launch.compare.main)
+    istjax configs [--format=text|markdown]   (istjax.launch.catalog.main)
 
-``train`` (the default subcommand) runs `istjax.experiment.driver.train_and_evaluate`. ``--config`` names a Python file with
+``train`` (the default subcommand) runs `istjax.launch.driver.train_and_evaluate`. ``--config`` names a Python file with
 ``get_config()`` (Flax-examples style, ml_collections ``config_flags``); without it the default study runs
-(`istjax.experiment.config.default_config`, IST on scikit-learn's digits, which ships with the install). Any field can be
+(`istjax.launch.config.default_config`, IST on scikit-learn's digits, which ships with the install). Any field can be
 overridden: ``--config.num_workers=2 --config.model.hidden='(256,256)'``, after ``--config=FILE`` when one is given;
 ``data.kwargs`` and ``sampler.groups`` also take keys the config does not set (a loader's argument, a neuron
 group: ``--config.sampler.groups.hidden_0=overlapping``). The config has sections (``algorithm``, ``sampler``,
@@ -20,7 +20,7 @@ flat names of earlier versions (``--config.backend=mpi``) are refused with the n
 --config.model.module=path/to/file.py:Class`` (no PYTHONPATH; the run records it for ``--resume`` and ``eval``);
 switching ``model.name`` drops the previous model's fields and takes the new one's
 (``--config.model.FIELD=VALUE``). A config file may import modules beside it. Without ``--workdir`` results go to ``./runs/<name>-<timestamp>``. A run directory has one writer: a second ``train`` on a workdir another live run
-holds is refused (``run.lock``, istjax.experiment.lock); ``eval`` and ``plot`` only read, and may.
+holds is refused (``run.lock``, istjax.launch.lock); ``eval`` and ``plot`` only read, and may.
 
 ``--resume`` continues the run in ``--workdir`` with that run's own config (its ``config.json``); overrides given
 with it may change run-control fields only (``num_rounds``, ``eval_every``, ...), anything else is refused with the
@@ -47,8 +47,8 @@ from typing import Optional, Sequence
 __all__ = ["main", "parse_train_args", "EXIT_OK", "EXIT_FAILURE", "EXIT_CONFIG", "EXIT_ENVIRONMENT"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 2, 3
-_SUBCOMMANDS = {"plot": "istjax.experiment.plot", "compare": "istjax.experiment.compare",
-                "configs": "istjax.experiment.catalog"}
+_SUBCOMMANDS = {"plot": "istjax.launch.plot", "compare": "istjax.launch.compare",
+                "configs": "istjax.launch.catalog"}
 _OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 
 
@@ -74,12 +74,12 @@ def parse_train_args(argv: Sequence[str]):
       ``(config, workdir, resume, overwrite)``; ``workdir`` is None when not given.
 
     Raises:
-      istjax.experiment.config.ConfigError: unknown flags, unknown config fields (named, with close matches), values that do
+      istjax.launch.config.ConfigError: unknown flags, unknown config fields (named, with close matches), values that do
         not parse, or a config file that does not load.
     """
     from absl import flags
 
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     argv = list(argv)
     config_file = _check_config_file(argv)
@@ -106,9 +106,9 @@ def parse_train_args(argv: Sequence[str]):
         raise config_lib.ConfigError([f"--config: could not load the config ({type(e).__name__}: {e})"
                                       f"{_load_hint(e)}"]) from e
     # New keys of the open sections (data.kwargs, sampler.groups) the config file does not set are literals set
-    # after parsing; istjax.experiment.config.validate checks them against the loader and the model's groups.
+    # after parsing; istjax.launch.config.validate checks them against the loader and the model's groups.
     # ``--config.FIELD=None`` unsets a field (ml_collections' flag parser cannot parse None into a typed field, e.g.
-    # the float ``target_accuracy``); it is set after parsing and checked by istjax.experiment.config.validate like any value.
+    # the float ``target_accuracy``); it is set after parsing and checked by istjax.launch.config.validate like any value.
     argv, new_keys, unset = _sort_overrides(base, argv, overrides)
     overrides = [m.group(1) for m in map(_OVERRIDE.match, argv[1:]) if m]
     _refuse_overrides(base, argv, known)
@@ -141,7 +141,7 @@ def _sort_overrides(base, argv: Sequence[str], overrides: Sequence[str]) -> tupl
     """``(argv for absl, new keys of open sections -> literal, fields to unset)``. A model switched on the command
     line (model.name or model.module) takes its own fields there too: the model section is then open, its fields
     checked against the new model's class (`istjax.models.build_model`)."""
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     open_sections = config_lib.OPEN_SECTIONS + (("model",) if {"model.name", "model.module"} & set(overrides)
                                                 else ())
@@ -161,7 +161,7 @@ def _sort_overrides(base, argv: Sequence[str], overrides: Sequence[str]) -> tupl
 def _switch_model(base, config, overrides: Sequence[str]) -> None:
     """``--config.model.name=OTHER`` replaces the model: the fields the config file gave its own model are dropped
     (those given on the command line stay), so switching models takes one flag, not one run per stale field."""
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     if "model.name" not in overrides or base.model.name == config.model.name:
         return
@@ -193,7 +193,7 @@ def _load_hint(error: Exception) -> str:
     """The fix for a config file that imports a module Python cannot find, or that assigns the flat fields of an
     earlier version: ``c.algorithm = "resist"`` (a section given a plain value) or ``c.backend = "mpi"`` (a field
     that no longer exists)."""
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
     from istjax.core.user_code import searched
 
     text = str(error)
@@ -208,7 +208,7 @@ def _load_hint(error: Exception) -> str:
     if not new:
         return ""
     return (f". The flat field {field.group(1)!r} is now {new!r}: write config.{new} = ... in the config file "
-            f"(istjax.experiment.config.RENAMED lists every renamed field).")
+            f"(istjax.launch.config.RENAMED lists every renamed field).")
 
 
 def _refuse_overrides(base, argv: Sequence[str], known: list[str]) -> None:
@@ -217,7 +217,7 @@ def _refuse_overrides(base, argv: Sequence[str], known: list[str]) -> None:
     (``--config.algorithm=resist`` means ``--config.algorithm.name=resist``)."""
     import ml_collections
 
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     problems = []
     for arg in argv[1:]:
@@ -242,7 +242,7 @@ def _refuse_overrides(base, argv: Sequence[str], known: list[str]) -> None:
 def _check_config_file(argv: Sequence[str]) -> Optional[str]:
     """Refuses, with the fix, what ml_collections would refuse in its own words: overrides given before
     ``--config=FILE`` (they apply to that file's config, so it must come first) and a file that does not exist."""
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)
     if at is None:
@@ -277,7 +277,7 @@ def _resume_config_file(argv: Sequence[str]) -> Optional[str]:
     run continues with the config it was started with (overrides then apply on top of it)."""
     import tempfile
 
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     if "--resume" not in argv or any(a == "--config" or a.startswith("--config=") for a in argv):
         return None
@@ -287,7 +287,7 @@ def _resume_config_file(argv: Sequence[str]) -> Optional[str]:
     config_lib.load_run_config(workdir)  # a clear error when there is no run there
     path = os.path.join(tempfile.mkdtemp(prefix="istjax-resume-"), "run_config.py")
     with open(path, "w") as f:
-        f.write("import json\nfrom istjax.experiment.config import from_dict\n\n\ndef get_config():\n"
+        f.write("import json\nfrom istjax.launch.config import from_dict\n\n\ndef get_config():\n"
                 f"    with open({os.path.join(os.path.abspath(workdir), 'config.json')!r}) as f:\n"
                 "        return from_dict(json.load(f))\n")
     return path
@@ -318,13 +318,13 @@ def _usage() -> str:
 
 def train_main(argv: Sequence[str]) -> int:
     """``istjax train``: returns the exit code."""
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
         print("usage:\n" + _usage())
         import inspect
 
-        print("config fields, defaults and meaning (istjax.experiment.config.default_config):")
+        print("config fields, defaults and meaning (istjax.launch.config.default_config):")
         sources = (config_lib.default_config, *config_lib._FIELD_BUILDERS)
         for line in "\n".join(inspect.getsource(f) for f in sources).splitlines():
             if line.strip().startswith(("c.", "# ")) and "ConfigDict()" not in line.split("#")[0]:
@@ -338,11 +338,11 @@ def train_main(argv: Sequence[str]) -> int:
 
     from absl import logging as absl_logging
 
-    from istjax.experiment.metrics import is_primary
+    from istjax.launch.metrics import is_primary
 
     # orbax logs every save at INFO, and read-only checkpoint managers (non-primary MPI ranks) at WARNING.
     absl_logging.set_verbosity(absl_logging.WARNING if is_primary() else absl_logging.ERROR)
-    import istjax.experiment.driver as train
+    import istjax.launch.driver as train
 
     if workdir is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -375,7 +375,7 @@ def train_main(argv: Sequence[str]) -> int:
 def _error(message: str, every_rank: bool = False) -> None:
     """Prints an error once: under ``mpiexec`` every rank meets the same config or training error, so rank 0 alone
     prints it (saying how many ranks stopped); ``every_rank`` errors (one process's disk) name the rank."""
-    from istjax.experiment.metrics import is_primary, process_count, process_index
+    from istjax.launch.metrics import is_primary, process_count, process_index
 
     n = process_count()
     if n > 1:
@@ -393,7 +393,7 @@ def eval_main(argv: Sequence[str]) -> int:
     import argparse
     import json
 
-    import istjax.experiment.config as config_lib
+    import istjax.launch.config as config_lib
 
     parser = argparse.ArgumentParser(prog="istjax eval", description="Evaluate a saved run without training: its "
                                      "own config, its newest checkpoint that verifies (or --checkpoint).")
@@ -409,7 +409,7 @@ def eval_main(argv: Sequence[str]) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.ERROR)
-    import istjax.experiment.driver as driver
+    import istjax.launch.driver as driver
 
     try:
         result = driver.evaluate_run(args.workdir, checkpoint=args.checkpoint, model_module=args.model_module)
