@@ -67,7 +67,7 @@ def test_a_registered_algorithm_is_found_by_the_driver_options():
     config = config_lib.default_config()
     for name, entry in ALGORITHMS.items():
         assert isinstance(entry, AlgorithmEntry)
-        assert set(driver._factory_options(config, entry.options)) >= set(entry.options), name
+        assert set(config_lib.option_fields(config, entry.options)) >= set(entry.options), name
     for name in runtimes.names():
         assert set(runtimes.get(name).config_options) <= set(config.runtime), name
 
@@ -157,20 +157,24 @@ def test_a_module_missing_part_of_the_contract_is_refused_when_the_task_is_built
         istjax.ist(task, optax.sgd(0.1), num_workers=2, local_steps=1)
 
 
-def test_capabilities_are_typed_and_checked_where_declared():
-    from istjax.algorithms import Capabilities, Exchange, ModelNeeds
+def test_every_option_a_config_sets_maps_to_its_field():
+    """The collector names a library refusal by the config field behind the argument refused: every option of every
+    registered algorithm, every runtime's options and the factories' common arguments map to a field the config
+    has (a function for the arguments several fields set: the model's sizes, the sampler)."""
+    import istjax.runtimes as runtimes
+    from istjax.launch import config as config_lib
 
-    assert ALGORITHMS["ist"].capabilities.sharded and ALGORITHMS["ist"].capabilities.samples_partition
-    assert ALGORITHMS["resist"].capabilities.needs is ModelNeeds.DEPTH_SPLIT
-    assert ALGORITHMS["resist"].capabilities.sharded and "num_owners" in ALGORITHMS["resist"].options
-    assert Capabilities("replicas").exchange is Exchange.REPLICAS  # a string value is converted
-    with pytest.raises(ValueError, match="'swapping' is not a valid Exchange"):
-        Capabilities("swapping")
-    with pytest.raises(ValueError, match="say why in not_sharded_because"):
-        Capabilities(Exchange.SUBNETWORKS)
-    with pytest.raises(TypeError, match="ModelNeeds member"):
-        Capabilities(Exchange.GRADIENTS, needs="groups")
-
+    for runtime in runtimes.names():
+        config = config_lib.default_config()
+        config.runtime.name = runtime
+        known = set(config_lib.flat_dict(config_lib.to_dict(config))) | set(config_lib.OPEN_SECTIONS)
+        for name, entry in ALGORITHMS.items():
+            fields = config_lib.option_fields(config, entry.options)
+            for arg in (*entry.options, *runtimes.get(runtime).config_options, "num_workers", "local_steps",
+                        "backend", "task", "group_sizes", "sampler", "samplers"):
+                field = fields[arg]
+                assert callable(field) or field in known or any(k.startswith(field + ".") for k in known), (
+                    name, arg, field)
 
 def test_an_algorithm_declaring_an_unknown_exchange_is_refused():
     import dataclasses
@@ -195,7 +199,7 @@ def test_build_makes_every_piece_once(monkeypatch):
 
     calls = []
     real = config_lib.make_task
-    monkeypatch.setattr(config_lib, "make_task", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr("istjax.launch.config.experiment.make_task", lambda *a, **k: calls.append(1) or real(*a, **k))
     c = config_lib.default_config()
     c.model.hidden, c.num_workers = (8,), 2
     experiment = driver.build(c)

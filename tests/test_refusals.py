@@ -207,8 +207,30 @@ def test_run_config_cut_short_is_refused(tmp_path, capsys):
 # --- Refusals in the wrong language --------------------------------------------------------------------------
 
 
+class _World:
+    """Rank 0 of a ``ranks``-process MPI world, as far as building a run asks (its size and rank): the MPI runtime
+    makes its refusals while it is built, before any message is sent."""
+
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+
+    def Get_size(self):
+        return self.ranks
+
+    def Get_rank(self):
+        return 0
+
+    def allgather(self, value):
+        return [value] * self.ranks
+
+    def allreduce(self, value, op=None):
+        return value * self.ranks
+
+
 def _as_if_launched_by_mpiexec(monkeypatch, ranks: int):
     monkeypatch.setattr("istjax.launch.metrics.process_count", lambda: ranks)
+    monkeypatch.setattr("istjax.runtimes.mpi._world", lambda: _World(ranks))
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the runtime installs its abort hook
 
 
 @pytest.mark.mpi
@@ -235,9 +257,9 @@ def test_sharded_mpi_fix_speaks_python_from_python_and_flags_from_the_cli(monkey
     config = config_lib.default_config()
     config.runtime.name, config.runtime.mode = "mpi", "sharded"
     with pytest.raises(config_lib.ConfigError, match="--config.sampler.name=stratified --config.sampler.num_owners=2"):
-        config_lib.validate(config, load_data=False)
+        config_lib.build(config)
     config.sampler.name, config.sampler.num_owners = "stratified", 2
-    config_lib.validate(config, load_data=False)  # the fix it names passes
+    config_lib.build(config)  # the fix it names passes
 
 
 def test_sharded_recompute_runs_from_owner_statistics_and_is_refused_without_them():
@@ -257,11 +279,17 @@ def test_sharded_recompute_runs_from_owner_statistics_and_is_refused_without_the
         mpi.sharded_layout(resist, 2, 0)
 
 
+# ResIST's depth-split ResNet on digits' 8x8 images.
+DEPTH_RESNET = {"algorithm.name": "resist", "model.name": "depth_resnet", "model.stage_sizes": "(3,)",
+                "model.widths": "(4,)", "model.image_shape": "(8,8,1)"}
+
+
 @pytest.mark.parametrize("fields,words", [
-    ({"sampler.name": "stratified", "sampler.num_owners": 3}, "with num_owners=3, which deals none that way. Add --config.sampler.name=stratified"),
-    ({"sampler.name": "stratified", "sampler.num_owners": 2, "algorithm.model_state": "recompute"},
+    ({"sampler.name": "stratified", "sampler.num_owners": 3, "model.hidden": "(24,)"}, "with num_owners=3, which deals none that way. Add --config.sampler.name=stratified"),
+    ({**DEPTH_RESNET, "sampler.num_owners": 2, "algorithm.model_state": "recompute", "algorithm.test_scale": False,
+      "num_workers": 2, "model.stage_sizes": "(5,)"},
      "Use --config.algorithm.model_state=carry or --config.runtime.mode=parameter_server"),
-    ({"algorithm.name": "resist"}, "Add --config.sampler.num_owners=2, or --config.runtime.mode=parameter_server"),
+    ({**DEPTH_RESNET, "num_workers": 2}, "Add --config.sampler.num_owners=2, or --config.runtime.mode=parameter_server"),
     ({"sampler.groups.hidden_0": "uniform"}, "deals none that way. Add --config.sampler.name=stratified"),
 ])
 def test_other_sharded_mpi_misfits_speak_the_command_line(monkeypatch, capsys, fields, words):

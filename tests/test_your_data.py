@@ -100,7 +100,7 @@ def test_a_data_module_returning_bad_data_is_refused_in_one_or_two_lines(data_di
     config = config_lib.default_config()
     config.data.name, config.data.module = "blobs", f"{data_dir / 'my_data.py'}:{fn}"
     with pytest.raises(ConfigError) as e:
-        config_lib.check(config)
+        config_lib.build(config)
     assert len(e.value.problems) == 1, e.value.problems
     problem = e.value.problems[0]
     assert problem.startswith(f"data.module='{data_dir / 'my_data.py'}:{fn}'") and words in problem, problem
@@ -112,9 +112,9 @@ def test_a_data_module_needs_a_name_of_its_own_and_is_recorded_absolute(data_dir
     config = config_lib.default_config()
     config.data.module = "my_data.py:blobs"
     with pytest.raises(ConfigError, match=r"'digits' names a dataset istjax ships.*--config.data.name=blobs"):
-        config_lib.check(config)
+        config_lib.build(config)
     config.data.name = "blobs"
-    checked = config_lib.check(config)
+    checked = config_lib.build(config)
     assert config.data.module == f"{data_dir / 'my_data.py'}:blobs"
     assert checked.dataset.name == "blobs" and checked.task is not None
 
@@ -132,9 +132,9 @@ def test_a_small_test_split_evaluates_as_one_batch_and_a_tiny_one_is_refused_wit
     config.data.kwargs, config.batch_size = {"n": 100}, 8  # 75 / 25: a test split under MIN_BATCH_STATISTICS_SPLIT
     with pytest.raises(ConfigError, match=r"a split of 25 examples.*--config.model.batch_norm=False "
                                           r"--config.model.output_batch_norm=False"):
-        config_lib.check(config)
+        config_lib.build(config)
     config.model.batch_norm = config.model.output_batch_norm = False
-    config_lib.check(config)
+    config_lib.build(config)
 
 
 def _run(*args, cwd):
@@ -248,11 +248,13 @@ def test_a_config_importing_a_missing_module_says_where_python_looked(tmp_path, 
 def test_workers_that_do_not_split_a_width_under_mpi_get_the_command_line_fix(monkeypatch):
     """W = 3 on 2 ranks: both refusals speak the command line (--config.sampler.name=uniform_pad), never the Python
     istjax.uniform(pad=True); from Python the sampler's refusal names the Python fix."""
-    monkeypatch.setenv("PMI_SIZE", "2")
+    from test_refusals import _as_if_launched_by_mpiexec
+
+    _as_if_launched_by_mpiexec(monkeypatch, 2)
     config = config_lib.default_config()
     config.runtime.name, config.num_workers = "mpi", 3
     with pytest.raises(ConfigError) as e:
-        config_lib.check(config)
+        config_lib.build(config)
     text = str(e.value)
     assert "--config.num_workers=2 or 4" in text and "--config.sampler.name=uniform_pad" in text, text
     assert "istjax.uniform(pad=True)" not in text

@@ -9,9 +9,7 @@
 from typing import NamedTuple
 
 from istjax.algorithms.base import Algorithm as Algorithm
-from istjax.algorithms.base import Capabilities as Capabilities
 from istjax.algorithms.base import Exchange as Exchange
-from istjax.algorithms.base import ModelNeeds as ModelNeeds
 from istjax.algorithms.base import apply_update as apply_update
 from istjax.algorithms.base import local_train as local_train
 from istjax.algorithms.ist import ist as ist
@@ -23,30 +21,26 @@ from istjax.core.registry import Registry
 
 
 class AlgorithmEntry(NamedTuple):
-    """A registered algorithm: its factory ``(task, optimizer, *, num_workers, local_steps, backend, **options)``,
-    the keyword options it takes beyond those (a config supplies each by that name: ``sampler``,
-    ``optimizer_state``, ``model_state``, ``min_depth``, ``test_scale``, ``num_owners``) and what it is
-    (`Capabilities`)."""
+    """A registered algorithm: its factory ``(task, optimizer, *, num_workers, local_steps, backend, **options)``
+    and the keyword options it takes beyond those (a config supplies each by that name: ``sampler``,
+    ``optimizer_state``, ``model_state``, ``min_depth``, ``test_scale``, ``num_owners``). What it can run with is
+    the factory's to say: it refuses anything else with an `istjax.ArgError` naming the option."""
 
     factory: object
     options: tuple[str, ...]
-    capabilities: Capabilities
     description: str = ""
 
 
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
     "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state"),
-                          Capabilities(Exchange.SUBNETWORKS, ModelNeeds.NEURON_GROUPS, samples_partition=True,
-                                       sharded=True),
                           "Independent Subnetwork Training: neurons split among workers every round"),
-    "data_parallel": AlgorithmEntry(data_parallel, ("model_state",), Capabilities(Exchange.GRADIENTS),
+    "data_parallel": AlgorithmEntry(data_parallel, ("model_state",),
                                     "gradients averaged every step"),
-    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state"), Capabilities(Exchange.REPLICAS),
+    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state"),
                                 "whole replicas trained K steps, then averaged"),
     "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "min_depth", "test_scale", "num_owners"),
-                             Capabilities(Exchange.SUBNETWORKS, ModelNeeds.DEPTH_SPLIT, sharded=True),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
-}, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options, capabilities)).")
+}, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
 
-__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Capabilities", "Exchange", "ModelNeeds", "apply_update",
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Exchange", "apply_update",
            "data_parallel", "ist", "local_sgd", "local_train", "resist"]

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from istjax.core.errors import ArgError
 from istjax.core.comm import CommBytes
 from istjax.core.partition import Sampler
 from istjax.core.state import WORKERS, TrainState, WorkerState
@@ -55,11 +56,9 @@ from istjax.core.task import Task
 
 __all__ = [
     "Algorithm",
-    "Capabilities",
     "OwnerSide",
     "EXCHANGES",
     "Exchange",
-    "ModelNeeds",
     "MODEL_STATE_POLICIES",
     "OPTIMIZER_STATE_POLICIES",
     "apply_update",
@@ -91,40 +90,6 @@ class Exchange(str, enum.Enum):
 
     def __repr__(self) -> str:
         return repr(self.value)
-
-
-class ModelNeeds(enum.Enum):
-    """What an algorithm needs of the model: any model, one with neuron groups, or a depth-split ResNet."""
-
-    ANY = "any"
-    NEURON_GROUPS = "neuron groups (partition_rules() mapping an axis to a group)"
-    DEPTH_SPLIT = "a depth-split ResNet (block_groups(); model.name='depth_resnet')"
-
-
-@dataclasses.dataclass(frozen=True)
-class Capabilities:
-    """What a registered algorithm is, for the validator and the runtimes, instead of its name.
-
-    Attributes:
-      exchange: what crosses between workers and the server.
-      needs: what it needs of the model.
-      samples_partition: it reads a sampler (``config.sampler``).
-      sharded: it can run in the MPI runtime's sharded mode; when it cannot, ``not_sharded_because`` says why.
-    """
-
-    exchange: Exchange
-    needs: ModelNeeds = ModelNeeds.ANY
-    samples_partition: bool = False
-    sharded: bool = False
-    not_sharded_because: str = ""
-
-    def __post_init__(self):
-        object.__setattr__(self, "exchange", Exchange(self.exchange))  # a ValueError naming the value
-        if not isinstance(self.needs, ModelNeeds):
-            raise TypeError(f"Capabilities(needs={self.needs!r}): use an istjax.algorithms.base.ModelNeeds member.")
-        if self.exchange is Exchange.SUBNETWORKS and not self.sharded and not self.not_sharded_because:
-            raise ValueError("Capabilities(sharded=False) of an algorithm exchanging subnetworks: say why in "
-                             "not_sharded_because (the validator shows it).")
 
 
 class OwnerSide(NamedTuple):
@@ -258,19 +223,22 @@ def finish_round(algorithm_task: Task, policy: str, state: TrainState, params, m
 def check_common(task: Task, num_workers, local_steps, optimizer_state: str, model_state: str) -> None:
     """Raises a ValueError naming the argument and the fix for anything an algorithm cannot run with."""
     if not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers={num_workers!r}: need a positive integer.")
+        raise ArgError("num_workers", num_workers, f"num_workers={num_workers!r}: need a positive integer.", "")
     if not isinstance(local_steps, int) or local_steps < 1:
-        raise ValueError(f"local_steps={local_steps!r}: need a positive integer (optimizer steps per round).")
+        raise ArgError("local_steps", local_steps, f"local_steps={local_steps!r}: need a positive integer",
+                       "(optimizer steps per round).")
     if optimizer_state not in OPTIMIZER_STATE_POLICIES:
-        raise ValueError(f"optimizer_state={optimizer_state!r}: choose one of {OPTIMIZER_STATE_POLICIES} (reset: "
-                         f"fresh optimizer state every round; carry: it travels with the parameters).")
+        raise ArgError("optimizer_state", optimizer_state, f"optimizer_state={optimizer_state!r}: unknown;",
+                       f"choose one of {OPTIMIZER_STATE_POLICIES} (reset: fresh optimizer state every round; carry: "
+                       f"it travels with the parameters).")
     if model_state not in MODEL_STATE_POLICIES:
-        raise ValueError(f"model_state={model_state!r}: choose one of {MODEL_STATE_POLICIES} (carry: running "
-                         f"statistics travel with the parameters; recompute: recomputed on the merged model after "
-                         f"every round).")
+        raise ArgError("model_state", model_state, f"model_state={model_state!r}: unknown;",
+                       f"choose one of {MODEL_STATE_POLICIES} (carry: running statistics travel with the parameters; "
+                       f"recompute: recomputed on the merged model after every round).")
     if model_state == "recompute" and task.recompute_state is None and task.has_state:
-        raise ValueError("model_state='recompute' needs a task that can recompute its statistics (a classifier "
-                         "of a module with a bn_momentum field, e.g. istjax.models.CNN); use model_state='carry'.")
+        raise ArgError("model_state", model_state, "model_state='recompute' needs a task that can recompute its "
+                       "statistics (a classifier of a module with a bn_momentum field, e.g. istjax.models.CNN);",
+                       "use model_state='carry'.", "use --config.algorithm.model_state=carry.")
 
 
 def init_state(task: Task, optimizer: optax.GradientTransformation, carry_optimizer: bool):

@@ -11,6 +11,7 @@ from typing import Any, Optional, Union
 import jax
 import optax
 
+from istjax.core.errors import ArgError
 from istjax.algorithms.base import (Algorithm, OwnerSide, bind, check_common, finish_round, init_state,
                                     local_train)
 from istjax.core import partition as partition_lib
@@ -54,8 +55,9 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     if not spec.group_sizes:
         why = task.no_groups_reason or ("Map a logical axis to a group in the rules (e.g. {'hidden_0': "
                                         "'hidden_0'}).")
-        raise ValueError(f"ist(): the task's spec has no neuron group, so every weight is shared and IST would be "
-                         f"local SGD. {why} Or use istjax.local_sgd.")
+        raise ArgError("task", type(task.module).__name__,
+                       f"the model has no neuron group, so every weight is shared and IST would train it as local "
+                       f"SGD. {why}", "Or use istjax.local_sgd.", "Or use --config.algorithm.name=local_sgd.")
     slots = sampler.slots(spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
     disjoint = partition_lib.disjoint_groups(sampler, spec.group_sizes)
     loss = task.train_loss(slots)

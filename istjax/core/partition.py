@@ -96,17 +96,33 @@ def owner_counts(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[str, 
     return {g: sampler.group_owners(g) for g in group_sizes}
 
 
+# The arguments a sampler refuses together when it cannot deal a model's groups among W workers.
+GROUPS_WORKERS_SAMPLER = ("group_sizes", "num_workers", "sampler")
+
+
+def _close(name: str, known: list[str]) -> str:
+    """`` (did you mean 'a'?)`` or an empty string."""
+    import difflib
+
+    hits = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(repr(h) for h in hits)}?)" if hits else ""
+
+
 def _check_workers(group_sizes: Mapping[str, int], num_workers: int, *, allow_more_workers: bool = False):
     if not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers={num_workers!r}: need a positive integer number of workers.")
+        raise ArgError("num_workers", num_workers, f"num_workers={num_workers!r}: need a positive integer number of "
+                       f"workers.", "")
     if not allow_more_workers:
         for g, n in group_sizes.items():
             if num_workers > n:
-                raise ValueError(
-                    f"num_workers={num_workers} is larger than neuron group {g!r} ({n} units): this sampler would "
-                    f"leave some worker without a unit. Use at most {n} workers, widen the layer, or deal this group "
-                    f"with a sampler that lets workers share units: istjax.per_group({{{g!r}: "
-                    f"istjax.overlapping(1)}}, default=...) (config: --config.sampler.groups.{g}=overlapping).")
+                problem = (f"num_workers={num_workers} is larger than neuron group {g!r} ({n} units): this sampler "
+                           f"would leave some worker without a unit.")
+                raise ArgError(
+                    GROUPS_WORKERS_SAMPLER, num_workers, problem,
+                    f"Use at most {n} workers, widen the layer, or deal this group with a sampler that lets workers "
+                    f"share units: istjax.per_group({{{g!r}: istjax.overlapping(1)}}, default=...).",
+                    f"Use at most {n} workers, widen the layer, or deal this group with a sampler that lets workers "
+                    f"share units: --config.sampler.groups.{g}=overlapping.")
 
 
 def _group_keys(key: jax.Array, group_sizes: Mapping[str, int]) -> dict[str, jax.Array]:
@@ -143,7 +159,7 @@ def uniform(pad: bool = False, idle: bool = False) -> Sampler:
         for g, n in group_sizes.items():
             if n % num_workers and not pad:
                 raise ArgError(
-                    "num_workers", num_workers,
+                    GROUPS_WORKERS_SAMPLER, num_workers,
                     f"neuron group {g!r} has {n} units, not divisible by num_workers={num_workers}. Use a width that "
                     f"is a multiple of {num_workers} (e.g. {n - n % num_workers} or {n + num_workers - n % num_workers}),",
                     "or sample with istjax.uniform(pad=True) to pad and mask the short workers.",
@@ -174,16 +190,17 @@ def stratified(num_owners: int) -> Sampler:
     owners and workers is a fixed-size all-to-all.
     """
     if not isinstance(num_owners, int) or num_owners < 1:
-        raise ValueError(f"num_owners={num_owners!r}: need a positive integer.")
+        raise ArgError("num_owners", num_owners, f"num_owners={num_owners!r}: need a positive integer.", "")
 
     def slots(group_sizes, num_workers):
         _check_workers(group_sizes, num_workers)
         for g, n in group_sizes.items():
             if n % (num_owners * num_workers):
-                raise ValueError(
+                raise ArgError(
+                    GROUPS_WORKERS_SAMPLER, num_workers,
                     f"neuron group {g!r} has {n} units, not divisible by num_owners * num_workers = "
-                    f"{num_owners} * {num_workers}; a stratified partition needs equal shards. Use a width that is a "
-                    f"multiple of {num_owners * num_workers}.")
+                    f"{num_owners} * {num_workers}; a stratified partition needs equal shards.",
+                    f"Use a width that is a multiple of {num_owners * num_workers}.")
         return {g: n // num_workers for g, n in group_sizes.items()}
 
     def sample(key, group_sizes, num_workers):
@@ -220,7 +237,8 @@ def overlapping(min_units: int | Mapping[str, int]) -> Sampler:
         for g, n in group_sizes.items():
             m = _min(g)
             if m > n:
-                raise ValueError(f"min_units={m} for group {g!r} exceeds its size {n}; use at most {n}.")
+                raise ArgError(("group_sizes", "min_units"), m, f"min_units={m} for group {g!r} exceeds its size "
+                               f"{n};", f"use at most {n}.")
             out[g] = max(-(-n // num_workers), m)
         return out
 
@@ -339,8 +357,10 @@ def per_group(samplers: Mapping[str, Sampler], default: Optional[Sampler] = None
     def assign(group_sizes) -> dict[str, Sampler]:
         unknown = sorted(set(samplers) - set(group_sizes))
         if unknown:
-            raise ValueError(f"per_group names neuron group(s) {unknown} that the model does not have; its groups are "
-                             f"{sorted(group_sizes)}. Fix the group name.")
+            g = unknown[0]
+            raise ArgError(f"samplers.{g}", samplers[g],
+                           f"the model has no neuron group {g!r}{_close(g, sorted(group_sizes))}; its groups are "
+                           f"{sorted(group_sizes)}.", "Fix the group name.")
         missing = sorted(g for g in group_sizes if g not in samplers and default is None)
         if missing:
             raise ValueError(f"per_group has no sampler for neuron group(s) {missing}; name them or pass default=.")

@@ -34,7 +34,7 @@ import optax
 from istjax.core import contract, model_checks
 from istjax.core.spec import SubnetSpec, spec_for_state, spec_from_logical
 
-__all__ = ["Task", "classifier", "example_and_classes", "is_dataset", "stateless", "EMPTY_SPEC",
+__all__ = ["Task", "check_evaluation", "classifier", "example_and_classes", "is_dataset", "stateless", "EMPTY_SPEC",
            "MIN_BATCH_STATISTICS_EVAL", "MIN_BATCH_STATISTICS_SPLIT"]
 
 # The smallest evaluation batch for a model that normalises with batch statistics at test time. Measured on the IST
@@ -359,3 +359,36 @@ def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]
                 example_x=example_x, num_classes=num_classes, **_owner_pieces(eval_model, fresh),
                 no_groups_reason="" if spec.group_sizes else model_checks.no_groups_reason(model, abstract["params"],
                                                                                             rules))
+
+
+def check_evaluation(task: Task, split_sizes: Mapping[str, int], *, batch_size: int, train_examples: int = 0) -> None:
+    """Refuses an evaluation whose batches score another model than the one trained, before anything is compiled.
+
+    A task that normalises with the statistics of the batch it is given at test time (`Task.min_eval_batch` > 1)
+    needs chunks of at least ``task.min_eval_batch`` examples (``batch_size``), a training-set prefix that large
+    (``train_examples``, 0: the whole set), and splits (``split_sizes``: ``{"train": n, "test": n}``) of at least
+    `MIN_BATCH_STATISTICS_SPLIT` examples. Raises `istjax.ArgError` naming the argument and the fix.
+    """
+    from istjax.core.errors import ArgError
+
+    least, name = task.min_eval_batch, type(task.module).__name__ if task.module is not None else "the model"
+    if int(batch_size) < least:
+        raise ArgError("batch_size", batch_size,
+                       f"model {name} normalises with the statistics of the evaluation batch at test time, so a small "
+                       f"batch evaluates another, worse model (measured on digits: batch 7 -> accuracy 0.77, 256 and "
+                       f"up -> 0.97).", f"Use at least {least} (istjax.core.task.MIN_BATCH_STATISTICS_EVAL).")
+    if 0 < int(train_examples) < least:
+        raise ArgError("train_examples", train_examples,
+                       f"model {name} normalises with batch statistics at test time; the training-set evaluation "
+                       f"needs at least {least} examples", "(or 0: the whole training set).")
+    smallest = min(split_sizes.values())
+    if smallest < min(least, MIN_BATCH_STATISTICS_SPLIT):
+        fix = contract.batch_statistics_fix(task.module) if task.module is not None else {}
+        raise ArgError("dataset", smallest,
+                       f"a split of {smallest} examples; model {name} normalises with the statistics of the batch it "
+                       f"is given at test time, and a batch under {MIN_BATCH_STATISTICS_SPLIT} examples scores another, "
+                       f"worse model.",
+                       f"Use more examples, or the model without test-time batch statistics"
+                       f"{': ' + ', '.join(f'{k}={v!r}' for k, v in fix.items()) if fix else ''}.",
+                       f"Use more examples, or the model without test-time batch statistics"
+                       f"{': ' + ' '.join(f'--config.model.{k}={v}' for k, v in fix.items()) if fix else ''}.")

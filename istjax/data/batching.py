@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import SHARD_TAG as _SHARD_TAG
 from istjax.core.streams import as_round as _as_round
 from istjax.core.streams import check_positive as _check_positive
@@ -140,15 +141,14 @@ def _make_plan(
     pool = n // w if sharding == "disjoint" else n
     if pool < b:
         if sharding == "disjoint":
-            raise ValueError(
-                f"sharding='disjoint' splits {n} training examples into "
-                f"num_workers={w} shards of {pool}, fewer than batch_size={b}; "
-                f"reduce num_workers or batch_size, or use sharding='shared'."
-            )
-        raise ValueError(
-            f"the training set has {n} examples, fewer than batch_size={b}; "
-            f"reduce batch_size."
-        )
+            raise ArgError(
+                "batch_size", b,
+                f"larger than a worker's shard ({n} training examples / num_workers={w} = {pool} with "
+                f"sharding='disjoint').",
+                f"Use batch_size <= {pool}, fewer workers, or sharding='shared'.",
+                f"Use --config.batch_size={pool} or less, fewer workers, or --config.data.sharding=shared.")
+        raise ArgError("batch_size", b, f"larger than the training set ({n} examples).",
+                       f"Use batch_size <= {n}.", f"Use --config.batch_size={n} or less.")
     kb = k * b
     if pool * (kb + 1) >= 2**31:
         raise ValueError(

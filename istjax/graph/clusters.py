@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import SHARD_TAG as _SHARD_TAG
 from istjax.core.streams import check_positive as _check_positive
 from istjax.core.streams import check_seed
@@ -103,8 +104,8 @@ def _check_num_clusters(num_clusters: Any, n: int) -> int:
         raise ValueError(f"num_clusters={num_clusters!r} must be an integer in [1, num_nodes={n}]; "
                          f"pass an int.") from None
     if not 1 <= c <= n:
-        raise ValueError(f"num_clusters={c} must be in [1, num_nodes={n}] (each cluster needs at least one node); "
-                         f"pass 1 <= num_clusters <= {n}.")
+        raise ArgError("num_clusters", c, f"the graph has only {n} nodes, and each cluster needs at least one;",
+                       f"use at most {n} clusters (1 <= num_clusters <= {n}).")
     return c
 
 
@@ -152,7 +153,7 @@ def partition_nodes(graph_or_edges: Graph | np.ndarray, num_nodes: int | None, n
     handle empty clusters (they contribute nothing).
     """
     if method not in METHODS:
-        raise ValueError(f"method={method!r} is not supported; pass one of {list(METHODS)}.")
+        raise ArgError("method", method, f"method={method!r} is not supported;", f"pass one of {list(METHODS)}.")
     seed = check_seed(seed)
     n = _num_nodes(graph_or_edges, num_nodes)
     c = _check_num_clusters(num_clusters, n)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from istjax.core.errors import ArgError
 from istjax.core.task import Task, classifier, example_and_classes, is_dataset
 from istjax.graph import clusters as clusters_lib
 from istjax.graph.graph import Graph
@@ -68,9 +69,15 @@ def _classes_of_labels(model, labels) -> int:
 
 
 def with_clusters(shared: dict, labels: np.ndarray, train_idx: np.ndarray, num_clusters: int, *,
-                  method: str = "metis", seed: int = 0) -> dict:
+                  method: str = "metis", seed: int = 0, dataset: str = "") -> dict:
     """``shared`` plus what cluster mini-batches read: ``labels [N]``, ``train_mask [N]`` and ``clusters`` (the
-    padded `istjax.graph.clusters.ClusterTable` of a ``method`` partition into ``num_clusters``)."""
+    padded `istjax.graph.clusters.ClusterTable` of a ``method`` partition into ``num_clusters``). ``dataset`` names
+    the data in the refusal of a ``shared`` without a graph."""
+    if not isinstance(shared, Mapping) or "graph" not in shared:
+        raise ArgError("shared", "clusters",
+                       f"cuts a graph into clusters, but {dataset or 'the data'} has no graph.",
+                       "Use a graph dataset (cora, citeseer, pubmed, csbm), or full-graph batches.",
+                       "Use a graph dataset (cora, citeseer, pubmed, csbm) or --config.data.graph_batches=full.")
     graph: Graph = shared["graph"]
     n = graph.num_nodes
     train_mask = np.zeros((n,), bool)

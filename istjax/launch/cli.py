@@ -325,7 +325,9 @@ def train_main(argv: Sequence[str]) -> int:
         import inspect
 
         print("config fields, defaults and meaning (istjax.launch.config.default_config):")
-        sources = (config_lib.default_config, *config_lib._FIELD_BUILDERS)
+        from istjax.launch.config.fields import FIELD_BUILDERS
+
+        sources = (config_lib.default_config, *FIELD_BUILDERS)
         for line in "\n".join(inspect.getsource(f) for f in sources).splitlines():
             if line.strip().startswith(("c.", "# ")) and "ConfigDict()" not in line.split("#")[0]:
                 print("  " + line.strip().removeprefix("c."))

@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -52,12 +52,11 @@ import istjax.launch.config as config_lib
 from istjax.algorithms import ALGORITHMS
 from istjax.algorithms.base import Algorithm, init_state
 from istjax.core import contract
-from istjax.core.errors import config_terms
 from istjax.core.state import TrainState
 from istjax.core.task import Task
-from istjax.data.cluster_batches import CLUSTERS, cluster_batch_fn, clustered
+from istjax.data.cluster_batches import CLUSTERS
 from istjax.launch.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
-from istjax.launch.config import ConfigError
+from istjax.launch.config import ConfigError, Experiment, build
 from istjax.launch.lock import LOCK_FILE, WorkdirLock, lock_workdir
 from istjax.launch.metrics import (MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
                                       truncate_metrics, write_atomic)
@@ -95,111 +94,6 @@ class Interrupted(Exception):
 # ----------------------------------------------------------------------------------------------------------------
 # Building blocks
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def _option_value(config: ml_collections.ConfigDict, option: str) -> Any:
-    """The config value behind an option an algorithm entry declares (`istjax.algorithms.AlgorithmEntry.options`):
-    the sampler the ``sampler`` section builds, its owner count, or the ``algorithm`` section's field of that name."""
-    if option == "sampler":
-        return config_lib.make_sampler(config)
-    if option == "num_owners":
-        return int(config.sampler.num_owners)
-    return config.algorithm[option]
-
-
-def _factory_options(config: ml_collections.ConfigDict, options: tuple[str, ...]) -> dict[str, Any]:
-    """The config values of the options an algorithm declares, and the runtime's options (its section's fields)."""
-    import istjax.runtimes as runtimes
-
-    values = {name: _option_value(config, name) for name in options}
-    values.update({option: config.runtime[option] for option in runtimes.get(config.runtime.name).config_options})
-    return values
-
-
-def _runtime_fields(config: ml_collections.ConfigDict) -> tuple[str, ...]:
-    """The config fields the run's runtime reads (``runtime.mode`` for MPI), for messages."""
-    import istjax.runtimes as runtimes
-
-    return tuple(f"runtime.{option}" for option in runtimes.get(config.runtime.name).config_options)
-
-
-class Experiment(NamedTuple):
-    """Everything a config describes, each piece built once (`build`).
-
-    Attributes:
-      config: the checked config.
-      dataset: the loaded data (with its cluster table under graph_batches='clusters').
-      task: the task the algorithm trains and the driver evaluates (ResIST's carries its scaled test-time network).
-      algorithm: bound to the config's runtime.
-      batch_fn: ``round -> batches`` for every worker.
-    """
-
-    config: ml_collections.ConfigDict
-    dataset: data_lib.Dataset
-    task: Task
-    algorithm: Algorithm
-    batch_fn: data_lib.BatchFn
-
-
-def build(config: ml_collections.ConfigDict, checked: Optional[config_lib.Checked] = None) -> Experiment:
-    """The `Experiment` ``config`` describes: checked (`istjax.launch.config.check`, every problem at once,
-    before anything compiles), then the algorithm built on the task the check built, bound to the runtime, and the
-    batch function. Pass ``checked`` when the config was checked already.
-
-    Errors the factories raise (they check their arguments before tracing) become `ConfigError`.
-    """
-    checked = config_lib.check(config) if checked is None else checked
-    dataset, task = checked
-    try:
-        entry = ALGORITHMS.get(config.algorithm.name)
-        algorithm = entry.factory(task, config_lib.make_optimizer(config), num_workers=int(config.num_workers),
-                                  local_steps=int(config.local_steps), backend=config.runtime.name,
-                                  **_factory_options(config, entry.options))
-        rows = own_rows(algorithm)
-        batch_fn = _batch_fn(config, dataset, algorithm.task, rows)
-    except (TypeError, ValueError) as e:
-        where = ", ".join(f"{f}={config_lib.get_field(config, f)!r}"
-                          for f in ("runtime.name", *_runtime_fields(config)))
-        raise ConfigError([f"{config.algorithm.name} on {where}: {config_terms(e)}"]) from e
-    if getattr(batch_fn, "rows", None) is not None:  # this process holds its workers' examples, and evaluation's
-        n = int(config.eval_train_examples) or len(dataset.train_y)
-        dataset = dataset._replace(train_x=dataset.train_x[:n], train_y=dataset.train_y[:n])
-    # The algorithm's own task: the one it trains, and the one to evaluate (ResIST's carries the test-time network
-    # whose partitioned branches are scaled).
-    return Experiment(config, dataset, algorithm.task, algorithm, batch_fn)
-
-
-def own_rows(algorithm: Algorithm) -> Optional[tuple[int, int]]:
-    """``(start, stop)``: the workers this process runs, when it needs only their batches (several processes, a
-    round called between device steps, and no collect on this process that reads every worker's batches: the
-    parameter-server and replica modes recompute statistics from all of them); else None."""
-    rt = algorithm.runtime
-    if rt.size <= 1 or rt.fusable or (algorithm.model_state_policy == "recompute" and rt.whole_state):
-        return None
-    lanes = algorithm.num_workers // rt.size
-    return rt.rank * lanes, (rt.rank + 1) * lanes
-
-
-def _batch_fn(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task: Task,
-              rows: Optional[tuple[int, int]] = None) -> data_lib.BatchFn:
-    """Every worker's batches for a round: Cluster-GCN subgraphs or examples, augmented, with dropout keys. With
-    ``rows`` (`own_rows`) plain example batches hold and draw only those workers'; augmented, keyed and Cluster-GCN
-    batches draw every worker's (the runtime keeps a process's rows)."""
-    if clustered(dataset.shared):  # Cluster-GCN mini-batches (graph_batches="clusters")
-        batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
-                                    local_steps=int(config.local_steps),
-                                    clusters_per_step=int(config.data.clusters_per_step), seed=int(config.seed))
-    else:
-        plain = not config.data.augment and contract.dropout_rate(task.module) == 0
-        batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
-                                          local_steps=int(config.local_steps),
-                                          batch_size=int(config.batch_size), seed=int(config.seed),
-                                          sharding=config.data.sharding, workers=rows if plain else None)
-    if config.data.augment:
-        batch_fn = data_lib.augmented(batch_fn, pad=int(config.data.augment_pad))
-    if contract.dropout_rate(task.module) > 0:  # a step key per worker and step for dropout
-        batch_fn = data_lib.with_step_keys(batch_fn, int(config.seed))
-    return batch_fn
 
 
 def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, *, fuse: bool = True) -> Callable:
@@ -458,12 +352,12 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, 
     ``config.json`` (step 1). The returned run holds the lock until `Run.close`."""
     if resume and overwrite:
         raise ConfigError(["resume=True and overwrite=True contradict each other; pass one of them."])
-    checked = config_lib.check(config)
+    experiment = build(config)
     workdir = pathlib.Path(workdir).absolute()
     new = not workdir.exists()
     lock, refusal = _claim_workdir(workdir) if is_primary() else (None, None)
     try:
-        run = _build_run(config, checked, workdir, refusal, resume=resume, overwrite=overwrite)
+        run = _start_run(experiment, workdir, refusal, resume=resume, overwrite=overwrite)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -474,10 +368,11 @@ def open_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, *, 
     return run
 
 
-def _build_run(config: ml_collections.ConfigDict, checked: config_lib.Checked, workdir: pathlib.Path,
-               refusal: Optional[Exception], *, resume: bool, overwrite: bool) -> Run:
-    """Builds the run once every process knows whether the primary claimed the workdir; checks and claims it."""
-    _, dataset, task, algorithm, batch_fn = build(config, checked)
+def _start_run(experiment: Experiment, workdir: pathlib.Path, refusal: Optional[Exception], *, resume: bool,
+               overwrite: bool) -> Run:
+    """The run of the built ``experiment`` once every process knows whether the primary claimed the workdir; checks
+    and claims it."""
+    config, dataset, task, algorithm, batch_fn = experiment
     if algorithm.runtime.agree(int(refusal is not None)):  # every process stops when the primary was refused
         raise refusal or ConfigError([f"workdir={str(workdir)!r}: the primary process refused it."])
     config_dict = config_lib.to_dict(config)

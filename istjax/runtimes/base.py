@@ -77,6 +77,9 @@ class Runtime(NamedTuple):
       config_options: the ``build`` options a config's ``runtime`` section supplies, each under its own name (the
         MPI runtime's ``mode`` is ``runtime.mode``); the driver passes exactly these.
       multi_process: whether its workers span processes (it runs under ``mpiexec``; every process builds the run).
+      check_launch: ``(num_workers, **options) -> None``: what the runtime refuses before any algorithm is built
+        (the MPI runtime: its mode, the process count, W's fit to it); ``build`` makes the same call first, so a
+        config's build can report the launch's problem before the algorithm's.
     """
 
     name: str
@@ -84,6 +87,7 @@ class Runtime(NamedTuple):
     description: str
     config_options: tuple[str, ...] = ()
     multi_process: bool = False
+    check_launch: Callable[..., None] = lambda num_workers, **options: None
 
 
 def check_batches(batches: Any, num_workers: int, local_steps: int, example_x: Any = None) -> None:

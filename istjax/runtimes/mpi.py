@@ -66,6 +66,8 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.errors import ArgError
+from istjax.core import contract
 from istjax.core import shard as shard_lib
 from istjax.core.partition import owner_counts
 from istjax.core.spec import path_str
@@ -143,10 +145,11 @@ def check_fit(num_workers: int, num_processes: Optional[int] = None, *, fix: str
     if num_workers % n:
         lower, upper = (num_workers // n) * n, (num_workers // n + 1) * n
         fits = f"{lower} or {upper}" if lower else f"{upper}"
-        raise ValueError(
-            f"num_workers={num_workers} does not fit {n} MPI processes: each process runs num_workers / {n} workers, "
-            f"so num_workers must be a multiple of {n}. Use {fix}{fits}, or launch with "
-            f"mpiexec -n N for an N that divides {num_workers}.")
+        launch = f", or launch with mpiexec -n N for an N that divides {num_workers}."
+        raise ArgError("num_workers", num_workers,
+                       f"num_workers={num_workers} does not fit {n} MPI processes: each process runs num_workers / "
+                       f"{n} workers, so num_workers must be a multiple of {n}.", f"Use {fix}{fits}{launch}",
+                       f"Use --config.num_workers={fits}{launch}")
     return num_workers // n
 
 
@@ -259,6 +262,29 @@ def build(algorithm, mode: str = "parameter_server", comm=None):
     return mpi_runtime(algorithm, mode=mode, comm=comm).as_algorithm()
 
 
+def check_launch(num_workers: int, *, mode: str = "parameter_server", comm=None,
+                 gradient_buffers: str = "leaves") -> int:
+    """What the MPI runtime refuses before any algorithm is built: an unknown mode or gradient buffering, a job of
+    one process, and W not a multiple of the process count (`check_fit`). Returns ``L = W / N``, the workers per
+    process. `mpi_runtime` calls it first; a config's build calls it before building the algorithm."""
+    if mode not in MODES:
+        raise ArgError("mode", mode, f"mode={mode!r}: unknown;", f"choose one of {MODES}.")
+    if gradient_buffers not in GRADIENT_BUFFERS:
+        raise ArgError("gradient_buffers", gradient_buffers, f"gradient_buffers={gradient_buffers!r}: unknown;",
+                       f"choose one of {GRADIENT_BUFFERS}.")
+    comm = _world() if comm is None else comm
+    n = comm.Get_size()
+    if n < 2:
+        raise ArgError("backend", "mpi",
+                       "runs the workers on several processes, but this is one process (not launched by mpiexec, or "
+                       "mpiexec -n 1): it would run every worker here, slower than simulate.",
+                       "Launch the script as `mpiexec -n 2 python ...` (mpiexec is in .venv/bin), or use "
+                       "backend='simulate'.",
+                       "Launch it as `mpiexec -n 2 istjax train --config.runtime.name=mpi ...` (mpiexec is in "
+                       ".venv/bin), or use --config.runtime.name=simulate.")
+    return check_fit(num_workers, n)
+
+
 def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
                 gradient_buffers: str = "leaves") -> MPIRuntime:
     """Runs ``algorithm`` (any runtime's; its pieces are what is used) on the MPI processes of this job.
@@ -272,28 +298,20 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
       comm: an mpi4py communicator (default ``COMM_WORLD``).
       gradient_buffers: ``"leaves"`` or ``"one"``: how data parallel's gradients are all-reduced (`MPIRuntime`).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r}: choose one of {MODES} (--config.runtime.mode).")
-    if gradient_buffers not in GRADIENT_BUFFERS:
-        raise ValueError(f"gradient_buffers={gradient_buffers!r}: choose one of {GRADIENT_BUFFERS}.")
+    lanes = check_launch(algorithm.num_workers, mode=mode, comm=comm, gradient_buffers=gradient_buffers)
     builders = {("subnetworks", "parameter_server"): _server, ("subnetworks", "sharded"): _sharded,
                 ("replicas", "parameter_server"): _replicas, ("gradients", "parameter_server"): _replicas}
     if mode == "sharded" and algorithm.exchange in ("replicas", "gradients"):
-        raise ValueError(f"mode='sharded' splits the model among the processes for an algorithm that exchanges "
-                         f"sub-networks (ist, resist), but {algorithm.name!r} exchanges {algorithm.exchange}: every "
-                         f"process holds the whole model, so the mode would change nothing. Use "
-                         f"mode='parameter_server' (--config.runtime.mode=parameter_server).")
+        raise ArgError("mode", mode,
+                       f"mode='sharded' splits the model among the processes for an algorithm that exchanges "
+                       f"sub-networks (ist, resist), but {algorithm.name!r} exchanges {algorithm.exchange}: every "
+                       f"process holds the whole model, so the mode would change nothing.",
+                       "Use mode='parameter_server'.", "Use --config.runtime.mode=parameter_server.")
     if (algorithm.exchange, mode) not in builders:
         raise ValueError(f"algorithm {algorithm.name!r} declares exchange={algorithm.exchange!r}, which the MPI "
                          f"runtime does not know; exchanges: subnetworks, replicas, gradients.")
     comm = _world() if comm is None else comm
     n, r = comm.Get_size(), comm.Get_rank()
-    if n < 2:
-        raise ValueError("backend='mpi' runs the workers on several processes, but this is one process (not launched "
-                         "by mpiexec, or mpiexec -n 1): it would run every worker here, slower than simulate. Launch "
-                         "the script as `mpiexec -n 2 python ...` (mpiexec is in .venv/bin), or use "
-                         "backend='simulate'.")
-    lanes = check_fit(algorithm.num_workers, n)
     abort_on_error()
     rt = MPIRuntime(algorithm=algorithm, mode=mode, rank=r, size=n, workers_per_rank=lanes, comm=comm,
                     gradient_buffers=gradient_buffers)
@@ -603,28 +621,42 @@ def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
     """Which groups this job holds in shards; a ValueError naming the fix when the algorithm cannot run sharded."""
     side = alg.owner_side
     if side is None:
-        raise ValueError(f"mode='sharded': algorithm {alg.name!r} exchanges subnetworks but gives no owner side "
-                         f"(Algorithm.owner_side), so it cannot run with the model split over ranks. Use "
-                         f"mode='parameter_server'.")
+        raise ArgError("mode", "sharded",
+                       f"algorithm {alg.name!r} exchanges subnetworks but gives no owner side (Algorithm.owner_side), "
+                       f"so it cannot run with the model split over ranks.", "Use mode='parameter_server'.",
+                       "Use --config.runtime.mode=parameter_server.")
     sizes = dict(alg.task.spec.group_sizes)
     owners = owner_counts(side.sampler, sizes)
     owned = frozenset(g for g, o in owners.items() if o == n)
     if not owned:
-        served = sorted({o for o in owners.values() if o is not None})
-        also = f" (it serves {served} owners)" if served else ""
-        raise ValueError(
-            f"mode='sharded' with {n} processes needs a partition sampler that deals the neuron groups stratified "
-            f"by {n} owners, such as istjax.stratified(num_owners={n}) (so each round's exchange is a fixed-size "
-            f"all-to-all); the algorithm samples with {side.sampler.name!r}{also}. Build it with "
-            f"istjax.ist(..., sampler=istjax.stratified(num_owners={n})) (ResIST: istjax.resist(..., "
-            f"num_owners={n})), or use mode='parameter_server'.")
+        raise _not_stratified(alg, side.sampler, owners, n)
     if alg.model_state_policy == "recompute" and alg.task.has_state and alg.task.owner_recompute_state is None:
-        raise ValueError(f"mode='sharded' with model_state='recompute': recomputing the statistics is a forward pass "
-                         f"of the whole merged model, which no rank holds, and {type(alg.task.module).__name__} gives "
-                         f"no owner_statistics method to run it from each rank's part (istjax.core.contract; the "
-                         f"channel-partitioned CNN, ResNet and VGG do). Use model_state='carry' or "
-                         f"mode='parameter_server'.")
+        raise ArgError("model_state", "recompute",
+                       f"mode='sharded' with model_state='recompute': recomputing the statistics is a forward pass of "
+                       f"the whole merged model, which no rank holds, and {type(alg.task.module).__name__} gives no "
+                       f"owner_statistics method to run it from each rank's part (istjax.core.contract; the "
+                       f"channel-partitioned CNN, ResNet and VGG do).", "Use model_state='carry' or "
+                       f"mode='parameter_server'.", "Use --config.algorithm.model_state=carry or "
+                       "--config.runtime.mode=parameter_server.")
     return shard_lib.Layout(n, me, alg.num_workers, sizes, owned)
+
+
+def _not_stratified(alg, sampler, owners: dict, n: int) -> ArgError:
+    """The sharded mode's refusal of a sampler that deals no group stratified by ``n`` owners, with each interface's
+    fix: ResIST stratifies its own blocks (``num_owners``), IST reads its sampler."""
+    served = sorted({o for o in owners.values() if o is not None})
+    has = f"{sampler.name!r}" + (f", stratified with num_owners={'/'.join(map(str, served))}" if served else "")
+    problem = (f"mode='sharded' with {n} processes needs a partition sampler that deals the neuron groups stratified "
+               f"by {n} owners (so each round's exchange is a fixed-size all-to-all); each process owns 1/{n} of "
+               f"them. The algorithm samples with {has}, which deals none that way.")
+    if contract.block_groups(alg.task.module) is not None:  # a depth-split model: ResIST deals its own blocks
+        return ArgError("num_owners", None, problem, f"Build it with istjax.resist(..., num_owners={n}), or use "
+                        f"mode='parameter_server'.", f"Add --config.sampler.num_owners={n}, or "
+                        f"--config.runtime.mode=parameter_server.")
+    return ArgError("sampler", sampler.name, problem, f"Build it with istjax.ist(..., "
+                    f"sampler=istjax.stratified(num_owners={n})), or use mode='parameter_server'.",
+                    f"Add --config.sampler.name=stratified --config.sampler.num_owners={n}, or "
+                    f"--config.runtime.mode=parameter_server.")
 
 
 def _sharded_init(alg, layout) -> Callable:
@@ -711,4 +743,4 @@ def _sharded(rt: MPIRuntime):
 
 RUNTIME = Runtime("mpi", build, "workers split across the processes of mpiexec (parameter server or sharded); "
                                 "options: mode='parameter_server' | 'sharded'",
-                  config_options=("mode",), multi_process=True)
+                  config_options=("mode",), multi_process=True, check_launch=check_launch)

@@ -1,0 +1,239 @@
+"""The schema check of a run config: every field known, every name a registry entry, every number in range.
+
+`check` reports *every* problem at once, each with the field, the value and the fix. It knows nothing of what a value
+means for a model, a dataset or a runtime: those refusals are made by the library where the thing is built, and
+`istjax.launch.config.build` reports them in the config's terms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_collections
+
+from istjax.algorithms import ALGORITHMS
+from istjax.core.partition import SAMPLERS
+from istjax.data.cluster_batches import FULL_GRAPH, GRAPH_BATCHES
+from istjax.launch.config.fields import (OPTIMIZERS, ConfigError, close_matches, data_module, default_config, flat_dict,
+                                         get_field, to_dict)
+from istjax.launch.config.migrate import renamed
+
+__all__ = ["check", "schema_problems", "Problems"]
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class Problems:
+    """The problems the schema check finds (``list``, each naming the field and the value) and the fields they
+    name (``fields``: `build` skips a library call that reads one, rather than report it twice)."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        self.config, self.list, self.fields = config, [], set()
+
+    def add(self, problem: str) -> None:
+        self.list.append(problem)
+
+    def bad(self, field: str, msg: str) -> None:
+        self.fields.add(field)
+        self.list.append(f"{field}={get_field(self.config, field)!r}: {msg}")
+
+    def choice(self, field: str, options) -> bool:
+        value = get_field(self.config, field)
+        if value not in options:
+            self.bad(field, f"unknown{close_matches(str(value), list(options))}; choose one of {list(options)}.")
+            return False
+        return True
+
+    def positive(self, field: str) -> bool:
+        v = get_field(self.config, field)
+        if not _is_int(v) or v < 1:
+            self.bad(field, "must be a positive integer.")
+            return False
+        return True
+
+    def raise_any(self) -> None:
+        if self.list:
+            raise ConfigError(self.list)
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+    """Checks ``config``'s schema; raises `ConfigError` listing every problem found.
+
+    Unknown fields (with close matches) and the flat names of earlier versions, names that pick a registry entry or
+    a policy, types and ranges of every number. What a value means for the model, the data or the runtime is checked
+    where that thing is made, and reported by `istjax.launch.config.build` in the config's terms.
+    """
+    schema_problems(config).raise_any()
+
+
+def schema_problems(config: ml_collections.ConfigDict) -> Problems:
+    """`check`'s problems, not raised; raises at once only for unknown or missing fields (every other check reads
+    the fields a config must have)."""
+    p = Problems(config)
+    _check_known_fields(config, p)
+    p.raise_any()
+    _check_names(config, p)
+    _check_numbers(config, p)
+    _check_data_fields(config, p)
+    return p
+
+
+def _check_known_fields(config, p: Problems) -> None:
+    """Unknown fields (a typo in a config file would otherwise be silently ignored), flat fields of earlier versions
+    (named with their nested place, `RENAMED`), sections set to a plain value, and missing fields."""
+    known = flat_dict(to_dict(default_config()))
+    given = flat_dict(to_dict(config))
+    sections = {k.rsplit(".", 1)[0] for k in known if "." in k}
+    for k in sorted(set(given) - set(known)):
+        if k.startswith(("data.kwargs.", "model.", "sampler.groups.")):
+            continue  # checked against the loader, the model's fields and the model's groups
+        if k in sections:
+            p.add(f"{k}={given[k]!r}: {k} is a section of the config; set its fields, e.g. "
+                  f"{_section_fix(k, given[k])}.")
+        elif renamed(k):
+            new = renamed(k)
+            p.add(f"{k}={given[k]!r}: the flat field {k!r} is now {new!r}; set --config.{new}={_flag_text(given[k])} "
+                  f"(or config.{new} = {given[k]!r} in a config file).")
+        else:
+            p.add(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; known "
+                  f"fields are listed in istjax.launch.config.default_config().")
+    optional = ("model.", "sampler.min_units", "sampler.num_owners", "sampler.weights", "sampler.fractions")
+    plain = {k for k in given if k in sections}  # a section given a plain value, reported above
+    for k in sorted(set(known) - set(given)):
+        if (k.startswith(optional) and k != "model.name") or k.rsplit(".", 1)[0] in plain:
+            continue
+        p.add(f"{k}: missing from the config; start your get_config() from "
+              f"istjax.launch.config.default_config() so every field has its default.")
+
+
+def _flag_text(value) -> str:
+    """``value`` as it is written after ``--config.FIELD=`` (a string bare, anything else as its literal)."""
+    return value if isinstance(value, str) else repr(tuple(value) if isinstance(value, list) else value)
+
+
+def _section_fix(section: str, value) -> str:
+    """How to set what a plain value given to ``section`` most likely meant."""
+    name = f"{section}.name"
+    if name in flat_dict(to_dict(default_config())):
+        return f"--config.{name}={_flag_text(value)}"
+    return f"--config.{section}.<field>=..."
+
+
+def _check_names(config, p: Problems) -> dict[str, bool]:
+    """Every field that names a registry entry or a policy; which of the algorithm, dataset and sampler are known."""
+    import istjax.data as data_lib
+
+    ok = {"algorithm": p.choice("algorithm.name", ALGORITHMS.names()),
+          "dataset": _check_data_name(config, p),
+          "sampler": p.choice("sampler.name", SAMPLERS.names())}
+    p.choice("data.sharding", data_lib.SHARDINGS)
+    p.choice("optimizer", OPTIMIZERS)
+    p.choice("algorithm.optimizer_state", ("reset", "carry"))
+    p.choice("algorithm.model_state", ("carry", "recompute"))
+    for g, s in config.sampler.groups.items():
+        if s not in SAMPLERS:
+            p.bad(f"sampler.groups.{g}", f"unknown sampler{close_matches(str(s), SAMPLERS.names())}; choose one "
+                                         f"of {SAMPLERS.names()}.")
+            ok["sampler"] = False
+    return ok
+
+
+def _check_data_name(config, p: Problems) -> bool:
+    """``data.name`` names a shipped dataset, or (with ``data.module``) your data, under a name of its own."""
+    import istjax.data as data_lib
+
+    spec = data_module(config)
+    if not spec:
+        return str(config.data.name).startswith("tfds:") or p.choice("data.name", data_lib.DATASETS)
+    if not isinstance(spec, str):
+        p.bad("data.module", "give 'path/to/file.py:function' or 'package.module:function'.")
+        return False
+    name = str(config.data.name)
+    if name in data_lib.DATASETS or name.startswith("tfds:") or not name:
+        fn = spec.rsplit(":", 1)[-1].split(".")[-1] or "my_data"
+        p.fields.add("data.name")
+        p.add(f"data.name={name!r} with data.module={spec!r}: {name!r} names a dataset istjax ships, but data.module "
+              f"loads your own; give yours its own name, e.g. --config.data.name={fn}.")
+        return False
+    return True
+
+
+def _check_numbers(config, p: Problems) -> None:
+    """Counts, the learning rate and its schedule, the target, the runtime's own fields."""
+    import istjax.runtimes as runtimes
+
+    for field in ("num_workers", "local_steps", "batch_size", "num_rounds", "eval_every", "checkpoint_every",
+                  "max_to_keep", "eval_batch_size"):
+        p.positive(field)
+    if p.choice("runtime.name", runtimes.names()):
+        _check_runtime_options(config, p, runtimes.get(config.runtime.name).config_options)
+    if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:
+        p.bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
+    if not _is_int(config.seed):
+        p.bad("seed", "must be an integer.")
+    lr = config.learning_rate
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+        p.bad("learning_rate", "must be a positive finite number, e.g. 0.1.")
+    if not isinstance(config.momentum, (int, float)) or not 0 <= config.momentum < 1:
+        p.bad("momentum", "must be in [0, 1), e.g. 0.9.")
+    _check_schedule(config, p.bad, p.choice)
+    t = config.target_accuracy
+    if t is not None and (not isinstance(t, (int, float)) or not 0 < t <= 1):
+        p.bad("target_accuracy", "must be a fraction in (0, 1], e.g. 0.95, or unset.")
+    if not isinstance(config.stop_at_target, bool):
+        p.bad("stop_at_target", "must be True or False.")
+    elif config.stop_at_target and t is None:
+        p.bad("stop_at_target", "needs a target: set --config.target_accuracy=0.9 (or leave stop_at_target False).")
+
+
+def _check_runtime_options(config, p: Problems, reads: tuple[str, ...]) -> None:
+    """A ``runtime`` field the chosen runtime does not read, set to other than its default, is refused, not ignored
+    (``runtime.mode=sharded`` with ``runtime.name=simulate``)."""
+    import istjax.runtimes as runtimes
+
+    defaults = default_config().runtime
+    for field in sorted(set(defaults) - {"name", *reads}):
+        if field in config.runtime and config.runtime[field] != defaults[field]:
+            users = [n for n in runtimes.names() if field in runtimes.get(n).config_options]
+            p.bad(f"runtime.{field}", f"runtime.name={config.runtime.name!r} does not read it, so it would change "
+                                      f"nothing; it is read by runtime.name in {users}. Drop it, or set "
+                                      f"--config.runtime.name={users[0] if users else '...'}.")
+
+
+def _check_data_fields(config, p: Problems) -> None:
+    """The data section's own fields: augmentation and graph batching (what they mean for the dataset is checked
+    where the dataset is used: `istjax.data.augmented`, `istjax.graph.task.with_clusters`)."""
+    from istjax.graph.clusters import METHODS
+
+    if not isinstance(config.data.augment, bool):
+        p.bad("data.augment", "must be True or False.")
+    if not _is_int(config.data.augment_pad) or config.data.augment_pad < 0:
+        p.bad("data.augment_pad", "must be an integer >= 0 (pixels of zero padding before the random crop).")
+    if not p.choice("data.graph_batches", GRAPH_BATCHES) or config.data.graph_batches == FULL_GRAPH:
+        return
+    p.choice("data.cluster_method", METHODS)
+    for field in ("data.num_clusters", "data.clusters_per_step"):
+        if not p.positive(field):
+            return
+    if config.data.clusters_per_step > config.data.num_clusters:
+        p.bad("data.clusters_per_step", f"must be at most data.num_clusters={config.data.num_clusters}.")
+
+
+def _check_schedule(config, bad, choice) -> None:
+    from istjax.core.schedule import SCHEDULES
+
+    choice("lr_schedule", SCHEDULES)
+    wd = config.weight_decay
+    if not isinstance(wd, (int, float)) or isinstance(wd, bool) or not 0 <= wd < 1:
+        bad("weight_decay", "must be a number in [0, 1), e.g. 5e-4.")
+    at = config.lr_decay_at
+    if not isinstance(at, (tuple, list)) or not all(isinstance(f, (int, float)) and 0 < f < 1 for f in at):
+        bad("lr_decay_at", "must be fractions of the run in (0, 1), e.g. (0.5, 0.75).")
+    factor = config.lr_decay_factor
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not 0 < factor <= 1:
+        bad("lr_decay_factor", "must be in (0, 1], e.g. 0.1.")
+    for field in ("warmup_rounds", "lr_schedule_rounds"):
+        if not _is_int(config[field]) or config[field] < 0:
+            bad(field, "must be an integer >= 0.")

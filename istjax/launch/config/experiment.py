@@ -1,0 +1,256 @@
+"""``build(config) -> Experiment``: everything a config describes, each piece made once by the library call it stands
+for, in order: dataset, task, optimizer, sampler, algorithm bound to its runtime, batch function.
+
+Every call runs under a `Collector`: a refusal the library makes (an `istjax.ArgError` naming its argument) is
+reported under the config field that set that argument, in ``--config.`` spelling, and every step's refusal is
+reported together, before anything compiles. A step whose input failed is skipped. The config's schema (unknown
+fields, names, ranges) is checked first (`istjax.launch.config.check`); nothing here re-states a library refusal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import ml_collections
+import numpy as np
+
+import istjax.data as data_lib
+from istjax.algorithms import ALGORITHMS
+from istjax.algorithms.base import Algorithm
+from istjax.core import contract
+from istjax.core.task import Task, check_evaluation
+from istjax.data.cluster_batches import cluster_batch_fn, clustered
+from istjax.launch.config.check import schema_problems
+from istjax.launch.config.collect import FAILED, Collector
+from istjax.launch.config.fields import data_module, model_fields, model_module, to_dict
+from istjax.launch.config.parts import load_config_data, make_optimizer, make_sampler, make_task, record_sources
+
+__all__ = ["Experiment", "build", "own_rows", "option_fields"]
+
+
+class Experiment(NamedTuple):
+    """Everything a config describes, each piece built once (`build`).
+
+    Attributes:
+      config: the checked config.
+      dataset: the loaded data (with its cluster table under graph_batches='clusters').
+      task: the task the algorithm trains and the driver evaluates (ResIST's carries its scaled test-time network).
+      algorithm: bound to the config's runtime.
+      batch_fn: ``round -> batches`` for every worker.
+    """
+
+    config: ml_collections.ConfigDict
+    dataset: data_lib.Dataset
+    task: Task
+    algorithm: Algorithm
+    batch_fn: data_lib.BatchFn
+
+
+def build(config: ml_collections.ConfigDict) -> Experiment:
+    """The `Experiment` ``config`` describes; `ConfigError` listing every problem, each under its field, when the
+    library refuses any piece (module docstring)."""
+    schema = schema_problems(config)
+    record_sources(config)
+    c = Collector(config, schema.list, schema.fields)
+    _refuse_single_process_runtime_under_mpiexec(config, c)
+    dataset = _dataset(config, c)
+    task = _task(config, dataset, c)
+    optimizer = c.step(lambda: make_optimizer(config), _OPTIMIZER_FIELDS, "optimizer")
+    algorithm = _algorithm(config, task, optimizer, c)
+    batch_fn = _batches(config, dataset, task, algorithm, c)
+    c.raise_any()
+    if getattr(batch_fn, "rows", None) is not None:  # this process holds its workers' examples, and evaluation's
+        n = int(config.eval_train_examples) or len(dataset.train_y)
+        dataset = dataset._replace(train_x=dataset.train_x[:n], train_y=dataset.train_y[:n])
+    # The algorithm's own task: the one it trains and the one to evaluate (ResIST's scales its partitioned branches).
+    return Experiment(config, dataset, algorithm.task, algorithm, batch_fn)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The steps, in order. Each maps the arguments of the library call it makes to the config fields that set them.
+
+
+def _dataset(config, c: Collector):
+    """The dataset, with its cluster table under ``data.graph_batches='clusters'``."""
+    fields = {"name": "data.name", "module": "data.module", "kwargs": "data.kwargs", "sharding": "data.sharding"}
+    fields.update({k: f"data.kwargs.{k}" for k in config.data.kwargs})
+    where = "" if data_module(config) else (f"data.kwargs={to_dict(config.data.kwargs)!r} for "
+                                            f"data.name={config.data.name!r}")
+    dataset = c.step(lambda: load_config_data(config), fields, where)
+    if dataset is FAILED:
+        return FAILED
+    if "data.augment" not in c.bad and config.data.augment is True and np.ndim(dataset.train_x) != 4:
+        c.add(f"data.augment=True: crops and flips images [N, H, W, C], but data.name={config.data.name!r} holds "
+              f"{np.shape(dataset.train_x)[1:]}-shaped examples. Use an image dataset (e.g. fashion_mnist) or "
+              f"data.augment=False.")
+    if config.data.graph_batches != "clusters":
+        return dataset
+    return c.step(lambda: _with_clusters(config, dataset),
+                  {"num_clusters": "data.num_clusters", "method": "data.cluster_method",
+                   "shared": "data.graph_batches", "seed": "seed"}, "data.graph_batches='clusters'")
+
+
+def _with_clusters(config, dataset: data_lib.Dataset) -> data_lib.Dataset:
+    """``dataset`` with the cluster table of its graph in its shared input (`istjax.graph.task.with_clusters`)."""
+    from istjax.graph.task import with_clusters
+
+    shared = dataset.shared or {}
+    n = shared["graph"].num_nodes if "graph" in shared else 0
+    train_idx = np.asarray(dataset.train_x).astype(np.int64) if n else None
+    labels = np.zeros((n,), np.int32)
+    if n:
+        labels[train_idx] = dataset.train_y
+    shared = with_clusters(shared, labels, train_idx, int(config.data.num_clusters),
+                           method=config.data.cluster_method, seed=int(config.seed), dataset=f"data.name={config.data.name!r}")
+    return dataset._replace(shared=shared)
+
+
+def _sizes_text(config) -> str:
+    """The model fields that set sizes (tuples and integers), as ``model.hidden=(512,)``, for messages."""
+    shown = [f"model.{k}={tuple(v) if isinstance(v, (list, tuple)) else v!r}" for k, v in model_fields(config).items()
+             if isinstance(v, (list, tuple)) or (isinstance(v, int) and not isinstance(v, bool))]
+    return ", ".join(shown) or f"model.name={config.model.name!r}"
+
+
+def _task(config, dataset, c: Collector):
+    """The model (its fields checked even when the data failed) and its task on the data, whose evaluation is then
+    checked against ``eval_batch_size``, ``eval_train_examples`` and the splits' sizes."""
+    import istjax.models as models
+
+    fields = {k: f"model.{k}" for k in model_fields(config)}
+    fields.update({"name": "model.name", "module": "model.module"})
+    num_classes = 2 if dataset is FAILED else int(dataset.num_classes)
+    module = c.step(lambda: models.build_model(config.model.name, model_fields(config), num_classes=num_classes,
+                                               module=model_module(config)), fields, "")
+    task = c.step(lambda: make_task(config, dataset, module), fields,
+                  f"model.name={config.model.name!r} on data.name={config.data.name!r}", inputs=(module, dataset))
+    sizes = {} if dataset is FAILED else {"test": len(dataset.test_y), "train": len(dataset.train_y)}
+    c.step(lambda: check_evaluation(task, sizes, batch_size=int(config.eval_batch_size),
+                                    train_examples=int(config.eval_train_examples)),
+           {"batch_size": "eval_batch_size", "train_examples": "eval_train_examples", "dataset": "data.name"}, "",
+           inputs=(task,))
+    return task
+
+
+_OPTIMIZER_FIELDS = {f: f for f in ("optimizer", "learning_rate", "momentum", "weight_decay", "lr_schedule",
+                                     "lr_decay_at", "lr_decay_factor", "warmup_rounds", "lr_schedule_rounds",
+                                     "num_rounds")}
+_SAMPLER_FIELDS = {"name": "sampler.name", "min_units": "sampler.min_units", "num_owners": "sampler.num_owners",
+                   "weights": "sampler.weights", "fractions": "sampler.fractions", "samplers": "sampler.groups"}
+
+
+def _sampler_text(config) -> str:
+    shown = f"sampler.name={config.sampler.name!r}"
+    if config.sampler.name == "stratified":
+        shown += f" with num_owners={config.sampler.num_owners}"
+    return shown + (f", sampler.groups={to_dict(config.sampler.groups)!r}" if len(config.sampler.groups) else "")
+
+
+def option_fields(config, options: tuple[str, ...]) -> dict[str, Any]:
+    """The config field behind each factory argument: the algorithm's options (`AlgorithmEntry.options`), the
+    runtime's (its section's fields) and every factory's common ones. A value is a dotted field, or a function
+    rendering several (the model's sizes; the sampler's name, owners and groups)."""
+    import istjax.runtimes as runtimes
+
+    fields: dict[str, Any] = {"num_workers": "num_workers", "local_steps": "local_steps", "backend": "runtime.name",
+                              "task": "model.name", "group_sizes": _sizes_text, "sampler": _sampler_text,
+                              "samplers": "sampler.groups", "num_owners": "sampler.num_owners"}
+    fields.update({o: f"algorithm.{o}" for o in options if o not in fields})
+    fields.update({o: f"runtime.{o}" for o in runtimes.get(config.runtime.name).config_options})
+    fields.update({"min_units": "sampler.min_units", "weights": "sampler.weights", "fractions": "sampler.fractions"})
+    return fields
+
+
+def _option_value(config, option: str, sampler) -> Any:
+    """The config value behind an algorithm option: the sampler, its owner count, or the ``algorithm`` field."""
+    if option == "sampler":
+        return sampler
+    if option == "num_owners":
+        return int(config.sampler.num_owners)
+    return config.algorithm[option]
+
+
+def _algorithm(config, task, optimizer, c: Collector):
+    """The algorithm the config names, built on the task and bound to the runtime (which checks its own fit: the
+    process count, the mode, what the sharded mode needs)."""
+    import istjax.runtimes as runtimes
+
+    if {"algorithm.name", "runtime.name"} & c.bad:  # unknown names: reported by the schema check
+        return FAILED
+    entry = ALGORITHMS.get(config.algorithm.name)
+    fields = option_fields(config, entry.options)
+    sampler = None
+    if "sampler" in entry.options:
+        sampler = c.step(lambda: make_sampler(config), _SAMPLER_FIELDS, _sampler_text(config))
+    options = {o: _option_value(config, o, sampler) for o in entry.options}
+    runtime = runtimes.get(config.runtime.name)
+    launch = {o: config.runtime[o] for o in runtime.config_options}
+    # The launch's refusals first (the process count, W's fit); the runtime makes them again when the algorithm is
+    # bound to it, and the collector reports a problem once.
+    c.step(lambda: runtime.check_launch(int(config.num_workers), **launch), fields,
+           f"runtime.name={config.runtime.name!r}")
+    options.update(launch)
+    where = ", ".join([f"runtime.name={config.runtime.name!r}"] +
+                      [f"runtime.{o}={config.runtime[o]!r}" for o in runtimes.get(config.runtime.name).config_options])
+    return c.step(lambda: entry.factory(task, optimizer, num_workers=int(config.num_workers),
+                                        local_steps=int(config.local_steps), backend=config.runtime.name, **options),
+                  {**fields, "algorithm": "algorithm.name"}, f"{config.algorithm.name} on {where}",
+                  inputs=(task, optimizer, sampler))
+
+
+def _batches(config, dataset, task, algorithm, c: Collector):
+    """The batch function: of the algorithm's task and for this process's workers (`own_rows`) when the algorithm
+    was built; else of the model's task, for every worker, so that its refusals are reported all the same."""
+    fields = {"batch_size": "batch_size", "num_workers": "num_workers", "local_steps": "local_steps",
+              "sharding": "data.sharding", "seed": "seed", "pad": "data.augment_pad",
+              "clusters_per_step": "data.clusters_per_step"}
+    built = algorithm is not FAILED
+    return c.step(lambda: batch_fn_for(config, dataset, algorithm.task if built else task,
+                                       own_rows(algorithm) if built else None), fields, "", inputs=(dataset, task))
+
+
+def own_rows(algorithm: Algorithm) -> Optional[tuple[int, int]]:
+    """``(start, stop)``: the workers this process runs, when it needs only their batches (several processes, a
+    round called between device steps, and no collect on this process that reads every worker's batches: the
+    parameter-server and replica modes recompute statistics from all of them); else None."""
+    rt = algorithm.runtime
+    if rt.size <= 1 or rt.fusable or (algorithm.model_state_policy == "recompute" and rt.whole_state):
+        return None
+    lanes = algorithm.num_workers // rt.size
+    return rt.rank * lanes, (rt.rank + 1) * lanes
+
+
+def batch_fn_for(config: ml_collections.ConfigDict, dataset: data_lib.Dataset, task: Task,
+                 rows: Optional[tuple[int, int]] = None) -> data_lib.BatchFn:
+    """Every worker's batches for a round: Cluster-GCN subgraphs or examples, augmented, with dropout keys. With
+    ``rows`` (`own_rows`) plain example batches hold and draw only those workers'; augmented, keyed and Cluster-GCN
+    batches draw every worker's (the runtime keeps a process's rows)."""
+    if clustered(dataset.shared):  # Cluster-GCN mini-batches (graph_batches="clusters")
+        batch_fn = cluster_batch_fn(dataset.shared, num_workers=int(config.num_workers),
+                                    local_steps=int(config.local_steps),
+                                    clusters_per_step=int(config.data.clusters_per_step), seed=int(config.seed))
+    else:
+        plain = not config.data.augment and contract.dropout_rate(task.module) == 0
+        batch_fn = data_lib.make_batch_fn(dataset, num_workers=int(config.num_workers),
+                                          local_steps=int(config.local_steps),
+                                          batch_size=int(config.batch_size), seed=int(config.seed),
+                                          sharding=config.data.sharding, workers=rows if plain else None)
+    if config.data.augment:
+        batch_fn = data_lib.augmented(batch_fn, pad=int(config.data.augment_pad))
+    if contract.dropout_rate(task.module) > 0:  # a step key per worker and step for dropout
+        batch_fn = data_lib.with_step_keys(batch_fn, int(config.seed))
+    return batch_fn
+
+
+def _refuse_single_process_runtime_under_mpiexec(config, c: Collector) -> None:
+    """A runtime of one process, launched by mpiexec with several: every rank would train its own copy of the run
+    into one workdir. Refused on every rank, before anything is written."""
+    import istjax.runtimes as runtimes
+    from istjax.launch.metrics import process_count
+
+    n = process_count()
+    if n > 1 and "runtime.name" not in c.bad and not runtimes.get(config.runtime.name).multi_process:
+        c.add(f"runtime.name={config.runtime.name!r}: runs every worker in one process, but mpiexec launched {n} "
+              f"processes: each would train its own copy of the run into the same workdir. Add "
+              f"--config.runtime.name=mpi (`mpiexec -n {n} istjax train --config.runtime.name=mpi ...`), or run "
+              f"`istjax train` without mpiexec.")

@@ -1,0 +1,236 @@
+"""What a run config is: its sections and fields, their defaults and meaning (`default_config`), and reading them.
+
+A configuration is an ml_collections `ConfigDict` (the Flax-examples convention): experiment files under
+``experiments/configs/`` define ``get_config()``, start from `default_config()` and override a few fields; the
+command line overrides any field with ``--config.FIELD=VALUE``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
+
+__all__ = ["OPTIMIZERS", "RUN_CONTROL_FIELDS", "MODEL_KEYS", "ConfigError", "default_config", "to_dict",
+           "flat_dict", "get_field", "close_matches", "model_fields", "model_module", "data_module", "use_model"]
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+# Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
+# more rounds). Every other field must match the checkpoint's config exactly.
+RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "max_to_keep", "eval_batch_size",
+                      "eval_train_examples", "target_accuracy", "stop_at_target", "progress")
+
+
+class ConfigError(ValueError):
+    """A configuration (or a workdir/config mismatch) that cannot run. ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s) in the config:\n{lines}")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """The default study, IST on scikit-learn's digits, with every field the driver knows and its meaning.
+
+    The config has five sections, each naming its registry entry (``name``) and that entry's options: ``algorithm``,
+    ``sampler``, ``model``, ``data`` and ``runtime``; the fields of training (W, K, B, the optimizer and its schedule)
+    and of the run (seed, evaluation, checkpoints) sit at the top. The flat fields of earlier versions are refused
+    with the nested name to use (`RENAMED`), and old ``config.json`` files are read through `from_dict`.
+
+    Measured on a 2-core CPU: see ``experiments/configs/default.py`` for the command and the result.
+    """
+    c = ml_collections.ConfigDict()
+    c.name = "digits_ist"  # run name; `istjax train` without --workdir writes to ./runs/<name>-<timestamp>
+    for add_fields in FIELD_BUILDERS:
+        add_fields(c)
+    return c
+
+
+def _algorithm_section(c: ml_collections.ConfigDict) -> None:
+    """What is trained: the algorithm (`istjax.algorithms.ALGORITHMS`) and the options its factories take."""
+    c.algorithm = ml_collections.ConfigDict()
+    c.algorithm.name = "ist"  # "ist" | "data_parallel" | "local_sgd" | "resist" (model.name="depth_resnet")
+    c.algorithm.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with params
+    # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
+    # channels they belong to) | "recompute" (recomputed on the merged model after every round).
+    c.algorithm.model_state = "carry"
+    # ResIST: each worker's minimum number of blocks per partitioned stage (0: dealt without overlap) and the 1/S
+    # scaling of partitioned residual branches at test time.
+    c.algorithm.min_depth = 0
+    c.algorithm.test_scale = True
+
+
+def _sampler_section(c: ml_collections.ConfigDict) -> None:
+    """How the neurons are dealt (`istjax.core.partition.SAMPLERS`), for the algorithms that read a sampler."""
+    c.sampler = ml_collections.ConfigDict()
+    c.sampler.name = "uniform"  # "uniform" | "uniform_pad" | "overlapping" | "stratified" | "uneven" | "nested"
+    c.sampler.min_units = 0  # overlapping: minimum units per worker per group
+    c.sampler.num_owners = 1  # stratified (and ResIST's blocks): number of owner shards of every group
+    c.sampler.weights = ()  # uneven: one positive weight per worker
+    c.sampler.fractions = ()  # nested: one fraction in (0, 1] per worker
+    # Per neuron group samplers, overriding `name` for the groups named (istjax.per_group), e.g.
+    # --config.sampler.groups.block_0_0=overlapping deals that group with overlap (it may then be smaller than W).
+    c.sampler.groups = ml_collections.ConfigDict()
+
+
+def _model_section(c: ml_collections.ConfigDict) -> None:
+    """The model: `name` from istjax.models.MODELS and that module's fields (``istjax.models.model_fields(name)``
+    lists them; num_classes comes from the data). Its neuron groups come from the module's partition_rules()."""
+    c.model = ml_collections.ConfigDict()
+    # "mlp", "cnn", "resnet", "preact_resnet", "vgg", "depth_resnet", "gcn", "graphsage", or one added with
+    # register_model.
+    c.model.name = "mlp"
+    # Where a model of your own lives: "path/to/file.py:ClassName" (no PYTHONPATH needed) or "package.module:Class";
+    # "" for a model istjax ships or one added with register_model. A run records it, with the file's absolute path,
+    # so `--resume` and `istjax eval` of the run need nothing else (docs/custom_models.md).
+    c.model.module = ""
+    c.model.hidden = (512,)  # hidden widths of the MLP; each hidden layer is one neuron group "hidden_i"
+    c.model.batch_norm = True  # batch-statistics BatchNorm after every hidden layer (the IST paper's model)
+    c.model.output_batch_norm = True  # BatchNorm without affine parameters on the logits (the paper's last layer)
+
+
+def _data_section(c: ml_collections.ConfigDict) -> None:
+    """The data set (`istjax.data.DATASETS`), its loader's arguments, and how workers read it."""
+    c.data = ml_collections.ConfigDict()
+    # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" | graphs: "cora" | "citeseer" | "pubmed" | "csbm" |
+    # "graph_npz" (istjax.data.DATASETS) | "tfds:<name>"
+    c.data.name = "digits"
+    # Your own data: "path/to/file.py:function" (no PYTHONPATH needed) or "package.module:function", a function
+    # returning an istjax.data.Dataset (istjax.data.from_arrays), called with data.kwargs; data.name is then your
+    # data's name. A run records it with the file's absolute path, so --resume, eval, compare and plot need nothing
+    # else (docs/your_data.md).
+    c.data.module = ""
+    # Passed to istjax.data.load_dataset(name, **kwargs); new keys may be given on the command line
+    # (--config.data.kwargs.num_train=5000).
+    c.data.kwargs = ml_collections.ConfigDict()
+    c.data.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
+    c.data.augment = False  # random crop (zero padding of augment_pad pixels) and horizontal flip of image batches
+    c.data.augment_pad = 4
+    # Graph datasets (GIST): "full" (every step runs the model over the whole graph; a batch is batch_size training
+    # nodes) | "clusters" (Cluster-GCN: the graph is cut into num_clusters clusters by cluster_method, "metis" |
+    # "random" | "auto"; a step trains on the subgraph of clusters_per_step clusters; batch_size is unused).
+    c.data.graph_batches = "full"
+    c.data.num_clusters = 16
+    c.data.clusters_per_step = 1
+    c.data.cluster_method = "metis"
+
+
+def _runtime_section(c: ml_collections.ConfigDict) -> None:
+    """Where the workers run (`istjax.runtimes`) and the runtime's options."""
+    c.runtime = ml_collections.ConfigDict()
+    c.runtime.name = "simulate"  # any name in istjax.runtimes.names() ("mpi": under mpiexec)
+    c.runtime.mode = "parameter_server"  # runtime "mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
+
+
+def _training_fields(c: ml_collections.ConfigDict) -> None:
+    """`default_config`'s fields for how the model is trained: W, K, B, the optimizer and its schedule."""
+    c.num_workers = 4  # W
+    c.local_steps = 10  # K, optimizer steps per round (every algorithm consumes [W, K, B] examples per round)
+    c.batch_size = 32  # B, examples per worker per step
+    c.num_rounds = 60  # rounds to train; samples seen = num_rounds * W * K * B
+    c.optimizer = "sgd"  # "sgd" | "momentum" | "adam"
+    c.learning_rate = 0.1
+    c.momentum = 0.9  # used by optimizer="momentum"
+    c.weight_decay = 0.0  # L2 weight decay added to the gradients (as torch's SGD weight_decay), every optimizer
+    # Learning-rate schedule, counted in rounds (so IST and its baselines share one schedule; istjax.core.schedule):
+    # "constant" | "step" (times lr_decay_factor at each fraction lr_decay_at of the run) | "cosine" (to 0).
+    c.lr_schedule = "constant"
+    c.lr_decay_at = (0.5, 0.75)
+    c.lr_decay_factor = 0.1
+    c.warmup_rounds = 0  # linear warm-up over the first rounds (0: none)
+    c.lr_schedule_rounds = 0  # the schedule's length; 0: num_rounds (a resume may then not change num_rounds)
+
+
+def _run_fields(c: ml_collections.ConfigDict) -> None:
+    """`default_config`'s fields for what a run records: seed, evaluation, checkpoints."""
+    c.seed = 0  # seeds the initial parameters, the partitions and the data streams
+    # Evaluation, logging, checkpoints.
+    c.eval_every = 5  # rounds between evaluations of the global model (the last round is always evaluated)
+    c.eval_batch_size = 1000  # evaluation chunk size; at least 256 for models that use batch statistics at test time
+    c.eval_train_examples = 2000  # the train loss is measured on this many training examples (0: all)
+    c.checkpoint_every = 20  # rounds between checkpoints (also at the end and on SIGINT/SIGTERM)
+    c.max_to_keep = 3  # checkpoints kept
+    # Report the time and samples to this test accuracy (None: do not); a float field that may be None.
+    c.target_accuracy = config_dict.FieldReference(0.95, field_type=float)
+    c.stop_at_target = False  # stop after the first evaluation at or above target_accuracy (time-to-accuracy runs)
+    c.progress = True  # tqdm progress bar
+
+
+# default_config's parts in order (`istjax train --help` prints their lines).
+FIELD_BUILDERS = (_algorithm_section, _sampler_section, _model_section, _data_section, _runtime_section,
+                   _training_fields, _run_fields)
+
+# The flat fields of earlier versions and where each now lives. A flat name (or, for the three flat sections, its
+# prefix) is refused in a config or on the command line with the nested name; `from_dict` reads old config.json
+
+
+
+
+def to_dict(config: ml_collections.ConfigDict) -> dict:
+    """A JSON-able plain dict of ``config`` (tuples become lists)."""
+    return json.loads(config.to_json())
+
+
+def flat_dict(tree, prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"hidden": [8]}} -> {"model.hidden": [8]}``; sequences become lists."""
+    out = {}
+    for k, v in tree.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, (Mapping, ml_collections.ConfigDict)) and not isinstance(v, str):
+            out.update(flat_dict(dict(v.items()), name + "."))
+        else:
+            out[name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def get_field(config, field: str):
+    """The value of a dotted ``field`` (``"runtime.mode"``) of ``config``."""
+    v = config
+    for part in field.split("."):
+        v = v[part]
+    return v
+
+
+def close_matches(name: str, known: list[str]) -> str:
+    """`` (did you mean 'a', 'b'?)`` or an empty string."""
+    last = name.split(".")[-1]
+    hits = [h for h in difflib.get_close_matches(name, known, n=3, cutoff=0.6)  # the field's own name must be close
+            if difflib.SequenceMatcher(None, last, h.split(".")[-1]).ratio() >= 0.6]
+    if not hits:  # also match on the last path component: "hidden" -> "model.hidden"
+        hits = [k for k in known if k.split(".")[-1] == name.split(".")[-1]]
+    return f" (did you mean {', '.join(repr(h) for h in hits)}?)" if hits else ""
+
+
+MODEL_KEYS = ("name", "module")  # the model section's own fields; every other one is the module's
+
+
+def model_fields(config: ml_collections.ConfigDict) -> dict:
+    """The config's ``model`` section minus ``name`` and ``module``: the module's fields."""
+    return {k: v for k, v in to_dict(config.model).items() if k not in MODEL_KEYS}
+
+
+def model_module(config: ml_collections.ConfigDict) -> str:
+    """``model.module`` (``""`` when the config has none: a built-in or registered model)."""
+    return config.model.get("module", "") or ""
+
+
+def data_module(config: ml_collections.ConfigDict) -> str:
+    """``data.module`` (``""`` for a dataset istjax ships, or a config.json written before the field existed)."""
+    return config.data.get("module", "") or ""
+
+
+def use_model(config: ml_collections.ConfigDict, name: str, module: str = "", **fields: Any) -> None:
+    """Replaces ``config``'s model section: model ``name`` (from ``module``, `istjax.models.user`) with ``fields``
+    and no field of the model the config held before. For config files built from `default_config`::
+
+        c = default_config()
+        use_model(c, "resmlp", "my_models.py:ResMLP", width=128, depth=3)
+    """
+    with config.unlocked():
+        config.model = ml_collections.ConfigDict({"name": name, "module": module, **fields})

@@ -1,0 +1,121 @@
+"""The pieces a config names, each made by the library call it stands for: the optimizer (optax), the sampler
+(`istjax.core.partition.SAMPLERS`), the dataset (`istjax.data`) and the task (`istjax.models`, `istjax.classifier`).
+Each raises the library's own error; `istjax.launch.config.build` reports it in the config's terms."""
+
+from __future__ import annotations
+
+import ml_collections
+
+from istjax.core.partition import SAMPLERS
+from istjax.data.cluster_batches import clustered
+from istjax.launch.config.fields import OPTIMIZERS, data_module, model_fields, model_module
+
+__all__ = ["make_optimizer", "schedule_rounds", "make_sampler", "record_sources", "load_config_data", "make_task"]
+
+
+def make_optimizer(config: ml_collections.ConfigDict):
+    """The optax transformation the config names (validated values assumed): the optimizer, L2 weight decay on the
+    gradients when ``weight_decay`` is set, and the round-counted learning-rate schedule
+    (`istjax.core.schedule.round_scheduled`) unless it is constant."""
+    import optax
+
+    from istjax.core.schedule import make_schedule, round_scheduled
+
+    lr = float(config.learning_rate)
+    if config.optimizer == "sgd":
+        opt = optax.sgd(lr)
+    elif config.optimizer == "momentum":
+        opt = optax.sgd(lr, momentum=float(config.momentum))
+    elif config.optimizer == "adam":
+        opt = optax.adam(lr)
+    else:
+        raise ValueError(f"optimizer={config.optimizer!r}: choose one of {OPTIMIZERS}.")
+    if float(config.weight_decay):
+        opt = optax.chain(optax.add_decayed_weights(float(config.weight_decay)), opt)
+    schedule = make_schedule(config.lr_schedule, num_rounds=schedule_rounds(config),
+                             decay_at=tuple(config.lr_decay_at), factor=float(config.lr_decay_factor),
+                             warmup_rounds=int(config.warmup_rounds))
+    return opt if schedule is None else round_scheduled(opt, schedule)
+
+
+def schedule_rounds(config) -> int:
+    """The learning-rate schedule's length in rounds: ``lr_schedule_rounds``, or ``num_rounds`` when it is 0."""
+    return int(config.lr_schedule_rounds) or int(config.num_rounds)
+
+
+def _one_sampler(name: str, args):
+    return SAMPLERS.get(name).build(args)
+
+
+def make_sampler(config: ml_collections.ConfigDict):
+    """The `istjax.Sampler` the config names: ``sampler.name`` for every group, `istjax.per_group` where
+    ``sampler.groups`` names groups (raises ValueError naming the field for bad arguments)."""
+    from istjax.core import partition
+
+    default = _one_sampler(config.sampler.name, config.sampler)
+    if not len(config.sampler.groups):
+        return default
+    return partition.per_group({g: _one_sampler(s, config.sampler) for g, s in config.sampler.groups.items()},
+                               default=default)
+
+
+def record_sources(config: ml_collections.ConfigDict) -> None:
+    """Sets ``model.module`` and ``data.module`` to where the model's class and the data's function load from again
+    (absolute file paths), so the run's config.json is enough for ``--resume``, ``eval``, ``compare`` and ``plot``
+    in a fresh process from any folder."""
+    _record_model_source(config)
+    _record_data_source(config)
+
+
+def _record_model_source(config: ml_collections.ConfigDict) -> None:
+    """Sets ``model.module`` to where the model's class can be loaded again (an absolute file path), so the run's
+    config.json is enough for `--resume` and `istjax eval` in a fresh process (`istjax.models.model_source`)."""
+    import istjax.models as models
+
+    try:
+        source = models.model_source(config.model.name, model_module(config))
+    except (ValueError, TypeError):
+        return  # reported by the model check
+    if source != model_module(config):
+        with config.model.unlocked():
+            config.model.module = source
+
+
+def _record_data_source(config: ml_collections.ConfigDict) -> None:
+    """Sets ``data.module`` to its file's absolute path, so the run's config.json loads the data again from any
+    folder (`istjax.core.user_code.absolute`)."""
+    from istjax.core.user_code import absolute
+
+    spec = data_module(config)
+    if spec and isinstance(spec, str) and absolute(spec) != spec:
+        config.data.module = absolute(spec)
+
+
+def load_config_data(config: ml_collections.ConfigDict):
+    """The dataset the config names: a built-in loader's (``data.name``) or your function's (``data.module``), with
+    ``data.kwargs``. Raises ValueError naming the field and the fix."""
+    import istjax.data as data_lib
+
+    kwargs = dict(config.data.kwargs)
+    if data_module(config):
+        return data_lib.load_module_dataset(data_module(config), **kwargs)._replace(name=str(config.data.name))
+    return data_lib.load_dataset(config.data.name, **kwargs)
+
+
+def make_task(config: ml_collections.ConfigDict, dataset, model=None):
+    """The `istjax.Task` of the config's model (``model`` when it is built already) on ``dataset`` (nothing is
+    compiled: shapes come from eval_shape)."""
+    import jax.numpy as jnp
+
+    from istjax.core.task import classifier
+    from istjax.models import build_model
+
+    if model is None:
+        model = build_model(config.model.name, model_fields(config), num_classes=int(dataset.num_classes),
+                            module=model_module(config))
+    if clustered(dataset.shared):
+        from istjax.graph.task import cluster_classifier
+
+        return cluster_classifier(model, dataset.shared, num_classes=int(dataset.num_classes))
+    return classifier(model, jnp.asarray(dataset.train_x[:2]), example_shared=dataset.shared,
+                      num_classes=int(dataset.num_classes))
