@@ -67,6 +67,8 @@ class Collector:
         """``error`` as a config problem: ``field=value [with field=value [and ...]]: problem config-fix``."""
         shown = [self.render(arg, fields) for arg in error.args_named]
         shown = [s for s in shown if s]
+        if len(error.args_named) == 1 and _names_itself(error):
+            return config_terms(error)  # "MLP.hidden=(0,): ..." already says the field and the value
         if not shown:
             return f"{context}: {config_terms(error)}" if context else config_terms(error)
         where = shown[0] + (f" with {' and '.join(shown[1:])}" if len(shown) > 1 else "")
@@ -90,6 +92,12 @@ class Collector:
     def raise_any(self) -> None:
         if self.problems:
             raise ConfigError(self.problems)
+
+
+def _names_itself(error: ArgError) -> bool:
+    """Whether the problem starts by naming its argument and value (``MLP.hidden=(0,): ...``)."""
+    name = error.args_named[0].rsplit(".", 1)[-1]
+    return f"{name}={error.value!r}" in error.problem[:100]
 
 
 def _shown(value: Any) -> str:
