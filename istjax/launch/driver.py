@@ -56,6 +56,7 @@ from istjax.core.errors import config_terms
 from istjax.core.state import TrainState
 from istjax.core.task import Task
 from istjax.data.cluster_batches import CLUSTERS, cluster_batch_fn, clustered
+from istjax.launch import provenance
 from istjax.launch.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
 from istjax.launch.config import ConfigError
 from istjax.launch.lock import LOCK_FILE, WorkdirLock, lock_workdir
@@ -815,6 +816,7 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
         "bytes_received_per_worker_per_round": last.get("bytes_received_per_worker",
                                                         float(algorithm.comm.received)),
         "bytes_total": bytes_total, "workdir": str(workdir),
+        "code": provenance.code_version(), "machine": provenance.machine(),  # what trained it, as it trained
     }
     target = config.target_accuracy
     if target is not None:
