@@ -82,6 +82,8 @@ from typing import Any, NamedTuple, Optional
 from istjax.launch.metrics import format_bytes
 from istjax.launch.plot import (BANDS, PlotError, Run, bytes_per_worker, group_runs,
                                    load_run, plot_runs, read_json_object, varying_fields, wall_time_text)
+from istjax.launch.study import Planned, flat, mean_std, run_study
+from istjax.launch.study import Cell as StudyCell
 
 __all__ = ["Budget", "Cell", "Comparison", "Row", "Stat", "TargetChoice", "cells", "choose_target", "default_target",
            "derive_target", "format_table", "main", "plan_budget", "rows", "run_comparison", "run_target",
@@ -144,13 +146,10 @@ class Stat(NamedTuple):
 
 
 def stat(values: Sequence[Optional[float]]) -> Stat:
-    """`Stat` of ``values``, skipping None (a seed that did not reach the target, an unknown time)."""
+    """`Stat` of ``values``, skipping None (a seed that did not reach the target, an unknown time): the study
+    runner's `istjax.launch.study.mean_std` and the count."""
     xs = [float(v) for v in values if v is not None]
-    if not xs:
-        return Stat(None, None, 0)
-    mean = math.fsum(xs) / len(xs)
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else None
-    return Stat(mean, std, len(xs))
+    return Stat(*mean_std(xs), len(xs))
 
 
 @dataclasses.dataclass
@@ -736,39 +735,63 @@ def _budget_problems(config, base: int, workers: Sequence[int]) -> list[str]:
     return out
 
 
-def _configs(config, workdir: pathlib.Path, algorithms: Sequence[str], workers: Sequence[int],
-             seeds: Optional[Sequence[int]], budget: Budget) -> list[tuple[pathlib.Path, Any, Optional[int]]]:
-    """``(run directory, config, seed)`` of every run, each config validated (`istjax.launch.config.validate`).
+def _cell_config(config, algo: str, w: int, budget: Budget, seed: Optional[int]):
+    """``config`` as the (``algo``, ``w``) cell trains it with ``seed`` (None: the config's own)."""
+    c = config.copy_and_resolve_references()
+    c.algorithm.name, c.num_workers = algo, int(w)
+    for field, value in budget.fields[int(w)].items():
+        c[field] = value
+    c.name = f"{config.name}-{algo}-W{w}" + ("" if seed is None else f"-s{seed}")
+    if seed is not None:
+        c.seed = int(seed)
+    c.progress = False
+    return c
+
+
+def _cells(config, algorithms: Sequence[str], workers: Sequence[int], budget: Budget) -> list[StudyCell]:
+    """One study cell (`istjax.launch.study.Cell`) per (algorithm, W), labelled ``<algorithm>_W<W>``, each config
+    validated (`istjax.launch.config.validate`) before anything trains.
 
     Raises:
       ConfigError: every problem of every config, each prefixed by the algorithm and W it comes from.
     """
+    import functools
+
     import istjax.launch.config as config_lib
 
-    configs = []
+    cells = []
     problems: dict[str, None] = {}
-    for seed in ([None] if seeds is None else list(seeds)):
-        for w in workers:
-            for algo in algorithms:
-                c = config.copy_and_resolve_references()
-                c.algorithm.name, c.num_workers = algo, int(w)
-                for field, value in budget.fields[int(w)].items():
-                    c[field] = value
-                c.name = f"{config.name}-{algo}-W{w}"
-                suffix = ""
-                if seed is not None:
-                    c.seed = int(seed)
-                    c.name += f"-s{seed}"
-                    suffix = f"_s{seed}"
-                c.progress = False
-                try:
-                    config_lib.validate(c, load_data=False)
-                except config_lib.ConfigError as e:
-                    problems.update(dict.fromkeys(f"[algorithm.name={algo}, num_workers={w}] {p}" for p in e.problems))
-                configs.append((workdir / f"{algo}_W{w}{suffix}", c, seed))
+    for w in workers:
+        for algo in algorithms:
+            try:
+                config_lib.validate(_cell_config(config, algo, w, budget, None), load_data=False)
+            except config_lib.ConfigError as e:
+                problems.update(dict.fromkeys(f"[algorithm.name={algo}, num_workers={w}] {p}" for p in e.problems))
+            cells.append(StudyCell(f"{algo}_W{w}", functools.partial(_cell_config, config, algo, w, budget),
+                                   info={"algorithm": algo, "num_workers": int(w)}))
     if problems:
         raise config_lib.ConfigError(list(problems))
-    return configs
+    return cells
+
+
+def _trainer(overwrite: bool):
+    """Trains a run in this process; a `istjax.launch.driver.TrainingError` is the run's failure (the others still
+    train), a config error ends the comparison (`main` exits 2)."""
+    def train(p: Planned) -> Optional[str]:
+        from istjax.launch import driver
+
+        try:
+            driver.train_and_evaluate(p.config, p.run_dir, overwrite=overwrite)
+        except driver.TrainingError as e:
+            return str(e)
+        return None
+    return train
+
+
+def _describe(p: Planned) -> str:
+    """``ist W=2 seed=0``: a run in the progress lines."""
+    return (f"{p.cell.info['algorithm']} W={p.cell.info['num_workers']}"
+            + ("" if p.seed is None else f" seed={p.seed}"))
 
 
 def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
@@ -784,29 +807,19 @@ def run_comparison(config, workdir: str | os.PathLike, *, algorithms: Sequence[s
     runs. A run that raises `istjax.launch.driver.TrainingError` is reported on stderr and recorded in
     ``Comparison.failed``; the others still run.
     """
-    import istjax.launch.driver as train
-
-    workdir = pathlib.Path(workdir)
     plan = plan_budget(config, workers, budget)
-    configs = _configs(config, workdir, algorithms, workers, seeds, plan)
+    cells = _cells(config, algorithms, workers, plan)
     print(f"== {plan.line}", file=sys.stderr, flush=True)
-    failed: dict[str, str] = {}
-    for run_dir, c, seed in configs:
-        what = f"{c.algorithm.name} W={c.num_workers}" + ("" if seed is None else f" seed={seed}")
-        print(f"== {what}: {run_dir}", file=sys.stderr, flush=True)
-        try:
-            train.train_and_evaluate(c, run_dir, overwrite=overwrite)
-        except train.TrainingError as e:
-            failed[str(run_dir)] = str(e)
-            print(f"== {what} failed: {e}\n   (continuing with the other runs)", file=sys.stderr, flush=True)
+    outcome = run_study("compare", cells, [None] if seeds is None else list(seeds), workdir, layout=flat,
+                        overwrite=overwrite, train=_trainer(overwrite), describe=_describe, record=lambda p: None)
     runs = []
-    for d, _, _ in configs:
+    for p in outcome.planned:
         try:
-            runs.append(load_run(d))
+            runs.append(load_run(p.run_dir))
         except PlotError:
-            if str(d) not in failed:  # a failed run may have no evaluation yet; anything else is a real problem
+            if str(p.run_dir) not in outcome.failed:  # a failed run may have no evaluation yet; else a real problem
                 raise
-    return Comparison(runs, failed, plan)
+    return Comparison(runs, outcome.failed, plan)
 
 
 def _algorithm_names() -> list[str]:
@@ -898,11 +911,11 @@ def _trained_runs(args, rest: Sequence[str]) -> tuple[list[Run], dict[str, str],
     """
     if args.workdir is None:
         _refuse("--workdir is required (the runs and the table are written there).")
-    import istjax.launch.cli as cli
     import istjax.launch.config as config_lib
+    from istjax.launch.args import parse_train_args
 
     try:
-        config, _, _, _ = cli.parse_train_args(["istjax compare", *rest])
+        config, _, _, _ = parse_train_args(["istjax compare", *rest])
         runs, failed, budget = run_comparison(
             config, args.workdir, algorithms=args.algorithms, workers=args.workers,
             seeds=DEFAULT_SEEDS if args.seeds is None else args.seeds, overwrite=args.overwrite,
