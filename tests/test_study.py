@@ -134,3 +134,38 @@ def test_plan_refuses_repeated_labels_and_unknown_cells(tmp_path):
         study.plan([CELL, CELL], [0], tmp_path, root=REPO)
     with pytest.raises(ValueError, match="no cell named"):
         study.plan([CELL], [0], tmp_path, root=REPO, only=["nope"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# experiments.report --check --provenance on results files the runner built from a clean and a dirty tree
+
+def test_report_provenance_fails_on_a_number_from_a_dirty_tree_run(tmp_path, monkeypatch, capsys):
+    from experiments import report, tables
+
+    code = _code_repo(tmp_path / "code")
+    monkeypatch.setattr(provenance, "PACKAGE_DIR", code)
+    tree = tmp_path / "tree"
+    clean, dirty = "experiments/demo/results/clean.json", "experiments/demo/results/dirty.json"
+    study.run_study("demo", [CELL], [0], tmp_path / "runs", out=tree / clean, root=REPO)  # at a clean commit
+    (code / "code.py").write_text("v = 2  # not committed\n")
+    study.run_study("demo", [CELL], [0, 1], tmp_path / "runs", out=tree / dirty, root=REPO)  # seed 1: dirty
+    runs = json.loads((tree / dirty).read_text())["runs"]
+    assert [r["clean"] for r in runs] == [True, False]
+
+    monkeypatch.setattr(tables, "REGISTRY", {})
+    for name, source in (("demo.clean", clean), ("demo.dirty", dirty)):
+        tables.scalar(name, source, lambda d: tables.accuracy(tables.result_rows(d)[0]))
+    (tree / "README.md").write_text("Clean: <!-- report:demo.clean --><!-- /report:demo.clean -->.\n")
+    docs = tree / "docs"
+    docs.mkdir()
+    (docs / "page.md").write_text("Dirty: <!-- report:demo.dirty --><!-- /report:demo.dirty -->.\n")
+    assert report.main(["--root", str(tree)]) == 0  # the numbers written into the pages
+    assert report.main(["--check", "--root", str(tree)]) == 0  # the plain check: every number agrees
+    capsys.readouterr()
+    assert report.main(["--check", "--provenance", "--root", str(tree)]) == 1
+    out = capsys.readouterr().out
+    assert f"provenance: {dirty}: 1 of 2 runs from a dirty tree" in out and "ist seed 1" in out
+    assert "docs/page.md:1 report:demo.dirty" in out and clean not in out
+    (docs / "page.md").unlink()  # only the clean run's number is left in the pages
+    assert report.main(["--check", "--provenance", "--root", str(tree)]) == 0
+    assert "every number rests on runs from a clean commit" in capsys.readouterr().out

@@ -1,5 +1,5 @@
 """The time-to-accuracy study over seeds (`experiments/network/time_to_accuracy.py`) and the report entries that
-render it (`experiments/report.py`), on hand-made runs: no network namespaces, no training.
+render it (`experiments/network/report.py`), on hand-made runs: no network namespaces, no training.
 
 The runs: the 2-layer model, 2 ranks, on 1 Gbit/s, three seeds. Seconds to the target per seed (0, 1, 2):
 
@@ -16,7 +16,8 @@ import math
 
 import pytest
 
-from experiments import report
+from experiments import report, tables
+from experiments.network import report as network_report
 from experiments.network import time_to_accuracy as tta
 
 SECONDS = {"ist": (10.0, 12.0, 14.0), "data_parallel": (50.0, None, 84.0), "local_sgd": (20.0, 24.0, 35.0)}
@@ -203,10 +204,10 @@ def test_launch_wraps_the_run_in_slow_net_and_row_reads_what_it_left(tmp_path, m
     assert (r["commit"], r["clean"], r["links"]) == ("abc", True, {"h0": {"tx_bytes": 1}}) and "error" not in r
 
 # ----------------------------------------------------------------------------------------------------------------
-# experiments/report.py on a file of three seeds, and on the committed one-run files
+# experiments/network/report.py on a file of three seeds, and on the committed one-run files
 
 def _entry(name, data):
-    return report.REGISTRY[name].render(data)
+    return tables.REGISTRY[name].render(data)
 
 
 def test_report_speedups_show_the_spread_over_seeds():
@@ -219,7 +220,7 @@ def test_report_speedups_show_the_spread_over_seeds():
     # counted here: the round time is measured either way), 84/14 = 6.0
     ratios = [5.0, 25.0, 6.0]
     mean, std = sum(ratios) / 3, math.sqrt(sum((r - 12.0) ** 2 for r in ratios) / 2)
-    assert report._per_round_speedup(d, "2", 2, "1gbit") == f"{mean:.1f}x ± {std:.1f} (3 seeds)"
+    assert network_report._per_round_speedup(d, "2", 2, "1gbit") == f"{mean:.1f}x ± {std:.1f} (3 seeds)"
 
 
 def test_report_rounds_table_over_seeds():
@@ -231,7 +232,7 @@ def test_report_rounds_table_over_seeds():
 
 
 def test_report_headline_says_one_run_or_the_seeds():
-    (fsdd,) = [h for h in report.HEADLINE if h[2] == report.FSDD]
+    (fsdd,) = [h for h in tables.HEADLINE if h[2] == network_report.FSDD]
     what, _, _, fn = fsdd
     assert "one run each" in what(_one_run_result())
     d = _result(_rows())

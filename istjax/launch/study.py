@@ -35,8 +35,9 @@ __all__ = ["Cell", "Planned", "Outcome", "mean_std", "nested", "flat", "plan", "
 
 class Cell(NamedTuple):
     """One row of a study: ``label`` (unique in the study; names its run directories), ``config`` (a config file
-    ``path[:arg]``, relative to the study's root; a ConfigDict; or a function of the seed giving one), its ``--config.FIELD=VALUE`` ``overrides`` (file
-    configs only), and free-form ``info`` copied into the row (what a table shows beside the numbers)."""
+    ``path[:arg]``, relative to the study's root; a ConfigDict; or a function of the seed giving one), its
+    ``--config.FIELD=VALUE`` ``overrides`` (file configs only), and free-form ``info`` copied into the row (what a
+    table shows beside the numbers)."""
     label: str
     config: Any  # "path[:arg]" | ConfigDict | seed -> ConfigDict
     overrides: tuple[str, ...] = ()
