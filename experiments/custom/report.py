@@ -48,7 +48,7 @@ scalar("fit.gap_closed", FIT, lambda d: percent(1 - _fit_gap(d, "batchnorm") / _
 
 
 @headline_row("a model istjax does not ship: a researcher's 1-D CNN on MNIST-1D (`model.module`), W = 4, 192,000 "
-              "samples, IST vs local SGD (`python experiments/custom/fit.py`)", "`docs/ist_fit.md`", FIT)
+              "samples, IST vs local SGD (`python -m experiments.custom.fit`)", "`docs/ist_fit.md`", FIT)
 def _headline_fit(d):
     return (f"as written: IST {accuracy(_fit(d, 'ist', 'none'))}, local SGD {accuracy(_fit(d, 'local_sgd', 'none'))}"
             f"; with batch-statistics BatchNorm after its partitioned sums: IST "

@@ -55,7 +55,7 @@ scalar("distributed.eval_in_place_rss", SHARDED_EVAL, lambda d: _eval_rss(d, "in
 
 
 @headline_row("sharded MPI, 2-layer speech MLP (4096-4096-35), one worker per rank: the largest array a rank holds "
-              "(`python experiments/distributed/comm_and_memory.py`)", "`docs/distributed.md`", COMM_MEMORY)
+              "(`python -m experiments.distributed.comm_and_memory`)", "`docs/distributed.md`", COMM_MEMORY)
 def _headline_sharded(d):
     procs = sorted({r["procs"] for r in d["rows"]})
     return "; ".join(f"P = {p}: {max(_largest(d, p, 'sharded')) / 2 ** 20:.0f} MiB sharded, "

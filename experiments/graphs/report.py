@@ -73,12 +73,12 @@ def _headline_gist(d) -> str:
 
 for _dataset, _name in (("cora", "Cora"), ("citeseer", "Citeseer")):
     headline_row(f"GIST on {_name} (public split), 256 hidden features split among W workers, 3 seeds "
-                 f"(`python experiments/graphs/studies.py {_dataset}`)", "`docs/graphs.md`",
+                 f"(`python -m experiments.graphs.studies {_dataset}`)", "`docs/graphs.md`",
                  GIST_FILES[_dataset])(_headline_gist)
 
 
 @headline_row("GIST width scaling: GraphSAGE 2048-2048 on a generated graph of 100,000 nodes, 128 MiB per worker "
-              "(`python experiments/graphs/studies.py width`)", "`docs/graphs.md`", GIST_WIDTH)
+              "(`python -m experiments.graphs.studies width`)", "`docs/graphs.md`", GIST_WIDTH)
 def _headline_width(d):
     full, fit = _width_fit(d)
     r = result_rows(d)[0]

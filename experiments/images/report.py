@@ -141,7 +141,7 @@ def _images_ablation(d):
 
 
 @headline_row("channel IST's diagnosis, ResNet-18 layout at 1/8 width, Fashion-MNIST, W = 2, 25,600 samples "
-              "(`python experiments/images/studies.py diagnosis`)", "`docs/images.md`", DIAGNOSIS)
+              "(`python -m experiments.images.studies diagnosis`)", "`docs/images.md`", DIAGNOSIS)
 def _headline_diagnosis(d):
     by = {r["label"]: r for r in result_rows(d)}
     return (f"every conv's channels partitioned (the paper's layout) {accuracy(by['all_none_recompute'])}; only the "
@@ -151,7 +151,7 @@ def _headline_diagnosis(d):
 
 
 @headline_row("channel IST vs data parallel vs local SGD, ResNet-18 layout at 1/4 width, Fashion-MNIST, 384,000 "
-              "samples per worker, on a GPU (`python experiments/images/studies.py resnet`)", "`docs/images.md`",
+              "samples per worker, on a GPU (`python -m experiments.images.studies resnet`)", "`docs/images.md`",
               RESNET)
 def _headline_resnet(d):
     by = {r["label"]: r for r in result_rows(d)}
@@ -168,7 +168,7 @@ def _headline_resnet(d):
 
 
 @headline_row("ResIST vs local SGD, pre-activation ResNet (2-2-9 blocks, 4-16 channels), Fashion-MNIST, 64,000 "
-              "samples per worker (`python experiments/images/studies.py resist`)", "`docs/images.md`", RESIST)
+              "samples per worker (`python -m experiments.images.studies resist`)", "`docs/images.md`", RESIST)
 def _headline_resist(d):
     by = {r["label"]: r for r in result_rows(d)}
     parts, gaps = [], []
@@ -187,7 +187,7 @@ def _headline_resist(d):
 
 
 @headline_row("ResIST's five ablation steps in miniature, W = 2, 150 rounds "
-              "(`python experiments/images/studies.py ablation`)", "`docs/images.md`", ABLATION)
+              "(`python -m experiments.images.studies ablation`)", "`docs/images.md`", ABLATION)
 def _headline_ablation(d):
     rows = result_rows(d)
     ours = " -> ".join(f"{r['test_accuracy_mean']:.3f}" for r in rows)

@@ -51,13 +51,13 @@ scalar("digits.ist", DIGITS, lambda d: accuracy([r for r in result_rows(d) if r[
 
 
 @headline_row("digits, W = 4, 76,800 samples: IST / data parallel / local SGD "
-              "(`python experiments/mlp/studies.py digits`)", "`experiments/mlp/results/digits.json`", DIGITS)
+              "(`python -m experiments.mlp.studies digits`)", "`experiments/mlp/results/digits.json`", DIGITS)
 def _headline_digits(d):
     return _three_way(d)
 
 
 @headline_row("generalisation on the synthesised keywords (35 words, test voices unseen in training), 2-layer speech "
-              "MLP, W = 2, 204,800 samples: IST / data parallel (`python experiments/mlp/studies.py keywords`)",
+              "MLP, W = 2, 204,800 samples: IST / data parallel (`python -m experiments.mlp.studies keywords`)",
               "`docs/network.md`", KEYWORDS_GEN)
 def _headline_keywords_generalisation(d):
     gap = _keywords_gap(d)
@@ -66,6 +66,6 @@ def _headline_keywords_generalisation(d):
 
 
 @headline_row("MNIST-1D, W = 4, 192,000 samples: IST / data parallel / local SGD, a negative result "
-              "(`python experiments/mlp/studies.py mnist1d`)", "`experiments/mlp/results/mnist1d.json`", MNIST1D)
+              "(`python -m experiments.mlp.studies mnist1d`)", "`experiments/mlp/results/mnist1d.json`", MNIST1D)
 def _headline_mnist1d(d):
     return _three_way(d) + "; IST trails both here: each worker holds 1/16 of the 512 x 512 hidden weight"

@@ -39,7 +39,7 @@ scalar("theory.closed_form_diff", QUADRATIC, lambda d: f"{max(p['closed_form_max
 
 
 @headline_row("quadratic theory: IST's mean iterate vs the exact expected fixed point, heterogeneous d = 6, n = 3 "
-              "(`python experiments/theory/main.py --config=experiments/theory/configs/quadratic.py "
+              "(`python -m experiments.theory.main --config=experiments/theory/configs/quadratic.py "
               "--workdir=experiments/theory/results/quadratic`)", "`docs/theory.md`", QUADRATIC)
 def _headline_theory(d):
     z = _z_scores(d)
