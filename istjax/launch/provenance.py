@@ -23,7 +23,8 @@ PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[1]  # the istjax package:
 def _git(folder: pathlib.Path, *args: str) -> Optional[str]:
     """``git -C folder ARGS``'s stripped output; None when git is missing or fails (not a checkout)."""
     try:
-        out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(folder), *args],  # root in a namespace too
+                             capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None

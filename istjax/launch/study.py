@@ -313,7 +313,8 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
             _say(f"{describe(p)}: {p.run_dir}")
             t0 = time.perf_counter()
             error = (train or (lambda q: train_in_process(q, overwrite=overwrite, cache=cache)))(p)
-            _say(f"{describe(p)} {'failed' if error else 'done'} in {time.perf_counter() - t0:.0f} s")
+            if error is None:
+                _say(f"{describe(p)} done in {time.perf_counter() - t0:.0f} s")
             done(p, error)
     return Outcome(planned, failed, collect())
 
