@@ -349,9 +349,9 @@ def cells(runs: Sequence[Run], target: Optional[float] = None,
     ``seed`` and run-control fields), against ``target`` (default: `choose_target`'s for the runs used),
     sorted by W, then algorithm order.
 
-    ``failed`` maps a run directory to its error (`istjax.launch.compare.run_comparison`): such a run is left out of its cell's numbers
-    when another seed of the cell is not failed (the note names it); a cell whose runs all failed keeps them (their
-    evaluations before the failure), noted ``failed: ...``.
+    ``failed`` maps a run directory to its error (`istjax.launch.compare.run_comparison`): such a run is left out of
+    its cell's numbers when another seed of the cell is not failed (the note names it); a cell whose runs all failed
+    keeps them (their evaluations before the failure), noted ``failed: ...``.
     """
     failed = {_norm(k): v for k, v in (failed or {}).items()}
     groups = group_runs(runs)
@@ -501,7 +501,8 @@ def format_table(table: Sequence[Row | Cell], failed: Optional[dict[str, str]] =
     When some cell holds several seeds every number reads ``mean ± std (n)`` (n: the seeds it comes from), with
     ``seeds`` and ``reached`` (seeds that reached the target, of those used) columns; otherwise one value per run.
     ``failed`` (run directory -> message) lists, under the table, failed runs that have no line (no evaluation).
-    ``header``: lines above the table (`istjax.launch.compare.main`'s: the budget, the target and how it was chosen, the wall time).
+    ``header``: lines above the table (`istjax.launch.compare.main`'s: the budget, the target and how it was chosen,
+    the wall time).
     """
     cs = [_as_cell(r) for r in table]
     targets = {r.target for c in cs for r in c.rows}
