@@ -1,15 +1,12 @@
-"""experiments.grid: a study as cells x seeds, its results file (per seed and per cell) and its figure."""
+"""experiments.grid: a study as cells x seeds (the library's runner, `istjax.launch.study`), its results file (per
+seed and per cell) and its figure."""
 
 import json
-import pathlib
 import statistics
-import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from experiments import grid  # noqa: E402
+from experiments import grid
 
 TINY = ("--config.num_rounds=2", "--config.eval_every=2", "--config.checkpoint_every=2", "--config.local_steps=2")
 
@@ -27,7 +24,10 @@ def study(tmp_path_factory):
 def test_rows_are_mean_and_sample_std_of_the_seeds(study):
     _, _, out = study
     doc = json.loads(out.read_text())
-    assert doc["study"] == "tiny" and doc["command"] == "pytest" and doc["commit"] and doc["machine"]["cores"]
+    assert doc["study"] == "tiny" and doc["command"] == "pytest" and doc["machine"]["cores"]
+    assert all(r["commit"] and isinstance(r["clean"], bool) for r in doc["runs"])  # each run's own provenance
+    assert doc["configs"]["ist"]["config"] == "experiments/configs/digits_ist.py"
+    assert doc["configs"]["ist"]["resolved"]["num_rounds"] == 2
     assert [r["label"] for r in doc["rows"]] == ["ist", "dp"] and len(doc["runs"]) == 4
     for row in doc["rows"]:
         accs = [r["test_accuracy"] for r in doc["runs"] if r["label"] == row["label"]]
@@ -56,5 +56,5 @@ def test_unknown_cell_and_repeated_labels_are_refused(tmp_path):
     cell = grid.Cell("a", "experiments/configs/digits_ist.py", TINY)
     with pytest.raises(SystemExit, match="no cell named"):
         grid.run_grid("x", [cell], [0], tmp_path, tmp_path / "x.json", "c", only=["b"])
-    with pytest.raises(ValueError, match="repeat"):
+    with pytest.raises(SystemExit, match="repeat"):
         grid.run_grid("x", [cell, cell], [0], tmp_path, tmp_path / "x.json", "c")

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from experiments import report
+from experiments import report, tables
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def _copy_of_repository(tmp_path: pathlib.Path) -> pathlib.Path:
     for page in report.pages(ROOT):
         (root / page.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(page, root / page.relative_to(ROOT))
-    for source in {s for e in report.REGISTRY.values() for s in e.sources}:
+    for source in {s for e in tables.REGISTRY.values() for s in e.sources}:
         if (ROOT / source).is_file():
             (root / source).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / source, root / source)
@@ -118,15 +118,15 @@ AGGREGATED = {"rows": [
 @pytest.fixture
 def registry(monkeypatch):
     """An empty registry in place of the real one (entries registered in the test land there)."""
-    monkeypatch.setattr(report, "REGISTRY", {})
-    return report.REGISTRY
+    monkeypatch.setattr(tables, "REGISTRY", {})
+    return tables.REGISTRY
 
 
 def test_an_aggregated_results_table_is_one_call(tmp_path, registry, capsys):
-    report.results_table("demo", "experiments/demo/results/agg.json",
+    tables.results_table("demo", "experiments/demo/results/agg.json",
                          ["label", "algorithm", "num_workers", "test_accuracy", "bytes_per_round", "seeds"])
-    report.scalar("demo.ist", "experiments/demo/results/agg.json",
-                  lambda d: report.accuracy(report.result_rows(d)[0]))
+    tables.scalar("demo.ist", "experiments/demo/results/agg.json",
+                  lambda d: tables.accuracy(tables.result_rows(d)[0]))
     root = _tree(tmp_path, "IST: <!-- report:demo.ist --><!-- /report:demo.ist -->.\n\n<!-- report:demo -->\n"
                            "<!-- /report:demo -->\n", {"experiments/demo/results/agg.json": AGGREGATED})
     assert report.main(["--check", "--root", str(root)]) == 1
@@ -144,26 +144,26 @@ def test_an_aggregated_results_table_is_one_call(tmp_path, registry, capsys):
 
 
 def test_an_aggregated_file_without_a_required_field_is_an_error(tmp_path, registry, capsys):
-    report.results_table("demo", "agg.json", ["algorithm", "test_accuracy"])
+    tables.results_table("demo", "agg.json", ["algorithm", "test_accuracy"])
     bad = {"rows": [{k: v for k, v in AGGREGATED["rows"][0].items() if k != "test_accuracy_std"}]}
     err = _errors(_tree(tmp_path, "<!-- report:demo -->\n<!-- /report:demo -->\n", {"agg.json": bad}), capsys)
     assert "README.md:1" in err and "rows[0] lacks test_accuracy_std" in err
 
 
 def test_registering_a_name_twice_or_a_bad_name_is_refused(registry):
-    report.scalar("x", "a.json", lambda d: 1)
+    tables.scalar("x", "a.json", lambda d: 1)
     with pytest.raises(ValueError, match="twice"):
-        report.scalar("x", "a.json", lambda d: 1)
+        tables.scalar("x", "a.json", lambda d: 1)
     with pytest.raises(ValueError, match="letters"):
-        report.scalar("a b", "a.json", lambda d: 1)
+        tables.scalar("a b", "a.json", lambda d: 1)
 
 
 def test_number_formats():
-    assert report.span([0.7229, 0.638]) == "0.64-0.72" and report.span([0.5, 0.5]) == "0.50"
-    assert report.ratio(15.94) == "15.9x" and report.percent(0.05703) == "5.7 %" and report.count(8087.1) == "8,087"
-    assert report.nbytes(33857536) == "32.3 MiB" and report.nbytes(33857536, binary=False) == "33.9 MB"
-    assert report.nbytes(1354301440, unit="MiB") == "1,291.6 MiB"
-    assert report.mean_std(0.97, 0.004, 3) == "0.970 ± 0.004 (3 seeds)"
-    assert report.mean_std(0.771, None, 1) == "0.771 (1 seed)"  # one seed: the files hold a null std
-    assert report.link_name("100mbit") == "100 Mbit/s" and report.link_name("10gbit") == "10 Gbit/s"
-    assert report.cell(None) == "-" and report.cell(123456) == "123,456" and report.cell(0.5) == "0.500"
+    assert tables.span([0.7229, 0.638]) == "0.64-0.72" and tables.span([0.5, 0.5]) == "0.50"
+    assert tables.ratio(15.94) == "15.9x" and tables.percent(0.05703) == "5.7 %" and tables.count(8087.1) == "8,087"
+    assert tables.nbytes(33857536) == "32.3 MiB" and tables.nbytes(33857536, binary=False) == "33.9 MB"
+    assert tables.nbytes(1354301440, unit="MiB") == "1,291.6 MiB"
+    assert tables.format_mean_std(0.97, 0.004, 3) == "0.970 ± 0.004 (3 seeds)"
+    assert tables.format_mean_std(0.771, None, 1) == "0.771 (1 seed)"  # one seed: the files hold a null std
+    assert tables.link_name("100mbit") == "100 Mbit/s" and tables.link_name("10gbit") == "10 Gbit/s"
+    assert tables.cell(None) == "-" and tables.cell(123456) == "123,456" and tables.cell(0.5) == "0.500"

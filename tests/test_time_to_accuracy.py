@@ -1,5 +1,5 @@
 """The time-to-accuracy study over seeds (`experiments/network/time_to_accuracy.py`) and the report entries that
-render it (`experiments/report.py`), on hand-made runs: no network namespaces, no training.
+render it (`experiments/network/report.py`), on hand-made runs: no network namespaces, no training.
 
 The runs: the 2-layer model, 2 ranks, on 1 Gbit/s, three seeds. Seconds to the target per seed (0, 1, 2):
 
@@ -16,7 +16,8 @@ import math
 
 import pytest
 
-from experiments import report
+from experiments import report, tables
+from experiments.network import report as network_report
 from experiments.network import time_to_accuracy as tta
 
 SECONDS = {"ist": (10.0, 12.0, 14.0), "data_parallel": (50.0, None, 84.0), "local_sgd": (20.0, 24.0, 35.0)}
@@ -137,33 +138,76 @@ def test_seeds_option_train_command_and_append_key(tmp_path):
 
 
 def test_main_runs_every_seed_and_append_replaces_the_same_seed(tmp_path, monkeypatch):
-    """main with the runs faked: one run per (link, seed, algorithm), each row naming its seed; --append of seed 1
-    again replaces seed 1's runs and keeps seed 0's."""
-    calls = []
+    """main with the runs faked (the study runner launches them; `launch` and `row` stand in for slow_net and the
+    files a run leaves): one run per (link, seed, algorithm), each row naming its seed; --append of seed 1 again
+    replaces seed 1's runs and keeps seed 0's."""
+    calls, made = [], {}
 
-    def fake_run(model, algorithm, ranks, rate, *, seed, **_):
-        calls.append((rate, seed, algorithm))
-        return _row(algorithm, seed, {"ist": 10.0, "data_parallel": 40.0}[algorithm] + seed + len(calls) / 100, rate)
-    monkeypatch.setattr(tta, "one_run", fake_run)
+    def fake_launch(p, **_):
+        info = p.cell.info
+        calls.append((info["link"], p.seed, info["algorithm"]))
+        made[p.run_dir] = _row(info["algorithm"], p.seed, {"ist": 10.0, "data_parallel": 40.0}[info["algorithm"]]
+                               + p.seed + len(calls) / 100, info["link"])
+    monkeypatch.setattr(tta, "launch", fake_launch)
+    monkeypatch.setattr(tta, "row", lambda p: made.get(p.run_dir))
     monkeypatch.setattr(tta.slow_net, "missing_privileges", lambda: None)
     monkeypatch.setenv("ISTJAX_DATA_DIR", str(tmp_path))
     out = tmp_path / "r.json"
-    common = ["--links", "1gbit", "--algorithms", "ist,data_parallel", "--out", str(out)]
+    common = ["--links", "1gbit", "--algorithms", "ist,data_parallel", "--out", str(out),
+              "--workdir", str(tmp_path / "runs")]
     result = tta.main([*common, "--seeds", "0,1"])
     assert calls == [("1gbit", 0, "ist"), ("1gbit", 0, "data_parallel"), ("1gbit", 1, "ist"),
                      ("1gbit", 1, "data_parallel")]
     assert [r["seed"] for r in result["runs"]] == [0, 0, 1, 1] and result["speedups"][0]["seeds"] == [0, 1]
+    assert result["command"].startswith("python -m experiments.network.time_to_accuracy --links 1gbit")
     again = tta.main([*common, "--seeds", "1", "--append"])
     assert [(r["seed"], r["time_to_target_s"]) for r in again["runs"]] == [
         (0, 10.01), (0, 40.02), (1, 11.05), (1, 41.06)]
     assert json.loads(out.read_text())["speedups"][0]["speedup_vs_data_parallel_seeds"] == [0, 1]
     assert "± " in (tmp_path / "r.md").read_text() and (tmp_path / "r.png").exists()
 
+
+def test_a_run_is_istjax_train_behind_slow_net(tmp_path):
+    """The study's cells: the config of the model on the MPI runtime, one worker per rank, stopping at the target;
+    `launch` runs the study runner's ``istjax train`` line behind slow_net's command."""
+    c = tta.cell("3", "ist", 4, "100mbit", target=0.9, max_rounds=7)
+    assert c.label == "m3-r4-100mbit-ist" and c.config == "experiments/configs/fsdd_speech.py:3"
+    assert {"--config.runtime.name=mpi", "--config.num_workers=4", "--config.stop_at_target=True"} <= set(c.overrides)
+    cmd = tta.train_command("3", "ist", 4, tmp_path / "w", target=0.9, max_rounds=7, seed=1)
+    assert cmd[1:4] == ["-m", "istjax.launch.cli", "train"] and "--config.seed=1" in cmd
+    assert cmd[-1] == f"--workdir={tmp_path / 'w'}"
+
+
+def test_launch_wraps_the_run_in_slow_net_and_row_reads_what_it_left(tmp_path, monkeypatch):
+    """`launch` with subprocess faked: slow_net's command around the run's line, the job file beside the run;
+    `row` then reads the run's summary, the links' report and the job."""
+    import subprocess
+
+    c = tta.cell("2", "ist", 2, "1gbit", target=0.9, max_rounds=5)
+    p = tta.study.Planned(c, 1, tmp_path / c.label / "s1", None)
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd)
+        p.run_dir.mkdir(parents=True)
+        (p.run_dir / "summary.json").write_text(json.dumps({"rounds": 3, "time_to_target_s": 7.0,
+                                                            "code": {"commit": "abc", "clean": True}}))
+        tta._files(p)[0].write_text(json.dumps({"links": {"h0": {"tx_bytes": 1}}}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    monkeypatch.setattr(tta.subprocess, "run", fake_run)
+    assert tta.launch(p, timeout=60, tag="tta1") is None
+    (cmd,) = seen
+    assert cmd[1:3] == ["-m", "experiments.network.slow_net"] and cmd[cmd.index("--tag") + 1] == "tta1"
+    assert cmd[cmd.index("--") + 1:] == tta.study.child_command(p, tta.ROOT)
+    r = tta.row(p)
+    assert (r["seed"], r["rounds"], r["time_to_target_s"], r["returncode"]) == (1, 3, 7.0, 0)
+    assert (r["commit"], r["clean"], r["links"]) == ("abc", True, {"h0": {"tx_bytes": 1}}) and "error" not in r
+
 # ----------------------------------------------------------------------------------------------------------------
-# experiments/report.py on a file of three seeds, and on the committed one-run files
+# experiments/network/report.py on a file of three seeds, and on the committed one-run files
 
 def _entry(name, data):
-    return report.REGISTRY[name].render(data)
+    return tables.REGISTRY[name].render(data)
 
 
 def test_report_speedups_show_the_spread_over_seeds():
@@ -176,7 +220,7 @@ def test_report_speedups_show_the_spread_over_seeds():
     # counted here: the round time is measured either way), 84/14 = 6.0
     ratios = [5.0, 25.0, 6.0]
     mean, std = sum(ratios) / 3, math.sqrt(sum((r - 12.0) ** 2 for r in ratios) / 2)
-    assert report._per_round_speedup(d, "2", 2, "1gbit") == f"{mean:.1f}x ± {std:.1f} (3 seeds)"
+    assert network_report._per_round_speedup(d, "2", 2, "1gbit") == f"{mean:.1f}x ± {std:.1f} (3 seeds)"
 
 
 def test_report_rounds_table_over_seeds():
@@ -188,7 +232,7 @@ def test_report_rounds_table_over_seeds():
 
 
 def test_report_headline_says_one_run_or_the_seeds():
-    (fsdd,) = [h for h in report.HEADLINE if h[2] == report.FSDD]
+    (fsdd,) = [h for h in tables.HEADLINE if h[2] == network_report.FSDD]
     what, _, _, fn = fsdd
     assert "one run each" in what(_one_run_result())
     d = _result(_rows())

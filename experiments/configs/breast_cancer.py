@@ -8,7 +8,7 @@ Command::
     istjax train --config=experiments/configs/breast_cancer.py --config.algorithm.name=data_parallel ...
 
 Result: ``experiments/mlp/results/breast_cancer.json`` (three seeds, IST, data parallel and local SGD;
-``python experiments/mlp/studies.py breast_cancer`` regenerates it), rendered in ``docs/your_data.md``.
+``python -m experiments.mlp.studies breast_cancer`` regenerates it), rendered in ``docs/your_data.md``.
 """
 
 from istjax.launch.config import default_config

@@ -9,7 +9,7 @@ Command::
     ISTJAX_DATA_DIR=../shared/data istjax train --config=experiments/configs/citeseer_gist.py --workdir=runs/citeseer_gist
 
 Result: ``experiments/graphs/results/gist_citeseer.json`` (three seeds: GCN and GraphSAGE at W = 1, 2, 4, 8 and the
-paper's 16-wide GCN; ``python experiments/graphs/studies.py citeseer`` regenerates it), rendered in
+paper's 16-wide GCN; ``python -m experiments.graphs.studies citeseer`` regenerates it), rendered in
 ``docs/graphs.md``.
 """
 

@@ -17,7 +17,7 @@ Command::
     ISTJAX_DATA_DIR=../shared/data istjax train --config=experiments/configs/cora_gist.py --workdir=runs/cora_gist
 
 Result: ``experiments/graphs/results/gist_cora.json`` (three seeds: GCN and GraphSAGE at W = 1, 2, 4, 8 and the
-paper's 16-wide GCN; ``python experiments/graphs/studies.py cora`` regenerates it), rendered in ``docs/graphs.md``.
+paper's 16-wide GCN; ``python -m experiments.graphs.studies cora`` regenerates it), rendered in ``docs/graphs.md``.
 """
 
 import ml_collections

@@ -7,7 +7,7 @@ Command::
     istjax train --config=experiments/configs/digits_local_sgd.py --workdir=runs/digits_local_sgd
 
 Result: ``experiments/mlp/results/digits.json`` (three seeds, with IST and the two baselines at the same
-samples; ``python experiments/mlp/studies.py digits`` regenerates it), rendered in the README's headline table.
+samples; ``python -m experiments.mlp.studies digits`` regenerates it), rendered in the README's headline table.
 """
 
 from istjax.launch.config import default_config

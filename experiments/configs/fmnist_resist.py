@@ -17,7 +17,7 @@ Command::
     istjax train --config=experiments/configs/fmnist_resist.py --workdir=runs/fmnist_resist
 
 Result: ``experiments/images/results/resist.json`` (ResIST vs local SGD at W = 2, 4 and one variant, 200 rounds,
-three seeds per cell; ``python experiments/images/studies.py resist``), rendered in docs/images.md.
+three seeds per cell; ``python -m experiments.images.studies resist``), rendered in docs/images.md.
 """
 
 import ml_collections

@@ -19,10 +19,10 @@ The paper's numbers are CIFAR-10 test accuracy with a deep ResNet; here: stages 
 and 16 channels, W=2, K=10, B=32, SGD with momentum 0.9 re-created every round, lr 0.05, weight decay 5e-4, step
 decay by 10 at 50 % and 75 % of 40 rounds, random crop and flip. All five steps, then one table::
 
-    python experiments/images/studies.py ablation --workdir=runs/ablation
+    python -m experiments.images.studies ablation --workdir=runs/ablation
 
 Result: ``experiments/images/results/ablation.json`` (the five steps at 150 rounds, three seeds each;
-``python experiments/images/studies.py ablation``), rendered in docs/images.md.
+``python -m experiments.images.studies ablation``), rendered in docs/images.md.
 """
 
 import ml_collections

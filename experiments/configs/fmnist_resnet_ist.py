@@ -16,8 +16,8 @@ Command::
     istjax train --config=experiments/configs/fmnist_resnet_ist.py --workdir=runs/fmnist_resnet_ist
 
 Result: ``experiments/images/results/diagnosis.json`` (the channel-IST diagnosis, three seeds per cell;
-``python experiments/images/studies.py diagnosis``) and ``experiments/images/results/resnet.json`` (against data
-parallel and local SGD at a quarter width and 600 rounds; ``python experiments/images/studies.py resnet``), rendered
+``python -m experiments.images.studies diagnosis``) and ``experiments/images/results/resnet.json`` (against data
+parallel and local SGD at a quarter width and 600 rounds; ``python -m experiments.images.studies resnet``), rendered
 in docs/images.md.
 """
 

@@ -10,7 +10,7 @@ cached, about 10 s). The paper's second speech claim, that IST generalises at le
         --workdir=runs/keywords_generalisation
 
 Result: ``experiments/mlp/results/keywords.json`` (IST vs data parallel at equal samples, three seeds;
-``python experiments/mlp/studies.py keywords``), rendered in docs/network.md ("Generalisation"); time to accuracy in
+``python -m experiments.mlp.studies keywords``), rendered in docs/network.md ("Generalisation"); time to accuracy in
 ``experiments/network/results_keywords.json``.
 """
 

@@ -8,7 +8,7 @@ Command::
     istjax train --config=experiments/configs/mnist1d_ist.py --workdir=runs/mnist1d_ist
 
 Result: ``experiments/mlp/results/mnist1d.json`` (three seeds, with IST and the two baselines at the same
-samples; ``python experiments/mlp/studies.py mnist1d`` regenerates it), rendered in the README's headline table.
+samples; ``python -m experiments.mlp.studies mnist1d`` regenerates it), rendered in the README's headline table.
 """
 
 from istjax.launch.config import default_config

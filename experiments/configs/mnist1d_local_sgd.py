@@ -5,7 +5,7 @@ Command::
     istjax train --config=experiments/configs/mnist1d_local_sgd.py --workdir=runs/mnist1d_local_sgd
 
 Result: ``experiments/mlp/results/mnist1d.json`` (three seeds, with IST and the two baselines at the same
-samples; ``python experiments/mlp/studies.py mnist1d`` regenerates it), rendered in the README's headline table.
+samples; ``python -m experiments.mlp.studies mnist1d`` regenerates it), rendered in the README's headline table.
 """
 
 import pathlib

@@ -11,7 +11,7 @@ Command::
     istjax train --config=experiments/configs/speech2_ist.py --workdir=runs/speech2_ist
 
 Result: none committed (the run prints its own summary). The committed speech studies are the keywords
-generalisation study (``python experiments/mlp/studies.py keywords``) and the time-to-accuracy study on real spoken
+generalisation study (``python -m experiments.mlp.studies keywords``) and the time-to-accuracy study on real spoken
 digits (``docs/network.md``).
 """
 

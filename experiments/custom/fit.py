@@ -1,6 +1,6 @@
 """Is a model a good fit for IST? The worked example of docs/ist_fit.md, on three seeds, as committed results.
 
-    python experiments/custom/fit.py [--seeds 0,1,2]
+    python -m experiments.custom.fit [--seeds 0,1,2]
 
 The researcher's 1-D CNN (``experiments/custom/conv1d.py``, a model istjax does not ship, named by
 ``model.module``) on MNIST-1D, W = 4, 192,000 samples: IST without a remedy and with each remedy for the scale of
@@ -13,14 +13,10 @@ docs/ist_fit.md.
 
 from __future__ import annotations
 
-import argparse
-import pathlib
 import sys
 from collections.abc import Sequence
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
-from experiments.grid import Cell, run_grid  # noqa: E402
+from experiments.grid import REPO, Cell, parser, run_grid
 
 RESULTS = REPO / "experiments" / "custom" / "results"
 CONFIG = "experiments/custom/configs/conv1d.py"
@@ -38,16 +34,11 @@ def cells() -> list[Cell]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fit.py", description=__doc__.split("\n\n")[0].strip())
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
-    parser.add_argument("--workdir", type=pathlib.Path, default=None, help="where the runs go")
-    parser.add_argument("--only", default="", help="comma-separated cell labels to (re)run")
-    args = parser.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    only = [c for c in args.only.split(",") if c.strip()]
-    command = f"python experiments/custom/fit.py --seeds {','.join(map(str, seeds))}"
+    args = parser("python -m experiments.custom.fit", __doc__, ["fit"]).parse_args(["fit", *argv])
+    seeds, only = args.seeds, [c for c in args.only.split(",") if c.strip()]
+    command = f"python -m experiments.custom.fit --seeds {','.join(map(str, seeds))}"
     return run_grid("fit", cells(), seeds, args.workdir or REPO / "runs" / "custom" / "fit", RESULTS / "fit.json",
-                    command, only=only)
+                    command, only=only, jobs=args.jobs)
 
 
 if __name__ == "__main__":

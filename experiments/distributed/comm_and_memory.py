@@ -4,7 +4,7 @@ for the IST paper's 2-layer speech MLP (4096 -> 4096 -> 35, BatchNorm, batch 128
 
 Command (launches every mpiexec run itself and prints one table):
 
-    .venv/bin/python experiments/distributed/comm_and_memory.py [--procs 2 4] [--rounds 1]
+    .venv/bin/python -m experiments.distributed.comm_and_memory [--procs 2 4] [--rounds 1]
 
 Each (processes, algorithm, mode) is its own ``mpiexec -n P`` launch, so ``ru_maxrss`` (the peak resident memory of
 a process) belongs to that configuration alone. Data are random (bytes and memory do not depend on them). The rows,
@@ -77,25 +77,24 @@ def main():
     args = ap.parse_args()
     if args.child:
         return child(*args.child, args.rounds)
-    sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
-    from experiments.grid import commit, machine
+    from istjax.launch.provenance import code_version, machine
     mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     rows = []
     for n in args.procs:
         for algorithm, mode in CONFIGS:
-            cmd = [str(mpiexec), "-n", str(n), sys.executable, str(HERE), "--rounds", str(args.rounds),
+            cmd = [str(mpiexec), "-n", str(n), sys.executable, "-m", "experiments.distributed.comm_and_memory", "--rounds", str(args.rounds),
                    "--child", algorithm, mode]
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
             line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
             if out.returncode or not line:
                 sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
             rows.append(json.loads(line[0][len("RESULT "):]))
             print(f"done: P={n} {algorithm} {mode}", file=sys.stderr, flush=True)
-    command = "python experiments/distributed/comm_and_memory.py" + (
+    command = "python -m experiments.distributed.comm_and_memory" + (
         f" --procs {' '.join(map(str, args.procs))}" if args.procs != [2, 4] else "") + (
         f" --rounds {args.rounds}" if args.rounds != 1 else "")
-    doc = {"study": "comm_and_memory", "command": command, "commit": commit(), "machine": machine(),
+    doc = {"study": "comm_and_memory", "command": command, "code": code_version(), "machine": machine(),
            "model": f"{D}-{H}-{C}", "batch": B, "local_steps": K, "rounds": args.rounds, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")

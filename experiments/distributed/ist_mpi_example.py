@@ -1,6 +1,6 @@
 """IST across MPI processes, from your own script: the same code as one process, with ``backend="mpi"``.
 
-Run: ``mpiexec -n 2 .venv/bin/python experiments/distributed/ist_mpi_example.py [parameter_server|sharded]``
+Run: ``mpiexec -n 2 .venv/bin/python -m experiments.distributed.ist_mpi_example [parameter_server|sharded]``
 Expected: rank 0 prints the test accuracy after 30 rounds (about 0.95 on digits) and the bytes each worker moved.
 """
 

@@ -10,7 +10,7 @@ evaluation show the gathered model. Rank 0's test loss must be the same both way
 Command (launches both runs itself and writes ``experiments/distributed/results/sharded_eval_memory.json``, which
 `experiments.report` renders into docs/distributed.md):
 
-    .venv/bin/python experiments/distributed/sharded_eval_memory.py
+    .venv/bin/python -m experiments.distributed.sharded_eval_memory
 """
 
 import argparse
@@ -66,7 +66,8 @@ def main(argv=None) -> int:
     mpiexec = pathlib.Path(sys.executable).with_name("mpiexec")
     rows = []
     for way in WAYS:
-        out = subprocess.run([str(mpiexec), "-n", "2", sys.executable, str(HERE), "--child", way],
+        out = subprocess.run([str(mpiexec), "-n", "2", sys.executable, "-m", "experiments.distributed.sharded_eval_memory", "--child",
+                              way],
                              capture_output=True, text=True, cwd=REPO, check=False)
         if out.returncode:
             sys.stderr.write(out.stdout[-2000:] + out.stderr[-4000:])
@@ -77,8 +78,9 @@ def main(argv=None) -> int:
               f"the evaluation (MiB): {[round(v / 2 ** 20) for v in row['live_bytes']]}; test loss "
               f"{row['test_loss']:.6f}", flush=True)
     losses = {r["way"]: r["test_loss"] for r in rows}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
-    result = {"command": "python experiments/distributed/sharded_eval_memory.py", "commit": commit,
+    from istjax.launch.provenance import code_version
+
+    result = {"command": "python -m experiments.distributed.sharded_eval_memory", "code": code_version(),
               "model": {"input": D, "hidden": list(HIDDEN), "classes": C}, "ranks": 2, "batch": B, "local_steps": K,
               "eval_examples": EVAL, "rows": rows,
               "same_loss": abs(losses["gather"] - losses["in_place"]) <= 1e-4 * abs(losses["gather"])}

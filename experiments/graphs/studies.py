@@ -3,10 +3,10 @@ brings the full model to the literature's accuracy, and width scaling.
 
 A thin script over the library::
 
-    python experiments/graphs/studies.py cora       # GCN and GraphSAGE, W = 1, 2, 4, 8, three seeds
-    python experiments/graphs/studies.py citeseer   # the same on Citeseer
-    python experiments/graphs/studies.py recipe     # Cora, W = 1: the recipe's changes one at a time
-    python experiments/graphs/studies.py width      # 10^5 nodes, wide GraphSAGE, three seeds
+    python -m experiments.graphs.studies cora       # GCN and GraphSAGE, W = 1, 2, 4, 8, three seeds
+    python -m experiments.graphs.studies citeseer   # the same on Citeseer
+    python -m experiments.graphs.studies recipe     # Cora, W = 1: the recipe's changes one at a time
+    python -m experiments.graphs.studies width      # 10^5 nodes, wide GraphSAGE, three seeds
 
 ``cora``, ``citeseer`` and ``recipe`` are grids (`experiments.grid`): every cell trains once per seed (``--seeds``,
 default 0,1,2) into ``runs/graphs/<study>/<cell>/s<seed>`` (a finished run with the same config is reused), and
@@ -36,7 +36,6 @@ the command, commit and machine), which `experiments.report` renders into docs/g
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import runpy
@@ -45,9 +44,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # experiments.benchmarks.measure, experiments.grid
-from experiments.grid import Cell, plot, run_grid  # noqa: E402
+from experiments.grid import REPO, Cell, parser, plot, run_grid
+from istjax.launch.study import mean_std
 
 RESULTS = REPO / "experiments" / "graphs" / "results"
 CONFIGS = {"cora": "experiments/configs/cora_gist.py", "citeseer": "experiments/configs/citeseer_gist.py"}
@@ -118,15 +116,16 @@ FIGURES = {
 }
 
 
-def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str], plot_only: bool) -> int:
+def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str], plot_only: bool,
+              jobs: int = 1) -> int:
     """Trains a grid study on ``seeds`` into ``workdir``; writes ``experiments/graphs/results/gist_<study>.json``
     and its figure ``docs/figures/gist_<study>.png`` (``plot_only``: the figure alone, from the committed file)."""
     status = 0
     out = RESULTS / f"gist_{study}.json"
     if not plot_only:
-        command = (f"ISTJAX_DATA_DIR=../shared/data python experiments/graphs/studies.py {study} "
+        command = (f"ISTJAX_DATA_DIR=../shared/data python -m experiments.graphs.studies {study} "
                    f"--seeds {','.join(map(str, seeds))}")
-        status = run_grid(study, GRIDS[study](), seeds, workdir, out, command, only)
+        status = run_grid(study, GRIDS[study](), seeds, workdir, out, command, only, jobs)
     title, reference = FIGURES[study]
     print(f"wrote {plot(out, REPO / 'docs' / 'figures' / f'gist_{study}.png', title, reference)}")
     return status
@@ -209,10 +208,8 @@ def _write_width(result: dict) -> None:
 def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, num_nodes: int,
           seeds: Sequence[int], command: str) -> int:
     """The width-scaling study (see the module docstring); writes ``experiments/graphs/results/gist_width.json``."""
-    import statistics
-
-    from experiments.grid import commit, machine
     from istjax.graph import task as graph_task
+    from istjax.launch.provenance import code_version, machine
     from istjax.models import GraphSAGE
 
     data, full, shared = _graph(num_nodes)
@@ -220,19 +217,19 @@ def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, n
     k = 5
     memory = [_worker_memory(task, shared, w, k, budget_mib) for w in workers]
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    result = {"study": "width", "command": command, "commit": commit(), "machine": machine(), "started": started,
+    result = {"study": "width", "command": command, "code": code_version(), "machine": machine(), "started": started,
               "graph": repr(data), "num_nodes": num_nodes, "hidden": hidden, "budget_mib": budget_mib,
               "local_steps": k, "memory": memory, "rows": [], "runs": []}
     fitting = [r["W"] for r in memory if r["fits"]]
     for seed in seeds if fitting else ():
         result["runs"].append(_train(task, data, full, shared, min(fitting), k, rounds, seed))
         accs = [r["test_accuracy"] for r in result["runs"]]
+        acc_mean, acc_std = mean_std(accs)
         result["rows"] = [{"label": f"gist_W{min(fitting)}", "algorithm": "ist", "num_workers": min(fitting),
                            "rounds": rounds, "seeds": [r["seed"] for r in result["runs"]],
-                           "test_accuracy_mean": statistics.fmean(accs),
-                           "test_accuracy_std": statistics.stdev(accs) if len(accs) > 1 else None,
+                           "test_accuracy_mean": acc_mean, "test_accuracy_std": acc_std,
                            "test_accuracy_min": min(accs), "test_accuracy_max": max(accs),
-                           "train_s_mean": statistics.fmean(r["train_s"] for r in result["runs"])}]
+                           "train_s_mean": mean_std(r["train_s"] for r in result["runs"])[0]}]
         _write_width(result)  # after every seed, so a cut-short study keeps what it measured
     if not fitting:
         _write_width(result)
@@ -244,30 +241,26 @@ def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, n
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("::")[0].strip())
-    parser.add_argument("study", choices=[*GRIDS, "width"])
-    parser.add_argument("--workdir", type=pathlib.Path, help="where the runs go (default runs/graphs/<study>)")
-    parser.add_argument("--seeds", default="0,1,2", help="grid studies: comma-separated seeds (default 0,1,2)")
-    parser.add_argument("--only", default="", help="grid studies: comma-separated cell labels to train")
-    parser.add_argument("--plot", action="store_true", help="grid studies: only redraw the figure from the results")
-    parser.add_argument("--hidden", type=int, default=2048, help="width: hidden features per layer")
-    parser.add_argument("--budget-mib", type=float, default=128.0, help="width: per-worker memory budget")
-    parser.add_argument("--workers", default="1,2,4,8", help="width: worker counts to measure")
-    parser.add_argument("--rounds", type=int, default=20, help="width: GIST rounds to train")
-    parser.add_argument("--num-nodes", type=int, default=100_000, help="width: nodes of the generated graph")
-    args = parser.parse_args(argv)
+    ap = parser("python -m experiments.graphs.studies", __doc__, [*GRIDS, "width"])
+    ap.add_argument("--hidden", type=int, default=2048, help="width: hidden features per layer")
+    ap.add_argument("--budget-mib", type=float, default=128.0, help="width: per-worker memory budget")
+    ap.add_argument("--workers", default="1,2,4,8", help="width: worker counts to measure")
+    ap.add_argument("--rounds", type=int, default=20, help="width: GIST rounds to train")
+    ap.add_argument("--num-nodes", type=int, default=100_000, help="width: nodes of the generated graph")
+    args = ap.parse_args(argv)
     workdir = args.workdir or REPO / "runs" / "graphs" / args.study
-    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    seeds = args.seeds
     if args.study == "width":
-        command = "python experiments/graphs/studies.py width" + "".join(
+        command = "python -m experiments.graphs.studies width" + "".join(
             f" {flag}={value}" for flag, value, default in (
                 ("--hidden", args.hidden, 2048), ("--budget-mib", args.budget_mib, 128.0),
                 ("--workers", args.workers, "1,2,4,8"), ("--rounds", args.rounds, 20),
-                ("--num-nodes", args.num_nodes, 100_000), ("--seeds", args.seeds, "0,1,2")) if value != default)
+                ("--num-nodes", args.num_nodes, 100_000),
+                ("--seeds", ",".join(map(str, seeds)), "0,1,2")) if value != default)
         return width(args.hidden, args.budget_mib, [int(w) for w in args.workers.split(",")], args.rounds,
                      args.num_nodes, seeds, command)
     only = [x for x in args.only.split(",") if x]
-    return grid_main(args.study, workdir, seeds, only, args.plot)
+    return grid_main(args.study, workdir, seeds, only, args.plot, args.jobs)
 
 
 if __name__ == "__main__":

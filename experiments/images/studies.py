@@ -5,11 +5,11 @@ Each study is a grid of cells (`experiments.grid`): every cell trains once per s
 ``experiments/images/results/<study>.json`` (per seed and per cell: mean and spread) and the figure
 ``docs/figures/<study>.png`` are rewritten; `experiments.report` renders the docs' tables from the JSON::
 
-    python experiments/images/studies.py diagnosis   # channel IST: layout, scaling, statistics, K, momentum, lr
-    python experiments/images/studies.py resnet      # channel IST vs data parallel vs local SGD, W = 2, 4
-    python experiments/images/studies.py resist      # ResIST vs local SGD, W = 2, 4
-    python experiments/images/studies.py ablation    # ResIST's five ablation steps
-    python experiments/images/studies.py bytes       # ResIST / local SGD bytes (analytic, no training)
+    python -m experiments.images.studies diagnosis   # channel IST: layout, scaling, statistics, K, momentum, lr
+    python -m experiments.images.studies resnet      # channel IST vs data parallel vs local SGD, W = 2, 4
+    python -m experiments.images.studies resist      # ResIST vs local SGD, W = 2, 4
+    python -m experiments.images.studies ablation    # ResIST's five ablation steps
+    python -m experiments.images.studies bytes       # ResIST / local SGD bytes (analytic, no training)
 
 ``--seeds 0,1,2`` (the default) picks the seeds, ``--only CELL,...`` some cells, ``--plot`` redraws the figure from
 the committed file without training. The cells are defined here, not on the command line, so that a results file
@@ -18,15 +18,11 @@ says exactly what was run.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 from collections.abc import Sequence
 
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
-from experiments.grid import Cell, plot, run_grid  # noqa: E402
+from experiments.grid import REPO, Cell, parser, plot, run_grid
 
 CONFIGS = REPO / "experiments" / "configs"
 RESULTS = REPO / "experiments" / "images" / "results"
@@ -157,7 +153,7 @@ def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Seq
     its figure ``docs/figures/<study>.png`` (``plot_only``: the figure alone, from the committed file)."""
     status = 0
     if not plot_only:
-        command = f"python experiments/images/studies.py {study} --seeds {','.join(map(str, seeds))}"
+        command = f"python -m experiments.images.studies {study} --seeds {','.join(map(str, seeds))}"
         status = run_grid(study, GRIDS[study](), seeds, workdir, RESULTS / f"{study}.json", command, only, jobs)
     title, reference = FIGURES[study]
     print(f"wrote {plot(RESULTS / f'{study}.json', REPO / 'docs' / 'figures' / f'{study}.png', title, reference)}")
@@ -181,11 +177,11 @@ def bytes_study(workers: Sequence[int] = (2, 4, 8)) -> dict:
     ``experiments/images/results/bytes.json`` (`experiments.report` renders docs/images.md's table from it)."""
     import json
 
-    from experiments.grid import commit, machine
     import jax.numpy as jnp
     import optax
 
     import istjax
+    from istjax.launch.provenance import code_version, machine
     from istjax.models import DepthResNet
 
     x = jnp.zeros((2, 32, 32, 3))
@@ -202,7 +198,7 @@ def bytes_study(workers: Sequence[int] = (2, 4, 8)) -> dict:
         rows.append({"model": name, "fields": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
                      "local_sgd_floats": ls.comm.received / 4,
                      "resist_over_local_sgd": {str(w): r for w, r in zip(workers, ratios)}})
-    doc = {"study": "bytes", "command": "python experiments/images/studies.py bytes", "commit": commit(),
+    doc = {"study": "bytes", "command": "python -m experiments.images.studies bytes", "code": code_version(),
            "machine": machine(), "workers": list(workers), "models": rows}
     out = RESULTS / "bytes.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -212,25 +208,17 @@ def bytes_study(workers: Sequence[int] = (2, 4, 8)) -> dict:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("::")[0].strip())
-    parser.add_argument("study", choices=[*GRIDS, "bytes"])
-    parser.add_argument("--workdir", type=pathlib.Path, help="where the runs go (default runs/images/<study>)")
-    parser.add_argument("--seeds", default="0,1,2", help="grid studies: comma-separated seeds (default 0,1,2)")
-    parser.add_argument("--only", default="", help="grid studies: comma-separated cell labels to train")
-    parser.add_argument("--plot", action="store_true", help="grid studies: only redraw the figure from the results")
-    parser.add_argument("--jobs", type=int, default=1, help="grid studies: runs trained at once, each in its own "
-                        "process (default 1; on a GPU machine, several)")
-    args, overrides = parser.parse_known_args(argv)
+    ap = parser("python -m experiments.images.studies", __doc__, [*GRIDS, "bytes"])
+    args, overrides = ap.parse_known_args(argv)
     if args.study == "bytes":
         bytes_study()
         return 0
     if overrides:
-        parser.error(f"{args.study}: a grid study takes no overrides ({' '.join(overrides)}); its cells are "
-                     f"defined in this file, so that its results file says what was run")
-    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        ap.error(f"{args.study}: a grid study takes no overrides ({' '.join(overrides)}); its cells are "
+                 f"defined in this file, so that its results file says what was run")
     only = [x for x in args.only.split(",") if x]
-    return grid_main(args.study, args.workdir or REPO / "runs" / "images" / args.study, seeds, only, args.plot,
-                     args.jobs)
+    return grid_main(args.study, args.workdir or REPO / "runs" / "images" / args.study, args.seeds, only,
+                     args.plot, args.jobs)
 
 
 if __name__ == "__main__":

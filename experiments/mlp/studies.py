@@ -1,9 +1,9 @@
 """IST against data parallel and local SGD on the small tabular studies, on three seeds, as committed results.
 
-    python experiments/mlp/studies.py digits  [--seeds 0,1,2]   # scikit-learn digits, W = 4, 76,800 samples
-    python experiments/mlp/studies.py mnist1d [--seeds 0,1,2]   # MNIST-1D, W = 4, 2-hidden-layer MLP
-    python experiments/mlp/studies.py keywords [--seeds 0,1,2]  # synthesised keywords, held-out voices: IST vs DP
-    python experiments/mlp/studies.py breast_cancer [--seeds 0,1,2]  # your own data (data.module), W = 4
+    python -m experiments.mlp.studies digits  [--seeds 0,1,2]   # scikit-learn digits, W = 4, 76,800 samples
+    python -m experiments.mlp.studies mnist1d [--seeds 0,1,2]   # MNIST-1D, W = 4, 2-hidden-layer MLP
+    python -m experiments.mlp.studies keywords [--seeds 0,1,2]  # synthesised keywords, held-out voices: IST vs DP
+    python -m experiments.mlp.studies breast_cancer [--seeds 0,1,2]  # your own data (data.module), W = 4
 
 Each trains its configs (``experiments/configs/<study>_{ist,data_parallel,local_sgd}.py``: the same samples for
 every algorithm) once per seed into ``runs/mlp/<study>/<cell>/s<seed>`` and writes
@@ -13,14 +13,10 @@ and the docs.
 
 from __future__ import annotations
 
-import argparse
-import pathlib
 import sys
 from collections.abc import Sequence
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # run by path: the repository's experiments package
-from experiments.grid import Cell, plot, run_grid  # noqa: E402
+from experiments.grid import REPO, Cell, parser, plot, run_grid
 
 RESULTS = REPO / "experiments" / "mlp" / "results"
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
@@ -40,15 +36,15 @@ def cells(study: str) -> list[Cell]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="studies.py", description=__doc__.split("\n\n")[0].strip())
-    parser.add_argument("study", choices=["digits", "mnist1d", "keywords", "breast_cancer"])
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
-    parser.add_argument("--workdir", type=pathlib.Path, default=None, help="where the runs go")
-    args = parser.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args = parser("python -m experiments.mlp.studies", __doc__, ["digits", "mnist1d", "keywords",
+                                                                   "breast_cancer"]).parse_args(argv)
+    seeds, only = args.seeds, [x for x in args.only.split(",") if x]
     workdir = args.workdir or REPO / "runs" / "mlp" / args.study
-    command = f"python experiments/mlp/studies.py {args.study} --seeds {','.join(map(str, seeds))}"
-    status = run_grid(args.study, cells(args.study), seeds, workdir, RESULTS / f"{args.study}.json", command)
+    command = f"python -m experiments.mlp.studies {args.study} --seeds {','.join(map(str, seeds))}"
+    status = 0
+    if not args.plot:
+        status = run_grid(args.study, cells(args.study), seeds, workdir, RESULTS / f"{args.study}.json", command,
+                          only, args.jobs)
     if args.study == "keywords" and (RESULTS / "keywords.json").exists():
         plot(RESULTS / "keywords.json", REPO / "docs" / "figures" / "keywords_generalisation.png",
              "Synthesised keywords, unseen voices: IST vs data parallel, W = 2, 204,800 samples", "data_parallel")

@@ -7,8 +7,11 @@ Run as root from the repository root (with ``ISTJAX_DATA_DIR`` pointing at the f
     python -m experiments.network.time_to_accuracy --models 2 --links 100mbit --append   # add runs to results.json
     python -m experiments.network.time_to_accuracy --render              # redraw results.md / .png only
 
-For every (model, rank count, link rate, algorithm) and every seed of ``--seeds`` it builds the namespaces and
-shaped links of `experiments.network.slow_net`, launches ``istjax train`` on them with ``--config.runtime.name=mpi`` and
+Every (model, rank count, link rate, algorithm) is a cell of the library's study runner (`istjax.launch.study`),
+trained once per seed of ``--seeds`` into ``--workdir`` (default ``runs/network/<dataset>``; a finished run with the
+same config is reused, so a study cut short continues where it stopped): for each run it builds the namespaces and
+shaped links of `experiments.network.slow_net`, launches ``istjax train`` on them as a child process
+(`istjax.launch.study.child_command` behind slow_net's command) with ``--config.runtime.name=mpi`` and
 ``--config.seed`` (one worker per rank, the paper's setting), stops at the first evaluation at or above ``--target``
 (``stop_at_target``), and reads the run's ``summary.json``: the training seconds to the target, the rounds, the
 bytes, and the links' byte counters. Compilation and evaluation are excluded: every run first trains one warm-up
@@ -32,16 +35,17 @@ import itertools
 import json
 import os
 import pathlib
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional
 
+from experiments.grid import seed_list
 from experiments.network import slow_net
+from istjax.launch import study
 from istjax.launch.metrics import read_metrics
+from istjax.launch.study import mean_std
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
@@ -53,44 +57,70 @@ PAPER = {"2": {"speedup_vs_data_parallel": 10.6, "speedup_vs_local_sgd": 4.2},
 RUN_KEY = ("model", "ranks", "link", "algorithm")  # with the seed, what names a run (--append replaces on it)
 
 
+def cell(model: str, algorithm: str, ranks: int, rate: str, *, target: float, max_rounds: int,
+         dataset: str = "fsdd", extra: Sequence[str] = ()) -> study.Cell:
+    """One (model, ranks, link, algorithm) of the study: ``experiments/configs/<dataset config>:<model>`` on the MPI
+    runtime, one worker per rank, evaluated every round, stopping at ``target``."""
+    return study.Cell(
+        f"m{model}-r{ranks}-{rate}-{algorithm}", f"experiments/configs/{CONFIGS[dataset]}:{model}",
+        (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", f"--config.num_workers={ranks}",
+         f"--config.target_accuracy={target}", "--config.stop_at_target=True", "--config.eval_every=1",
+         f"--config.num_rounds={max_rounds}", f"--config.checkpoint_every={max_rounds}", *extra),
+        {"model": model, "ranks": ranks, "link": rate, "algorithm": algorithm})
+
+
 def train_command(model: str, algorithm: str, ranks: int, workdir: pathlib.Path, *, target: float,
                   max_rounds: int, dataset: str = "fsdd", seed: int = 0, extra: Sequence[str] = ()) -> list[str]:
-    """The ``istjax train`` line every rank runs."""
-    return [sys.executable, "-m", "istjax.launch.cli", "train",
-            f"--config={ROOT / 'experiments' / 'configs' / CONFIGS[dataset]}:{model}",
-            f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", f"--config.num_workers={ranks}",
-            f"--config.target_accuracy={target}", "--config.stop_at_target=True", "--config.eval_every=1",
-            f"--config.num_rounds={max_rounds}", f"--config.checkpoint_every={max_rounds}", f"--config.seed={seed}",
-            "--config.progress=False", f"--workdir={workdir}", *extra]
+    """The ``istjax train`` line every rank runs (`istjax.launch.study.child_command` of the run)."""
+    c = cell(model, algorithm, ranks, "any", target=target, max_rounds=max_rounds, dataset=dataset, extra=extra)
+    return study.child_command(study.Planned(c, seed, pathlib.Path(workdir), None), ROOT)
 
 
-def one_run(model: str, algorithm: str, ranks: int, rate: str, *, target: float, max_rounds: int,
-            timeout: float, scratch: pathlib.Path, tag: str, dataset: str = "fsdd", seed: int = 0) -> dict[str, Any]:
-    """One training run across ``ranks`` namespaces on links of ``rate``; its summary and the link counters."""
-    workdir = scratch / f"m{model}-r{ranks}-{rate}-{algorithm}-s{seed}"
-    report = scratch / f"{workdir.name}.net.json"
-    cmd = [sys.executable, "-m", "experiments.network.slow_net", "--hosts", str(ranks), "--rate", rate, "--tag", tag,
-           "--report", str(report), "--timeout", str(timeout), "--",
-           *train_command(model, algorithm, ranks, workdir, target=target, max_rounds=max_rounds, dataset=dataset,
-                          seed=seed)]
+def _files(p: study.Planned) -> tuple[pathlib.Path, pathlib.Path]:
+    """Beside a run's directory: the links' report (slow_net ``--report``) and the job's (exit status, seconds)."""
+    return p.run_dir.with_name(p.run_dir.name + ".net.json"), p.run_dir.with_name(p.run_dir.name + ".job.json")
+
+
+def launch(p: study.Planned, *, timeout: float, tag: str) -> Optional[str]:
+    """Trains run ``p`` across ``ranks`` namespaces on links of its rate (slow_net wrapping its ``istjax train``
+    line); writes the job's exit status, seconds and error beside it; returns the error, or None."""
+    net, job = _files(p)
+    info = p.cell.info
+    cmd = [sys.executable, "-m", "experiments.network.slow_net", "--hosts", str(info["ranks"]), "--rate",
+           info["link"], "--tag", tag, "--report", str(net), "--timeout", str(timeout), "--",
+           *study.child_command(p, ROOT)]
+    p.run_dir.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    row: dict[str, Any] = {"model": model, "ranks": ranks, "link": rate, "algorithm": algorithm, "seed": seed,
-                           "returncode": out.returncode, "job_wall_s": time.time() - t0}
-    summary = workdir / "summary.json"
+    error = (out.stderr or out.stdout)[-2000:] if out.returncode or not (p.run_dir / "summary.json").exists() else None
+    study.write_json(job, {"returncode": out.returncode, "job_wall_s": time.time() - t0, "error": error})
+    return error
+
+
+def row(p: study.Planned) -> Optional[dict[str, Any]]:
+    """One run's row (None before it ran): its summary's numbers, the accuracy curve, the links' counters, the
+    job's exit status and seconds, and the commit that trained it."""
+    net, job = _files(p)
+    if not job.exists():
+        return None
+    ran = json.loads(job.read_text())
+    out: dict[str, Any] = {**{k: p.cell.info[k] for k in RUN_KEY}, "seed": p.seed,
+                           "returncode": ran["returncode"], "job_wall_s": ran["job_wall_s"]}
+    summary = p.run_dir / "summary.json"
     if summary.exists():
         s = json.loads(summary.read_text())
-        row.update({k: s.get(k) for k in ("rounds", "test_accuracy", "time_to_target_s", "round_to_target",
+        out.update({k: s.get(k) for k in ("rounds", "test_accuracy", "time_to_target_s", "round_to_target",
                                           "samples_to_target", "time_per_round_s", "compile_time_s",
                                           "bytes_sent_per_worker_per_round", "bytes_total")})
-    if (workdir / "metrics.jsonl").exists():  # the accuracy curve: (training seconds, test accuracy) per evaluation
-        row["curve"] = [(r["wall_time_s"], r["test_accuracy"]) for r in read_metrics(workdir)
+        out.update(commit=(s.get("code") or {}).get("commit"), clean=(s.get("code") or {}).get("clean"))
+    if (p.run_dir / "metrics.jsonl").exists():  # the accuracy curve: (training seconds, test accuracy) per evaluation
+        out["curve"] = [(r["wall_time_s"], r["test_accuracy"]) for r in read_metrics(p.run_dir)
                         if r.get("test_accuracy") is not None and r.get("wall_time_s") is not None]
-    if report.exists():
-        row["links"] = json.loads(report.read_text())["links"]
-    if out.returncode or not summary.exists():
-        row["error"] = (out.stderr or out.stdout)[-2000:]
-    return row
+    if net.exists():
+        out["links"] = json.loads(net.read_text())["links"]
+    if ran.get("error"):
+        out["error"] = ran["error"]
+    return out
 
 
 def _keys(rows: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
@@ -102,15 +132,6 @@ def _keys(rows: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
 def seed_of(row: dict[str, Any]) -> int:
     """A run's seed: runs recorded before ``--seeds`` carry none and trained the configs' seed, 0."""
     return row.get("seed", 0)
-
-
-def mean_std(values: Iterable[Optional[float]]) -> tuple[Optional[float], Optional[float]]:
-    """The mean and the sample standard deviation (n - 1) of the values that are not None: (None, None) where none
-    are, the standard deviation None where only one is."""
-    vs = [v for v in values if v is not None]
-    if not vs:
-        return None, None
-    return statistics.fmean(vs), (statistics.stdev(vs) if len(vs) > 1 else None)
 
 
 def _seconds_by_seed(rows: list[dict[str, Any]], key: tuple[str, int, str]) -> dict[str, dict[int, Optional[float]]]:
@@ -172,9 +193,9 @@ def _round_points(rows: list[dict[str, Any]], model: str, ranks: int, algorithm:
             by_link.setdefault(r["link"], []).append(r)
 
     def rounds(rs):  # a whole number stays an int, as one seed gives
-        m = statistics.fmean(r["rounds"] for r in rs)
+        m = mean_std(r["rounds"] for r in rs)[0]
         return int(m) if m.is_integer() else m
-    return [(slow_net.Link(link).bits_per_second() / 1e6, statistics.fmean(r["time_per_round_s"] for r in rs),
+    return [(slow_net.Link(link).bits_per_second() / 1e6, mean_std(r["time_per_round_s"] for r in rs)[0],
              rounds(rs)) for link, rs in by_link.items()]
 
 
@@ -244,7 +265,7 @@ def compile_times(runs: list[dict[str, Any]]) -> dict[str, float]:
     for r in runs:
         if r.get("compile_time_s") is not None:
             times.setdefault(r["algorithm"], []).append(r["compile_time_s"])
-    return {a: statistics.fmean(times[a]) for a in ALGORITHMS if a in times}
+    return {a: mean_std(times[a])[0] for a in ALGORITHMS if a in times}
 
 
 def _notes(result: dict[str, Any]) -> list[str]:
@@ -353,17 +374,6 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def _seed_list(text: str) -> list[int]:
-    """``--seeds``: '0,1,2' -> [0, 1, 2] (distinct integers)."""
-    try:
-        seeds = [int(s) for s in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers, e.g. 0,1,2") from None
-    if len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"{text!r}: a seed is named twice")
-    return seeds
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m experiments.network.time_to_accuracy",
                                  description=__doc__.split("\n\n")[0])
@@ -371,7 +381,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ranks", default="2", help="comma-separated rank counts (one worker each)")
     ap.add_argument("--links", default="1gbit,10gbit", help="comma-separated link rates (tc units)")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
-    ap.add_argument("--seeds", type=_seed_list, default=[0],
+    ap.add_argument("--seeds", type=seed_list, default=[0],
                     help="comma-separated seeds (--config.seed), each cell run once per seed; the table gives the "
                          "mean ± sample std over them and IST's speed-ups seed by seed (default: 0)")
     ap.add_argument("--dataset", default="fsdd", choices=sorted(CONFIGS),
@@ -380,6 +390,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-rounds", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "network" / "results.json"))
+    ap.add_argument("--workdir", default=None, help="where the runs go (default runs/network/<dataset>); a finished "
+                                                    "run there with the same config is reused")
     ap.add_argument("--append", action="store_true", help="keep the runs already in --out, replacing those measured "
                                                           "again (same model, ranks, link, algorithm and seed)")
     ap.add_argument("--render", action="store_true", help="only redraw the table and plot from --out's runs")
@@ -407,22 +419,31 @@ def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                      f"would be {args.dataset} to {args.target}. Use another --out.")
 
 
+def cells(args: argparse.Namespace) -> list[study.Cell]:
+    """Every (model, ranks, link, algorithm) of ``args``, algorithms innermost (a seed's algorithms run one after
+    the other, so that they see the same machine)."""
+    return [cell(m, a, n, rate, target=args.target, max_rounds=args.max_rounds, dataset=args.dataset)
+            for m, n, rate, a in itertools.product(args.models.split(","), [int(r) for r in args.ranks.split(",")],
+                                                   args.links.split(","), args.algorithms.split(","))]
+
+
 def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every (model, ranks, link, seed, algorithm) of ``args``, one run each (the algorithms of a seed one after
-    the other, so that a seed's runs see the same machine); their rows."""
-    rows: list[dict[str, Any]] = []
-    cells = itertools.product(args.models.split(","), [int(r) for r in args.ranks.split(",")], args.links.split(","),
-                              args.seeds, args.algorithms.split(","))
-    with tempfile.TemporaryDirectory(prefix="istjax-tta-") as scratch:
-        for model, n, rate, seed, a in cells:
-            print(f"{model}-layer, {n} ranks, {rate}, seed {seed}: {a} ...", flush=True)
-            row = one_run(model, a, n, rate, target=args.target, max_rounds=args.max_rounds, timeout=args.timeout,
-                          scratch=pathlib.Path(scratch), tag=f"tta{len(rows)}", dataset=args.dataset, seed=seed)
-            print(f"  time to target {row.get('time_to_target_s')} s, rounds {row.get('rounds')}, warm-up "
-                  f"{row.get('compile_time_s')} s, rc {row['returncode']}"
-                  + (f"\n  {row['error'][-300:]}" if "error" in row else ""), flush=True)
-            rows.append(row)
-    return rows
+    """Every cell (`cells`) once per seed of ``args``, by the study runner (a finished run in the workdir is
+    reused); the rows of the runs this invocation asked for."""
+    tags = itertools.count()
+
+    def train(p: study.Planned) -> Optional[str]:
+        print(f"{p.cell.label}, seed {p.seed} ...", flush=True)
+        return launch(p, timeout=args.timeout, tag=f"tta{next(tags) % 1000}")
+
+    workdir = pathlib.Path(args.workdir or ROOT / "runs" / "network" / args.dataset)
+    outcome = study.run_study("time_to_accuracy", cells(args), args.seeds, workdir, root=ROOT, train=train,
+                              record=lambda p: row(p))
+    for r in outcome.records:
+        print(f"  {r['model']}-layer, {r['ranks']} ranks, {r['link']}, seed {r['seed']}, {r['algorithm']}: time to "
+              f"target {r.get('time_to_target_s')} s, rounds {r.get('rounds')}, warm-up {r.get('compile_time_s')} s, "
+              f"rc {r['returncode']}" + (f"\n  {r['error'][-300:]}" if "error" in r else ""), flush=True)
+    return outcome.records
 
 
 def run_key(row: dict[str, Any]) -> tuple:
@@ -444,6 +465,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         before = json.loads(out.read_text())
         return write(before["runs"], out, before.get("target", args.target), None, before.get("dataset", "fsdd"))
     _check(ap, args)
+    command = " ".join(["python -m experiments.network.time_to_accuracy", *(sys.argv[1:] if argv is None else argv)])
     t0 = time.time()
     rows = run_all(args)
     wall = time.time() - t0
@@ -451,16 +473,20 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         before = json.loads(out.read_text())
         rows = merge(before["runs"], rows)
         wall += before.get("wall_s", 0.0)
-    return write(rows, out, args.target, wall, args.dataset)
+    return write(rows, out, args.target, wall, args.dataset, command)
 
 
 def write(rows: list[dict[str, Any]], out: pathlib.Path, target: float, wall: Optional[float],
-          dataset: str = "fsdd") -> dict[str, Any]:
-    """Writes ``out`` (JSON: the runs, speed-ups and catch-up fits), its ``.md`` table and ``.png`` plot."""
-    if wall is None and out.exists():
-        wall = json.loads(out.read_text()).get("wall_s")
+          dataset: str = "fsdd", command: Optional[str] = None) -> dict[str, Any]:
+    """Writes ``out`` (JSON: the command, the runs, each with the commit that trained it, speed-ups and catch-up
+    fits), its ``.md`` table and ``.png`` plot. ``wall`` and ``command`` None: the file's own, when it has them."""
+    before = json.loads(out.read_text()) if out.exists() else {}
+    wall = before.get("wall_s") if wall is None else wall
+    command = before.get("command") if command is None else command
     result = {"target": target, "dataset": dataset, "runs": rows, "speedups": speedups(rows),
               "catch_up": catch_up(rows), "wall_s": wall}
+    if command is not None:
+        result = {"command": command, **result}
     out.write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(result))
     plot(result, out.with_suffix(".png"))

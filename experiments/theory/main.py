@@ -2,9 +2,9 @@
 
 Usage (each config's docstring says what its plot should show)::
 
-    python experiments/theory/main.py --config=experiments/theory/configs/quadratic.py --workdir=/tmp/theory_quadratic
-    python experiments/theory/main.py --config=experiments/theory/configs/two_by_two.py --workdir=/tmp/theory_2x2
-    python experiments/theory/main.py --config=experiments/theory/configs/regression.py --workdir=/tmp/theory_reg
+    python -m experiments.theory.main --config=experiments/theory/configs/quadratic.py --workdir=/tmp/theory_quadratic
+    python -m experiments.theory.main --config=experiments/theory/configs/two_by_two.py --workdir=/tmp/theory_2x2
+    python -m experiments.theory.main --config=experiments/theory/configs/regression.py --workdir=/tmp/theory_reg
 
 Override any field with ``--config.FIELD=VALUE``. Every study writes a PNG and ``results.json`` (the numbers the
 plot shows) into the workdir and prints a summary.
@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import plots  # noqa: E402  (sibling module, so the script runs from a fresh clone)
+from experiments.theory import plots
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "a configs/*.py file", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "where to write the PNG and results.json")

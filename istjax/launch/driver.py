@@ -55,6 +55,7 @@ from istjax.core import contract
 from istjax.core.state import TrainState
 from istjax.core.task import Task
 from istjax.data.cluster_batches import CLUSTERS
+from istjax.launch import provenance
 from istjax.launch.checkpoint import Checkpointer, CheckpointWriteError, ShardCountMismatch, ShardedCheckpointer
 from istjax.launch.config import ConfigError, Experiment, build
 from istjax.launch.lock import LOCK_FILE, WorkdirLock, lock_workdir
@@ -710,6 +711,7 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
         "bytes_received_per_worker_per_round": last.get("bytes_received_per_worker",
                                                         float(algorithm.comm.received)),
         "bytes_total": bytes_total, "workdir": str(workdir),
+        "code": provenance.code_version(), "machine": provenance.machine(),  # what trained it, as it trained
     }
     target = config.target_accuracy
     if target is not None:

@@ -7,7 +7,7 @@ Command::
 
     istjax train --config=experiments/custom/configs/conv1d.py:none --workdir=runs/conv1d_none
 
-Result: ``experiments/custom/results/fit.json`` (three seeds per cell; ``python experiments/custom/fit.py``
+Result: ``experiments/custom/results/fit.json`` (three seeds per cell; ``python -m experiments.custom.fit``
 regenerates it), rendered in docs/ist_fit.md.
 """
 

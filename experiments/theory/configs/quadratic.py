@@ -2,7 +2,7 @@
 
 Command (about a minute on 2 CPU cores)::
 
-    python experiments/theory/main.py --config=experiments/theory/configs/quadratic.py --workdir=/tmp/theory_quadratic
+    python -m experiments.theory.main --config=experiments/theory/configs/quadratic.py --workdir=/tmp/theory_quadratic
 
 Writes ``quadratic.png`` and ``results.json`` to the workdir. One panel per (local steps K, step size γ) of a
 heterogeneous problem with d = 6 coordinates on n = 3 workers (90 partitions, enumerated). What the plot should show:

@@ -2,7 +2,7 @@
 
 Command (a few minutes on 2 CPU cores)::
 
-    python experiments/theory/main.py --config=experiments/theory/configs/regression.py --workdir=/tmp/theory_reg
+    python -m experiments.theory.main --config=experiments/theory/configs/regression.py --workdir=/tmp/theory_reg
 
 Writes ``regression.png`` and ``results.json``. A one-hidden-layer ReLU network (width 512, NTK scaling, fixed
 output layer) fits 32 points in 8 dimensions with full-batch gradient steps; every run takes the same number of

@@ -2,7 +2,7 @@
 
 Command (under a minute)::
 
-    python experiments/theory/main.py --config=experiments/theory/configs/two_by_two.py --workdir=/tmp/theory_2x2
+    python -m experiments.theory.main --config=experiments/theory/configs/two_by_two.py --workdir=/tmp/theory_2x2
 
 Writes ``two_by_two.png`` and ``results.json``. What the plot should show (a = 1, b = 4, threshold 1.6):
 

@@ -1,0 +1,1 @@
+"""MPI memory and bytes studies: ``python -m experiments.distributed.comm_and_memory``, ..."""

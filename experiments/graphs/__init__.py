@@ -1,0 +1,1 @@
+"""GIST studies: ``python -m experiments.graphs.studies STUDY``."""

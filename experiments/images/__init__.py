@@ -1,0 +1,1 @@
+"""Image studies (channel IST, ResIST): ``python -m experiments.images.studies STUDY``."""

@@ -1,0 +1,198 @@
+"""The image studies' tables: ``experiments/images/results/*.json`` (``python -m experiments.images.studies``).
+Registered in `experiments.tables` when `experiments.report` imports this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from experiments.tables import (accuracy, algorithm_name, fixed, headline_row, label_accuracy, markdown_table, nbytes,
+                               result_rows, results_table, scalar, spread, table)
+
+DIAGNOSIS = "experiments/images/results/diagnosis.json"
+
+
+IMAGE_BYTES = "experiments/images/results/bytes.json"
+
+
+@table("images_bytes", IMAGE_BYTES)
+def _images_bytes(d):
+    """ResIST's analytic bytes per worker per round over local SGD's, per model and W."""
+    return markdown_table(["model", "local SGD moves (M floats)", *(f"W={w}" for w in d["workers"])],
+                          [[m["model"], f"{m['local_sgd_floats'] / 1e6:.2f} M",
+                            *(fixed(m["resist_over_local_sgd"][str(w)]) for w in d["workers"])] for m in d["models"]])
+
+
+def _bytes_row(d, prefix: str) -> str:
+    m = next(m for m in d["models"] if m["model"].startswith(prefix))
+    return ", ".join(fixed(m["resist_over_local_sgd"][str(w)]) for w in d["workers"])
+
+
+scalar("images.bytes.paper_layout", IMAGE_BYTES, lambda d: _bytes_row(d, "3-4-23-3 basic blocks, 64-512 ch, stage 2"))
+scalar("images.bytes.study", IMAGE_BYTES, lambda d: _bytes_row(d, "fmnist_resist.py"))
+
+
+results_table("images_diagnosis", DIAGNOSIS, [
+    ("group", lambda r: r["group"]), ("cell", lambda r: f"`{r['label']}`"), ("what", lambda r: r["what"]),
+    "num_workers", "test_accuracy", ("min-max", spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 3)),
+    ("bytes per worker per round", lambda r: nbytes(r["bytes_per_worker_per_round"], binary=False)),
+    ("s per round", lambda r: fixed(r["time_per_round_s_mean"]))])
+
+
+for _label in ("data_parallel", "local_sgd", "full_w1", "half_alone", "all_none_recompute", "inner_none_recompute",
+               "inner_train_recompute", "inner_test_recompute", "inner_none_carry", "inner_train_carry",
+               "inner_optcarry", "inner_K5", "inner_K20", "inner_lr0.1", "inner_lr0.02", "inner_train_optcarry"):
+    scalar(f"diagnosis.{_label}", DIAGNOSIS, label_accuracy(_label))
+
+
+def _bytes_vs(label: str, reference: str) -> Callable[[Any], str]:
+    """Cell ``label``'s bytes per worker per round over ``reference``'s, as a fraction: '0.51'."""
+    def fn(d):
+        by = {r["label"]: r for r in result_rows(d)}
+        return fixed(by[label]["bytes_per_worker_per_round"] / by[reference]["bytes_per_worker_per_round"])
+    return fn
+
+
+scalar("diagnosis.bytes_inner_vs_local", DIAGNOSIS, _bytes_vs("inner_none_recompute", "local_sgd"))
+scalar("diagnosis.bytes_all_vs_local", DIAGNOSIS, _bytes_vs("all_none_recompute", "local_sgd"))
+scalar("diagnosis.bytes_optcarry_vs_local", DIAGNOSIS, _bytes_vs("inner_optcarry", "local_sgd"))
+
+
+RESIST = "experiments/images/results/resist.json"
+ABLATION = "experiments/images/results/ablation.json"
+RESNET = "experiments/images/results/resnet.json"
+
+
+def _points_vs(rows: list[dict[str, Any]], algorithm: str) -> Callable[[dict[str, Any]], str]:
+    """A row's mean test accuracy minus ``algorithm``'s at the same W, in points: '-3.0'."""
+    ref = {r["num_workers"]: r for r in rows if r["label"] == f"{algorithm}_W{r['num_workers']}"}
+
+    def fn(r):
+        other = ref.get(r["num_workers"])
+        if other is None or other is r:
+            return "-"
+        return f"{100 * (r['test_accuracy_mean'] - other['test_accuracy_mean']):+.1f}"
+    return fn
+
+
+def _cell_name(r: dict[str, Any]) -> str:
+    """'IST, momentum carried across repartitions' from a comparison cell's ``what`` ('ist, W = 2, momentum ...')."""
+    rest = r["what"].split(", ")[2:]
+    return ", ".join([algorithm_name(r["algorithm"]), *rest])
+
+
+@table("images_resnet", RESNET)
+def _images_resnet(d):
+    rows = result_rows(d)
+    dp, local = _points_vs(rows, "data_parallel"), _points_vs(rows, "local_sgd")
+    return markdown_table(
+        ["cell", "W", "test accuracy (mean ± std over seeds)", "min-max", "points vs data parallel",
+         "points vs local SGD", "train loss", "bytes per worker per round"],
+        [[_cell_name(r), r["num_workers"], accuracy(r), spread(r), dp(r), local(r), fixed(r["train_loss_mean"], 3),
+          nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in rows])
+
+
+for _label in ("ist_W2", "ist_W4", "data_parallel_W2", "data_parallel_W4", "local_sgd_W2", "local_sgd_W4",
+               "ist_W2_momentum_carried"):
+    scalar(f"resnet.{_label}", RESNET, label_accuracy(_label))
+scalar("resnet.bytes_ist_vs_local_W2", RESNET, _bytes_vs("ist_W2", "local_sgd_W2"))
+scalar("resnet.bytes_ist_vs_local_W4", RESNET, _bytes_vs("ist_W4", "local_sgd_W4"))
+scalar("resnet.bytes_carried_vs_local_W2", RESNET, _bytes_vs("ist_W2_momentum_carried", "local_sgd_W2"))
+scalar("resnet.machine", RESNET, lambda d: f"{d['machine'].get('device', d['machine']['cpu'])}, jax "
+                                        f"{d['machine'].get('jax', '?')}")
+
+
+def _vs_local_sgd(rows: list[dict[str, Any]]) -> Callable[[dict[str, Any]], str]:
+    """A row's bytes per round over local SGD's at the same W."""
+    local = {r["num_workers"]: r for r in rows if r["algorithm"] == "local_sgd"}
+
+    def fn(r):
+        ref = local.get(r["num_workers"])
+        return "-" if ref is None else fixed(r["bytes_per_worker_per_round"] / ref["bytes_per_worker_per_round"])
+    return fn
+
+
+@table("images_resist", RESIST)
+def _images_resist(d):
+    rows = result_rows(d)
+    vs, local = _vs_local_sgd(rows), _points_vs(rows, "local_sgd")
+    return markdown_table(
+        ["cell", "W", "test accuracy (mean ± std over seeds)", "min-max", "points vs local SGD", "train loss",
+         "bytes per worker per round", "of local SGD's"],
+        [[_cell_name(r), r["num_workers"], accuracy(r), spread(r), local(r), fixed(r["train_loss_mean"], 3),
+          nbytes(r["bytes_per_worker_per_round"], binary=False), vs(r)] for r in rows])
+
+
+for _label in ("resist_W2", "resist_W4", "local_sgd_W2", "local_sgd_W4", "resist_W2_momentum_carried",
+               "resist_W2_stats_recomputed"):
+    scalar(f"resist.{_label}", RESIST, label_accuracy(_label))
+for _i, _step in enumerate(("naive", "share_strided", "one_section", "test_scale", "preactivation"), 1):
+    scalar(f"ablation.{_i}", ABLATION, label_accuracy(f"{_i}_{_step}"))
+
+
+@table("images_ablation", ABLATION)
+def _images_ablation(d):
+    return markdown_table(
+        ["step", "test accuracy (mean ± std over seeds)", "min-max", "train loss", "paper (CIFAR-10)",
+         "bytes per worker per round"],
+        [[r["step"], accuracy(r), spread(r), fixed(r["train_loss_mean"], 3), f"{r['paper']:.1f}",
+          nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in result_rows(d)])
+
+
+@headline_row("channel IST's diagnosis, ResNet-18 layout at 1/8 width, Fashion-MNIST, W = 2, 25,600 samples "
+              "(`python -m experiments.images.studies diagnosis`)", "`docs/images.md`", DIAGNOSIS)
+def _headline_diagnosis(d):
+    by = {r["label"]: r for r in result_rows(d)}
+    return (f"every conv's channels partitioned (the paper's layout) {accuracy(by['all_none_recompute'])}; only the "
+            f"blocks' inner channels {accuracy(by['inner_none_recompute'])}, K = 20 {accuracy(by['inner_K20'])}; "
+            f"data parallel {accuracy(by['data_parallel'])}, local SGD {accuracy(by['local_sgd'])}: still short of "
+            f"the baselines at this budget")
+
+
+@headline_row("channel IST vs data parallel vs local SGD, ResNet-18 layout at 1/4 width, Fashion-MNIST, 384,000 "
+              "samples per worker, on a GPU (`python -m experiments.images.studies resnet`)", "`docs/images.md`",
+              RESNET)
+def _headline_resnet(d):
+    by = {r["label"]: r for r in result_rows(d)}
+
+    def at(w):
+        return (f"W = {w}: IST {accuracy(by[f'ist_W{w}'])}, data parallel {accuracy(by[f'data_parallel_W{w}'])}, "
+                f"local SGD {accuracy(by[f'local_sgd_W{w}'])}")
+    gaps = [by[f"ist_W{w}"]["test_accuracy_mean"] - by[f"{a}_W{w}"]["test_accuracy_mean"]
+            for w in (2, 4) for a in ("data_parallel", "local_sgd")]
+    verdict = ("within 1 point of both: the target is met" if min(gaps) >= -0.01 else
+               f"IST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
+    return (f"{at(2)}; {at(4)}; IST moves {_bytes_vs('ist_W2', 'local_sgd_W2')(d)} (W = 2) and "
+            f"{_bytes_vs('ist_W4', 'local_sgd_W4')(d)} (W = 4) of local SGD's bytes; {verdict}")
+
+
+@headline_row("ResIST vs local SGD, pre-activation ResNet (2-2-9 blocks, 4-16 channels), Fashion-MNIST, 64,000 "
+              "samples per worker (`python -m experiments.images.studies resist`)", "`docs/images.md`", RESIST)
+def _headline_resist(d):
+    by = {r["label"]: r for r in result_rows(d)}
+    parts, gaps = [], []
+    for w in (2, 4):
+        res, loc = by[f"resist_W{w}"], by[f"local_sgd_W{w}"]
+        gaps.append(res["test_accuracy_mean"] - loc["test_accuracy_mean"])
+        parts.append(f"W = {w}: ResIST {accuracy(res)}, local SGD {accuracy(loc)}, "
+                     f"{_bytes_vs(f'resist_W{w}', f'local_sgd_W{w}')(d)} of its bytes")
+    verdict = ("within 1 point of local SGD: the target is met" if min(gaps) >= -0.01 else
+               f"ResIST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
+    best = by.get("resist_W2_momentum_carried")
+    if best is not None:
+        verdict += (f"; best setting found, momentum carried across repartitions: {accuracy(best)} at W = 2 "
+                    f"({_bytes_vs('resist_W2_momentum_carried', 'local_sgd_W2')(d)} of local SGD's bytes)")
+    return "; ".join(parts) + f"; {verdict}"
+
+
+@headline_row("ResIST's five ablation steps in miniature, W = 2, 150 rounds "
+              "(`python -m experiments.images.studies ablation`)", "`docs/images.md`", ABLATION)
+def _headline_ablation(d):
+    rows = result_rows(d)
+    ours = " -> ".join(f"{r['test_accuracy_mean']:.3f}" for r in rows)
+    paper = " -> ".join(str(r["paper"]) for r in rows)
+    n = min(len(r["seeds"]) for r in rows)
+    rises = all(b["test_accuracy_mean"] > a["test_accuracy_mean"] for a, b in zip(rows, rows[1:]))
+    return (f"{ours} (mean of {n} seeds; the paper, CIFAR-10: {paper}); "
+            + ("every step helps, as in the paper" if rises else "not every step helps here (docs/images.md says why)"))

@@ -1,0 +1,1 @@
+"""MLP studies on small data sets: ``python -m experiments.mlp.studies STUDY``."""

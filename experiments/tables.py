@@ -1,0 +1,204 @@
+"""What every results table of the README and docs/ is made of: the registry of named tables and figures, the number
+formats they share, aggregated results files (one row per cell over seeds), and the README's headline rows.
+
+Each study family registers its own tables beside its study (``experiments/<family>/report.py``);
+`experiments.report` finds them in the pages and renders, checks or lists them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from istjax.launch.metrics import format_mean_std
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A named table (or, ``inline``, one figure): ``render(*loaded)`` with each of ``sources`` loaded as JSON."""
+    name: str
+    sources: tuple[str, ...]
+    render: Callable[..., str]
+    inline: bool = False
+
+
+REGISTRY: dict[str, Entry] = {}
+NAME_PATTERN = r"[A-Za-z0-9_.-]+"
+
+
+def register(name: str, sources: Sequence[str], render: Callable[..., str], *, inline: bool = False) -> Entry:
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise ValueError(f"report name {name!r}: use letters, digits, '_', '.' and '-'")
+    if name in REGISTRY:
+        raise ValueError(f"report name {name!r} is registered twice")
+    REGISTRY[name] = Entry(name, tuple(sources), render, inline)
+    return REGISTRY[name]
+
+
+def table(name: str, *sources: str):
+    """Registers the decorated ``fn(*loaded) -> markdown`` as the table ``name``."""
+    def deco(fn):
+        register(name, sources, fn)
+        return fn
+    return deco
+
+
+def scalar(name: str, source: str, fn: Callable[[Any], Any]) -> Entry:
+    """One figure for prose: ``fn(loaded)``, a string (or a number, written with `cell`), on one line."""
+    return register(name, (source,), lambda data: cell(fn(data)), inline=True)
+
+
+# Number formats shared by every table
+
+def cell(v: Any) -> str:
+    """A value as a table cell: floats to 3 decimals, large integers with thousands separators, None as '-'."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.3f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(cell(x) for x in v)
+    return str(v)
+
+
+def fixed(x: float, digits: int = 2) -> str:
+    return f"{x:.{digits}f}"
+
+
+def count(x: float) -> str:
+    """8087.1 -> '8,087'."""
+    return f"{x:,.0f}"
+
+
+def ratio(x: float | None, digits: int = 1) -> str:
+    """How many times: 15.94 -> '15.9x'."""
+    return "-" if x is None else f"{x:.{digits}f}x"
+
+
+def percent(share: float, digits: int = 1) -> str:
+    """A share of 1 as a percentage: 0.0570 -> '5.7 %'."""
+    return f"{100 * share:.{digits}f} %"
+
+
+def span(values: Iterable[float], fmt: Callable[[float], str] = fixed, sep: str = "-") -> str:
+    """Lowest to highest: '0.64-0.72' (one value when they print the same)."""
+    vs = sorted(values)
+    lo, hi = fmt(vs[0]), fmt(vs[-1])
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+def nbytes(b: float, binary: bool = True, digits: int = 1, unit: str | None = None) -> str:
+    """Bytes with a unit: binary 33857536 -> '32.3 MiB', decimal -> '33.9 MB'; ``unit`` fixes it ('MiB')."""
+    base, units = (1024, ("B", "KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("B", "kB", "MB", "GB", "TB"))
+    i = units.index(unit) if unit else 0
+    b = b / base ** i
+    while unit is None and abs(b) >= base and i < len(units) - 1:
+        b, i = b / base, i + 1
+    return f"{b:.0f} B" if i == 0 else f"{b:,.{digits}f} {units[i]}"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(v if isinstance(v, str) else cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+ALGORITHMS = {"ist": "IST", "data_parallel": "data parallel", "local_sgd": "local SGD", "resist": "ResIST",
+              "gist": "GIST"}
+
+
+def algorithm_name(a: str) -> str:
+    return ALGORITHMS.get(a, a)
+
+
+def link_name(link: str) -> str:
+    """'100mbit' -> '100 Mbit/s', '10gbit' -> '10 Gbit/s'."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg])bit", link)
+    return f"{m.group(1)} {m.group(2).upper()}bit/s" if m else link
+
+
+# Aggregated results files: {"rows": [{"algorithm", "num_workers", "seeds", "test_accuracy_mean", ...}, ...]}
+
+REQUIRED = ("algorithm", "num_workers", "seeds", "test_accuracy_mean", "test_accuracy_std")
+
+
+class ResultsError(ValueError):
+    """A results file that does not hold what its table needs."""
+
+
+def result_rows(data: Any) -> list[dict[str, Any]]:
+    """The ``rows`` of an aggregated results file, each checked to carry `REQUIRED`."""
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise ResultsError("an aggregated results file holds a non-empty list 'rows', one per cell")
+    for i, r in enumerate(rows):
+        missing = [k for k in REQUIRED if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise ResultsError(f"rows[{i}] lacks {', '.join(missing)} (every row has {', '.join(REQUIRED)})")
+        if not isinstance(r["seeds"], list) or not r["seeds"]:
+            raise ResultsError(f"rows[{i}]: 'seeds' is the list of seeds the mean is over, got {r['seeds']!r}")
+    return rows
+
+
+def accuracy(r: dict[str, Any]) -> str:
+    return format_mean_std(r["test_accuracy_mean"], r["test_accuracy_std"], len(r["seeds"]))
+
+
+# The columns a results table names: header and how a row gives its cell. Any other name is a row key, shown as is.
+COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "label": ("", lambda r: str(r.get("label", ""))),
+    "algorithm": ("algorithm", lambda r: algorithm_name(r["algorithm"])),
+    "num_workers": ("W", lambda r: cell(r["num_workers"])),
+    "seeds": ("seeds", lambda r: cell(r["seeds"])),
+    "test_accuracy": ("test accuracy (mean ± std over seeds)", accuracy),
+    "bytes_per_round": ("bytes per worker per round", lambda r: nbytes(r["bytes_per_round"], binary=False)),
+    "rounds": ("rounds", lambda r: cell(r.get("rounds"))),
+    "samples": ("samples", lambda r: cell(r.get("samples"))),
+}
+
+
+def results_table(name: str, source: str, columns: Sequence[str | tuple[str, Callable[[dict], str]]],
+                  where: Callable[[dict[str, Any]], bool] | None = None) -> Entry:
+    """Registers the table ``name``: one line per row of the aggregated file ``source`` (``where`` keeps some),
+    with ``columns``: names of `COLUMNS`, other row keys, or ``(header, fn(row) -> str)``."""
+    cols = [c if isinstance(c, tuple) else COLUMNS.get(c, (c, lambda r, k=c: cell(r.get(k)))) for c in columns]
+
+    def render(data):
+        rows = [r for r in result_rows(data) if where is None or where(r)]
+        return markdown_table([h for h, _ in cols], [[fn(r) for _, fn in cols] for r in rows])
+    return register(name, (source,), render)
+
+
+def mib(b: float) -> str:
+    return f"{b / 2 ** 20:.1f}"
+
+
+def spread(r: dict[str, Any]) -> str:
+    """The seeds' lowest to highest test accuracy ('-' for one seed)."""
+    return "-" if len(r["seeds"]) < 2 else f"{r['test_accuracy_min']:.3f}-{r['test_accuracy_max']:.3f}"
+
+
+def label_accuracy(label: str) -> Callable[[Any], str]:
+    def fn(d):
+        (r,) = [r for r in result_rows(d) if r["label"] == label]
+        return accuracy(r)
+    return fn
+
+
+# (what, where, source, fn(loaded) -> result); ``what`` a string or ``what(loaded) -> str``
+HEADLINE: list[tuple[str | Callable[[Any], str], str, str, Callable[[Any], str]]] = []
+
+
+def headline_row(what: str | Callable[[Any], str], where: str, source: str) -> Callable:
+    """Adds the decorated ``fn(loaded) -> str`` as a row of the README's headline table (rows in call order);
+    ``what`` may be a function of the loaded file too."""
+    def deco(fn):
+        HEADLINE.append((what, where, source, fn))
+        return fn
+    return deco

@@ -1,0 +1,1 @@
+"""Theory studies: ``python -m experiments.theory.main --config=...``."""

@@ -1,0 +1,171 @@
+"""The study runner (`istjax.launch.study`): a killed study resumes and reuses its finished runs; each run records
+the commit of the code that trained it, when it trained, and whether that tree was clean; child-process runs."""
+
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+from istjax.launch import provenance, study
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = ("--config.num_rounds=2", "--config.eval_every=2", "--config.checkpoint_every=2", "--config.local_steps=2",
+        "--config.model.hidden=(16,)")
+CELL = study.Cell("ist", "experiments/configs/digits_ist.py", TINY, {"what": "IST"})
+
+
+class Killed(Exception):
+    """Stands for the study's process being killed between two runs."""
+
+
+def _counting_trainer(trained):
+    def train(p):
+        trained.append((p.cell.label, p.seed))
+        return study.train_in_process(p)
+    return train
+
+
+def test_a_killed_study_resumes_and_reuses_its_finished_runs(tmp_path):
+    out, trained = tmp_path / "results.json", []
+
+    def kill_after_first(p, error):
+        assert error is None
+        raise Killed
+
+    with pytest.raises(Killed):
+        study.run_study("tiny", [CELL], [0, 1], tmp_path / "runs", out=out, root=REPO, command="pytest",
+                        train=_counting_trainer(trained), after_run=kill_after_first)
+    doc = json.loads(out.read_text())
+    assert trained == [("ist", 0)] and [r["seed"] for r in doc["runs"]] == [0]  # the file has the finished run
+    first = tmp_path / "runs" / "ist" / "s0" / "summary.json"
+    before = first.stat().st_mtime_ns
+    outcome = study.run_study("tiny", [CELL], [0, 1], tmp_path / "runs", out=out, root=REPO, command="pytest",
+                              train=_counting_trainer(trained))
+    assert trained == [("ist", 0), ("ist", 1)]  # seed 0 was not trained again
+    assert first.stat().st_mtime_ns == before and not outcome.failed
+    doc = json.loads(out.read_text())
+    assert [r["seed"] for r in doc["runs"]] == [0, 1] and doc["rows"][0]["seeds"] == [0, 1]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert {r["commit"] for r in doc["runs"]} == {head.strip()}
+    # A third invocation trains nothing and rewrites the same numbers.
+    study.run_study("tiny", [CELL], [0, 1], tmp_path / "runs", out=out, root=REPO, train=_counting_trainer(trained))
+    assert len(trained) == 2 and json.loads(out.read_text())["rows"] == doc["rows"]
+
+
+def _git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _code_repo(path: pathlib.Path) -> pathlib.Path:
+    """A git repository standing for the code (`provenance.PACKAGE_DIR` is pointed at it): one tracked file."""
+    path.mkdir()
+    _git(path, "init", "-q")
+    _git(path, "config", "user.email", "t@example.com")
+    _git(path, "config", "user.name", "t")
+    (path / "code.py").write_text("v = 1\n")
+    _git(path, "add", "code.py")
+    _git(path, "commit", "-qm", "first")
+    return path
+
+
+def test_each_run_records_the_commit_it_trained_at_and_a_dirty_tree(tmp_path, monkeypatch):
+    """Seed 0 trains at commit A, seed 1 at commit B (made between the runs), seed 2 on B with a tracked file
+    edited: each record carries its own run's commit, and the third reads clean=False."""
+    code = _code_repo(tmp_path / "code")
+    monkeypatch.setattr(provenance, "PACKAGE_DIR", code)
+    heads = []
+
+    def between_runs(p, error):
+        heads.append(_git(code, "rev-parse", "HEAD"))
+        if p.seed == 0:
+            (code / "code.py").write_text("v = 2\n")
+            _git(code, "commit", "-qam", "second")
+        elif p.seed == 1:
+            (code / "code.py").write_text("v = 3  # not committed\n")
+
+    out = tmp_path / "results.json"
+    study.run_study("tiny", [CELL], [0, 1, 2], tmp_path / "runs", out=out, root=REPO, after_run=between_runs)
+    runs = json.loads(out.read_text())["runs"]
+    assert heads[0] != heads[1] == heads[2]
+    assert [(r["commit"], r["clean"]) for r in runs] == [(heads[0], True), (heads[1], True), (heads[1], False)]
+    for r in runs:  # the record is the run's own summary.json's, written when it trained
+        summary = json.loads((tmp_path / "runs" / "ist" / f"s{r['seed']}" / "summary.json").read_text())
+        assert summary["code"] == {"commit": r["commit"], "clean": r["clean"]}
+    # The file written now, at yet another commit, does not restamp the runs it reuses.
+    (code / "code.py").write_text("v = 4\n")
+    _git(code, "commit", "-qam", "third")
+    study.run_study("tiny", [CELL], [0, 1, 2], tmp_path / "runs", out=out, root=REPO)
+    assert json.loads(out.read_text())["runs"] == runs
+
+
+def test_code_version_outside_a_checkout(tmp_path):
+    assert provenance.code_version(tmp_path) == {"commit": None, "clean": False}
+
+
+def test_child_process_runs_behind_a_launch_prefix(tmp_path):
+    """A run trained as ``istjax train`` in a child process behind a prefix (``env`` here; ``mpiexec -n 2`` or a
+    namespace wrapper in a real study) is a finished run like any other: reused afterwards, with its provenance."""
+    prefixes = []
+
+    def prefix(p):
+        prefixes.append(p.seed)
+        return ["env", "JAX_PLATFORMS=cpu"]
+
+    train = study.child_trainer(prefix, root=REPO)
+    outcome = study.run_study("child", [CELL], [3], tmp_path / "runs", out=tmp_path / "r.json", root=REPO,
+                              train=train)
+    assert not outcome.failed and prefixes == [3]
+    (run,) = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert run["seed"] == 3 and run["commit"] and run["machine"]["cores"]
+    config = json.loads((tmp_path / "runs" / "ist" / "s3" / "config.json").read_text())
+    assert config["seed"] == 3 and config["num_rounds"] == 2
+    study.run_study("child", [CELL], [3], tmp_path / "runs", root=REPO, train=train)
+    assert prefixes == [3]  # finished: not launched again
+
+
+def test_mean_std_is_the_one_seed_statistic():
+    assert study.mean_std([1.0, None, 3.0]) == (2.0, pytest.approx(2 ** 0.5))
+    assert study.mean_std([0.5]) == (0.5, None) and study.mean_std([None]) == (None, None)
+
+
+def test_plan_refuses_repeated_labels_and_unknown_cells(tmp_path):
+    with pytest.raises(ValueError, match="repeat"):
+        study.plan([CELL, CELL], [0], tmp_path, root=REPO)
+    with pytest.raises(ValueError, match="no cell named"):
+        study.plan([CELL], [0], tmp_path, root=REPO, only=["nope"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# experiments.report --check --provenance on results files the runner built from a clean and a dirty tree
+
+def test_report_provenance_fails_on_a_number_from_a_dirty_tree_run(tmp_path, monkeypatch, capsys):
+    from experiments import report, tables
+
+    code = _code_repo(tmp_path / "code")
+    monkeypatch.setattr(provenance, "PACKAGE_DIR", code)
+    tree = tmp_path / "tree"
+    clean, dirty = "experiments/demo/results/clean.json", "experiments/demo/results/dirty.json"
+    study.run_study("demo", [CELL], [0], tmp_path / "runs", out=tree / clean, root=REPO)  # at a clean commit
+    (code / "code.py").write_text("v = 2  # not committed\n")
+    study.run_study("demo", [CELL], [0, 1], tmp_path / "runs", out=tree / dirty, root=REPO)  # seed 1: dirty
+    runs = json.loads((tree / dirty).read_text())["runs"]
+    assert [r["clean"] for r in runs] == [True, False]
+
+    monkeypatch.setattr(tables, "REGISTRY", {})
+    for name, source in (("demo.clean", clean), ("demo.dirty", dirty)):
+        tables.scalar(name, source, lambda d: tables.accuracy(tables.result_rows(d)[0]))
+    (tree / "README.md").write_text("Clean: <!-- report:demo.clean --><!-- /report:demo.clean -->.\n")
+    docs = tree / "docs"
+    docs.mkdir()
+    (docs / "page.md").write_text("Dirty: <!-- report:demo.dirty --><!-- /report:demo.dirty -->.\n")
+    assert report.main(["--root", str(tree)]) == 0  # the numbers written into the pages
+    assert report.main(["--check", "--root", str(tree)]) == 0  # the plain check: every number agrees
+    capsys.readouterr()
+    assert report.main(["--check", "--provenance", "--root", str(tree)]) == 1
+    out = capsys.readouterr().out
+    assert f"provenance: {dirty}: 1 of 2 runs from a dirty tree" in out and "ist seed 1" in out
+    assert "docs/page.md:1 report:demo.dirty" in out and clean not in out
+    (docs / "page.md").unlink()  # only the clean run's number is left in the pages
+    assert report.main(["--check", "--provenance", "--root", str(tree)]) == 0
+    assert "every number rests on runs from a clean commit" in capsys.readouterr().out
