@@ -199,7 +199,7 @@ def test_gist_from_configs_full_graph_and_clusters(tmp_path):
     with pytest.raises(config_lib.ConfigError, match="num_clusters=601: the graph has only 600 nodes"):
         config_lib.validate(c)
     c.data.num_clusters, c.data.clusters_per_step = 6, 7
-    with pytest.raises(config_lib.ConfigError, match="data.clusters_per_step=7: must be at most data.num_clusters=6"):
+    with pytest.raises(config_lib.ConfigError, match="data.clusters_per_step=7 exceeds num_clusters=6; use --config.data.clusters_per_step=6 or less"):
         config_lib.validate(c)
     c.data.name, c.data.kwargs, c.data.clusters_per_step = "digits", ml_collections.ConfigDict(), 1
     with pytest.raises(config_lib.ConfigError, match="data.graph_batches=.clusters.: cuts a graph into clusters"):

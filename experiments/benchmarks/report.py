@@ -5,7 +5,7 @@ imports this module.
 
 from __future__ import annotations
 
-from experiments.tables import (algorithm_name, count, fixed, headline_row, markdown_table, nbytes, percent, ratio,
+from experiments.tables import (algorithm_name, cell, count, fixed, headline_row, markdown_table, nbytes, percent, ratio,
                                scalar, span, table)
 
 BENCH = "experiments/benchmarks/results.json"
@@ -125,6 +125,19 @@ def _bench_summary(d):
          f"{nbytes(widest['peak_bytes'], False, 2)} at W = {widest['W']}", "-"],
     ]
     return markdown_table(["target", "measured (latest run)", "met"], rows)
+
+
+def _targets_verdict(d: dict) -> str:
+    """The latest run's verdicts in one sentence: every target met, or which were not, with the worst reading."""
+    every = verdicts(d)
+    missed = [t for t in every if t["met"] != "yes"]
+    if not missed:
+        return f"Every target ({len(every)}) is met in the latest run"
+    return (f"{len(every) - len(missed)} of the {len(every)} targets are met in the latest run; not met: "
+            + "; ".join(f"{t['target']} (worst row {cell(t['worst'])})" for t in missed))
+
+
+scalar("bench.targets_verdict", BENCH, _targets_verdict)
 
 
 def _span_scalar(name, source, key, column, fmt=fixed, sep="-", **match):

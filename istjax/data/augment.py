@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import as_round as _as_round
 from istjax.core.streams import check_positive as _check_positive
 from istjax.core.streams import check_seed
@@ -192,8 +193,13 @@ class AugmentedBatchFn(BatchFn):
     def __init__(self, inner: BatchFn, *, pad: int = 4, flip: bool = True):
         super().__init__(inner._plan, inner.seed, inner.data)
         self.pad, self.flip = _check_options(pad, flip)
-        _check_images(jax.ShapeDtypeStruct((1, 1) + tuple(inner.data["x"].shape), jnp.float32),
-                      "the training images [N, H, W, C]", 6)
+        shape = tuple(inner.data["x"].shape)
+        if len(shape) != 4:
+            raise ArgError("batch_fn", shape[1:],
+                           f"augmentation crops and flips images [N, H, W, C], but the training examples are "
+                           f"{shape[1:]}-shaped.", "Augment an image dataset (load it unflattened, e.g. "
+                           "load_fashion_mnist(flatten=False)), or do not augment.",
+                           "Use an image dataset (e.g. fashion_mnist) or --config.data.augment=False.")
 
     def apply(self, data: dict, round_index: Any) -> dict:
         return augment_batches(self.seed, round_index, super().apply(data, round_index), pad=self.pad,

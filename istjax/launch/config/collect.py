@@ -68,7 +68,11 @@ class Collector:
         shown = [self.render(arg, fields) for arg in error.args_named]
         shown = [s for s in shown if s]
         if len(error.args_named) == 1 and _names_itself(error):
-            return config_terms(error)  # "MLP.hidden=(0,): ..." already says the field and the value
+            # "MLP.hidden=(0,): ..." says the field and the value; a bare "num_workers=3 ..." gets its field's name.
+            arg, field = error.args_named[0], fields.get(error.args_named[0])
+            text = config_terms(error)
+            return text.replace(f"{arg}=", f"{field}=", 1) if isinstance(field, str) and text.startswith(
+                f"{arg}=") else text
         if not shown:
             return f"{context}: {config_terms(error)}" if context else config_terms(error)
         where = shown[0] + (f" with {' and '.join(shown[1:])}" if len(shown) > 1 else "")

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional
 
 import ml_collections
 import numpy as np
+import optax
 
 import istjax.data as data_lib
 from istjax.algorithms import ALGORITHMS
@@ -79,10 +80,6 @@ def _dataset(config, c: Collector):
     dataset = c.step(lambda: load_config_data(config), fields, where)
     if dataset is FAILED:
         return FAILED
-    if "data.augment" not in c.bad and config.data.augment is True and np.ndim(dataset.train_x) != 4:
-        c.add(f"data.augment=True: crops and flips images [N, H, W, C], but data.name={config.data.name!r} holds "
-              f"{np.shape(dataset.train_x)[1:]}-shaped examples. Use an image dataset (e.g. fashion_mnist) or "
-              f"data.augment=False.")
     if config.data.graph_batches != "clusters":
         return dataset
     return c.step(lambda: _with_clusters(config, dataset),
@@ -192,17 +189,22 @@ def _algorithm(config, task, optimizer, c: Collector):
     options.update(launch)
     where = ", ".join([f"runtime.name={config.runtime.name!r}"] +
                       [f"runtime.{o}={config.runtime[o]!r}" for o in runtimes.get(config.runtime.name).config_options])
-    return c.step(lambda: entry.factory(task, optimizer, num_workers=int(config.num_workers),
-                                        local_steps=int(config.local_steps), backend=config.runtime.name, **options),
-                  {**fields, "algorithm": "algorithm.name"}, f"{config.algorithm.name} on {where}",
-                  inputs=(task, optimizer, sampler))
+    # The factory's refusals do not depend on the optimizer's values: with a refused one, a stand-in lets them be
+    # reported all the same (the algorithm itself then counts as failed).
+    stand_in = optax.identity() if optimizer is FAILED else optimizer
+    algorithm = c.step(lambda: entry.factory(task, stand_in, num_workers=int(config.num_workers),
+                                             local_steps=int(config.local_steps), backend=config.runtime.name,
+                                             **options),
+                       {**fields, "algorithm": "algorithm.name"}, f"{config.algorithm.name} on {where}",
+                       inputs=(task, sampler))
+    return FAILED if optimizer is FAILED else algorithm
 
 
 def _batches(config, dataset, task, algorithm, c: Collector):
     """The batch function: of the algorithm's task and for this process's workers (`own_rows`) when the algorithm
     was built; else of the model's task, for every worker, so that its refusals are reported all the same."""
     fields = {"batch_size": "batch_size", "num_workers": "num_workers", "local_steps": "local_steps",
-              "sharding": "data.sharding", "seed": "seed", "pad": "data.augment_pad",
+              "sharding": "data.sharding", "seed": "seed", "pad": "data.augment_pad", "batch_fn": "data.augment",
               "clusters_per_step": "data.clusters_per_step"}
     built = algorithm is not FAILED
     return c.step(lambda: batch_fn_for(config, dataset, algorithm.task if built else task,
