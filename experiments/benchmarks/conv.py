@@ -40,6 +40,7 @@ import optax
 import istjax
 from experiments.benchmarks import measure
 from experiments.benchmarks import run as suite
+from istjax.launch.provenance import code_version
 from istjax.models import DepthResNet, ResNet
 
 
@@ -113,7 +114,7 @@ def run(quick: bool) -> dict[str, Any]:
     resnet, depth = QUICK if quick else FULL
     reps = 2 if quick else 5
     t0 = time.time()
-    out: dict[str, Any] = {"machine": suite.machine(), "quick": quick}
+    out: dict[str, Any] = {"code": code_version(), "machine": suite.machine(), "quick": quick}
     print(f"1. local phase vs its own convolutions ({resnet.name})", flush=True)
     out["local_vs_convs"] = local_vs_convs(resnet, reps)
     print("2. extract + merge vs copy", flush=True)

@@ -32,6 +32,7 @@ import optax
 import istjax
 from experiments.benchmarks import measure
 from experiments.benchmarks import run as suite
+from istjax.launch.provenance import code_version
 from istjax.data.graphs import as_dataset, csbm
 from istjax.graph import ops
 from istjax.graph import task as graph_task
@@ -101,7 +102,8 @@ def run(quick: bool) -> dict[str, Any]:
     shared = dataset.shared
     task = graph_task.node_classifier(GraphSAGE(hidden=(s["hidden"], s["hidden"]), num_classes=10,
                                                 layer_norm=True), dataset)
-    out: dict[str, Any] = {"machine": suite.machine(), "quick": quick, "graph": repr(data), "hidden": s["hidden"]}
+    out: dict[str, Any] = {"code": code_version(), "machine": suite.machine(), "quick": quick, "graph": repr(data),
+                           "hidden": s["hidden"]}
     print("1. aggregation vs copy", flush=True)
     out["aggregation"] = aggregation(shared, s["hidden"], s["reps"])
     print("2-3. round overhead and throughput", flush=True)

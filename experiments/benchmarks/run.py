@@ -46,6 +46,7 @@ import optax
 
 import istjax
 from experiments.benchmarks import measure
+from istjax.launch.provenance import code_version
 from istjax.models.mlp import MLP
 from istjax.core.subnet import subnet_shapes
 from istjax.runtimes.base import communicates, map_workers
@@ -673,6 +674,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = pathlib.Path(args.out or pathlib.Path(__file__).with_name(
         "results_quick.json" if args.quick else "results.json"))
     t0 = time.perf_counter()
+    code = code_version()  # the code measured, taken before it runs
     info = machine()
     print(f"istjax benchmarks ({'quick' if args.quick else 'full'}) on {info['cpu']}, {info['cores']} cores, "
           f"jax {info['jax']}, load average {info['loadavg_start'][0]:.2f}")
@@ -684,7 +686,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print("(--quick times a tiny model whose every step is overhead: the targets are meant for the full run)")
     mpi_ist = [r for r in results.get("4_throughput", {}).get("rows", [])
                if r.get("algorithm") == "ist" and str(r.get("backend", "")).startswith("mpi")]
-    report = {"machine": info, "mode": "quick" if args.quick else "full",
+    report = {"code": code, "machine": info, "mode": "quick" if args.quick else "full",
               "settings": dataclasses.asdict(settings), "total_seconds": time.perf_counter() - t0,
               # The MPI runtime's goals (issue: the headline on a slow network), from study 4.
               "mpi_ist_vs_simulate": mpi_ist[0].get("vs_simulate") if mpi_ist else None,

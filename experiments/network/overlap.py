@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from experiments.network import slow_net
+from istjax.launch.provenance import code_version
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 VARIANTS = ("leaves", "one")
@@ -77,6 +78,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     links = args.links.split(",")
     for rate in links:
         slow_net.Link(rate)
+    code = code_version()  # the code measured, taken before it runs
     t0, runs = time.time(), []
     for rate in links:
         for k in range(args.repeats):
@@ -94,7 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         if e.get("leaves") and e.get("one"):
             e["one_over_leaves"] = e["one"] / e["leaves"]
         summary.append(e)
-    result = {"runs": runs, "summary": summary, "wall_s": time.time() - t0}
+    result = {"code": code, "runs": runs, "summary": summary, "wall_s": time.time() - t0}
     out = pathlib.Path(args.out)
     out.write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(result))

@@ -19,6 +19,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments.theory import plots
+from istjax.launch.provenance import code_version
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "a configs/*.py file", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "where to write the PNG and results.json")
@@ -34,9 +35,10 @@ def main(argv):
     if config.study not in STUDIES:
         raise app.UsageError(f"config.study={config.study!r}: choose one of {sorted(STUDIES)}.")
     os.makedirs(workdir, exist_ok=True)
+    code = code_version()  # the code measured, taken before it runs
     results = STUDIES[config.study](config, workdir)
     with open(os.path.join(workdir, "results.json"), "w") as f:
-        json.dump({"config": config.to_dict(), "results": results}, f, indent=1, default=float)
+        json.dump({"code": code, "config": config.to_dict(), "results": results}, f, indent=1, default=float)
     print(json.dumps(results.get("summary", {}), indent=1, default=float))
     print(f"wrote {workdir}/{config.study}.png and {workdir}/results.json")
 
