@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import as_round as _as_round
 from istjax.core.streams import check_positive as _check_positive
 from istjax.core.streams import check_seed
@@ -156,12 +157,13 @@ def cluster_batches(num_clusters: int, num_workers: int, local_steps: int, clust
     k = _check_positive("local_steps", local_steps)
     q = _check_positive("clusters_per_step", clusters_per_step)
     if q > c:
-        raise ValueError(f"clusters_per_step={q} exceeds num_clusters={c}; pass clusters_per_step <= {c}.")
+        raise ArgError(("clusters_per_step", "num_clusters"), clusters_per_step,
+                       f"clusters_per_step={q} exceeds num_clusters={c};", f"pass clusters_per_step <= {c}.")
     seed = check_seed(seed)
     s = steps_per_epoch(c, q)
     if (s + 1) * k >= 2**31 or s * q >= 2**31:
-        raise ValueError(f"num_clusters={c} with local_steps={k} overflows int32 step arithmetic; "
-                         f"reduce local_steps or num_clusters.")
+        raise ArgError("local_steps", local_steps, f"num_clusters={c} with local_steps={k} overflows int32 step "
+                                                   f"arithmetic;", "reduce local_steps or num_clusters.")
     return ClusterBatches(_ClusterPlan(c, w, k, q), seed)
 
 
