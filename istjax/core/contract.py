@@ -55,6 +55,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional, Protocol, runtime_checkable
 
+from istjax.core.errors import ArgError
+
 __all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "has_subnet", "eval_module", "tied_axes",
            "batch_statistics_at_test", "batch_statistics_fix", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
            "owner_logits", "owner_statistics", "owner_whole_groups"]
@@ -141,9 +143,10 @@ def _check_tied(model, rules: Mapping[str, Any]) -> None:
                                 f"axis names, e.g. (('embed', 'stage0_out'),).")
         groups = {n: rules.get(n) for n in names}
         if len({None if g is None else str(g) for g in groups.values()}) > 1:
-            raise ValueError(f"{name}: a residual connection adds the channels of logical axes {tuple(names)}, but "
-                             f"the rules map them to different neuron groups {groups}; every worker would add "
-                             f"mismatched channels. Map them to one group (or all to None).")
+            raise ArgError("rules", groups, f"{name}: a residual connection adds the channels of logical axes "
+                                            f"{tuple(names)}, but the rules map them to different neuron groups "
+                                            f"{groups}; every worker would add mismatched channels.",
+                           "Map them to one group (or all to None).")
 
 
 def tied_axes(model) -> tuple:

@@ -152,7 +152,8 @@ def uniform(pad: bool = False, idle: bool = False) -> Sampler:
         workers hold only padding for that group, i.e. they train without it (ResIST's dealt first blocks).
     """
     if idle and not pad:
-        raise ValueError("uniform(idle=True) needs pad=True: the idle workers hold padding slots.")
+        raise ArgError(("idle", "pad"), idle, "uniform(idle=True) needs pad=True:",
+                       "the idle workers hold padding slots.")
 
     def slots(group_sizes, num_workers):
         _check_workers(group_sizes, num_workers, allow_more_workers=idle)
@@ -279,13 +280,14 @@ def uneven(weights: Sequence[float]) -> Sampler:
     """
     weights = tuple(float(w) for w in weights)
     if not weights or any(w <= 0 for w in weights):
-        raise ValueError(f"weights={weights!r}: need one positive weight per worker.")
+        raise ArgError("weights", weights, f"weights={weights!r}:", "need one positive weight per worker.")
 
     def slots(group_sizes, num_workers):
         _check_workers(group_sizes, num_workers)
         if len(weights) != num_workers:
-            raise ValueError(f"uneven(weights) has {len(weights)} weights but num_workers={num_workers}; give one "
-                             f"weight per worker.")
+            raise ArgError(("weights", "num_workers"), weights,
+                           f"uneven(weights) has {len(weights)} weights but num_workers={num_workers};",
+                           "give one weight per worker.")
         return {g: max(_shares(n, weights)) for g, n in group_sizes.items()}
 
     def sample(key, group_sizes, num_workers):
@@ -314,12 +316,13 @@ def nested(fractions: Sequence[float], shuffle: bool = True) -> Sampler:
     """
     fractions = tuple(float(f) for f in fractions)
     if not fractions or any(not 0 < f <= 1 for f in fractions):
-        raise ValueError(f"fractions={fractions!r}: need one fraction in (0, 1] per worker.")
+        raise ArgError("fractions", fractions, f"fractions={fractions!r}:", "need one fraction in (0, 1] per worker.")
 
     def slots(group_sizes, num_workers):
         _check_workers(group_sizes, num_workers, allow_more_workers=True)
         if len(fractions) != num_workers:
-            raise ValueError(f"nested(fractions) has {len(fractions)} fractions but num_workers={num_workers}.")
+            raise ArgError(("fractions", "num_workers"), fractions,
+                           f"nested(fractions) has {len(fractions)} fractions but num_workers={num_workers}.", "")
         return {g: max(math.ceil(f * n) for f in fractions) for g, n in group_sizes.items()}
 
     def sample(key, group_sizes, num_workers):
@@ -351,8 +354,8 @@ def per_group(samplers: Mapping[str, Sampler], default: Optional[Sampler] = None
     samplers = dict(samplers)
     for g, s in samplers.items():
         if not isinstance(s, Sampler):
-            raise ValueError(f"per_group: samplers[{g!r}] = {s!r} is not an istjax.Sampler; use istjax.uniform(), "
-                             f"istjax.overlapping(...), ...")
+            raise ArgError(f"samplers.{g}", s, f"per_group: samplers[{g!r}] = {s!r} is not an istjax.Sampler;",
+                           "use istjax.uniform(), istjax.overlapping(...), ...")
 
     def assign(group_sizes) -> dict[str, Sampler]:
         unknown = sorted(set(samplers) - set(group_sizes))
@@ -363,7 +366,8 @@ def per_group(samplers: Mapping[str, Sampler], default: Optional[Sampler] = None
                            f"{sorted(group_sizes)}.", "Fix the group name.")
         missing = sorted(g for g in group_sizes if g not in samplers and default is None)
         if missing:
-            raise ValueError(f"per_group has no sampler for neuron group(s) {missing}; name them or pass default=.")
+            raise ArgError(("samplers", "default"), samplers,
+                           f"per_group has no sampler for neuron group(s) {missing};", "name them or pass default=.")
         return {g: samplers.get(g, default) for g in sorted(group_sizes)}
 
     def split(group_sizes) -> list[tuple[Sampler, dict[str, int]]]:

@@ -20,13 +20,15 @@ import difflib
 from collections.abc import Iterator, Mapping
 from typing import Generic, Optional, TypeVar
 
+from istjax.core.errors import ArgError
+
 __all__ = ["Registry", "UnknownName", "close_matches"]
 
 T = TypeVar("T")
 
 
-class UnknownName(ValueError):
-    """A name no registry entry has; the message lists the known ones."""
+class UnknownName(ArgError):
+    """A name no registry entry has (an `ArgError` naming ``name``); the message lists the known ones."""
 
 
 def close_matches(name: str, known) -> str:
@@ -52,7 +54,7 @@ class Registry(Mapping[str, T], Generic[T]):
     def register(self, name: str, entry: T) -> T:
         """Adds ``entry`` under ``name`` (replacing one of the same name) and returns it."""
         if not isinstance(name, str) or not name:
-            raise ValueError(f"register({name!r}, ...): a {self.kind} needs a non-empty str name.")
+            raise ArgError("name", name, f"register({name!r}, ...): a {self.kind} needs a non-empty str name.", "")
         self._entries[name] = entry
         return entry
 
@@ -60,7 +62,8 @@ class Registry(Mapping[str, T], Generic[T]):
         """The entry called ``name``; an `UnknownName` listing the known names when there is none."""
         if isinstance(name, str) and name in self._entries:
             return self._entries[name]
-        raise UnknownName(f"{self.field}={name!r} is not a known {self.kind}{close_matches(name, self._entries)}; "
+        raise UnknownName("name", name,
+                          f"{self.field}={name!r} is not a known {self.kind}{close_matches(name, self._entries)};",
                           f"choose one of {self.names()}.{(' ' + self.hint) if self.hint else ''}")
 
     def names(self) -> list[str]:

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from istjax.core.errors import ArgError
+
 __all__ = ["RoundScheduleState", "round_scheduled", "at_round", "make_schedule", "SCHEDULES"]
 
 SCHEDULES = ("constant", "step", "cosine")
@@ -77,7 +79,7 @@ def make_schedule(kind: str, *, num_rounds: int, decay_at: Sequence[float] = (0.
       warmup_rounds: a linear ramp from ``1 / warmup_rounds`` to 1 over the first rounds.
     """
     if kind not in SCHEDULES:
-        raise ValueError(f"lr_schedule={kind!r}: choose one of {SCHEDULES}.")
+        raise ArgError("kind", kind, f"lr_schedule={kind!r}:", f"choose one of {SCHEDULES}.")
     if kind == "step":
         base = optax.piecewise_constant_schedule(1.0, {int(round(f * num_rounds)): float(factor) for f in decay_at})
     elif kind == "cosine":

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.core.registry import close_matches
 
 __all__ = [
@@ -65,10 +66,9 @@ class GroupAxis:
             m = re.fullmatch(r"\s*([^*\s]+)\s*(?:\*\s*(\d+))?\s*", value)
             if m:
                 return GroupAxis(m.group(1), int(m.group(2) or 1))
-        raise ValueError(
-            f"{where}: cannot read {value!r} as a neuron group. Use None (axis not partitioned), a group name such "
-            f"as 'hidden', 'hidden*2' for a [self, neighbour] concatenation, or GroupAxis('hidden', tiles=2)."
-        )
+        raise ArgError(where.split("[")[0], value, f"{where}: cannot read {value!r} as a neuron group.",
+                       "Use None (axis not partitioned), a group name such as 'hidden', 'hidden*2' for a [self, "
+                       "neighbour] concatenation, or GroupAxis('hidden', tiles=2).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +194,8 @@ def spec_from_logical(params: PyTree, rules: Mapping[str, Any]) -> SubnetSpec:
         names_tree, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
     flat_params = jax.tree.leaves(unboxed)
     if len(flat_names) != len(flat_params):
-        raise ValueError("params and their logical names disagree in structure; pass the boxed tree from Module.init.")
+        raise ArgError("params", None, "params and their logical names disagree in structure;",
+                       "pass the boxed tree from Module.init.")
     unknown = {}
     leaves = []
     for path, pspec in flat_names:
@@ -210,7 +211,7 @@ def spec_from_logical(params: PyTree, rules: Mapping[str, Any]) -> SubnetSpec:
         leaves.append((path, LeafSpec(tuple(axes))))
     if unknown:
         used = {str(n) for _, pspec in flat_names for n in tuple(pspec) if n is not None}
-        raise ValueError(_unknown_names(unknown, rules, used))
+        raise ArgError("rules", sorted(unknown), *_unknown_names(unknown, rules, used))
     shapes = [np.shape(p) for p in flat_params]
     # A PartitionSpec shorter than the rank leaves trailing axes unpartitioned.
     leaves = [(path, LeafSpec(leaf.axes + (None,) * (len(s) - len(leaf.axes)))) if len(leaf.axes) < len(s)
@@ -218,8 +219,8 @@ def spec_from_logical(params: PyTree, rules: Mapping[str, Any]) -> SubnetSpec:
     return _finish(leaves, shapes, jax.tree.structure(unboxed))
 
 
-def _unknown_names(unknown: Mapping[str, str], rules: Mapping[str, Any], used: set) -> str:
-    """The error for logical axis names the rules do not map (``unknown``: name -> where), with the rules keys no
+def _unknown_names(unknown: Mapping[str, str], rules: Mapping[str, Any], used: set) -> tuple[str, str]:
+    """``(problem, fix)``: the error for logical axis names the rules do not map (``unknown``: name -> where), with the rules keys no
     parameter carries as "did you mean" (a typo in the rules) and an example that keeps the axis's intent."""
     listed = ", ".join(f"{n!r} (at {p})" for n, p in unknown.items())
     unused = sorted(k for k in rules if k not in used)
@@ -230,8 +231,8 @@ def _unknown_names(unknown: Mapping[str, str], rules: Mapping[str, Any], used: s
     example = (f"{{{first!r}: {rules[near[0]]!r}}} (the value your rules give {near[0]!r})" if near else
                f"{{{first!r}: None}} to keep that axis whole (an input or a class/output axis), or "
                f"{{{first!r}: {first!r}}} to split it among workers (a hidden axis)")
-    return (f"unknown logical axis name(s) {listed}; known: {sorted(rules)}" +
-            "".join(f"; {t}" for t in typos) + f". Add each to the rules table, e.g. {example}.")
+    return (f"unknown logical axis name(s) {listed}; known: {sorted(rules)}" + "".join(f"; {t}" for t in typos) + ".",
+            f"Add each to the rules table, e.g. {example}.")
 
 
 def spec_from_table(params: PyTree, table: Mapping[str, tuple], *, strict: bool = True) -> SubnetSpec:
@@ -259,8 +260,8 @@ def spec_from_table(params: PyTree, table: Mapping[str, tuple], *, strict: bool 
     missing = [pt for pt in table if pt not in used]
     if strict and missing:
         paths = [path_str(pth) for pth, _ in flat]
-        raise ValueError(f"table pattern(s) {missing} match no parameter; the parameters are {paths}. Fix the "
-                         f"pattern (fnmatch syntax, '/'-joined path) or pass strict=False.")
+        raise ArgError("table", missing, f"table pattern(s) {missing} match no parameter; the parameters are {paths}.",
+                       "Fix the pattern (fnmatch syntax, '/'-joined path) or pass strict=False.")
     return _finish(leaves, shapes, treedef)
 
 
@@ -288,8 +289,8 @@ def spec_for_state(state: PyTree, params_spec: SubnetSpec, rules: Optional[Mappi
         shape = np.shape(nn.unbox(value))
         if boxed(value):
             if rules is None:
-                raise ValueError(f"model state {path_str(path)!r} carries logical axis names {value.names}; pass "
-                                 f"the rules table that maps them to neuron groups.")
+                raise ArgError("rules", None, f"model state {path_str(path)!r} carries logical axis names "
+                                              f"{value.names};", "pass the rules table that maps them to neuron groups.")
             axes = tuple(None if n is None else GroupAxis.parse(rules[n], where=f"rules[{n!r}]") if n in rules
                          else _unknown_name(n, path, rules) for n in value.names)
             axes = axes + (None,) * (len(shape) - len(axes))
@@ -310,6 +311,6 @@ def spec_for_state(state: PyTree, params_spec: SubnetSpec, rules: Optional[Mappi
 
 
 def _unknown_name(name, path, rules):
-    raise ValueError(f"unknown logical axis name {name!r} at model state {path_str(path)!r}"
-                     f"{close_matches(name, rules)}; known: {sorted(rules)}. "
-                     f"Add it to the rules table (mapped to a neuron group or None).")
+    raise ArgError("rules", name, f"unknown logical axis name {name!r} at model state {path_str(path)!r}"
+                                  f"{close_matches(name, rules)}; known: {sorted(rules)}.",
+                   "Add it to the rules table (mapped to a neuron group or None).")

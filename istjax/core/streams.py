@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.errors import ArgError
+
 __all__ = ["SHARD_TAG", "STREAM_TAG", "as_round", "check_positive", "check_seed", "is_traced", "stream_key"]
 
 SHARD_TAG = 0x5348_4152  # "SHAR": folded into a stream's key to draw a data shard's permutation
@@ -22,11 +24,9 @@ def check_positive(field: str, value: Any, minimum: int = 1) -> int:
     try:
         v = operator.index(value)
     except TypeError:
-        raise ValueError(
-            f"{field}={value!r} must be an integer >= {minimum}; pass an int."
-        ) from None
+        raise ArgError(field, value, f"{field}={value!r} must be an integer >= {minimum};", "pass an int.") from None
     if v < minimum:
-        raise ValueError(f"{field}={v} must be >= {minimum}; pass {field}>={minimum}.")
+        raise ArgError(field, value, f"{field}={v} must be >= {minimum};", f"pass {field}>={minimum}.")
     return v
 
 
@@ -35,9 +35,9 @@ def check_seed(seed: Any) -> int:
     try:
         s = operator.index(seed)
     except TypeError:
-        raise ValueError(f"seed={seed!r} must be an integer; pass an int.") from None
+        raise ArgError("seed", seed, f"seed={seed!r} must be an integer;", "pass an int.") from None
     if not 0 <= s < 2**32:  # PRNGKey would silently wrap larger seeds (x64 off)
-        raise ValueError(f"seed={s} must be in [0, 2**32); pass a smaller seed.")
+        raise ArgError("seed", seed, f"seed={s} must be in [0, 2**32);", "pass a smaller seed.")
     return s
 
 
@@ -51,18 +51,16 @@ def as_round(round_index: Any) -> jax.Array:
     if isinstance(round_index, bool) or not (
         isinstance(round_index, (int, np.integer, np.ndarray, jax.Array))
     ):
-        raise ValueError(
-            f"round_index={round_index!r} must be an int or a scalar integer array."
-        )
+        raise ArgError("round_index", round_index,
+                       f"round_index={round_index!r} must be an int or a scalar integer array.", "")
     if isinstance(round_index, (int, np.integer)):
         if not 0 <= round_index < 2**31:
-            raise ValueError(f"round_index={round_index} must be in [0, 2**31).")
+            raise ArgError("round_index", round_index, f"round_index={round_index} must be in [0, 2**31).", "")
         return jnp.asarray(round_index, jnp.int32)
     if round_index.shape != () or not jnp.issubdtype(round_index.dtype, jnp.integer):
-        raise ValueError(
-            f"round_index must be a scalar integer, got shape {round_index.shape} "
-            f"dtype {round_index.dtype}; pass an int or jnp.int32 scalar."
-        )
+        raise ArgError("round_index", round_index.shape, f"round_index must be a scalar integer, got shape "
+                                                         f"{round_index.shape} dtype {round_index.dtype};",
+                       "pass an int or jnp.int32 scalar.")
     return jnp.asarray(round_index).astype(jnp.int32)
 
 

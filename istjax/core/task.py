@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from istjax.core import contract, model_checks
+from istjax.core.errors import ArgError
 from istjax.core.spec import SubnetSpec, spec_for_state, spec_from_logical
 
 __all__ = ["Task", "check_evaluation", "classifier", "example_and_classes", "is_dataset", "stateless", "EMPTY_SPEC",
@@ -215,9 +216,10 @@ def _evaluator(call: Callable, eval_model: nn.Module, min_eval_batch: int) -> Ca
     def evaluate(params, model_state, batch, shared=None):
         size = jax.tree.leaves(batch["x"])[0].shape[0]
         if size < smallest:  # static: refused before anything is traced further
-            raise ValueError(
+            raise ArgError(
+                "batch", size,
                 f"evaluate: a batch of {size} example(s); {type(eval_model).__name__} normalises with the statistics "
-                f"of the batch it is given at test time, so predictions depend on the batch (one example: chance). "
+                f"of the batch it is given at test time, so predictions depend on the batch (one example: chance).",
                 f"Evaluate batches of at least {min_eval_batch} examples (istjax.core.task.MIN_BATCH_STATISTICS_EVAL; "
                 f"{smallest} at the very least), or build the model without test-time batch statistics"
                 f"{_fields_text(eval_model)}.")
@@ -277,8 +279,9 @@ def example_and_classes(example: Any, num_classes: Optional[int], example_shared
     if is_dataset(example):
         classes = int(example.num_classes)
         if num_classes is not None and int(num_classes) != classes:
-            raise ValueError(f"{call}: num_classes={num_classes} but the data set has {classes} classes; leave "
-                             f"num_classes out (it is read from the data).")
+            raise ArgError("num_classes", num_classes,
+                           f"{call}: num_classes={num_classes} but the data set has {classes} classes;",
+                           "leave num_classes out (it is read from the data).")
         shared = getattr(example, "shared", None) if example_shared is None else example_shared
         return jnp.asarray(example.train_x[:2]), classes, shared
     if num_classes is None:
@@ -369,8 +372,6 @@ def check_evaluation(task: Task, split_sizes: Mapping[str, int], *, batch_size: 
     (``train_examples``, 0: the whole set), and splits (``split_sizes``: ``{"train": n, "test": n}``) of at least
     `MIN_BATCH_STATISTICS_SPLIT` examples. Raises `istjax.ArgError` naming the argument and the fix.
     """
-    from istjax.core.errors import ArgError
-
     least, name = task.min_eval_batch, type(task.module).__name__ if task.module is not None else "the model"
     if int(batch_size) < least:
         raise ArgError("batch_size", batch_size,

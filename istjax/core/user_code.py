@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Any, NamedTuple, Optional
 
+from istjax.core.errors import ArgError
+
 __all__ = ["Field", "load_object", "is_file_spec", "absolute", "spec_of", "searched"]
 
 
@@ -28,6 +30,11 @@ class Field(NamedTuple):
 
     name: str
     noun: str
+
+    @property
+    def arg(self) -> str:
+        """The argument an `ArgError` names: ``"module"`` (``model.module``, ``data.module``)."""
+        return self.name.rsplit(".", 1)[-1]
 
     @property
     def fix(self) -> str:
@@ -64,7 +71,7 @@ def searched() -> str:
 
 def _split(spec: Any, field: Field) -> tuple[str, str]:
     if not isinstance(spec, str) or spec.count(":") < 1 or not all(spec.rsplit(":", 1)):
-        raise ValueError(f"{field.name}={spec!r}: give 'where:{field.noun}'. {field.fix}")
+        raise ArgError(field.arg, spec, f"{field.name}={spec!r}: give 'where:{field.noun}'.", field.fix)
     where, name = spec.rsplit(":", 1)
     return where, name
 
@@ -104,7 +111,7 @@ def _load_file(path: str, spec: str, field: Field):
     (`_import_from_package`), else loaded once per process under a name derived from its absolute path."""
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(path):
-        raise ValueError(f"{field.name}={spec!r}: no such file ({path}). {field.fix}")
+        raise ArgError(field.arg, spec, f"{field.name}={spec!r}: no such file ({path}).", field.fix)
     module = _import_from_package(path, spec, field)
     if module is not None:
         return module
@@ -134,8 +141,8 @@ def _import(where: str, spec: str, field: Field):
         return importlib.import_module(where)
     except ModuleNotFoundError as e:
         if e.name and where.startswith(e.name):
-            raise ValueError(f"{field.name}={spec!r}: no module named {e.name!r} here (searched {searched()}). "
-                             f"{field.fix}") from e
+            raise ArgError(field.arg, spec, f"{field.name}={spec!r}: no module named {e.name!r} here (searched "
+                                            f"{searched()}).", field.fix) from e
         raise ValueError(f"{field.name}={spec!r}: importing {where} failed: {e}. Install the missing package or fix "
                          f"the import.") from e
     except Exception as e:

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.data.dataset import Dataset, _finalise
 
 __all__ = ["from_arrays", "check_dataset"]
@@ -44,15 +45,16 @@ def from_arrays(x: Any, y: Any, *, test_x: Any = None, test_y: Any = None, test_
     x, y = _features("x", x), _labels("y", y)
     _same_length(("x", x), ("y", y))
     if (test_x is None) != (test_y is None):
-        raise ValueError("from_arrays: give test_x and test_y together (or neither, to hold out test_fraction of x).")
+        raise ArgError(("test_x", "test_y"), test_x, "from_arrays: give test_x and test_y together",
+                       "(or neither, to hold out test_fraction of x).")
     if test_x is None:
         x, test_x, y, test_y = _split(x, y, test_fraction, seed)
     else:
         test_x, test_y = _features("test_x", test_x), _labels("test_y", test_y)
         _same_length(("test_x", test_x), ("test_y", test_y))
         if test_x.shape[1:] != x.shape[1:]:
-            raise ValueError(f"from_arrays: test_x has examples of shape {test_x.shape[1:]} but x has "
-                             f"{x.shape[1:]}; both splits need one example shape.")
+            raise ArgError(("test_x", "x"), test_x, f"from_arrays: test_x has examples of shape {test_x.shape[1:]} "
+                                                    f"but x has {x.shape[1:]};", "both splits need one example shape.")
     top = int(max(y.max(initial=0), test_y.max(initial=0))) + 1
     num_classes = top if num_classes is None else operator.index(num_classes)
     _check_label_range("y", y, num_classes, "num_classes")
@@ -63,14 +65,14 @@ def from_arrays(x: Any, y: Any, *, test_x: Any = None, test_y: Any = None, test_
 def _features(arg: str, x: Any) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
-        raise ValueError(f"from_arrays: {arg} holds {a.dtype} values; give numbers (encode categories as numbers "
-                         f"first, e.g. one-hot columns).")
+        raise ArgError(arg, x, f"from_arrays: {arg} holds {a.dtype} values;",
+                       "give numbers (encode categories as numbers first, e.g. one-hot columns).")
     if a.ndim < 2:
-        raise ValueError(f"from_arrays: {arg} has shape {a.shape}; give [N, ...] with one row per example (one "
-                         f"feature per example: {arg}.reshape(-1, 1)).")
+        raise ArgError(arg, x, f"from_arrays: {arg} has shape {a.shape};",
+                       f"give [N, ...] with one row per example (one feature per example: {arg}.reshape(-1, 1)).")
     if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
-        raise ValueError(f"from_arrays: {arg} holds {int(np.sum(~np.isfinite(a)))} NaN or infinite value(s); fill "
-                         f"or drop those examples first.")
+        raise ArgError(arg, x, f"from_arrays: {arg} holds {int(np.sum(~np.isfinite(a)))} NaN or infinite value(s);",
+                       "fill or drop those examples first.")
     return a
 
 
@@ -79,38 +81,42 @@ def _labels(arg: str, y: Any) -> np.ndarray:
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
     if a.ndim != 1:
-        raise ValueError(f"from_arrays: {arg} has shape {a.shape}; give [N] integer class labels (one-hot labels: "
-                         f"{arg}.argmax(1)).")
+        raise ArgError(arg, a, f"from_arrays: {arg} has shape {a.shape};",
+                       f"give [N] integer class labels (one-hot labels: {arg}.argmax(1)).")
     if not np.issubdtype(a.dtype, np.integer):
         whole = np.issubdtype(a.dtype, np.floating) and np.all(np.isfinite(a)) and np.all(a == np.round(a))
         if not whole:
-            raise ValueError(f"from_arrays: {arg} holds {a.dtype} values; give integer class labels in [0, "
-                             f"num_classes) (classes, {arg} = np.unique({arg}, return_inverse=True)).")
+            raise ArgError(arg, a, f"from_arrays: {arg} holds {a.dtype} values;",
+                           f"give integer class labels in [0, num_classes) (classes, {arg} = np.unique({arg}, "
+                           f"return_inverse=True)).")
     return a.astype(np.int64)
 
 
 def _same_length(*arrays: tuple[str, np.ndarray]) -> None:
     (a, x), (b, y) = arrays
     if len(x) != len(y):
-        raise ValueError(f"from_arrays: {a} has {len(x)} examples but {b} has {len(y)}; give one label per example.")
+        raise ArgError((a, b), x, f"from_arrays: {a} has {len(x)} examples but {b} has {len(y)};",
+                       "give one label per example.")
 
 
 def _check_label_range(arg: str, y: np.ndarray, num_classes: int, field: str, where: str = "from_arrays") -> None:
     if len(y) and (y.min() < 0 or y.max() >= num_classes):
-        raise ValueError(f"{where}: {arg} holds labels in [{int(y.min())}, {int(y.max())}] but {field}={num_classes}; "
-                         f"labels must lie in [0, {field}) (map them with np.unique(labels, return_inverse=True)).")
+        raise ArgError((arg, field) if where == "from_arrays" else f"data.{arg}", y,
+                       f"{where}: {arg} holds labels in [{int(y.min())}, {int(y.max())}] but {field}={num_classes};",
+                       f"labels must lie in [0, {field}) (map them with np.unique(labels, return_inverse=True)).")
 
 
 def _split(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int):
     from sklearn.model_selection import train_test_split
 
     if not 0 < float(test_fraction) < 1:
-        raise ValueError(f"from_arrays: test_fraction={test_fraction!r}; give a fraction in (0, 1), e.g. 0.25, or "
-                         f"your own test_x and test_y.")
+        raise ArgError("test_fraction", test_fraction, f"from_arrays: test_fraction={test_fraction!r};",
+                       "give a fraction in (0, 1), e.g. 0.25, or your own test_x and test_y.")
     n_test = int(round(len(y) * float(test_fraction)))
     if n_test < 1 or n_test >= len(y):
-        raise ValueError(f"from_arrays: test_fraction={test_fraction} of {len(y)} examples leaves an empty split; "
-                         f"give more examples or another test_fraction.")
+        raise ArgError("test_fraction", test_fraction,
+                       f"from_arrays: test_fraction={test_fraction} of {len(y)} examples leaves an empty split;",
+                       "give more examples or another test_fraction.")
     counts = np.bincount(y)
     stratify = y if np.all(counts[counts > 0] >= 2) and n_test >= np.count_nonzero(counts) else None
     return train_test_split(x, y, test_size=n_test, stratify=stratify, random_state=operator.index(seed))
@@ -120,17 +126,20 @@ def check_dataset(data: Any, where: str) -> Dataset:
     """``data`` when it keeps the Dataset contract (module docstring), else a ValueError in one line that starts
     with ``where`` (``"data.module='my_data.py:load'"``) and names what is wrong and the fix."""
     if not isinstance(data, Dataset):
-        raise ValueError(f"{where} returned a {type(data).__name__}, not an istjax.data.Dataset; return "
-                         f"istjax.data.from_arrays(x, y) (it splits, standardises and checks your arrays).")
+        raise ArgError("data", type(data).__name__,
+                       f"{where} returned a {type(data).__name__}, not an istjax.data.Dataset;",
+                       "return istjax.data.from_arrays(x, y) (it splits, standardises and checks your arrays).")
     c = data.num_classes
     if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 2:
-        raise ValueError(f"{where}: num_classes={c!r}; a classifier needs an integer of at least 2.")
+        raise ArgError("data.num_classes", c, f"{where}: num_classes={c!r};",
+                       "a classifier needs an integer of at least 2.")
     for split in ("train", "test"):
         x, y = getattr(data, f"{split}_x"), getattr(data, f"{split}_y")
         _check_split(where, split, x, y, int(c))
     if tuple(data.train_x.shape[1:]) != tuple(data.test_x.shape[1:]):
-        raise ValueError(f"{where}: train_x has examples of shape {tuple(data.train_x.shape[1:])} but test_x "
-                         f"{tuple(data.test_x.shape[1:])}; both splits need one example shape.")
+        raise ArgError("data.test_x", tuple(data.test_x.shape),
+                       f"{where}: train_x has examples of shape {tuple(data.train_x.shape[1:])} but test_x "
+                       f"{tuple(data.test_x.shape[1:])};", "both splits need one example shape.")
     return data
 
 
@@ -138,12 +147,13 @@ def _check_split(where: str, split: str, x: Any, y: Any, num_classes: int) -> No
     shape, y = tuple(np.shape(x)), np.asarray(y)
     if len(shape) < 2 or shape[0] == 0:
         what = "no example" if len(shape) >= 1 and shape[0] == 0 else f"shape {shape}"
-        raise ValueError(f"{where}: {split}_x has {what}; each split needs [N, ...] features with N >= 1 (one row "
-                         f"per example).")
+        raise ArgError(f"data.{split}_x", shape, f"{where}: {split}_x has {what};",
+                       "each split needs [N, ...] features with N >= 1 (one row per example).")
     if np.dtype(getattr(x, "dtype", None)) != np.float32:
-        raise ValueError(f"{where}: {split}_x is {getattr(x, 'dtype', type(x).__name__)}, not float32; build the "
-                         f"Dataset with istjax.data.from_arrays (it standardises and casts).")
+        raise ArgError(f"data.{split}_x", getattr(x, "dtype", type(x).__name__),
+                       f"{where}: {split}_x is {getattr(x, 'dtype', type(x).__name__)}, not float32;",
+                       "build the Dataset with istjax.data.from_arrays (it standardises and casts).")
     if y.shape != (shape[0],) or not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(f"{where}: {split}_y is {y.dtype} of shape {y.shape}; give [{shape[0]}] integer labels, one "
-                         f"per example of {split}_x.")
+        raise ArgError(f"data.{split}_y", y.shape, f"{where}: {split}_y is {y.dtype} of shape {y.shape};",
+                       f"give [{shape[0]}] integer labels, one per example of {split}_x.")
     _check_label_range(f"{split}_y", y, num_classes, "num_classes", where)

@@ -43,6 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.errors import ArgError
+
 __all__ = [
     "MEL_SCALES",
     "MelConfig",
@@ -106,23 +108,26 @@ def _validate(config: MelConfig) -> MelConfig:
     for field in ("sample_rate", "num_samples", "n_fft", "hop_length", "n_mels", "num_frames"):
         v = getattr(config, field)
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"MelConfig.{field}={v!r} must be a positive integer.")
+            raise ArgError(f"config.{field}", v, f"MelConfig.{field}={v!r} must be a positive integer.", "")
     if config.scale not in MEL_SCALES:
-        raise ValueError(f"MelConfig.scale={config.scale!r} is not a mel scale; choose one of {list(MEL_SCALES)}.")
+        raise ArgError("config.scale", config.scale, f"MelConfig.scale={config.scale!r} is not a mel scale;",
+                       f"choose one of {list(MEL_SCALES)}.")
     if config.norm not in ("slaney", None):
-        raise ValueError(f"MelConfig.norm={config.norm!r}: choose 'slaney' or None.")
+        raise ArgError("config.norm", config.norm, f"MelConfig.norm={config.norm!r}:", "choose 'slaney' or None.")
     nyquist = config.sample_rate / 2
     fmax = nyquist if config.fmax is None else float(config.fmax)
     if not 0 <= config.fmin < fmax <= nyquist:
-        raise ValueError(f"MelConfig.fmin={config.fmin}, fmax={config.fmax}: need 0 <= fmin < fmax <= "
-                         f"sample_rate / 2 = {nyquist}.")
+        raise ArgError(("config.fmin", "config.fmax"), config.fmin,
+                       f"MelConfig.fmin={config.fmin}, fmax={config.fmax}:",
+                       f"need 0 <= fmin < fmax <= sample_rate / 2 = {nyquist}.")
     available = num_frames(config.num_samples, config.hop_length)
     if config.num_frames > available:
-        raise ValueError(f"MelConfig.num_frames={config.num_frames} but a clip of num_samples={config.num_samples} "
-                         f"with hop_length={config.hop_length} has only {available} frames; lower num_frames or "
-                         f"hop_length.")
+        raise ArgError("config.num_frames", config.num_frames,
+                       f"MelConfig.num_frames={config.num_frames} but a clip of num_samples={config.num_samples} "
+                       f"with hop_length={config.hop_length} has only {available} frames;",
+                       "lower num_frames or hop_length.")
     if not config.amin > 0:
-        raise ValueError(f"MelConfig.amin={config.amin} must be > 0, e.g. 1e-10.")
+        raise ArgError("config.amin", config.amin, f"MelConfig.amin={config.amin} must be > 0,", "e.g. 1e-10.")
     return config._replace(fmax=fmax)
 
 
@@ -151,7 +156,7 @@ def hz_to_mel(f_hz, scale: str = "slaney") -> np.ndarray:
         linear = f / _SLANEY_F_SP
         log = _SLANEY_BREAK_MEL + np.log(np.maximum(f, _SLANEY_BREAK_HZ) / _SLANEY_BREAK_HZ) / _SLANEY_LOGSTEP
         return np.where(f >= _SLANEY_BREAK_HZ, log, linear)
-    raise ValueError(f"scale={scale!r} is not a mel scale; choose one of {list(MEL_SCALES)}.")
+    raise ArgError("scale", scale, f"scale={scale!r} is not a mel scale;", f"choose one of {list(MEL_SCALES)}.")
 
 
 def mel_to_hz(mel, scale: str = "slaney") -> np.ndarray:
@@ -163,7 +168,7 @@ def mel_to_hz(mel, scale: str = "slaney") -> np.ndarray:
         linear = m * _SLANEY_F_SP
         log = _SLANEY_BREAK_HZ * np.exp(_SLANEY_LOGSTEP * (np.maximum(m, _SLANEY_BREAK_MEL) - _SLANEY_BREAK_MEL))
         return np.where(m >= _SLANEY_BREAK_MEL, log, linear)
-    raise ValueError(f"scale={scale!r} is not a mel scale; choose one of {list(MEL_SCALES)}.")
+    raise ArgError("scale", scale, f"scale={scale!r} is not a mel scale;", f"choose one of {list(MEL_SCALES)}.")
 
 
 def mel_frequencies(n_mels: int, fmin: float, fmax: float, scale: str = "slaney") -> np.ndarray:

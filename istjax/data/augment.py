@@ -55,22 +55,22 @@ def _check_options(pad: Any, flip: Any) -> tuple[int, bool]:
     try:
         p = operator.index(pad)
     except TypeError:
-        raise ValueError(f"pad={pad!r} must be an integer >= 0 (pixels of zero padding per side).") from None
+        raise ArgError("pad", pad, f"pad={pad!r} must be an integer >= 0",
+                       "(pixels of zero padding per side).") from None
     if p < 0:
-        raise ValueError(f"pad={p} must be >= 0 (0 turns the random crop off).")
+        raise ArgError("pad", pad, f"pad={p} must be >= 0", "(0 turns the random crop off).")
     if not isinstance(flip, (bool, np.bool_)):
-        raise ValueError(f"flip={flip!r} must be True or False.")
+        raise ArgError("flip", flip, f"flip={flip!r} must be True or False.", "")
     return p, bool(flip)
 
 
-def _check_images(images: Any, what: str, ndim: int) -> None:
+def _check_images(images: Any, what: str, ndim: int, arg: str = "images") -> None:
     shape = getattr(images, "shape", None)
     if shape is None or len(shape) != ndim:
         layout = "[B, H, W, C]" if ndim == 4 else "[W, K, B, H, W, C]"
-        raise ValueError(
-            f"{what} must be images {layout}, got shape {shape}; load image datasets unflattened "
-            f"(e.g. load_fashion_mnist(flatten=False)) or reshape to {layout}."
-        )
+        raise ArgError(arg, shape, f"{what} must be images {layout}, got shape {shape};",
+                       f"load image datasets unflattened (e.g. load_fashion_mnist(flatten=False)) or reshape to "
+                       f"{layout}.")
 
 
 def _draw(key: jax.Array, batch_size: int, pad: int, flip: bool) -> tuple[jax.Array, jax.Array]:
@@ -175,8 +175,9 @@ def augment_batches(seed: Any, round_index: Any, batches: dict, *, pad: int = 4,
     """
     pad, flip = _check_options(pad, flip)
     if not isinstance(batches, dict) or "x" not in batches:
-        raise ValueError(f"batches must be a dict with an 'x' entry [W, K, B, H, W, C], got {type(batches).__name__}.")
-    _check_images(batches["x"], 'batches["x"]', 6)
+        raise ArgError("batches", type(batches).__name__,
+                       f"batches must be a dict with an 'x' entry [W, K, B, H, W, C], got {type(batches).__name__}.", "")
+    _check_images(batches["x"], 'batches["x"]', 6, "batches")
     s, r = _as_seed(seed), _as_round(round_index)
     if isinstance(s, jax.core.Tracer) or isinstance(r, jax.core.Tracer):
         x = _augment_round(s, r, batches["x"], pad, flip)

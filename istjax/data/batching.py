@@ -134,9 +134,8 @@ def _make_plan(
     b = _check_positive("batch_size", batch_size)
     s = check_seed(seed)
     if sharding not in SHARDINGS:
-        raise ValueError(
-            f"sharding={sharding!r} is not supported; pass one of {list(SHARDINGS)}."
-        )
+        raise ArgError("sharding", sharding, f"sharding={sharding!r} is not supported;",
+                       f"pass one of {list(SHARDINGS)}.")
     n = _check_positive("num_examples", num_examples)
     pool = n // w if sharding == "disjoint" else n
     if pool < b:
@@ -151,10 +150,9 @@ def _make_plan(
                        f"Use batch_size <= {n}.", f"Use --config.batch_size={n} or less.")
     kb = k * b
     if pool * (kb + 1) >= 2**31:
-        raise ValueError(
-            f"pool size {pool} x local_steps*batch_size={kb} overflows int32 "
-            f"position arithmetic; reduce local_steps or batch_size."
-        )
+        raise ArgError(("local_steps", "batch_size"), local_steps,
+                       f"pool size {pool} x local_steps*batch_size={kb} overflows int32 position arithmetic;",
+                       "reduce local_steps or batch_size.")
     # Offsets into an epoch are multiples of gcd(kb, pool), at most pool - gcd.
     num_epochs = (pool - math.gcd(kb, pool) + kb - 1) // pool + 1
     return _Plan(w, k, b, sharding, pool, num_epochs), s
@@ -247,8 +245,9 @@ class BatchFn:
         built for some workers' rows (``make_batch_fn(..., workers=)``) draws those, and takes no other."""
         if self.rows is not None:
             if workers not in (None, self.rows):
-                raise ValueError(f"this batch function holds the examples of workers {self.rows} only; it cannot "
-                                 f"draw workers={workers}. Build it with make_batch_fn(..., workers={workers}).")
+                raise ArgError("workers", workers, f"this batch function holds the examples of workers {self.rows} "
+                                                   f"only; it cannot draw workers={workers}.",
+                               f"Build it with make_batch_fn(..., workers={workers}).")
             workers = None
         r = _as_round(round_index)
         if _is_traced(r):
@@ -302,10 +301,8 @@ def make_batch_fn(
     """
     train_x, train_y = dataset.train_x, dataset.train_y
     if len(train_x) != len(train_y):
-        raise ValueError(
-            f"dataset.train_x has {len(train_x)} examples but train_y has "
-            f"{len(train_y)}; they must match."
-        )
+        raise ArgError("dataset", len(train_x), f"dataset.train_x has {len(train_x)} examples but train_y has "
+                                                f"{len(train_y)};", "they must match.")
     plan, seed = _make_plan(len(train_x), num_workers, local_steps, batch_size, seed, sharding)
     table = plan.shard_table(len(train_x), seed)
     held = None  # the examples held on device: all, or those of the drawn workers' shards
@@ -331,8 +328,9 @@ def _check_rows(workers: Any, num_workers: int) -> tuple[int, int]:
           and all(isinstance(v, int) and not isinstance(v, bool) for v in workers)
           and 0 <= workers[0] < workers[1] <= num_workers)
     if not ok:
-        raise ValueError(f"workers={workers!r}: give (start, stop) with 0 <= start < stop <= num_workers="
-                         f"{num_workers}, the workers whose batches to draw.")
+        raise ArgError("workers", workers, f"workers={workers!r}:",
+                       f"give (start, stop) with 0 <= start < stop <= num_workers={num_workers}, the workers whose "
+                       f"batches to draw.")
     return int(workers[0]), int(workers[1])
 
 
@@ -348,6 +346,6 @@ def eval_batches(
     """
     batch_size = _check_positive("batch_size", batch_size)
     if len(x) != len(y):
-        raise ValueError(f"x has {len(x)} rows but y has {len(y)}; they must match.")
+        raise ArgError(("x", "y"), len(x), f"x has {len(x)} rows but y has {len(y)};", "they must match.")
     for start in range(0, len(x), batch_size):
         yield x[start : start + batch_size], y[start : start + batch_size]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import check_positive as _check_positive
 from istjax.data.dataset import Dataset, _cache_dir, _finalise
 
@@ -50,10 +51,8 @@ def load_digits(*, test_size: int = 360, seed: int = 0) -> Dataset:
 
     test_size = _check_positive("test_size", test_size)
     if test_size > 1797 - 10:
-        raise ValueError(
-            f"test_size={test_size} leaves fewer than 10 training examples of the "
-            f"1797 digits; pass test_size <= 1787 (default 360)."
-        )
+        raise ArgError("test_size", test_size, f"test_size={test_size} leaves fewer than 10 training examples of the "
+                                               f"1797 digits;", "pass test_size <= 1787 (default 360).")
     x, y = _sk_load_digits(return_X_y=True)
     tx, vx, ty, vy = train_test_split(
         x, y, test_size=test_size, stratify=y, random_state=operator.index(seed)
@@ -162,10 +161,8 @@ def load_mnist1d(*, disk_cache: bool = True, **dataset_args: Any) -> Dataset:
     args = _mnist1d_default_args()
     unknown = sorted(set(dataset_args) - set(args))
     if unknown:
-        raise ValueError(
-            f"load_mnist1d got unknown argument(s) {unknown}; accepted: "
-            f"{sorted(args) + ['disk_cache']}."
-        )
+        raise ArgError(unknown[0] if len(unknown) == 1 else tuple(unknown), dataset_args[unknown[0]],
+                       f"load_mnist1d got unknown argument(s) {unknown};", f"accepted: {sorted(args) + ['disk_cache']}.")
     args.update(dataset_args)
     _check_mnist1d_sizes(args)
     items = tuple(
@@ -180,8 +177,9 @@ def _check_mnist1d_sizes(args: dict[str, Any]) -> None:
     n = _check_positive("num_samples", args["num_samples"], 10)
     total, split = n // 10 * 10, args["train_split"]
     if isinstance(split, bool) or not isinstance(split, (int, float)) or not 1 <= int(total * split) < total:
-        raise ValueError(f"train_split={split!r}: a fraction in (0, 1) that leaves at least one training and one test "
-                         f"example of the num_samples={n} generated, e.g. 0.8.")
+        raise ArgError("train_split", split, f"train_split={split!r}: a fraction in (0, 1) that leaves at least one "
+                                             f"training and one test example of the num_samples={n} generated,",
+                       "e.g. 0.8.")
 
 
 @functools.lru_cache(maxsize=4)
@@ -263,10 +261,9 @@ def _speech_shape(num_features: int, num_frames: int | None, max_shift: int | No
         num_frames = _speech_num_frames(num_features)
     num_frames = _check_positive("num_frames", num_frames)
     if num_features % num_frames:
-        raise ValueError(
-            f"num_frames={num_frames} does not divide num_features={num_features}; "
-            f"pass a divisor of num_features or num_frames=None to pick one."
-        )
+        raise ArgError(("num_frames", "num_features"), num_frames,
+                       f"num_frames={num_frames} does not divide num_features={num_features};",
+                       "pass a divisor of num_features or num_frames=None to pick one.")
     if max_shift is None:
         max_shift = max(1, num_frames // 8)
     return num_features // num_frames, num_frames, _check_positive("max_shift", max_shift, minimum=0)
@@ -348,9 +345,10 @@ def load_synthetic_speech(
     seed = operator.index(seed)
     num_mels, num_frames, max_shift = _speech_shape(num_features, num_frames, max_shift)
     if not (class_sep > 0):
-        raise ValueError(f"class_sep={class_sep} must be > 0; try the default 0.25.")
+        raise ArgError("class_sep", class_sep, f"class_sep={class_sep} must be > 0;", "try the default 0.25.")
     if not (noise_scale >= 0):
-        raise ValueError(f"noise_scale={noise_scale} must be >= 0; try the default 1.2.")
+        raise ArgError("noise_scale", noise_scale, f"noise_scale={noise_scale} must be >= 0;",
+                       "try the default 1.2.")
     protos, background, noise_bases = _speech_prototypes(np.random.default_rng([seed, 0]), num_classes, num_mels,
                                                          num_frames, max_shift, class_sep)
     kw = dict(num_frames=num_frames, max_shift=max_shift, noise_scale=noise_scale)

@@ -162,8 +162,8 @@ def cluster_batches(num_clusters: int, num_workers: int, local_steps: int, clust
     seed = check_seed(seed)
     s = steps_per_epoch(c, q)
     if (s + 1) * k >= 2**31 or s * q >= 2**31:
-        raise ValueError(f"num_clusters={c} with local_steps={k} overflows int32 step arithmetic; "
-                         f"reduce local_steps or num_clusters.")
+        raise ArgError("local_steps", local_steps, f"num_clusters={c} with local_steps={k} overflows int32 step "
+                                                   f"arithmetic;", "reduce local_steps or num_clusters.")
     return ClusterBatches(_ClusterPlan(c, w, k, q), seed)
 
 

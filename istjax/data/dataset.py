@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
+from istjax.core.errors import ArgError
 
 __all__ = [
     "Dataset",
@@ -160,7 +161,8 @@ class Rows:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         if copy is False:
-            raise ValueError("Rows makes its float32 rows when read: np.asarray(rows, copy=False) cannot avoid a copy.")
+            raise ArgError("copy", copy, "Rows makes its float32 rows when read:",
+                           "np.asarray(rows, copy=False) cannot avoid a copy.")
         return np.asarray(self[:], dtype)
 
     def reshape(self, *shape: Any) -> "Rows":
@@ -168,7 +170,8 @@ class Rows:
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         item = np.empty((1, *self.item_shape), np.float32).reshape(1, *shape[1:]).shape[1:]
         if shape[0] not in (len(self), -1):
-            raise ValueError(f"cannot reshape {self.shape} rows to {shape}: the first size must stay {len(self)}.")
+            raise ArgError("shape", shape, f"cannot reshape {self.shape} rows to {shape}:",
+                           f"the first size must stay {len(self)}.")
         mean = None if self.mean is None else self.mean.reshape(item)
         inv = None if self.inv is None else self.inv.reshape(item)
         return Rows(self.raw, self.transform, mean, inv, item_shape=item)
@@ -196,7 +199,8 @@ def standardized_rows(raw: np.ndarray, transform: Any, eps: float = 1e-8) -> Row
 def _statistics(train_x: Any, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """``(mean, 1 / std)`` per feature of ``train_x`` as float32 (a std ``<= eps`` taken as 1: only centred)."""
     if train_x.shape[0] < 1:
-        raise ValueError("train_x has 0 examples; need at least 1 to compute statistics.")
+        raise ArgError("train_x", tuple(train_x.shape), "train_x has 0 examples;",
+                       "need at least 1 to compute statistics.")
     mean, std = _train_moments(train_x)
     std = np.where(std > eps, std, 1.0)
     return mean.astype(np.float32), (1.0 / std).astype(np.float32)
@@ -218,10 +222,9 @@ def standardize(
       having zero mean and unit variance per non-constant feature.
     """
     if train_x.shape[1:] != test_x.shape[1:]:
-        raise ValueError(
-            f"test_x has example shape {test_x.shape[1:]} but train_x has "
-            f"{train_x.shape[1:]}; both splits must have the same feature shape."
-        )
+        raise ArgError(("test_x", "train_x"), tuple(test_x.shape),
+                       f"test_x has example shape {test_x.shape[1:]} but train_x has {train_x.shape[1:]};",
+                       "both splits must have the same feature shape.")
     mean32, inv32 = _statistics(train_x, eps)
 
     def apply(x: np.ndarray) -> np.ndarray:
@@ -263,8 +266,9 @@ def _finalise_rows(name: str, train_raw: np.ndarray, train_y: np.ndarray, test_r
     train_x = standardized_rows(train_raw, transform)
     test = Rows(test_raw, transform, train_x.mean, train_x.inv)
     if test.item_shape != train_x.item_shape:
-        raise ValueError(f"test_x has example shape {test.item_shape} but train_x has {train_x.item_shape}; both "
-                         f"splits must have the same feature shape.")
+        raise ArgError(("test_raw", "train_raw"), tuple(test.shape),
+                       f"test_x has example shape {test.item_shape} but train_x has {train_x.item_shape};",
+                       "both splits must have the same feature shape.")
     test_x = test[:]
     labels = [np.asarray(train_y, np.int32), np.asarray(test_y, np.int32)]
     for a in labels:

@@ -27,6 +27,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import check_positive as _check_positive
 from istjax.data.dataset import Dataset, _damaged_file, _finalise_rows
 
@@ -193,7 +194,8 @@ def fashion_mnist_dir(data_dir: Optional[Union[str, os.PathLike]] = None) -> pat
     if that folder exists, else :data:`FASHION_MNIST_DEFAULT_DIR` (Debian's).  The path is not checked."""
     if data_dir is not None:
         if not isinstance(data_dir, (str, os.PathLike)) or not str(data_dir):
-            raise ValueError(f"data_dir={data_dir!r} must be a folder path (a non-empty str) or None.")
+            raise ArgError("data_dir", data_dir, f"data_dir={data_dir!r} must be a folder path (a non-empty str) or "
+                                                 f"None.", "")
         return pathlib.Path(data_dir).expanduser()
     env = os.environ.get("ISTJAX_DATA_DIR")
     if env:
@@ -208,10 +210,8 @@ def _check_count(field: str, value: Optional[int], available: int, path: str) ->
         return available
     v = int(value)
     if v > available:
-        raise ValueError(
-            f"{field}={v} is more than the {available} examples in {path}; pass {field} <= {available} "
-            f"(or None for all)."
-        )
+        raise ArgError(field, value, f"{field}={v} is more than the {available} examples in {path};",
+                       f"pass {field} <= {available} (or None for all).")
     return v
 
 
@@ -248,7 +248,7 @@ def load_fashion_mnist(
       ValueError: a bad argument, or a file that fails a check (naming the file).
     """
     if not isinstance(flatten, (bool, np.bool_)):
-        raise ValueError(f"flatten={flatten!r} must be True or False.")
+        raise ArgError("flatten", flatten, f"flatten={flatten!r} must be True or False.", "")
     num_train = None if num_train is None else _check_positive("num_train", num_train)
     num_test = None if num_test is None else _check_positive("num_test", num_test)
     directory = fashion_mnist_dir(data_dir)

@@ -25,6 +25,7 @@ import hashlib
 import jax
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import check_positive as _check_positive
 from istjax.data.audio import PAPER, speech_features
 from istjax.data.dataset import Dataset, _cache_dir, _finalise, _read_cache, _write_cache
@@ -70,7 +71,7 @@ class Synthesiser:
 
     def speak(self, text: str, voice: str, speed: int, pitch: int) -> np.ndarray:
         if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
-            raise ValueError(f"espeak-ng has no voice {voice!r}.")
+            raise ArgError("voice", voice, f"espeak-ng has no voice {voice!r}.", "")
         self._lib.espeak_SetParameter(_ESPEAK_RATE, int(speed), 0)
         self._lib.espeak_SetParameter(_ESPEAK_PITCH, int(pitch), 0)
         self._chunks.clear()
@@ -139,8 +140,9 @@ def load_spoken_keywords(per_word: int = 100, test_fraction: float = 0.2, seed: 
     per_word = _check_positive("per_word", per_word, 2)
     if not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1 \
             or not 1 <= round(per_word * test_fraction) < per_word:
-        raise ValueError(f"test_fraction={test_fraction!r}: a fraction in (0, 1) that leaves at least one test and "
-                         f"one training clip of each of the per_word={per_word} clips per word, e.g. 0.2.")
+        raise ArgError("test_fraction", test_fraction,
+                       f"test_fraction={test_fraction!r}: a fraction in (0, 1) that leaves at least one test and "
+                       f"one training clip of each of the per_word={per_word} clips per word,", "e.g. 0.2.")
     seed = _check_positive("seed", seed, 0)
     key = hashlib.sha256(f"keywords|{per_word}|{test_fraction}|{seed}|{tuple(PAPER)}|{ACCENTS}|{VARIANTS}|"
                          f"{TEST_VARIANTS}|v1".encode()).hexdigest()[:16]

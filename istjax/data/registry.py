@@ -18,6 +18,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from istjax.core.errors import ArgError
 from istjax.core.user_code import Field, load_object
 from istjax.data.arrays import check_dataset
 from istjax.data.builtin import _mnist1d_default_args, load_digits, load_mnist1d, load_synthetic_speech
@@ -76,20 +77,23 @@ def load_dataset(name: str, **kwargs: Any) -> Dataset:
         accepted = sorted(p for p in inspect.signature(load_tfds).parameters if p != "name")
         unknown = sorted(set(kwargs) - set(accepted))
         if unknown:
-            raise ValueError(f"dataset {name!r} got unknown argument(s) {unknown}; accepted: {accepted}.")
+            raise ArgError(_named(unknown), kwargs[unknown[0]], f"dataset {name!r} got unknown argument(s) {unknown};",
+                           f"accepted: {accepted}.")
         return load_tfds(name[len("tfds:"):], **kwargs)
     if name not in _LOADERS:
-        raise ValueError(
-            f"name={name!r} is not a known dataset; choose one of {list(DATASETS)}, or "
-            f"'tfds:<name>' for a dataset prepared with tensorflow-datasets."
-        )
+        raise ArgError("name", name, f"name={name!r} is not a known dataset;",
+                       f"choose one of {list(DATASETS)}, or 'tfds:<name>' for a dataset prepared with "
+                       f"tensorflow-datasets.")
     unknown = sorted(set(kwargs) - set(_accepted_kwargs(name)))
     if unknown:
-        raise ValueError(
-            f"dataset {name!r} got unknown argument(s) {unknown}; accepted: "
-            f"{_accepted_kwargs(name)}."
-        )
+        raise ArgError(_named(unknown), kwargs[unknown[0]], f"dataset {name!r} got unknown argument(s) {unknown};",
+                       f"accepted: {_accepted_kwargs(name)}.")
     return _LOADERS[name](**kwargs)
+
+
+def _named(keys: list[str]):
+    """The argument(s) an `ArgError` names: one keyword, or the tuple of several refused together."""
+    return keys[0] if len(keys) == 1 else tuple(keys)
 
 
 def load_module_dataset(spec: str, **kwargs: Any) -> Dataset:
@@ -105,14 +109,16 @@ def load_module_dataset(spec: str, **kwargs: Any) -> Dataset:
     where = f"data.module={spec!r}"
     if fn is None or not callable(fn) or inspect.isclass(fn):
         found = "nothing of that name" if fn is None else f"a {type(fn).__name__}"
-        raise ValueError(f"{where}: {spec.rsplit(':', 1)[1]!r} is {found}; name a function that returns an "
-                         f"istjax.data.Dataset (e.g. `return istjax.data.from_arrays(x, y)`).")
+        raise ArgError("module", spec, f"{where}: {spec.rsplit(':', 1)[1]!r} is {found};",
+                       "name a function that returns an istjax.data.Dataset (e.g. `return "
+                       "istjax.data.from_arrays(x, y)`).")
     params = inspect.signature(fn).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown = sorted(set(kwargs) - set(params)) if not takes_any else []
     if unknown:
-        raise ValueError(f"{where}: {fn.__name__} takes no argument(s) {unknown} (given by data.kwargs); it takes "
-                         f"{sorted(params)}.")
+        raise ArgError(_named(unknown), kwargs[unknown[0]],
+                       f"{where}: {fn.__name__} takes no argument(s) {unknown} (given by data.kwargs);",
+                       f"it takes {sorted(params)}.")
     try:
         data = fn(**kwargs)
     except Exception as e:  # noqa: BLE001 - the user's function: report it in one line, its type and message

@@ -37,6 +37,7 @@ from typing import Optional, Union
 import jax
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.data.audio import MelConfig, speech_features
 from istjax.data.dataset import Dataset, _cache_dir, _damaged_file, _finalise, _read_cache, _write_cache
 from istjax.data.images import DataNotFoundError
@@ -108,7 +109,8 @@ def _members(source: pathlib.Path) -> Iterator[tuple[str, bytes]]:
 def _source(data_dir: Optional[Union[str, os.PathLike]]) -> pathlib.Path:
     """The archive or folder to read: in ``data_dir`` if given, else in ``$ISTJAX_DATA_DIR``."""
     if data_dir is not None and (not isinstance(data_dir, (str, os.PathLike)) or not str(data_dir)):
-        raise ValueError(f"data_dir={data_dir!r} must be a folder path (a non-empty str) or None.")
+        raise ArgError("data_dir", data_dir, f"data_dir={data_dir!r} must be a folder path (a non-empty str) or None.",
+                       "")
     root = data_dir if data_dir is not None else os.environ.get("ISTJAX_DATA_DIR")
     if root is None:
         raise DataNotFoundError(f"FSDD: no data_dir and no $ISTJAX_DATA_DIR. {_HOW_TO_GET}")

@@ -55,6 +55,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 import istjax.data.audio as audio_lib
+from istjax.core.errors import ArgError
 from istjax.data.dataset import Dataset, _damaged_file, standardize
 
 __all__ = [
@@ -152,13 +153,14 @@ def _damaged(name: str, data_dir: str, error: BaseException) -> ValueError:
 
 def _check_args(name: str, max_examples: Any, chunk_size: Any) -> None:
     if name not in TFDS_DATASETS:
-        raise ValueError(f"name={name!r} is not a supported TFDS dataset; choose one of {sorted(TFDS_DATASETS)} "
-                         f"(or add a TfdsSpec to istjax.data.tfds.TFDS_DATASETS).")
+        raise ArgError("name", name, f"name={name!r} is not a supported TFDS dataset;",
+                       f"choose one of {sorted(TFDS_DATASETS)} (or add a TfdsSpec to istjax.data.tfds.TFDS_DATASETS).")
     if max_examples is not None and (not isinstance(max_examples, int) or isinstance(max_examples, bool)
                                      or max_examples < 1):
-        raise ValueError(f"max_examples={max_examples!r} must be a positive integer (examples per split) or None.")
+        raise ArgError("max_examples", max_examples,
+                       f"max_examples={max_examples!r} must be a positive integer (examples per split) or None.", "")
     if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size!r} must be a positive integer.")
+        raise ArgError("chunk_size", chunk_size, f"chunk_size={chunk_size!r} must be a positive integer.", "")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -350,7 +352,8 @@ def load_tfds(name: str, *, data_dir: Optional[str] = None, max_examples: Option
     """
     _check_args(name, max_examples, chunk_size)
     if not isinstance(mel_config, audio_lib.MelConfig):
-        raise ValueError(f"mel_config={mel_config!r} must be an istjax.data.audio.MelConfig.")
+        raise ArgError("mel_config", mel_config, f"mel_config={mel_config!r} must be an istjax.data.audio.MelConfig.",
+                       "")
     audio_lib._validate(mel_config)  # bad settings fail here, before any reading
     data_dir = os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
     return _load_cached(name, data_dir, max_examples, mel_config, chunk_size)

@@ -68,10 +68,12 @@ def _num_nodes(graph_or_edges: Any, num_nodes: Any) -> int:
     if isinstance(graph_or_edges, Graph):
         n = graph_or_edges.num_nodes
         if num_nodes is not None and operator.index(num_nodes) != n:
-            raise ValueError(f"num_nodes={num_nodes} but the graph has {n} nodes; pass num_nodes={n} (or None).")
+            raise ArgError("num_nodes", num_nodes, f"num_nodes={num_nodes} but the graph has {n} nodes;",
+                           f"pass num_nodes={n} (or None).")
         return n
     if num_nodes is None:
-        raise ValueError("num_nodes=None: with an edge list [M, 2] the node count must be given; pass num_nodes=N.")
+        raise ArgError("num_nodes", None, "num_nodes=None: with an edge list [M, 2] the node count must be given;",
+                       "pass num_nodes=N.")
     return _check_positive("num_nodes", num_nodes)
 
 
@@ -87,11 +89,13 @@ def _undirected_pairs(graph_or_edges: Any, n: int) -> tuple[np.ndarray, np.ndarr
         if e.size == 0:
             e = np.zeros((0, 2), np.int64)
         if e.ndim != 2 or e.shape[1] != 2 or not np.issubdtype(e.dtype, np.integer):
-            raise ValueError(f"graph_or_edges: expected a Graph or integer pairs [M, 2], got {e.dtype} {e.shape}.")
+            raise ArgError("graph_or_edges", e.shape,
+                           f"graph_or_edges: expected a Graph or integer pairs [M, 2], got {e.dtype} {e.shape}.", "")
         s, r = e[:, 0].astype(np.int64), e[:, 1].astype(np.int64)
     if s.size and (min(s.min(), r.min()) < 0 or max(s.max(), r.max()) >= n):
-        raise ValueError(f"graph_or_edges: edge endpoints must lie in [0, num_nodes={n}); found "
-                         f"{int(min(s.min(), r.min()))}..{int(max(s.max(), r.max()))}. Fix the edges or num_nodes.")
+        raise ArgError(("graph_or_edges", "num_nodes"), (int(min(s.min(), r.min())), int(max(s.max(), r.max()))),
+                       f"graph_or_edges: edge endpoints must lie in [0, num_nodes={n}); found "
+                       f"{int(min(s.min(), r.min()))}..{int(max(s.max(), r.max()))}.", "Fix the edges or num_nodes.")
     src, dst = np.concatenate([s, r]), np.concatenate([r, s])
     code = np.unique((src * n + dst)[src != dst])
     return code // n, code % n
@@ -101,8 +105,8 @@ def _check_num_clusters(num_clusters: Any, n: int) -> int:
     try:
         c = operator.index(num_clusters)
     except TypeError:
-        raise ValueError(f"num_clusters={num_clusters!r} must be an integer in [1, num_nodes={n}]; "
-                         f"pass an int.") from None
+        raise ArgError("num_clusters", num_clusters,
+                       f"num_clusters={num_clusters!r} must be an integer in [1, num_nodes={n}];", "pass an int.") from None
     if not 1 <= c <= n:
         raise ArgError("num_clusters", c, f"the graph has only {n} nodes, and each cluster needs at least one;",
                        f"use at most {n} clusters (1 <= num_clusters <= {n}).")
@@ -259,16 +263,17 @@ def cluster_table(graph: Graph, assignment: np.ndarray, train_mask: np.ndarray |
     n = graph.num_nodes
     a = np.asarray(assignment)
     if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"assignment: must be integer [N] = ({n},), got {a.dtype} {a.shape}.")
+        raise ArgError("assignment", a.shape, f"assignment: must be integer [N] = ({n},), got {a.dtype} {a.shape}.", "")
     a = a.astype(np.int64)
     c = int(a.max(initial=-1)) + 1 if num_clusters is None else _check_num_clusters(num_clusters, n)
     if n and (a.min() < 0 or a.max() >= c):
-        raise ValueError(f"assignment: cluster ids must lie in [0, num_clusters={c}); found "
-                         f"{int(a.min())}..{int(a.max())}. Pass a larger num_clusters or fix the assignment.")
+        raise ArgError(("assignment", "num_clusters"), (int(a.min()), int(a.max())),
+                       f"assignment: cluster ids must lie in [0, num_clusters={c}); found "
+                       f"{int(a.min())}..{int(a.max())}.", "Pass a larger num_clusters or fix the assignment.")
     c = max(c, 1)
     tm = np.ones((n,), bool) if train_mask is None else np.asarray(train_mask)
     if tm.shape != (n,):
-        raise ValueError(f"train_mask: must be [N] = ({n},), got {tm.shape}.")
+        raise ArgError("train_mask", tm.shape, f"train_mask: must be [N] = ({n},), got {tm.shape}.", "")
     tm = tm.astype(bool)
 
     ids = np.arange(n, dtype=np.int64)
@@ -321,7 +326,8 @@ def subgraph(table: ClusterTable, graph_nodes: Any, labels: Any, train_mask: Any
     """
     ids = jnp.asarray(cluster_ids)
     if ids.ndim != 1 or not jnp.issubdtype(ids.dtype, jnp.integer):
-        raise ValueError(f"cluster_ids: must be integer [q], got {ids.dtype} {ids.shape}; vmap over leading axes.")
+        raise ArgError("cluster_ids", ids.shape, f"cluster_ids: must be integer [q], got {ids.dtype} {ids.shape};",
+                       "vmap over leading axes.")
     c, nmax = table.nodes.shape
     emax = table.senders.shape[1]
     q = ids.shape[0]

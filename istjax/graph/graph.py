@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from istjax.core.errors import ArgError
+
 __all__ = ["Graph", "check_graph", "from_edges"]
 
 
@@ -62,19 +64,21 @@ def from_edges(nodes: np.ndarray, edges: np.ndarray, *, symmetric: bool = True, 
     """
     nodes = np.asarray(nodes, np.float32)
     if nodes.ndim != 2:
-        raise ValueError(f"{where}: node features must be [N, F], got shape {nodes.shape}.")
+        raise ArgError("nodes", nodes.shape, f"{where}: node features must be [N, F], got shape {nodes.shape}.", "")
     n = nodes.shape[0]
     edges = np.asarray(edges)
     if edges.size == 0:
         edges = np.zeros((0, 2), np.int64)
     if edges.ndim != 2 or edges.shape[1] != 2 or not np.issubdtype(edges.dtype, np.integer):
-        raise ValueError(f"{where}: the edge list must be integer pairs [M, 2], got {edges.dtype} {edges.shape}.")
+        raise ArgError("edges", edges.shape,
+                       f"{where}: the edge list must be integer pairs [M, 2], got {edges.dtype} {edges.shape}.", "")
     bad = (edges < 0) | (edges >= n)
     if bad.any():
         row = int(np.argwhere(bad.any(1))[0, 0])
-        raise ValueError(f"{where}: edge {row} = {edges[row].tolist()} refers to a node outside [0, {n}) "
-                         f"({int(bad.any(1).sum())} such edges); the graph has {n} nodes. Fix the file or the "
-                         f"node count.")
+        raise ArgError("edges", edges[row].tolist(),
+                       f"{where}: edge {row} = {edges[row].tolist()} refers to a node outside [0, {n}) "
+                       f"({int(bad.any(1).sum())} such edges); the graph has {n} nodes.",
+                       "Fix the file or the node count.")
     if symmetric:
         edges = np.concatenate([edges, edges[:, ::-1]])
     edges = edges[edges[:, 0] != edges[:, 1]]
@@ -90,11 +94,15 @@ def check_graph(graph: Graph, where: str = "graph") -> None:
     n = graph.nodes.shape[0]
     for name in ("senders", "receivers", "edge_mask"):
         if np.ndim(getattr(graph, name)) != 1 or np.shape(getattr(graph, name))[0] != np.shape(graph.senders)[0]:
-            raise ValueError(f"{where}.{name}: must be [E] like senders ({np.shape(graph.senders)}), got "
-                             f"{np.shape(getattr(graph, name))}.")
+            raise ArgError(f"graph.{name}", np.shape(getattr(graph, name)),
+                           f"{where}.{name}: must be [E] like senders ({np.shape(graph.senders)}), got "
+                           f"{np.shape(getattr(graph, name))}.", "")
     if np.shape(graph.node_mask) != (n,):
-        raise ValueError(f"{where}.node_mask: must be [N] = ({n},), got {np.shape(graph.node_mask)}.")
+        raise ArgError("graph.node_mask", np.shape(graph.node_mask),
+                       f"{where}.node_mask: must be [N] = ({n},), got {np.shape(graph.node_mask)}.", "")
     for name in ("senders", "receivers"):
         idx = np.asarray(getattr(graph, name))
         if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise ValueError(f"{where}.{name}: indices must be in [0, {n}); found {int(idx.min())}..{int(idx.max())}.")
+            raise ArgError(f"graph.{name}", (int(idx.min()), int(idx.max())),
+                           f"{where}.{name}: indices must be in [0, {n}); found {int(idx.min())}..{int(idx.max())}.",
+                           "")

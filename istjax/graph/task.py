@@ -61,10 +61,10 @@ def _classes_of_labels(model, labels) -> int:
                         f"cluster_classifier(model, data), or num_classes=data.num_classes.")
     top = int(np.max(np.asarray(labels))) + 1
     if width < top:
-        raise ValueError(f"cluster_classifier: shared['labels'] holds labels up to {top - 1}, but "
-                         f"{type(model).__name__} has num_classes={width} (labels past the logits give a NaN "
-                         f"loss); build the model with the data's num_classes, or pass cluster_classifier(model, "
-                         f"data).")
+        raise ArgError("model", width, f"cluster_classifier: shared['labels'] holds labels up to {top - 1}, but "
+                                       f"{type(model).__name__} has num_classes={width} (labels past the logits give "
+                                       f"a NaN loss);",
+                       "build the model with the data's num_classes, or pass cluster_classifier(model, data).")
     return width
 
 
@@ -95,8 +95,8 @@ def cluster_classifier(model, shared: Any, *, num_classes: Optional[int] = None)
     model's ``num_classes`` field. Evaluation, parameters and spec are `node_classifier`'s."""
     shared, num_classes = _graph_data(shared, num_classes, "cluster_classifier(model, data)")
     if not isinstance(shared, Mapping) or "clusters" not in shared:
-        raise ValueError("cluster_classifier: shared has no 'clusters'; build it with "
-                         "istjax.graph.task.with_clusters(shared, labels, train_idx, num_clusters).")
+        raise ArgError("shared", None, "cluster_classifier: shared has no 'clusters';",
+                       "build it with istjax.graph.task.with_clusters(shared, labels, train_idx, num_clusters).")
     if num_classes is None:
         num_classes = _classes_of_labels(model, shared["labels"])
     base = node_classifier(model, shared, num_classes=num_classes)

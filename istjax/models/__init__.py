@@ -30,6 +30,7 @@ from typing import Any
 import flax.linen as nn
 
 import istjax.models.user as user
+from istjax.core.errors import ArgError
 from istjax.core.registry import Registry, close_matches
 from istjax.models.cnn import CNN as CNN
 from istjax.models.gnn import GCN as GCN
@@ -78,9 +79,9 @@ def model_class(name: str, module: str = "") -> type[nn.Module]:
     if module:
         cls = user.load(module)
         if name in BUILTIN and MODELS.get(name) is not cls:
-            raise ValueError(f"model.name={name!r} is a model istjax ships, but model.module={module!r} names another "
-                             f"class ({cls.__name__}); give yours its own name, e.g. "
-                             f"--config.model.name={cls.__name__.lower()}.")
+            raise ArgError("name", name, f"model.name={name!r} is a model istjax ships, but model.module={module!r} "
+                                         f"names another class ({cls.__name__});",
+                           f"give yours its own name, e.g. --config.model.name={cls.__name__.lower()}.")
         MODELS.register(name, cls)  # the contract is checked when the task is built (istjax.classifier)
         return cls
     return MODELS.get(name)
@@ -120,13 +121,17 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
     unknown = sorted(set(fields) - set(known))
     if unknown:
         stale = ", ".join(f"model.{k}={values[k]!r}{close_matches(k, known)}" for k in unknown)
-        raise ValueError(f"model {name!r} ({cls.__name__}) has no field{'s' if len(unknown) > 1 else ''} {stale}; its "
-                         f"fields are {sorted(known)}. Remove {'them' if len(unknown) > 1 else 'it'}: a config that "
-                         f"switches model.name keeps the old model's fields, so start its model section afresh "
-                         f"(istjax.launch.config.use_model(config, {name!r}, ...) in a config file; on the "
-                         f"command line --config.model.name replaces the file's model fields).")
+        raise ArgError("fields", {k: values[k] for k in unknown},
+                       f"model {name!r} ({cls.__name__}) has no field{'s' if len(unknown) > 1 else ''} {stale}; its "
+                       f"fields are {sorted(known)}.",
+                       f"Remove {'them' if len(unknown) > 1 else 'it'}: a config that "
+                       f"switches model.name keeps the old model's fields, so start its model section afresh "
+                       f"(istjax.launch.config.use_model(config, {name!r}, ...) in a config file; on the "
+                       f"command line --config.model.name replaces the file's model fields).")
     try:
         return cls(**values, num_classes=int(num_classes))
+    except ArgError:
+        raise  # names the model, its field and the value (``MLP.hidden=(0,): ...``): the field the config sets
     except (TypeError, ValueError) as e:
         raise ValueError(f"model.name={name!r} with fields {values}: {e}") from e
 
@@ -138,12 +143,13 @@ def _check_num_classes_field(cls: type[nn.Module], name: str) -> None:
         return
     ints = [f for f, v in fields.items() if f not in _FLAX_FIELDS and v.type in (int, "int")]
     like = [f for f in ints if any(w in f.lower() for w in ("out", "class", "label", "logit", "target"))]
-    raise ValueError(
+    raise ArgError(
+        "module", cls,
         f"model {name!r} ({cls.__name__}) has no field num_classes: istjax builds the model with num_classes= the "
         f"data's number of classes (its output width, one logit per class), so the module needs a field "
         f"`num_classes: int` for its output width" +
-        (f"; rename its output-width field ({', '.join(like)}?) to num_classes" if like else "") +
-        ". A model built in Python is given its width by you: istjax.classifier(model, data) checks it against "
+        (f"; rename its output-width field ({', '.join(like)}?) to num_classes" if like else "") + ".",
+        "A model built in Python is given its width by you: istjax.classifier(model, data) checks it against "
         "the data's classes.")
 
 

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import istjax.models.owner_forward as owner_forward
+from istjax.core.errors import ArgError
 from istjax.models.conv_ops import conv
 
 __all__ = ["CNN", "BatchStatNorm", "channel_batch_norm"]
@@ -93,7 +94,8 @@ def is_pos_int(v: Any) -> bool:
 def _tuple_of_pos_ints(field: str, value: Any, fix: str) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value \
             or not all(is_pos_int(v) for v in value):
-        raise ValueError(f"CNN.{field}={value!r}: must be a non-empty sequence of positive ints; {fix}")
+        raise ArgError(field.split("[")[0], value, f"CNN.{field}={value!r}: must be a non-empty sequence of positive "
+                                                   f"ints;", fix)
     return tuple(int(v) for v in value)
 
 
@@ -102,19 +104,23 @@ def check_image_model_fields(module: nn.Module) -> None:
     ``bn_momentum`` and ``image_shape``; a ValueError names ``<Class>.<field>``, the value and the fix."""
     owner = type(module).__name__
     if not is_pos_int(module.num_classes):
-        raise ValueError(f"{owner}.num_classes={module.num_classes!r}: must be a positive int, e.g. num_classes=10.")
+        raise ArgError("num_classes", module.num_classes, f"{owner}.num_classes={module.num_classes!r}: must be a "
+                                                          f"positive int,", "e.g. num_classes=10.")
     if module.batch_norm not in BATCH_NORM_KINDS:
-        raise ValueError(f"{owner}.batch_norm={module.batch_norm!r}: must be one of {BATCH_NORM_KINDS} ('running' "
-                         f"keeps running averages in batch_stats; 'batch' always uses batch statistics).")
+        raise ArgError("batch_norm", module.batch_norm,
+                       f"{owner}.batch_norm={module.batch_norm!r}: must be one of {BATCH_NORM_KINDS}",
+                       "('running' keeps running averages in batch_stats; 'batch' always uses batch statistics).")
     m = module.bn_momentum
     if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, float, np.integer, np.floating)) or not 0 <= m < 1:
-        raise ValueError(f"{owner}.bn_momentum={m!r}: must be a number with 0 <= bn_momentum < 1, e.g. 0.9.")
+        raise ArgError("bn_momentum", m, f"{owner}.bn_momentum={m!r}: must be a number with 0 <= bn_momentum < 1,",
+                       "e.g. 0.9.")
     if module.image_shape is not None:
         value = module.image_shape
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 3 \
                 or not all(is_pos_int(v) for v in value):
-            raise ValueError(f"{owner}.image_shape={value!r}: give (height, width, channels) as positive ints, e.g. "
-                             f"(32, 32, 3), or None for inputs that are already images [B, H, W, C].")
+            raise ArgError("image_shape", value, f"{owner}.image_shape={value!r}:",
+                           "give (height, width, channels) as positive ints, e.g. (32, 32, 3), or None for inputs "
+                           "that are already images [B, H, W, C].")
         object.__setattr__(module, "image_shape", tuple(int(v) for v in value))
 
 
@@ -158,18 +164,20 @@ class CNN(nn.Module):
         blocks = _tuple_of_pos_ints(
             "blocks", self.blocks, f"give one positive block count per stage, e.g. blocks={(1,) * len(widths)}.")
         if len(blocks) != len(widths):
-            raise ValueError(f"CNN.blocks={self.blocks!r} has {len(blocks)} entries but widths={self.widths!r} has "
-                             f"{len(widths)}; give one block count per stage, e.g. blocks={(1,) * len(widths)}.")
+            raise ArgError(("blocks", "widths"), self.blocks,
+                           f"CNN.blocks={self.blocks!r} has {len(blocks)} entries but widths={self.widths!r} has "
+                           f"{len(widths)};", f"give one block count per stage, e.g. blocks={(1,) * len(widths)}.")
         inner = self.inner
         if inner is not None:
             example = tuple((w,) * b for w, b in zip(widths, blocks))
             fix = f"give one tuple per stage with one width per block, e.g. inner={example} (or inner=None)."
             if isinstance(inner, (str, bytes)) or not isinstance(inner, Sequence) or len(inner) != len(widths):
-                raise ValueError(f"CNN.inner={inner!r}: needs {len(widths)} entries (one per stage); {fix}")
+                raise ArgError("inner", inner, f"CNN.inner={inner!r}: needs {len(widths)} entries (one per stage);", fix)
             inner = tuple(_tuple_of_pos_ints(f"inner[{i}]", row, fix) for i, row in enumerate(inner))
             for i, (row, b) in enumerate(zip(inner, blocks)):
                 if len(row) != b:
-                    raise ValueError(f"CNN.inner[{i}]={row!r} has {len(row)} entries but blocks[{i}]={b}; {fix}")
+                    raise ArgError(("inner", "blocks"), self.inner,
+                                   f"CNN.inner[{i}]={row!r} has {len(row)} entries but blocks[{i}]={b};", fix)
         check_image_model_fields(self)
         # Normalise lists to tuples (fields are frozen; flax compares and hashes them).
         object.__setattr__(self, "widths", widths)

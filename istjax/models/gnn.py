@@ -30,6 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from istjax.core.errors import ArgError
 from istjax.graph import ops
 from istjax.graph.graph import Graph
 
@@ -101,14 +102,17 @@ class _GNN(nn.Module):
         hidden = tuple(self.hidden) if isinstance(self.hidden, (tuple, list)) else self.hidden
         if not isinstance(hidden, tuple) or not hidden or any(
                 not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in hidden):
-            raise ValueError(f"{type(self).__name__}.hidden={self.hidden!r}: give the hidden widths as positive ints, "
-                             f"e.g. (64,) or (256, 256).")
+            raise ArgError("hidden", self.hidden, f"{type(self).__name__}.hidden={self.hidden!r}:",
+                           "give the hidden widths as positive ints, e.g. (64,) or (256, 256).")
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
-            raise ValueError(f"{type(self).__name__}.num_classes={self.num_classes!r}: must be a positive int.")
+            raise ArgError("num_classes", self.num_classes,
+                           f"{type(self).__name__}.num_classes={self.num_classes!r}: must be a positive int.", "")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
-            raise ValueError(f"{type(self).__name__}.dropout={self.dropout!r}: must be a rate in [0, 1), e.g. 0.5.")
+            raise ArgError("dropout", self.dropout, f"{type(self).__name__}.dropout={self.dropout!r}: must be a rate in "
+                                                    f"[0, 1),", "e.g. 0.5.")
         if not isinstance(self.layer_norm, bool):
-            raise ValueError(f"{type(self).__name__}.layer_norm={self.layer_norm!r}: must be True or False.")
+            raise ArgError("layer_norm", self.layer_norm,
+                           f"{type(self).__name__}.layer_norm={self.layer_norm!r}: must be True or False.", "")
         object.__setattr__(self, "hidden", hidden)
         super().__post_init__()
 

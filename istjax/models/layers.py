@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.models.cnn import batch_norm, check_image_model_fields, is_pos_int
 
 __all__ = ["as_image", "batch_norm", "check_choice", "check_common", "head", "is_pos_int", "nested_pos_ints", "pos_ints",
@@ -24,7 +25,7 @@ def pos_ints(owner: str, field: str, value: Any, fix: str, *, allow_empty: bool 
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or (not value and not allow_empty) \
             or not all(is_pos_int(v) for v in value):
         what = "a sequence" if allow_empty else "a non-empty sequence"
-        raise ValueError(f"{owner}.{field}={value!r}: must be {what} of positive ints; {fix}")
+        raise ArgError(field.split("[")[0], value, f"{owner}.{field}={value!r}: must be {what} of positive ints;", fix)
     return tuple(int(v) for v in value)
 
 
@@ -34,13 +35,13 @@ def nested_pos_ints(owner: str, field: str, value: Any, lengths: Sequence[int] |
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value \
             or (lengths is not None and len(value) != len(lengths)):
         need = f"{len(lengths)} entries (one per stage)" if lengths is not None else "a non-empty sequence of stages"
-        raise ValueError(f"{owner}.{field}={value!r}: needs {need}; {fix}")
+        raise ArgError(field, value, f"{owner}.{field}={value!r}: needs {need};", fix)
     rows = tuple(pos_ints(owner, f"{field}[{i}]", row, fix) for i, row in enumerate(value))
     if lengths is not None:
         for i, (row, n) in enumerate(zip(rows, lengths)):
             if len(row) != n:
-                raise ValueError(f"{owner}.{field}[{i}]={row!r} has {len(row)} entries but stage {i} has {n} "
-                                 f"block(s); {fix}")
+                raise ArgError(field, value, f"{owner}.{field}[{i}]={row!r} has {len(row)} entries but stage {i} has "
+                                             f"{n} block(s);", fix)
     return rows
 
 
@@ -50,15 +51,16 @@ def check_common(module: nn.Module) -> None:
     m = module.width_multiplier
     if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, float, np.integer, np.floating)) \
             or not math.isfinite(float(m)) or not m > 0:
-        raise ValueError(f"{owner}.width_multiplier={m!r}: must be a finite number > 0 (every width is scaled by it "
-                         f"and rounded to an int >= 1), e.g. 1.0 for the paper's widths or 0.0625 for a tiny copy.")
+        raise ArgError("width_multiplier", m, f"{owner}.width_multiplier={m!r}: must be a finite number > 0 (every "
+                       f"width is scaled by it and rounded to an int >= 1),",
+                       "e.g. 1.0 for the paper's widths or 0.0625 for a tiny copy.")
     object.__setattr__(module, "width_multiplier", float(m))
     check_image_model_fields(module)
 
 
 def check_choice(owner: str, field: str, value: Any, choices: Sequence[str]) -> None:
     if value not in choices:
-        raise ValueError(f"{owner}.{field}={value!r}: choose one of {list(choices)}.")
+        raise ArgError(field, value, f"{owner}.{field}={value!r}:", f"choose one of {list(choices)}.")
 
 
 def scaled(width: int, multiplier: float) -> int:

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 
 from istjax.models.conv_ops import conv
 import istjax.models.layers as layers
+from istjax.core.errors import ArgError
 from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["DepthResNet"]
@@ -128,30 +129,35 @@ class DepthResNet(nn.Module):
     def __post_init__(self):
         sizes, widths = tuple(self.stage_sizes), tuple(self.widths)
         if not sizes or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
-            raise ValueError(f"DepthResNet.stage_sizes={self.stage_sizes!r}: give positive block counts per stage, "
-                             f"e.g. (3, 3, 3).")
+            raise ArgError("stage_sizes", self.stage_sizes, f"DepthResNet.stage_sizes={self.stage_sizes!r}:",
+                           "give positive block counts per stage, e.g. (3, 3, 3).")
         if len(widths) != len(sizes) or any(not isinstance(w, int) or w < 1 for w in widths):
-            raise ValueError(f"DepthResNet.widths={self.widths!r}: give one positive width per stage "
-                             f"({len(sizes)} stages), e.g. {(16, 32, 64)[:len(sizes)]}.")
+            raise ArgError("widths", self.widths, f"DepthResNet.widths={self.widths!r}:",
+                           f"give one positive width per stage ({len(sizes)} stages), e.g. {(16, 32, 64)[:len(sizes)]}.")
         stages = tuple(range(len(sizes))) if self.partitioned_stages is None else tuple(self.partitioned_stages)
         for i in stages:
             if not isinstance(i, int) or not 0 <= i < len(sizes):
-                raise ValueError(f"DepthResNet.partitioned_stages={self.partitioned_stages!r}: stage {i!r} does not "
-                                 f"exist; the stages are 0 .. {len(sizes) - 1}.")
+                raise ArgError("partitioned_stages", self.partitioned_stages,
+                               f"DepthResNet.partitioned_stages={self.partitioned_stages!r}: stage {i!r} does not "
+                               f"exist;", f"the stages are 0 .. {len(sizes) - 1}.")
             if sizes[i] < 2:
-                raise ValueError(f"DepthResNet.partitioned_stages={self.partitioned_stages!r}: stage {i} has "
-                                 f"{sizes[i]} block(s); its first block is shared, so a partitioned stage needs at "
-                                 f"least 2. Add blocks or leave the stage out.")
+                raise ArgError("partitioned_stages", self.partitioned_stages,
+                               f"DepthResNet.partitioned_stages={self.partitioned_stages!r}: stage {i} has "
+                               f"{sizes[i]} block(s); its first block is shared, so a partitioned stage needs at "
+                               f"least 2.", "Add blocks or leave the stage out.")
         if isinstance(self.test_branch_scale, (tuple, list)):
             if len(self.test_branch_scale) != len(sizes):
-                raise ValueError(f"DepthResNet.test_branch_scale={self.test_branch_scale!r}: give one number, or one "
-                                 f"per stage ({len(sizes)}).")
+                raise ArgError("test_branch_scale", self.test_branch_scale,
+                               f"DepthResNet.test_branch_scale={self.test_branch_scale!r}:",
+                               f"give one number, or one per stage ({len(sizes)}).")
             object.__setattr__(self, "test_branch_scale", tuple(float(s) for s in self.test_branch_scale))
         for flag in ("preactivation", "partition_strided"):
             if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"DepthResNet.{flag}={getattr(self, flag)!r}: must be True or False.")
+                raise ArgError(flag, getattr(self, flag), f"DepthResNet.{flag}={getattr(self, flag)!r}: must be True "
+                                                          f"or False.", "")
         if not self.width_multiplier > 0:
-            raise ValueError(f"DepthResNet.width_multiplier={self.width_multiplier!r}: must be > 0.")
+            raise ArgError("width_multiplier", self.width_multiplier,
+                           f"DepthResNet.width_multiplier={self.width_multiplier!r}: must be > 0.", "")
         object.__setattr__(self, "stage_sizes", sizes)
         object.__setattr__(self, "widths", widths)
         object.__setattr__(self, "partitioned_stages", stages)

@@ -82,6 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import istjax.models.layers as layers
+from istjax.core.errors import ArgError
 import istjax.models.owner_forward as owner_forward
 from istjax.models.conv_ops import conv as _conv
 
@@ -149,17 +150,18 @@ class _ResNetBase(nn.Module):
         keep = self.test_keep
         if isinstance(keep, bool) or not isinstance(keep, (int, float, np.integer, np.floating)) \
                 or not 0 < float(keep) <= 1:
-            raise ValueError(f"{owner}.test_keep={keep!r}: must be a number in (0, 1], the fraction of a block's inner "
-                             f"channels one worker holds, e.g. test_keep=0.5 for W = 2.")
+            raise ArgError("test_keep", keep, f"{owner}.test_keep={keep!r}: must be a number in (0, 1], the fraction of "
+                                              f"a block's inner channels one worker holds,", "e.g. test_keep=0.5 for W = 2.")
         object.__setattr__(self, "test_keep", float(keep))
         sizes = layers.pos_ints(owner, "stage_sizes", self.stage_sizes,
                           "give the number of blocks per stage, e.g. stage_sizes=(2, 2, 2, 2) for ResNet-18.")
         widths = layers.pos_ints(owner, "widths", self.widths,
                            f"give one channel count per stage, e.g. widths={(64, 128, 256, 512)[:len(sizes)]}.")
         if len(widths) != len(sizes):
-            raise ValueError(f"{owner}.widths={self.widths!r} has {len(widths)} entries but stage_sizes="
-                             f"{self.stage_sizes!r} has {len(sizes)}; give one width per stage, e.g. "
-                             f"widths={tuple(16 * 2 ** i for i in range(len(sizes)))}.")
+            raise ArgError(("widths", "stage_sizes"), self.widths,
+                           f"{owner}.widths={self.widths!r} has {len(widths)} entries but stage_sizes="
+                           f"{self.stage_sizes!r} has {len(sizes)};",
+                           f"give one width per stage, e.g. widths={tuple(16 * 2 ** i for i in range(len(sizes)))}.")
         inner = self.inner
         if inner is not None:
             example = tuple((w,) * n for w, n in zip(widths, sizes))
@@ -179,8 +181,8 @@ class _ResNetBase(nn.Module):
     def preset(cls, name: str, **fields: Any):
         """``cls`` with the stage sizes and widths of preset ``name`` (a key of `RESNET_PRESETS`)."""
         if name not in RESNET_PRESETS:
-            raise ValueError(f"{cls.__name__}.preset(name={name!r}): unknown preset; choose one of "
-                             f"{sorted(RESNET_PRESETS)} or give stage_sizes= and widths= yourself.")
+            raise ArgError("name", name, f"{cls.__name__}.preset(name={name!r}): unknown preset;",
+                           f"choose one of {sorted(RESNET_PRESETS)} or give stage_sizes= and widths= yourself.")
         sizes, widths = RESNET_PRESETS[name]
         return cls(stage_sizes=sizes, widths=widths, **fields)
 
@@ -198,8 +200,8 @@ class _ResNetBase(nn.Module):
     def cifar(cls, depth: int, **fields: Any):
         """He et al.'s CIFAR ResNet of ``depth = 6 n + 2`` layers: stages (n, n, n), widths (16, 32, 64)."""
         if not layers.is_pos_int(depth) or depth < 8 or (depth - 2) % 6:
-            raise ValueError(f"{cls.__name__}.cifar(depth={depth!r}): a CIFAR ResNet has depth 6n + 2 for n >= 1 "
-                             f"(8, 14, 20, 32, 44, 56, 110, ...).")
+            raise ArgError("depth", depth, f"{cls.__name__}.cifar(depth={depth!r}): a CIFAR ResNet has depth 6n + 2 for "
+                                          f"n >= 1", "(8, 14, 20, 32, 44, 56, 110, ...).")
         n = (depth - 2) // 6
         return cls(stage_sizes=(n, n, n), widths=(16, 32, 64), **fields)
 

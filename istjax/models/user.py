@@ -13,6 +13,7 @@ import inspect
 
 import flax.linen as nn
 
+from istjax.core.errors import ArgError
 from istjax.core.user_code import Field, absolute, is_file_spec, load_object, spec_of
 
 __all__ = ["load", "is_file_spec", "absolute", "spec_of", "FIELD"]
@@ -27,9 +28,9 @@ def load(spec: str) -> type[nn.Module]:
     if cls is None:
         found = sorted(n for n, v in vars(module).items()
                        if inspect.isclass(v) and issubclass(v, nn.Module) and v.__module__ == module.__name__)
-        raise ValueError(f"model.module={spec!r}: {where} has no {cls_name!r}; the flax modules defined there are "
-                         f"{found}.")
+        raise ArgError("module", spec, f"model.module={spec!r}: {where} has no {cls_name!r};",
+                       f"the flax modules defined there are {found}.")
     if not (inspect.isclass(cls) and issubclass(cls, nn.Module)):
-        raise ValueError(f"model.module={spec!r}: {cls_name} is a {type(cls).__name__}, not a flax.linen.Module "
-                         f"subclass. Name the model's class.")
+        raise ArgError("module", spec, f"model.module={spec!r}: {cls_name} is a {type(cls).__name__}, not a "
+                                       f"flax.linen.Module subclass.", "Name the model's class.")
     return cls

@@ -22,6 +22,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.data.dataset import Dataset
 from istjax.data.images import DataNotFoundError
 from istjax.graph.graph import Graph
@@ -71,7 +72,8 @@ def planetoid_dir(data_dir: Optional[Union[str, os.PathLike]] = None, name: str 
     ``$ISTJAX_DATA_DIR/planetoid``; with neither, a DataNotFoundError saying how to get the files."""
     if data_dir is not None:
         if not isinstance(data_dir, (str, os.PathLike)) or not str(data_dir):
-            raise ValueError(f"data_dir={data_dir!r} must be a folder path (a non-empty str) or None.")
+            raise ArgError("data_dir", data_dir, f"data_dir={data_dir!r} must be a folder path (a non-empty str) or "
+                                                 f"None.", "")
         return pathlib.Path(data_dir).expanduser()
     env = os.environ.get("ISTJAX_DATA_DIR")
     if env:
@@ -99,12 +101,13 @@ def load_graph(name: str, data_dir: Optional[Union[str, os.PathLike]] = None, *,
     """
     key = name.lower() if isinstance(name, str) else name
     if key not in GRAPH_DATASETS:
-        raise ValueError(f"unknown graph dataset {name!r}; choose one of {list(GRAPH_DATASETS)}.")
+        raise ArgError("name", name, f"unknown graph dataset {name!r};", f"choose one of {list(GRAPH_DATASETS)}.")
     if key != "npz" and path is not None:
-        raise ValueError(f"path= is for name='npz'; {key!r} takes "
-                         f"{'data_dir=' if key in PLANETOID_NAMES else 'generator arguments'}.")
+        raise ArgError(("path", "name"), path, "path= is for name='npz';",
+                       f"{key!r} takes {'data_dir=' if key in PLANETOID_NAMES else 'generator arguments'}.")
     if key != "npz" and key not in PLANETOID_NAMES and data_dir is not None:
-        raise ValueError(f"data_dir= is for the Planetoid datasets {list(PLANETOID_NAMES)}, not {key!r}.")
+        raise ArgError(("data_dir", "name"), data_dir,
+                       f"data_dir= is for the Planetoid datasets {list(PLANETOID_NAMES)}, not {key!r}.", "")
     if key in PLANETOID_NAMES:
         _only(key, kwargs, ("normalize_features", "num_val"))
         return read_planetoid(key, planetoid_dir(data_dir, key), **kwargs)
@@ -112,7 +115,7 @@ def load_graph(name: str, data_dir: Optional[Union[str, os.PathLike]] = None, *,
         if path is None:
             path = data_dir
         if path is None:
-            raise ValueError("load_graph('npz') needs path=<the .npz file>.")
+            raise ArgError("path", path, "load_graph('npz') needs path=<the .npz file>.", "")
         _only(key, kwargs, ("normalize_features", "symmetric", "name"))
         return read_npz(path, **kwargs)
     return csbm(**kwargs)
@@ -121,7 +124,8 @@ def load_graph(name: str, data_dir: Optional[Union[str, os.PathLike]] = None, *,
 def _only(key: str, kwargs: dict, allowed: tuple[str, ...]) -> None:
     extra = sorted(set(kwargs) - set(allowed))
     if extra:
-        raise ValueError(f"load_graph({key!r}) got unexpected argument(s) {extra}; it takes {list(allowed)}.")
+        raise ArgError(extra[0] if len(extra) == 1 else tuple(extra), kwargs[extra[0]],
+                       f"load_graph({key!r}) got unexpected argument(s) {extra};", f"it takes {list(allowed)}.")
 
 
 # --------------------------------------------------------------------------
@@ -138,8 +142,8 @@ def as_dataset(data: GraphData) -> Dataset:
     features are the graph's (row-normalised for Planetoid), not re-standardised.
     """
     if data.num_nodes >= 2 ** 24:
-        raise ValueError(f"{data.name}: {data.num_nodes} nodes; node indices travel as float32 examples, exact "
-                         f"only below 2**24 = 16,777,216 nodes.")
+        raise ArgError("data", data.num_nodes, f"{data.name}: {data.num_nodes} nodes;",
+                       "node indices travel as float32 examples, exact only below 2**24 = 16,777,216 nodes.")
     import jax
 
     graph = Graph(*(jax.device_put(np.asarray(a)) for a in data.graph))

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import check_positive as _check_positive
 from istjax.graph.graph import from_edges
 
@@ -48,14 +49,17 @@ def _check_csbm_args(num_nodes: int, num_classes: int, num_features: int, avg_de
     for field, value, low, high in (("avg_degree", avg_degree, 0.0, float(n - 1)), ("homophily", homophily, 0.0, 1.0),
                                     ("snr", snr, 0.0, math.inf)):
         if not isinstance(value, (int, float, np.integer, np.floating)) or not low <= float(value) <= high:
-            raise ValueError(f"{field}={value!r} must be a number in [{low}, {high}].")
+            raise ArgError(field, value, f"{field}={value!r} must be a number in [{low}, {high}].", "")
     if c > n:
-        raise ValueError(f"num_classes={c} is more than num_nodes={n}; each block needs nodes.")
+        raise ArgError(("num_classes", "num_nodes"), num_classes, f"num_classes={c} is more than num_nodes={n};",
+                       "each block needs nodes.")
     if c * train_per_class + num_val + num_test > n:
-        raise ValueError(f"the split needs {c} x {train_per_class} train + {num_val} val + {num_test} test = "
-                         f"{c * train_per_class + num_val + num_test} nodes, more than num_nodes={n}; pass fewer.")
+        raise ArgError(("train_per_class", "num_val", "num_test", "num_nodes"), train_per_class,
+                       f"the split needs {c} x {train_per_class} train + {num_val} val + {num_test} test = "
+                       f"{c * train_per_class + num_val + num_test} nodes, more than num_nodes={n};", "pass fewer.")
     if train_per_class > n // c:
-        raise ValueError(f"train_per_class={train_per_class} is more than the smallest block ({n // c} nodes).")
+        raise ArgError("train_per_class", train_per_class,
+                       f"train_per_class={train_per_class} is more than the smallest block ({n // c} nodes).", "")
     return n, c, f, train_per_class, num_val, num_test, seed
 
 
@@ -67,9 +71,10 @@ def _csbm_edge_counts(rng: np.random.Generator, n: int, p_in_pairs: int, avg_deg
     p_in = float(homophily) * m / p_in_pairs if p_in_pairs else 0.0
     p_out = (1.0 - float(homophily)) * m / p_out_pairs
     if p_in > 0.5 or p_out > 0.5 or (homophily > 0 and p_in_pairs == 0):
-        raise ValueError(f"avg_degree={avg_degree} with homophily={homophily} needs edge probabilities p_in={p_in:.3g}"
-                         f", p_out={p_out:.3g}; this generator is for sparse graphs (both <= 0.5): lower avg_degree, "
-                         f"move homophily toward 1/num_classes, or add nodes.")
+        raise ArgError(("avg_degree", "homophily"), avg_degree,
+                       f"avg_degree={avg_degree} with homophily={homophily} needs edge probabilities p_in={p_in:.3g}"
+                       f", p_out={p_out:.3g}; this generator is for sparse graphs (both <= 0.5):",
+                       "lower avg_degree, move homophily toward 1/num_classes, or add nodes.")
     m_in = int(rng.binomial(p_in_pairs, p_in)) if p_in > 0 else 0
     m_out = int(rng.binomial(p_out_pairs, p_out)) if p_out > 0 else 0
     return m_in, m_out

@@ -25,6 +25,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.data.images import DataNotFoundError
 from istjax.graph.graph import from_edges
 
@@ -187,8 +188,8 @@ def save_npz(path: Union[str, os.PathLike], data: GraphData) -> pathlib.Path:
     """
     graph = data.graph
     if not (np.all(np.asarray(graph.node_mask)) and np.all(np.asarray(graph.edge_mask))):
-        raise ValueError(f"save_npz: {data.name!r} has padded nodes or edges (a False mask); save the unpadded "
-                         f"graph.")
+        raise ArgError("data", data.name, f"save_npz: {data.name!r} has padded nodes or edges (a False mask);",
+                       "save the unpadded graph.")
     path = pathlib.Path(path).expanduser()
     with open(path, "wb") as f:  # a file object, so numpy does not append ".npz" to the name
         np.savez(f, features=np.asarray(graph.nodes, np.float32), labels=np.asarray(data.labels, np.int64),

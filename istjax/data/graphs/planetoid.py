@@ -53,6 +53,7 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
+from istjax.core.errors import ArgError
 from istjax.core.streams import check_positive as _check_positive
 from istjax.data.dataset import _damaged_file
 from istjax.data.images import DataNotFoundError
@@ -353,8 +354,9 @@ def _check_planetoid_layout(directory: pathlib.Path, paths: dict[str, pathlib.Pa
     if n_train < 1:
         raise ValueError(f"{paths['y']}: has 0 rows, so the split has no training nodes. {fix}")
     if n_train + num_val > n_all:
-        raise ValueError(f"{directory}: the split needs {n_train} train + {num_val} val nodes among the {n_all} "
-                         f"rows of {p['allx']}; pass a smaller num_val (at most {n_all - n_train}).")
+        raise ArgError("num_val", num_val, f"{directory}: the split needs {n_train} train + {num_val} val nodes among "
+                                           f"the {n_all} rows of {p['allx']};",
+                       f"pass a smaller num_val (at most {n_all - n_train}).")
     # x, y are the first len(y) rows of allx, ally: the training labels the split uses come from ally.
     if (not np.array_equal(mats["y"], mats["ally"][:n_train])
             or not np.array_equal(mats["x"], mats["allx"][:n_train])):
@@ -434,8 +436,8 @@ def read_planetoid(name: str, data_dir: Union[str, os.PathLike], *, normalize_fe
       ValueError: a file that is unsafe, corrupt, or inconsistent with the others (naming it, the values, the fix).
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(f"name={name!r} must be a Planetoid dataset name such as 'cora' (letters, digits, '.', "
-                         f"'_', '-').")
+        raise ArgError("name", name, f"name={name!r} must be a Planetoid dataset name such as 'cora'",
+                       "(letters, digits, '.', '_', '-').")
     num_val = _check_positive("num_val", num_val, 0)
     directory = pathlib.Path(data_dir).expanduser()
     paths = _planetoid_paths(name, directory)
@@ -468,7 +470,8 @@ def _checksum_table(name: str, checksums: Any) -> Optional[Mapping]:
     """The `{file name or suffix: sha256}` table `fetch_planetoid` checks against (None: no checks), validated."""
     table = PLANETOID_SHA256.get(name) if checksums is _USE_TABLE else checksums
     if table is not None and not isinstance(table, Mapping):
-        raise ValueError(f"checksums must be a dict {{file name: sha256 hex}} or None, got {type(table).__name__}.")
+        raise ArgError("checksums", table, f"checksums must be a dict {{file name: sha256 hex}} or None, got "
+                                           f"{type(table).__name__}.", "")
     return table
 
 
@@ -555,9 +558,10 @@ def fetch_planetoid(
       ConnectionError: the server could not be reached or answered with an error (e.g. 404).
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(f"name={name!r} must be a Planetoid dataset name such as 'cora'.")
+        raise ArgError("name", name, f"name={name!r} must be a Planetoid dataset name such as 'cora'.", "")
     if not isinstance(base_url, str) or not base_url:
-        raise ValueError(f"base_url={base_url!r} must be a URL string such as {PLANETOID_URL!r}.")
+        raise ArgError("base_url", base_url, f"base_url={base_url!r} must be a URL string such as {PLANETOID_URL!r}.",
+                       "")
     table = _checksum_table(name, checksums)
     directory = pathlib.Path(data_dir).expanduser()
     directory.mkdir(parents=True, exist_ok=True)
