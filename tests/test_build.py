@@ -39,7 +39,7 @@ def _config(**fields):
     ({"algorithm.name": "resist"}, "model.name='mlp'", "Use --config.model.name=depth_resnet"),
     ({"model.hidden": (30,)}, "model.hidden=(30,) with num_workers=4 and sampler.name='uniform'",
      "--config.sampler.name=uniform_pad"),
-    ({"batch_size": 2000}, "batch_size=2000: larger than a worker's shard", "--config.data.sharding=shared"),
+    ({"batch_size": 2000}, "batch_size=2000: sharding='disjoint' splits", "--config.data.sharding=shared"),
     ({"eval_batch_size": 7}, "eval_batch_size=7:", "at least 256"),
     ({"sampler.groups.nope": "overlapping"}, "sampler.groups.nope='overlapping'", "its groups are ['hidden_0']"),
     ({"sampler.name": "overlapping", "sampler.min_units": 1000}, "model.hidden=(512,) with sampler.min_units=1000",

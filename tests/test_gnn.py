@@ -196,7 +196,7 @@ def test_gist_from_configs_full_graph_and_clusters(tmp_path):
     mini = istjax.train_and_evaluate(c, tmp_path / "clusters")
     assert mini["rounds"] == 4 and np.isfinite(mini["test_loss"])
     c.data.num_clusters = 601
-    with pytest.raises(config_lib.ConfigError, match="num_clusters=601: the graph has only 600 nodes"):
+    with pytest.raises(config_lib.ConfigError, match=r"data.num_clusters=601 must be in \[1, num_nodes=600\]"):
         config_lib.validate(c)
     c.data.num_clusters, c.data.clusters_per_step = 6, 7
     with pytest.raises(config_lib.ConfigError, match="data.clusters_per_step=7 exceeds num_clusters=6; use --config.data.clusters_per_step=6 or less"):

@@ -186,7 +186,7 @@ def test_validate_reports_every_problem_at_once():
     with pytest.raises(config_lib.ConfigError, match="larger than neuron group"):
         config_lib.validate(c)
     c = tiny_config(batch_size=800)  # 1437 examples / 2 workers = 718 per shard
-    with pytest.raises(config_lib.ConfigError, match=r"batch_size=800: larger than a worker's shard .* = 718"):
+    with pytest.raises(config_lib.ConfigError, match=r"batch_size=800: .* shards of 718, fewer than batch_size=800"):
         config_lib.validate(c)
     c = tiny_config()
     c.data.kwargs.test_sise = 100

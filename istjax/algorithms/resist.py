@@ -99,7 +99,8 @@ def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     model = _depth_split_module(task)
     if test_scale and model_state == "recompute":
         raise ArgError(("model_state", "test_scale"), model_state,
-                       "recomputed statistics describe the full, unscaled network, but the test-time network scales "
+                       "resist(model_state='recompute', test_scale=True): recomputed statistics describe the full, "
+                       "unscaled network, but the test-time network scales "
                        "its partitioned branches, so its BatchNorm layers would normalise with the wrong statistics "
                        "(measured: test accuracy 0.148 against 0.304 carried after 12 rounds of fmnist_resist.py).",
                        "Use model_state='carry' (the statistics of the shallow sub-networks, as the paper) or "
@@ -132,9 +133,9 @@ def _depth_split_module(task: Any):
                         f"{type(task).__name__}.")
     if task.module is None or contract.block_groups(task.module) is None:
         raise ArgError("task", type(task.module).__name__,
-                       "ResIST deals residual blocks, so it needs model.name='depth_resnet' in a config "
-                       "(istjax.models.DepthResNet in Python): its residual blocks are the neuron groups ResIST deals "
-                       "to workers.",
+                       "resist() needs a depth-split ResNet: ResIST deals residual blocks, so it needs "
+                       "model.name='depth_resnet' in a config, istjax.models.DepthResNet in Python; its residual "
+                       "blocks are the neuron groups ResIST deals to workers.",
                        "Build the task with istjax.classifier(DepthResNet(...), data).",
                        "Use --config.model.name=depth_resnet.")
     return task.module

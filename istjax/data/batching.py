@@ -142,12 +142,11 @@ def _make_plan(
         if sharding == "disjoint":
             raise ArgError(
                 "batch_size", b,
-                f"larger than a worker's shard ({n} training examples / num_workers={w} = {pool} with "
-                f"sharding='disjoint').",
-                f"Use batch_size <= {pool}, fewer workers, or sharding='shared'.",
-                f"Use --config.batch_size={pool} or less, fewer workers, or --config.data.sharding=shared.")
-        raise ArgError("batch_size", b, f"larger than the training set ({n} examples).",
-                       f"Use batch_size <= {n}.", f"Use --config.batch_size={n} or less.")
+                f"sharding='disjoint' splits {n} training examples into num_workers={w} shards of {pool}, fewer "
+                f"than batch_size={b};", "reduce num_workers or batch_size, or use sharding='shared'.",
+                f"use --config.batch_size={pool} or less, fewer workers, or --config.data.sharding=shared.")
+        raise ArgError("batch_size", b, f"the training set has {n} examples, fewer than batch_size={b};",
+                       "reduce batch_size.", f"use --config.batch_size={n} or less.")
     kb = k * b
     if pool * (kb + 1) >= 2**31:
         raise ArgError(("local_steps", "batch_size"), local_steps,

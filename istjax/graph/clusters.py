@@ -108,8 +108,8 @@ def _check_num_clusters(num_clusters: Any, n: int) -> int:
         raise ArgError("num_clusters", num_clusters,
                        f"num_clusters={num_clusters!r} must be an integer in [1, num_nodes={n}];", "pass an int.") from None
     if not 1 <= c <= n:
-        raise ArgError("num_clusters", c, f"the graph has only {n} nodes, and each cluster needs at least one;",
-                       f"use at most {n} clusters (1 <= num_clusters <= {n}).")
+        raise ArgError("num_clusters", c, f"num_clusters={c} must be in [1, num_nodes={n}] (each cluster needs at "
+                       f"least one node);", f"pass 1 <= num_clusters <= {n}.")
     return c
 
 
