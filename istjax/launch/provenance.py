@@ -18,6 +18,11 @@ from typing import Any, Optional
 __all__ = ["code_version", "machine", "PACKAGE_DIR"]
 
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[1]  # the istjax package: its repository is the code's
+# What a study writes, not code: a results file or page rewritten by an earlier study of the same session does not
+# make the code that trains the next run dirty (git pathspecs, from the repository's root).
+RESULTS_NOT_CODE = (":(top,exclude,glob)experiments/**/*.json", ":(top,exclude,glob)experiments/**/*.md",
+                    ":(top,exclude,glob)experiments/**/*.png", ":(top,exclude,glob)*.md",
+                    ":(top,exclude,glob)docs/**")
 
 
 def _git(folder: pathlib.Path, *args: str) -> Optional[str]:
@@ -33,12 +38,13 @@ def _git(folder: pathlib.Path, *args: str) -> Optional[str]:
 def code_version(folder: Optional[os.PathLike] = None) -> dict[str, Any]:
     """``{"commit": HEAD's sha or None, "clean": no tracked file differs from HEAD}`` of the git repository holding
     ``folder`` (default: the ``istjax`` package, `PACKAGE_DIR`). Outside a checkout: ``{"commit": None, "clean":
-    False}``. Untracked files do not make a tree dirty (run directories, caches); tracked edits do."""
+    False}``. Untracked files do not make a tree dirty (run directories, caches), nor edits of what studies write
+    (results files, their pages, the docs: `RESULTS_NOT_CODE`); an edit of any other tracked file does."""
     folder = pathlib.Path(folder) if folder is not None else PACKAGE_DIR
     head = _git(folder, "rev-parse", "HEAD")
     if not head:
         return {"commit": None, "clean": False}
-    status = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    status = _git(folder, "status", "--porcelain", "--untracked-files=no", "--", ".", *RESULTS_NOT_CODE)
     return {"commit": head, "clean": status == ""}
 
 
