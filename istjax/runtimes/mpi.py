@@ -68,6 +68,7 @@ import numpy as np
 
 from istjax.core import shard as shard_lib
 from istjax.core.partition import owner_counts
+from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
 from istjax.core.spec import path_str
 from istjax.core.state import TrainState, WorkerState, round_keys, summarize, worker_init
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
@@ -97,11 +98,6 @@ def rank() -> int:
 def size() -> int:
     """The number of MPI processes (1 when not launched by mpiexec)."""
     return _world().Get_size()
-
-
-def is_primary() -> bool:
-    """True on rank 0, the process that writes metrics, plots and checkpoints."""
-    return rank() == ROOT
 
 
 def abort_on_error() -> None:
@@ -224,10 +220,6 @@ class MPIRuntime:
         self.phases[name] = self.phases.get(name, 0.0) + now - t0
         return now
 
-    @property
-    def is_primary(self) -> bool:
-        return self.rank == ROOT
-
     def gather_params(self, state) -> Optional[PyTree]:
         """The full parameters on rank 0 (``None`` elsewhere); every rank must call it."""
         full = self.gather(state)
@@ -241,7 +233,7 @@ class MPIRuntime:
 
     def handle(self) -> RuntimeHandle:
         sharded = self.mode == "sharded" and self.algorithm.exchange == "subnetworks"
-        return RuntimeHandle(name="mpi", fusable=False, primary=self.is_primary, gather=self.gather,
+        return RuntimeHandle(name="mpi", fusable=False, gather=self.gather,
                              agree=self.agree, whole_state=not sharded, rank=self.rank, size=self.size,
                              allgather=self.comm.allgather, evaluate=self.evaluate)
 
