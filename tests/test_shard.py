@@ -186,8 +186,8 @@ def test_image_owner_logits_equal_the_whole_model(name):
     x = jnp.asarray(np.random.default_rng(2).normal(size=(5, 8, 8, 1)), jnp.float32)
     task = istjax.classifier(model, x[:2], num_classes=3)
     sizes = dict(task.spec.group_sizes)
-    owned = frozenset(sizes) - task.owner_whole
-    assert task.owner_evaluate is not None and task.owner_whole == frozenset(
+    owned = frozenset(sizes) - task.owner.whole
+    assert task.owner.evaluate is not None and task.owner.whole == frozenset(
         g for g in sizes if g.startswith("first_"))
     logits, full = _owners_logits(task, model, x, n, owned)
     for o in range(n):

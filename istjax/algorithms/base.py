@@ -143,7 +143,7 @@ class OwnerSide(NamedTuple):
         pieces (a reset optimizer state is built here, a carried one stamped with the round).
       collect: ``(layout, state, plan, returned, gathered, sums, first=None, shared=None, reduce=None) ->
         TrainState``: `istjax.core.shard.owner_collect` and the round's end; under ``model_state="recompute"`` the
-        statistics are recomputed from this owner's slice (`istjax.Task.owner_recompute_state`) on ``first``, every
+        statistics are recomputed from this owner's slice (`istjax.OwnerPass.recompute_state`) on ``first``, every
         worker's first batch `[W, B, ...]`, with ``reduce`` the sum across owners.
     """
 

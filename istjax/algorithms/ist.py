@@ -129,7 +129,7 @@ def _owner_side(task, optimizer, sampler, plan, disjoint, abstract_opt, params_t
                                    disjoint)
         model_state = tree["model_state"]
         if policy == "recompute" and first is not None and jax.tree.leaves(model_state):
-            model_state = task.owner_recompute_state(tree["params"], model_state, first, shared, owner=layout.owner,
+            model_state = task.owner.recompute_state(tree["params"], model_state, first, shared, owner=layout.owner,
                                                      num_owners=layout.num_owners, reduce=reduce)
         return finish_round(task, policy, state, tree["params"], model_state, tree.get("opt_state", ()),
                             round_plan.key)

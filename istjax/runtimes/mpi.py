@@ -189,7 +189,7 @@ class MPIRuntime:
         soon as its gradient is computed) or ``"one"`` (the gradients concatenated into one buffer after the whole
         backward pass); `GRADIENT_BUFFERS`.
       evaluate: sharded mode, a model with ``owner_logits`` and every neuron group held in shards: the task's
-        evaluation from this rank's part (`istjax.Task.owner_evaluate`; activations all-reduced, no weight moves);
+        evaluation from this rank's part (`istjax.core.task.OwnerPass.evaluate`; activations all-reduced, no weight moves);
         None otherwise (`RuntimeHandle.evaluate`).
       phases: set to a dict to profile the parameter-server round: seconds per phase (``batches``, ``distribute``,
         ``scatter``, ``local``, ``gather``, ``collect``, ``metrics``) are added to it, each phase waited for
@@ -610,7 +610,8 @@ def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
             f"all-to-all); the algorithm samples with {side.sampler.name!r}{also}. Build it with "
             f"istjax.ist(..., sampler=istjax.stratified(num_owners={n})) (ResIST: istjax.resist(..., "
             f"num_owners={n})), or use mode='parameter_server'.")
-    if alg.model_state_policy == "recompute" and alg.task.has_state and alg.task.owner_recompute_state is None:
+    from_slices = alg.task.owner is not None and alg.task.owner.recompute_state is not None
+    if alg.model_state_policy == "recompute" and alg.task.has_state and not from_slices:
         raise ValueError(f"mode='sharded' with model_state='recompute': recomputing the statistics is a forward pass "
                          f"of the whole merged model, which no rank holds, and {type(alg.task.module).__name__} gives "
                          f"no owner_statistics method to run it from each rank's part (istjax.core.contract; the "
@@ -671,7 +672,8 @@ def _sharded(rt: MPIRuntime):
     assemble = jax.jit(functools.partial(shard_lib.worker_assemble, layout, side.spec))
     give_back = jax.jit(functools.partial(shard_lib.worker_return, layout, side.spec))
     collect = jax.jit(functools.partial(side.collect, layout, reduce=x.allreduce_traced))
-    recompute = alg.model_state_policy == "recompute" and alg.task.owner_recompute_state is not None
+    owner = alg.task.owner
+    recompute = alg.model_state_policy == "recompute" and owner is not None and owner.recompute_state is not None
 
     def round_fn(state, batches, shared=None):
         _check_batches(batches, rt)
@@ -696,8 +698,8 @@ def _sharded(rt: MPIRuntime):
         return state, _finish(rt, traffic, metrics, rt.comm)
 
     rt.init, rt.round, rt.gather = _sharded_init(alg, layout), round_fn, _sharded_gather(alg, layout, x)
-    if alg.task.owner_evaluate is not None and set(layout.group_sizes) - layout.owned <= alg.task.owner_whole:
-        rt.evaluate = functools.partial(alg.task.owner_evaluate, owner=layout.owner, num_owners=layout.num_owners,
+    if owner is not None and owner.evaluate is not None and set(layout.group_sizes) - layout.owned <= owner.whole:
+        rt.evaluate = functools.partial(owner.evaluate, owner=layout.owner, num_owners=layout.num_owners,
                                         reduce=x.allreduce_traced)
 
 
