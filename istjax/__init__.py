@@ -48,6 +48,7 @@ from istjax.core.subnet import extract as extract
 from istjax.core.subnet import extract_tree as extract_tree
 from istjax.core.subnet import merge as merge
 from istjax.core.subnet import merge_tree as merge_tree
+from istjax.core.task import OwnerPass as OwnerPass
 from istjax.core.task import Task as Task
 from istjax.core.task import classifier as classifier
 
@@ -86,6 +87,7 @@ __all__ = [
     "Sampler",
     "SubnetSpec",
     "Task",
+    "OwnerPass",
     "TrainState",
     "WorkerState",
     "check_finite",

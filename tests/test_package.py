@@ -62,7 +62,7 @@ def test_a_registered_algorithm_is_found_by_the_driver_options():
     # The driver reads an entry's declared options from the config's sections; every option an entry declares has a
     # config value, and a runtime's options are its section's fields.
     import istjax.runtimes as runtimes
-    from istjax.launch import config as config_lib, driver
+    from istjax.launch import config as config_lib
 
     config = config_lib.default_config()
     for name, entry in ALGORITHMS.items():

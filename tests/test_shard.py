@@ -2,9 +2,10 @@
 
 N owners are simulated in a loop, the all-to-alls, all-gather and allreduce done by stacking: what the owners
 distribute and the workers assemble must be exactly `extract`'s sub-networks, and what they collect exactly `merge`'s
-result, for plain, tiled (GraphSAGE's ``[self, neighbour]``), two-group, shared and held-whole leaves. The MLP's
+result, for plain, tiled (GraphSAGE's ``[self, neighbour]``), two-group, shared and held-whole leaves.
 ``owner_logits`` (evaluation from the owners' slices, partial sums reduced) is checked against the whole model, for
-every model istjax ships.
+every model istjax ships. IST's round over the whole model (``distribute`` / ``collect``) and its owner side, both
+derived from its pieces (`istjax.algorithms.exchange`), are checked equal on every family.
 """
 
 from functools import partial
@@ -186,9 +187,109 @@ def test_image_owner_logits_equal_the_whole_model(name):
     x = jnp.asarray(np.random.default_rng(2).normal(size=(5, 8, 8, 1)), jnp.float32)
     task = istjax.classifier(model, x[:2], num_classes=3)
     sizes = dict(task.spec.group_sizes)
-    owned = frozenset(sizes) - task.owner_whole
-    assert task.owner_evaluate is not None and task.owner_whole == frozenset(
+    owned = frozenset(sizes) - task.owner.whole
+    assert task.owner.evaluate is not None and task.owner.whole == frozenset(
         g for g in sizes if g.startswith("first_"))
     logits, full = _owners_logits(task, model, x, n, owned)
     for o in range(n):
         np.testing.assert_allclose(logits[o], full, rtol=2e-5, atol=2e-5)
+
+
+# --- IST's round over the whole model and its owner side, derived from the same pieces ----------------------------
+
+N_OWNERS, W_OWNERS = 2, 4
+U = N_OWNERS * W_OWNERS  # an owned group's width: a multiple of N * W (equal shares of every owner's units)
+
+
+def _family(name):
+    """IST (ResIST) of every family, its groups dealt stratified by ``N_OWNERS`` owners, as the sharded mode runs it."""
+    import optax
+
+    from istjax.graph import from_edges
+    from istjax.graph import task as graph_task
+    from istjax.models import CNN, GCN, VGG, DepthResNet, GraphSAGE, ResNet
+
+    rng = np.random.default_rng(11)
+    graph = {"graph": from_edges(rng.normal(size=(30, 5)).astype(np.float32), rng.integers(0, 30, size=(60, 2)))}
+    images = jnp.zeros((2, 6, 6, 2))
+    tasks = {
+        "mlp, carried adam": lambda: istjax.classifier(MLP(hidden=(2 * U, 2 * U), num_classes=3), jnp.zeros((2, 6)),
+                                                       num_classes=3),
+        "cnn, running statistics": lambda: istjax.classifier(CNN(widths=(U, 2 * U), blocks=(1, 1), num_classes=3),
+                                                             images, num_classes=3),
+        "resnet": lambda: istjax.classifier(ResNet(stage_sizes=(1, 1), widths=(U, 2 * U), num_classes=3), images,
+                                            num_classes=3),
+        "vgg": lambda: istjax.classifier(VGG(features=((U,), (U,)), hidden=(U,), num_classes=3), images,
+                                         num_classes=3),
+        "resist, first blocks held whole": lambda: istjax.classifier(
+            DepthResNet(stage_sizes=(U + 1, U + 1), widths=(4, 8), num_classes=3, partition_strided=True), images,
+            num_classes=3),
+        "gcn": lambda: graph_task.node_classifier(GCN(hidden=(2 * U,), num_classes=3), graph, num_classes=3),
+        "graphsage, tiled groups": lambda: graph_task.node_classifier(
+            GraphSAGE(hidden=(U, U), num_classes=3, layer_norm=True), graph, num_classes=3),
+    }
+    task = tasks[name]()
+    common = dict(num_workers=W_OWNERS, local_steps=1)
+    if name.startswith("resist"):
+        return istjax.resist(task, optax.sgd(0.1), num_owners=N_OWNERS, **common)
+    carry = "carried adam" in name
+    return istjax.ist(task, optax.adam(1e-2) if carry else optax.sgd(0.1), sampler=stratified(N_OWNERS),
+                      optimizer_state="carry" if carry else "reset", **common)
+
+
+def _trained(tree):
+    """What local training might give back: every float leaf changed, elementwise (alike on `[W]` and `[L]` stacks)."""
+    return jax.tree.map(lambda x: x * 1.5 + 0.25 if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def _owner_round(alg, state, layouts):
+    """The round as ``len(layouts)`` owners run it from their parts of ``state`` (collectives done by stacking):
+    every owner's workers' starting states and every owner's part of the next state."""
+    pieces, side = alg.subnet, alg.owner_side
+    leaves = pieces.spec.leaves
+    parts = [jax.tree.map(lay.shard, leaves, pieces.held(state)) for lay in layouts]
+    states = [state._replace(**{"opt_state": (), **part}) for part in parts]
+    plans = [jax.jit(pieces.plan)(s) for s in states]  # every owner computes the same plan
+    outs = [jax.jit(partial(side.distribute, lay))(part, p) for lay, part, p in zip(layouts, parts, plans)]
+    started, returns = [], []
+    for d, lay in enumerate(layouts):
+        received = _stack([out for out, _ in outs], lambda x: x[d])
+        workers = jax.jit(lambda r, m, lay=lay: pieces.start(shard.worker_assemble(lay, leaves, r, m), state.round))(
+            received, outs[d][1])
+        started.append(workers)
+        returns.append(jax.jit(partial(shard.worker_return, lay, leaves))(_trained(pieces.held(workers))))
+    gathered = _stack([whole for _, whole, _ in returns])
+    sums = jax.tree.map(lambda *xs: sum(xs), *[s for _, _, s in returns])
+    collected = []
+    for o, lay in enumerate(layouts):
+        returned = _stack([back for back, _, _ in returns], lambda x: x[o])
+        collected.append(jax.jit(partial(side.collect, lay))(states[o], plans[o], returned, gathered, sums))
+    return started, collected
+
+
+@pytest.mark.parametrize("name", ["mlp, carried adam", "cnn, running statistics", "resnet", "vgg",
+                                  "resist, first blocks held whole", "gcn", "graphsage, tiled groups"])
+def test_ist_round_and_its_owner_side_agree_on_every_family(name):
+    """IST's ``distribute`` / ``collect`` (the whole model) and its owner side (N owners' parts), both derived from
+    its pieces (`istjax.algorithms.exchange`): every owner's workers start as the whole round's do (a reset
+    optimizer state built, a carried one dealt), and the owners' parts of the next state, joined, are the whole
+    round's next state."""
+    from istjax.runtimes.mpi import sharded_layout
+
+    alg = _family(name)
+    state = alg.init(jax.random.key(5))
+    workers, plan = jax.jit(alg.distribute)(state)
+    trained = workers._replace(**_trained(alg.subnet.held(workers)))
+    want = jax.jit(alg.collect)(state, trained, plan)
+    layouts = [sharded_layout(alg, N_OWNERS, o) for o in range(N_OWNERS)]
+    started, collected = _owner_round(alg, state, layouts)
+    lanes = W_OWNERS // N_OWNERS
+    for d, mine in enumerate(started):
+        jax.tree.map(lambda a, b, d=d: np.testing.assert_array_equal(a, b[d * lanes:(d + 1) * lanes]), mine, workers)
+    leaves = alg.subnet.spec.leaves
+    got = jax.tree.map(lambda s, *xs: shard.unshard(layouts[0], s, jnp.stack(xs)), leaves,
+                       *[alg.subnet.held(c) for c in collected])
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), got, alg.subnet.held(want))
+    for c in collected:
+        np.testing.assert_array_equal(jax.random.key_data(c.key), jax.random.key_data(want.key))
+        assert int(c.round) == int(want.round) == 1

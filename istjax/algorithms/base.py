@@ -17,6 +17,11 @@ whose ``init(key) -> TrainState`` and ``round(state, batches, shared=None) -> (s
     model-state policy (``"recompute"`` recomputes BatchNorm statistics on the merged model from the round's first
     batch of every worker).
 
+An algorithm that exchanges sub-networks (IST, ResIST) is stated in fewer pieces still, `SubnetPieces` (its plan,
+the tree it holds with its spec, how a worker starts, how a round finishes); its ``distribute`` and ``collect`` and
+its round over the N owners of a sharded model (`OwnerSide`) are derived from them (`istjax.algorithms.exchange`),
+with the cutting and joining of a tree, whole or by owner, from the core (`istjax.core.subnet`, `istjax.core.shard`).
+
 An algorithm also *declares* what it is, so runtimes, the driver and the accounting never dispatch on its name:
 
 ``exchange``
@@ -51,12 +56,14 @@ import optax
 from istjax.core.errors import ArgError
 from istjax.core.comm import CommBytes
 from istjax.core.partition import Sampler
-from istjax.core.state import WORKERS, TrainState, WorkerState
+from istjax.core.spec import SubnetSpec
+from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState
 from istjax.core.task import Task
 
 __all__ = [
     "Algorithm",
     "OwnerSide",
+    "SubnetPieces",
     "EXCHANGES",
     "Exchange",
     "MODEL_STATE_POLICIES",
@@ -64,6 +71,7 @@ __all__ = [
     "apply_update",
     "local_train",
     "finish_round",
+    "recompute_from",
     "check_common",
     "init_state",
     "bind",
@@ -92,32 +100,48 @@ class Exchange(str, enum.Enum):
         return repr(self.value)
 
 
-class OwnerSide(NamedTuple):
-    """An algorithm that exchanges subnetworks, as the owners of a sharded model run its round (the MPI runtime's
-    sharded mode; the owner-side arithmetic is `istjax.core.shard`). ``distribute`` and ``collect`` are the
-    algorithm's own, done by each owner on its part of the model.
+class SubnetPieces(NamedTuple):
+    """An algorithm that exchanges sub-networks, stated once as pure pieces (IST and ResIST: `istjax.ist`). What a
+    runtime runs is derived from them (`istjax.algorithms.exchange`): ``distribute`` / ``collect`` over the whole
+    model (`istjax.core.subnet` extract / merge) and the `OwnerSide` over N owners' parts (`istjax.core.shard`).
 
     Attributes:
       sampler: deals the neuron groups; the groups it stratifies by owner are held in shards.
-      spec: the `LeafSpec` tree of ``held(state)``.
-      held: ``state -> dict``, the part of a `TrainState` a round deals out and merges back (parameters, model state,
-        a carried optimizer state), full or one owner's part of it.
-      plan: ``state -> RoundPlan``, the round's next key and partition (every owner computes the same).
-      distribute: ``(layout, held, plan) -> (outbound, local)``: `istjax.core.shard.owner_distribute`.
-      start: ``(assembled, round_index) -> WorkerState``, a worker's starting state from its assembled ``held``
-        pieces (a reset optimizer state is built here, a carried one stamped with the round).
-      collect: ``(layout, state, plan, returned, gathered, sums, first=None, shared=None, reduce=None) ->
-        TrainState``: `istjax.core.shard.owner_collect` and the round's end; under ``model_state="recompute"`` the
-        statistics are recomputed from this owner's slice (`istjax.Task.owner_recompute_state`) on ``first``, every
-        worker's first batch `[W, B, ...]`, with ``reduce`` the sum across owners.
+      spec: the `SubnetSpec` of ``held``'s tree (its leaves a dict of `LeafSpec` trees).
+      held: ``state -> dict``: the part of a `TrainState` or `WorkerState` a round deals out and merges back (IST:
+        ``params``, ``model_state`` and, when it is carried, ``opt_state``), full, one owner's part, or `[W]`
+        workers' sub-networks.
+      plan: ``state -> RoundPlan``: the round's next key and partition (every owner computes the same).
+      start: ``(tree, round_index) -> WorkerState``: workers' starting states (leaves `[W]` or `[L]`) from their
+        ``held`` pieces (IST: a reset optimizer state is built here, a carried one stamped with the round). Every
+        runtime starts a worker with it, wherever the pieces arrived.
+      finish: ``(state, tree, plan, recompute=None) -> TrainState``: the next state from the merged ``held`` tree;
+        ``recompute`` is ``(params, model_state) -> model_state``, the statistics of the merged model where the
+        model-state policy asks for them (`finish_round`), None where no batches were given.
     """
 
     sampler: Sampler
-    spec: Any
-    held: Callable[[TrainState], dict]
-    plan: Callable[[TrainState], Any]
-    distribute: Callable[..., tuple[Any, Any]]
+    spec: SubnetSpec
+    held: Callable[[Any], dict]
+    plan: Callable[[TrainState], RoundPlan]
     start: Callable[[dict, jax.Array], WorkerState]
+    finish: Callable[..., TrainState]
+
+
+class OwnerSide(NamedTuple):
+    """An algorithm's round as the owners of a sharded model run it (the MPI runtime's sharded mode), derived from
+    its `SubnetPieces` (`istjax.algorithms.exchange.owner_side`): each owner cuts and joins its part of the held
+    tree with `istjax.core.shard`; a runtime puts the collectives between.
+
+    Attributes:
+      distribute: ``(layout, held, plan) -> (outbound, local)``: `istjax.core.shard.owner_distribute`.
+      collect: ``(layout, state, plan, returned, gathered, sums, first=None, shared=None, reduce=None) ->
+        TrainState``: `istjax.core.shard.owner_collect` and the pieces' ``finish``; under ``model_state="recompute"``
+        the statistics are recomputed from this owner's slice (`istjax.OwnerPass.recompute_state`) on ``first``,
+        every worker's first batch `[W, B, ...]`, with ``reduce`` the sum across owners.
+    """
+
+    distribute: Callable[..., tuple[Any, Any]]
     collect: Callable[..., TrainState]
 
 
@@ -137,6 +161,8 @@ class Algorithm:
       task, optimizer, sampler: what it was built from (``sampler`` None for algorithms without a partition).
       exchange, carries_optimizer_state, model_state_policy: declarations (module docstring).
       runtime: the `istjax.runtimes.RuntimeHandle` it runs on: process role, whole-state gather, signal agreement.
+      subnet: the pieces an algorithm that exchanges subnetworks is stated in (`SubnetPieces`; ``distribute``,
+        ``collect`` and ``owner_side`` are derived from them); None for other algorithms.
       owner_side: its round as the owners of a sharded model run it (`OwnerSide`), for algorithms that exchange
         subnetworks and can run sharded; None otherwise.
     """
@@ -158,6 +184,7 @@ class Algorithm:
     carries_optimizer_state: bool = False
     model_state_policy: str = "carry"
     runtime: Any = None
+    subnet: Optional[SubnetPieces] = None
     owner_side: Optional[OwnerSide] = None
 
     def __post_init__(self):  # the declarations are checked where they are made
@@ -207,17 +234,24 @@ def local_train(loss, optimizer: optax.GradientTransformation, worker: WorkerSta
     return jax.lax.scan(step, worker, jnp.arange(num_steps, dtype=jnp.int32))
 
 
-def finish_round(algorithm_task: Task, policy: str, state: TrainState, params, model_state, opt_state, key,
-                 batches: PyTree = None, shared: Any = None) -> TrainState:
-    """The next `TrainState` from collected pieces, after the model-state policy.
-
-    ``"recompute"`` replaces the model state by statistics of the merged model on the round's first batch of every
-    worker (`[W, B, ...]`), when the task has state and batches are given.
-    """
-    if policy == "recompute" and batches is not None and jax.tree.leaves(model_state):
-        first_NxB = jax.tree.map(lambda b: b[:, 0], batches)
-        model_state = algorithm_task.recompute_state(params, model_state, first_NxB, shared)
+def finish_round(policy: str, state: TrainState, params, model_state, opt_state, key,
+                 recompute: Optional[Callable[[PyTree, PyTree], PyTree]] = None) -> TrainState:
+    """The next `TrainState` from collected pieces, after the model-state policy: ``"recompute"`` replaces the model
+    state by ``recompute(params, model_state)``, the statistics of the merged model (`recompute_from`; from each
+    owner's slice in the sharded mode), when the task has state and ``recompute`` is given."""
+    if policy == "recompute" and recompute is not None and jax.tree.leaves(model_state):
+        model_state = recompute(params, model_state)
     return TrainState(params, model_state, opt_state, key, state.round + 1)
+
+
+def recompute_from(task: Task, batches: PyTree = None,
+                   shared: Any = None) -> Optional[Callable[[PyTree, PyTree], PyTree]]:
+    """``(params, model_state) -> model_state``: the task's statistics of a merged model on the round's first batch
+    of every worker (``batches`` leaves `[W, K, B, ...]`); None without batches or a task that cannot recompute."""
+    if batches is None or task.recompute_state is None:
+        return None
+    first_NxB = jax.tree.map(lambda b: b[:, 0], batches)
+    return lambda params, model_state: task.recompute_state(params, model_state, first_NxB, shared)
 
 
 def check_common(task: Task, num_workers, local_steps, optimizer_state: str, model_state: str) -> None:

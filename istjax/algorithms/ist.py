@@ -1,5 +1,9 @@
 """Independent Subnetwork Training as a composition of the core pieces: sample, extract, train locally, merge.
 
+IST is stated once, as `SubnetPieces` (`ist_pieces`: its plan, the tree it holds with its spec, how a worker
+starts, how a round finishes); its round over the whole model and its round over the N owners of a sharded model
+are both derived from them (`istjax.algorithms.exchange`).
+
 Yuan, Wolfe, Dun, Tang, Kyrillidis, Jermaine, "Distributed Learning of Deep Neural Networks using Independent Subnet
 Training", arXiv 1910.02120.
 """
@@ -11,19 +15,17 @@ from typing import Any, Optional, Union
 import jax
 import optax
 
-from istjax.core.errors import ArgError
-from istjax.algorithms.base import (Algorithm, OwnerSide, bind, check_common, finish_round, init_state,
+from istjax.algorithms.base import (Algorithm, SubnetPieces, bind, check_common, finish_round, init_state,
                                     local_train)
+from istjax.algorithms.exchange import subnet_algorithm
+from istjax.core.errors import ArgError
 from istjax.core import partition as partition_lib
-from istjax.core import shard
-from istjax.core.comm import ist_bytes
 from istjax.core.schedule import at_round
-from istjax.core.spec import LeafSpec
+from istjax.core.spec import SubnetSpec, spec_like_params
 from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys, worker_init
-from istjax.core.subnet import extract, extract_tree, merge, merge_tree
 from istjax.core.task import Task
 
-__all__ = ["ist"]
+__all__ = ["ist", "ist_pieces", "held_spec"]
 
 
 def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
@@ -51,89 +53,63 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     """
     check_common(task, num_workers, local_steps, optimizer_state, model_state)
     sampler = sampler or partition_lib.uniform()
-    spec, state_spec = task.spec, task.state_spec
-    if not spec.group_sizes:
-        why = task.no_groups_reason or ("Map a logical axis to a group in the rules (e.g. {'hidden_0': "
-                                        "'hidden_0'}).")
-        raise ArgError("task", type(task.module).__name__,
-                       f"the model has no neuron group, so every weight is shared and IST would train it as local "
-                       f"SGD. {why}", "Or use istjax.local_sgd.", "Or use --config.algorithm.name=local_sgd.")
-    slots = sampler.slots(spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
-    disjoint = partition_lib.disjoint_groups(sampler, spec.group_sizes)
+    _check_groups(task)
+    slots = sampler.slots(task.spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
     loss = task.train_loss(slots)
-    abstract_params = jax.eval_shape(task.init, jax.random.key(0))
-    params_treedef = jax.tree.structure(abstract_params)
     carry = optimizer_state == "carry"
-
-    def plan(state):
-        key, round_key = round_keys(state.key)
-        return RoundPlan(key, sampler.sample(round_key, spec.group_sizes, num_workers))
-
-    def distribute(state):
-        key, p = plan(state)
-        sub = extract(state.params, p, spec)
-        sub_state = extract(state.model_state, p, state_spec)
-        opt = (at_round(extract_tree(state.opt_state, params_treedef, p, spec), state.round) if carry
-               else worker_init(optimizer, sub, state.round))
-        return WorkerState(sub, sub_state, opt), RoundPlan(key, p)
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally
         del axis_name, reduce
         return local_train(loss, optimizer, worker, batches_K, shared)
 
-    def collect(state, workers, plan, batches=None, shared=None):
-        p = plan.partition
-        params = merge(state.params, workers.params, p, spec, disjoint=disjoint)
-        model_state = merge(state.model_state, workers.model_state, p, state_spec, disjoint=disjoint)
-        opt_state = (merge_tree(state.opt_state, workers.opt_state, params_treedef, p, spec, disjoint=disjoint)
-                     if carry else ())
-        return finish_round(task, model_state_policy, state, params, model_state, opt_state, plan.key, batches, shared)
-
-    model_state_policy = model_state
-    abstract_opt = jax.eval_shape(optimizer.init, abstract_params) if carry else ()
-    abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
-    comm = ist_bytes(abstract_params, abstract_opt, params_treedef, spec, slots, abstract_state, state_spec)
-    owner_side = _owner_side(task, optimizer, sampler, plan, disjoint, abstract_opt, params_treedef, carry,
-                             model_state)
-    algorithm = Algorithm(init=init_state(task, optimizer, carry), round=None, distribute=distribute, local=local,
-                          collect=collect, name="ist", num_workers=num_workers, local_steps=local_steps, comm=comm,
-                          task=task, optimizer=optimizer, sampler=sampler, exchange="subnetworks",
-                          carries_optimizer_state=carry, model_state_policy=model_state, owner_side=owner_side)
+    pieces = ist_pieces(task, optimizer, sampler, num_workers, carry=carry, model_state=model_state)
+    algorithm = subnet_algorithm(task, pieces, init=init_state(task, optimizer, carry), num_workers=num_workers,
+                                 local=local, name="ist", local_steps=local_steps, optimizer=optimizer,
+                                 carries_optimizer_state=carry, model_state_policy=model_state)
     return bind(algorithm, backend, **backend_options)
 
 
-def _owner_side(task, optimizer, sampler, plan, disjoint, abstract_opt, params_treedef, carry, policy) -> OwnerSide:
-    """IST's round as the owners of a sharded model run it: the same plan, extract and merge, on each owner's part
-    (`istjax.core.shard`); a carried optimizer state is held and dealt like the parameters it belongs to."""
+def _check_groups(task: Task) -> None:
+    """An `istjax.ArgError` naming the fix when the task's spec has no neuron group to deal."""
+    if not task.spec.group_sizes:
+        why = task.no_groups_reason or ("Map a logical axis to a group in the rules (e.g. {'hidden_0': "
+                                        "'hidden_0'}).")
+        raise ArgError("task", type(task.module).__name__,
+                       f"the model has no neuron group, so every weight is shared and IST would train it as local "
+                       f"SGD. {why}", "Or use istjax.local_sgd.", "Or use --config.algorithm.name=local_sgd.")
 
-    def params_like(t):
-        return jax.tree.structure(t) == params_treedef
 
-    opt_spec = jax.tree.map(lambda t: task.spec.leaves if params_like(t) else LeafSpec((None,) * len(t.shape)),
-                            abstract_opt, is_leaf=params_like)
-    spec_tree = {"params": task.spec.leaves, "model_state": task.state_spec.leaves,
-                 **({"opt_state": opt_spec} if carry else {})}
+def held_spec(task: Task, optimizer: optax.GradientTransformation, carry: bool) -> SubnetSpec:
+    """The spec of the tree IST holds: the parameters', the model state's and, when it is carried, the optimizer
+    state's (its parameter-shaped parts cut like the parameters, `istjax.core.spec.spec_like_params`)."""
+    leaves = {"params": task.spec.leaves, "model_state": task.state_spec.leaves}
+    if carry:
+        abstract_opt = jax.eval_shape(optimizer.init, jax.eval_shape(task.init, jax.random.key(0)))
+        leaves["opt_state"] = spec_like_params(abstract_opt, task.spec)
+    return SubnetSpec(leaves, dict(task.spec.group_sizes))
 
-    def held(state):
-        return {"params": state.params, "model_state": state.model_state,
-                **({"opt_state": state.opt_state} if carry else {})}
 
-    def distribute(layout, tree, round_plan):
-        return shard.owner_distribute(layout, spec_tree, tree, round_plan.partition)
+def ist_pieces(task: Task, optimizer: optax.GradientTransformation, sampler: partition_lib.Sampler,
+               num_workers: int, *, carry: bool, model_state: str) -> SubnetPieces:
+    """IST as `SubnetPieces`: a fresh partition of every neuron group each round; the parameters, the model state
+    and a carried optimizer state dealt with it; a worker's optimizer state reset (``optimizer.init``) or carried,
+    stamped with the round either way; the model-state policy at the end of the round."""
+    fields = ("params", "model_state") + (("opt_state",) if carry else ())
+
+    def held(x):  # a TrainState or a WorkerState
+        return {f: getattr(x, f) for f in fields}
+
+    def plan(state):
+        key, round_key = round_keys(state.key)
+        return RoundPlan(key, sampler.sample(round_key, task.spec.group_sizes, num_workers))
 
     def start(tree, round_index):
         opt = (at_round(tree["opt_state"], round_index) if carry
                else worker_init(optimizer, tree["params"], round_index))
         return WorkerState(tree["params"], tree["model_state"], opt)
 
-    def collect(layout, state, round_plan, returned, gathered, sums, first=None, shared=None, reduce=None):
-        tree = shard.owner_collect(layout, spec_tree, held(state), round_plan.partition, returned, gathered, sums,
-                                   disjoint)
-        model_state = tree["model_state"]
-        if policy == "recompute" and first is not None and jax.tree.leaves(model_state):
-            model_state = task.owner_recompute_state(tree["params"], model_state, first, shared, owner=layout.owner,
-                                                     num_owners=layout.num_owners, reduce=reduce)
-        return finish_round(task, policy, state, tree["params"], model_state, tree.get("opt_state", ()),
-                            round_plan.key)
+    def finish(state, tree, round_plan, recompute=None):
+        return finish_round(model_state, state, tree["params"], tree["model_state"], tree.get("opt_state", ()),
+                            round_plan.key, recompute)
 
-    return OwnerSide(sampler, spec_tree, held, plan, distribute, start, collect)
+    return SubnetPieces(sampler, held_spec(task, optimizer, carry), held, plan, start, finish)

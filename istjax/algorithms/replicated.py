@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.algorithms.base import Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train
+from istjax.algorithms.base import (Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train,
+                                    recompute_from)
 from istjax.core.comm import replicated_bytes
 from istjax.core.schedule import at_round
 from istjax.core.state import (WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, round_keys,
@@ -67,8 +68,8 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
     def collect(state, workers, plan, batches=None, shared=None):
         first = first_worker(workers)  # params and optimizer states agree by construction
         model_state = worker_mean(workers.model_state, like=state.model_state)
-        return finish_round(task, model_state_policy, state, first.params, model_state, first.opt_state, plan.key,
-                            batches, shared)
+        return finish_round(model_state_policy, state, first.params, model_state, first.opt_state, plan.key,
+                            recompute_from(task, batches, shared))
 
     model_state_policy = model_state
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
@@ -103,9 +104,9 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
 
     def collect(state, workers, plan, batches=None, shared=None):
         opt_state = worker_mean(workers.opt_state, like=state.opt_state) if carry else ()
-        return finish_round(task, model_state_policy, state, worker_mean(workers.params, like=state.params),
-                            worker_mean(workers.model_state, like=state.model_state), opt_state, plan.key, batches,
-                            shared)
+        return finish_round(model_state_policy, state, worker_mean(workers.params, like=state.params),
+                            worker_mean(workers.model_state, like=state.model_state), opt_state, plan.key,
+                            recompute_from(task, batches, shared))
 
     model_state_policy = model_state
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))

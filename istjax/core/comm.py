@@ -12,7 +12,7 @@ the buffers it actually moves and reports them beside these.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from istjax.core.spec import SubnetSpec
 from istjax.core.subnet import subnet_shapes
 
-__all__ = ["CommBytes", "ist_bytes", "replicated_bytes", "tree_bytes"]
+__all__ = ["CommBytes", "subnet_bytes", "replicated_bytes", "tree_bytes"]
 
 PyTree = Any
 
@@ -37,26 +37,12 @@ def tree_bytes(tree: PyTree) -> int:
     return int(sum(math.prod(np.shape(x)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
 
 
-def _sub_bytes(params: PyTree, spec: SubnetSpec, slots) -> int:
-    shapes = subnet_shapes(params, spec, slots)
-    return int(sum(math.prod(s) * np.dtype(x.dtype).itemsize
-                   for s, x in zip(jax.tree.leaves(shapes, is_leaf=lambda t: isinstance(t, tuple)),
-                                   jax.tree.leaves(params))))
-
-
-def ist_bytes(params: PyTree, opt_state: PyTree, params_treedef, spec: SubnetSpec, slots,
-              model_state: PyTree = None, state_spec: Optional[SubnetSpec] = None) -> CommBytes:
-    """Per-worker bytes of one IST round: the sub-network and its model state (e.g. a worker's slice of the
-    BatchNorm statistics), plus every params-shaped part of a carried optimizer state."""
-    per_tree = _sub_bytes(params, spec, slots)
-    total = per_tree
-    if model_state is not None and jax.tree.leaves(model_state):
-        total += _sub_bytes(model_state, state_spec, slots)
-    for t in jax.tree.leaves(opt_state, is_leaf=lambda t: jax.tree.structure(t) == params_treedef):
-        if jax.tree.structure(t) == params_treedef:
-            total += _sub_bytes(t, spec, slots)
-        else:
-            total += tree_bytes(t)
+def subnet_bytes(tree: PyTree, spec: SubnetSpec, slots) -> CommBytes:
+    """Per-worker bytes of one round of an algorithm exchanging sub-networks: one worker's part of ``tree``, the tree
+    the algorithm holds and deals (IST: the parameters, the model state such as BatchNorm statistics, a carried
+    optimizer state), whose ``spec`` says which axes narrow to ``slots`` units per group; shared leaves whole."""
+    shapes = jax.tree.structure(tree).flatten_up_to(subnet_shapes(tree, spec, slots))  # one shape per leaf of tree
+    total = int(sum(math.prod(s) * np.dtype(x.dtype).itemsize for s, x in zip(shapes, jax.tree.leaves(tree))))
     return CommBytes(total, total)
 
 

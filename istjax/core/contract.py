@@ -37,9 +37,9 @@ Optional (`OPTIONAL`):
     the full network's test-time logits computed by ``num_owners`` processes that each hold slice ``owner`` of every
     neuron group (`istjax.core.shard.Layout`, every group owned), exchanging only activations: ``reduce`` sums a
     partial result across them (a partitioned sum's partial sums). The MPI runtime's sharded mode then evaluates
-    without gathering the model (`istjax.models.MLP`, `GCN` and `GraphSAGE` provide it; ``shared`` is the round's
-    shared input, a graph model's graph). Every image model provides it too: `istjax.models.CNN`, `ResNet`,
-    `PreActResNet` and `VGG` through `istjax.models.owner_forward` (each conv's partial sums over input channels
+    without gathering the model (``shared`` is the round's shared input, a graph model's graph). Every model istjax
+    ships provides it: `istjax.models.MLP`, `GCN`, `GraphSAGE`, `CNN`, `ResNet`, `PreActResNet` and `VGG` through
+    `istjax.models.owner_forward` (their own ``__call__``, each dense and conv layer's partial sums over input units
     reduced), `DepthResNet` by running each owner's residual blocks in turn.
 ``owner_statistics(variables, x, shared=None, *, owner, num_owners, reduce) -> {collection: tree}``
     this owner's slice of the statistics a training-mode pass over ``x`` leaves (``batch_stats``), computed like

@@ -28,7 +28,7 @@ Who holds what. A neuron group is *owned* when the sampler deals it stratified b
 * *shared* when no axis is partitioned: every owner holds it; it becomes the mean of the workers' copies.
 
 The exchanged tree is any dict of trees with a spec tree of `istjax.core.spec.LeafSpec` (parameters, model state, a
-carried optimizer state: `istjax.algorithms.base.OwnerSide`).
+carried optimizer state: `istjax.algorithms.base.SubnetPieces`).
 """
 
 from __future__ import annotations

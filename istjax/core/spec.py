@@ -41,6 +41,7 @@ __all__ = [
     "spec_from_logical",
     "spec_from_table",
     "spec_for_state",
+    "spec_like_params",
     "tile_positions",
     "path_str",
 ]
@@ -308,6 +309,19 @@ def spec_for_state(state: PyTree, params_spec: SubnetSpec, rules: Optional[Mappi
             raise ValueError(f"model state indexes neuron group {g!r} with {n} units but the parameters have "
                              f"{params_spec.group_sizes[g]}; name the state's axes after the right group.")
     return SubnetSpec(spec.leaves, dict(params_spec.group_sizes))
+
+
+def spec_like_params(tree: PyTree, params_spec: SubnetSpec) -> PyTree:
+    """The `LeafSpec` tree of ``tree`` (an optimizer state) in which every subtree shaped like the parameters (Adam's
+    ``mu`` and ``nu``) is partitioned like them and every other leaf (a step count) is shared: how a carried
+    optimizer state is cut and joined with the parameters it belongs to. ``tree``'s leaves may be abstract."""
+    params_treedef = jax.tree.structure(params_spec.leaves)
+
+    def params_like(t) -> bool:
+        return jax.tree.structure(t) == params_treedef
+
+    return jax.tree.map(lambda t: params_spec.leaves if params_like(t) else LeafSpec((None,) * len(np.shape(t))),
+                        tree, is_leaf=params_like)
 
 
 def _unknown_name(name, path, rules):

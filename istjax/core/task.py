@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import flax.linen as nn
 import jax
@@ -35,7 +35,8 @@ from istjax.core import contract, model_checks
 from istjax.core.errors import ArgError
 from istjax.core.spec import SubnetSpec, spec_for_state, spec_from_logical
 
-__all__ = ["Task", "check_evaluation", "classifier", "example_and_classes", "is_dataset", "stateless", "EMPTY_SPEC",
+__all__ = ["Task", "OwnerPass", "check_evaluation", "classifier", "example_and_classes", "is_dataset", "stateless",
+           "EMPTY_SPEC",
            "MIN_BATCH_STATISTICS_EVAL", "MIN_BATCH_STATISTICS_SPLIT"]
 
 # The smallest evaluation batch for a model that normalises with batch statistics at test time. Measured on the IST
@@ -73,6 +74,26 @@ def stateless(loss: LossFn) -> TrainLoss:
     return train_loss
 
 
+class OwnerPass(NamedTuple):
+    """A task's network run by ``num_owners`` processes that each hold slice ``owner`` of it
+    (`istjax.core.shard.Layout`), exchanging activations only: ``reduce`` sums a partial result across them.
+
+    Attributes:
+      evaluate: ``(params, model_state, batch, shared=None, *, owner, num_owners, reduce) -> (loss, aux)``,
+        `Task.evaluate` from this owner's slice of the parameters and model state (every owner gets the same
+        result); None when the module gives no ``owner_logits``.
+      recompute_state: ``(params, model_state, batches [N, B, ...], shared=None, *, owner, num_owners, reduce) ->
+        model_state``, `Task.recompute_state` from this owner's slice, returning that owner's slice; None when the
+        module gives no ``owner_statistics``.
+      whole: the neuron groups whose leaves ``evaluate`` takes whole on every owner (the module's
+        ``owner_whole_groups()``); every other group must be held in shards.
+    """
+
+    evaluate: Optional[Callable[..., tuple[jax.Array, dict]]] = None
+    recompute_state: Optional[Callable[..., PyTree]] = None
+    whole: frozenset = frozenset()
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     """What an algorithm needs to know about a network (see the module docstring).
@@ -92,13 +113,8 @@ class Task:
         normalises with the statistics of the batch it is given at test time (a smaller batch, let alone one
         example, gives another and worse model), else 1. Such a model's ``evaluate`` refuses batches under
         `MIN_BATCH_STATISTICS_SPLIT`; a whole split between the two is evaluated as one batch.
-      owner_evaluate: ``evaluate`` from one owner's slice of the parameters and model state, given ``owner``,
-        ``num_owners`` and ``reduce`` (a sum across the owners), for a module with ``owner_logits``
-        (`istjax.core.contract`); None otherwise. Every owner gets the same result.
-      owner_recompute_state: ``recompute_state`` from one owner's slice (same extra arguments as
-        ``owner_evaluate``), for a module with ``owner_statistics``; None otherwise. Returns that owner's slice.
-      owner_whole: the neuron groups whose leaves ``owner_evaluate`` takes whole on every owner (the module's
-        ``owner_whole_groups()``); every other group must be held in shards.
+      owner: the network run from one owner's slice of it (`OwnerPass`, the MPI runtime's sharded mode), for a
+        module with ``owner_logits`` or ``owner_statistics`` (`istjax.core.contract`); None otherwise.
     """
 
     init: Callable[[jax.Array], PyTree]
@@ -112,9 +128,7 @@ class Task:
     module: Any = None  # the Flax module `classifier` built the task from (None for hand-written tasks)
     example_x: Any = None  # its example input (shape and dtype), so a family can rebuild the task around the module
     num_classes: Optional[int] = None  # the data's classes `classifier` checked the module's output against
-    owner_evaluate: Optional[Callable[..., tuple[jax.Array, dict]]] = None
-    owner_recompute_state: Optional[Callable[..., PyTree]] = None
-    owner_whole: frozenset = frozenset()  # groups owner_evaluate accepts held whole by every owner, not sharded
+    owner: Optional[OwnerPass] = None
     no_groups_reason: str = ""  # why the spec has no neuron group, when it has none (for IST's refusal)
 
     @classmethod
@@ -157,29 +171,29 @@ def scores(logits_NxC: jax.Array, labels_N: jax.Array) -> tuple[jax.Array, dict]
     return loss, {"accuracy": accuracy}
 
 
-def _owner_pieces(eval_model: nn.Module, fresh: Optional[nn.Module]) -> dict:
-    """The task's sharded-mode pieces from the module's owner methods (`istjax.core.contract`): ``owner_evaluate``
-    (test-time scores from an owner's slice) and ``owner_recompute_state`` (recomputed statistics from an owner's
-    slice; ``fresh`` is the module with momentum 0, None when its statistics cannot be recomputed)."""
-    pieces = {"owner_whole": frozenset(contract.owner_whole_groups(eval_model))}
+def _owner_pass(eval_model: nn.Module, fresh: Optional[nn.Module]) -> Optional[OwnerPass]:
+    """The task's `OwnerPass` from the module's owner methods (`istjax.core.contract`), None when it has neither:
+    test-time scores from ``owner_logits`` and statistics recomputed from ``owner_statistics`` of ``fresh`` (the
+    module with momentum 0, None when its statistics cannot be recomputed)."""
     owner_logits = contract.owner_logits(eval_model)
-    if owner_logits is not None:
-        def owner_evaluate(params, model_state, batch, shared=None, *, owner, num_owners, reduce):
-            logits = owner_logits({"params": params, **model_state}, batch["x"], shared, owner=owner,
-                                  num_owners=num_owners, reduce=reduce)
-            return scores(logits, batch["y"])
-
-        pieces["owner_evaluate"] = owner_evaluate
     statistics = None if fresh is None else contract.owner_statistics(fresh)
-    if statistics is not None:
-        def owner_recompute_state(params, model_state, batches_NxB, shared=None, *, owner, num_owners, reduce):
-            xs = jax.tree.leaves(batches_NxB["x"])
-            per_batch = [statistics({"params": params, **model_state}, batches_NxB["x"][i], shared, owner=owner,
-                                    num_owners=num_owners, reduce=reduce) for i in range(xs[0].shape[0])]
-            return jax.tree.map(lambda *s: jnp.mean(jnp.stack(s), axis=0), *per_batch)
+    if owner_logits is None and statistics is None:
+        return None
 
-        pieces["owner_recompute_state"] = owner_recompute_state
-    return pieces
+    def evaluate(params, model_state, batch, shared=None, *, owner, num_owners, reduce):
+        logits = owner_logits({"params": params, **model_state}, batch["x"], shared, owner=owner,
+                              num_owners=num_owners, reduce=reduce)
+        return scores(logits, batch["y"])
+
+    def recompute_state(params, model_state, batches_NxB, shared=None, *, owner, num_owners, reduce):
+        xs = jax.tree.leaves(batches_NxB["x"])
+        per_batch = [statistics({"params": params, **model_state}, batches_NxB["x"][i], shared, owner=owner,
+                                num_owners=num_owners, reduce=reduce) for i in range(xs[0].shape[0])]
+        return jax.tree.map(lambda *s: jnp.mean(jnp.stack(s), axis=0), *per_batch)
+
+    return OwnerPass(evaluate if owner_logits is not None else None,
+                     recompute_state if statistics is not None else None,
+                     frozenset(contract.owner_whole_groups(eval_model)))
 
 
 def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...]) -> Callable:
@@ -359,7 +373,7 @@ def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]
     recompute_state = None if fresh is None else _recomputer(call, fresh, collections)
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
-                example_x=example_x, num_classes=num_classes, **_owner_pieces(eval_model, fresh),
+                example_x=example_x, num_classes=num_classes, owner=_owner_pass(eval_model, fresh),
                 no_groups_reason="" if spec.group_sizes else model_checks.no_groups_reason(model, abstract["params"],
                                                                                             rules))
 

@@ -322,10 +322,6 @@ class Run:
     restored_from: Optional[pathlib.Path] = None  # the checkpoint the run resumed from
     lock: Optional[WorkdirLock] = None  # the workdir's lock, held by the writing process (istjax.launch.lock)
 
-    @property
-    def primary(self) -> bool:
-        return self.algorithm.runtime.primary
-
     def save(self, state: TrainState) -> None:
         """Checkpoints the state: the whole state on the primary process, or every rank's shard where the runtime
         keeps the state sharded (no rank gathers the model). Every process must call this."""
@@ -378,7 +374,7 @@ def _start_run(experiment: Experiment, workdir: pathlib.Path, refusal: Optional[
         raise refusal or ConfigError([f"workdir={str(workdir)!r}: the primary process refused it."])
     config_dict = config_lib.to_dict(config)
     _prepare_workdir(workdir, config_dict, resume=resume, overwrite=overwrite, primary=is_primary())
-    primary = algorithm.runtime.primary
+    primary = is_primary()
 
     def log(msg: str) -> None:
         if primary:
@@ -407,7 +403,7 @@ def _checkpointer(directory: pathlib.Path, runtime, max_to_keep: int):
     """The whole state, written by the primary process; or, for a runtime that keeps the state sharded, every
     rank's shard, committed when all have written (`istjax.launch.checkpoint.ShardedCheckpointer`)."""
     if runtime.whole_state:
-        return Checkpointer(directory, max_to_keep=max_to_keep, enabled=runtime.primary)
+        return Checkpointer(directory, max_to_keep=max_to_keep, enabled=is_primary())
     return ShardedCheckpointer(directory, rank=runtime.rank, size=runtime.size, max_to_keep=max_to_keep,
                                agree_all=lambda ok: runtime.agree(0 if ok else 1) == 0)
 
@@ -511,7 +507,7 @@ def _evaluated(run: Run, state: TrainState, evaluate) -> Optional[dict]:
     handle = run.algorithm.runtime
     if handle.evaluate is not None:
         results = evaluate(state)  # collective: the partial sums are reduced across the processes
-        return results if handle.primary else None
+        return results if is_primary() else None
     whole = handle.gather(state)
     return None if whole is None else evaluate(whole)
 
@@ -537,9 +533,9 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
 
     c, alg = run.config, run.algorithm
     start, n, w = int(jax.device_get(state.round)), int(c.num_rounds), int(c.num_workers)
-    writer = MetricWriter(run.workdir, enabled=run.primary, purge_step=start + 1 if start else None)
+    writer = MetricWriter(run.workdir, enabled=is_primary(), purge_step=start + 1 if start else None)
     bar = tqdm(total=n, initial=start, unit="round", dynamic_ncols=True, file=sys.stderr,
-               disable=not (run.primary and c.progress), desc=f"{alg.name} W={w}")
+               disable=not (is_primary() and c.progress), desc=f"{alg.name} W={w}")
     inputs = step_inputs(run)
     try:
         with _stop_on_signals(run.log) as stop:
@@ -592,10 +588,10 @@ def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: in
     """Evaluates a run that had nothing left to train, writes and prints the summary (step 5)."""
     # The same decision on every process, since evaluating is collective under MPI.
     results = _evaluated(run, state, evaluate) if start >= int(run.config.num_rounds) else None
-    if run.primary and results is not None:
+    if is_primary() and results is not None:
         records.append({"round": start, **results})
     peak_rss = run.algorithm.runtime.allgather(peak_rss_mib())  # collective: every process, in rank order
-    if not run.primary:
+    if not is_primary():
         return {"workdir": str(run.workdir), "rounds": max(start, int(run.config.num_rounds)), "primary": False}
     summary = _summary(run.config, run.algorithm, records, run.workdir, compile_time=run.compile_time,
                        wall=run.wall, bytes_total=run.bytes_total)
@@ -678,7 +674,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
         state = initial_state(run, resume=resume)
         start = int(jax.device_get(state.round))
         records: list[dict] = []
-        if run.primary:
+        if is_primary():
             truncate_metrics(run.workdir / "metrics.jsonl", start)
             if (run.workdir / "metrics.jsonl").exists():
                 records = read_metrics(run.workdir / "metrics.jsonl")

@@ -17,7 +17,8 @@ The schema of a record (`RECORD_FIELDS` always present; others may be added)::
     bytes_total                bytes moved so far by all workers, both directions
     algorithm, num_workers     what produced it
 
-Only the primary process writes (`is_primary`): under ``mpiexec`` every rank runs the driver, rank 0 records.
+Only the primary process writes (`istjax.core.process.is_primary`, the one answer to which process that is): under
+``mpiexec`` every rank runs the driver, rank 0 records.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ import os
 import pathlib
 from typing import Any, Optional
 
-__all__ = ["RECORD_FIELDS", "is_primary", "process_index", "MetricWriter", "read_metrics", "truncate_metrics",
+from istjax.core.process import is_primary as is_primary
+from istjax.core.process import process_count as process_count
+from istjax.core.process import process_index as process_index
+
+__all__ = ["RECORD_FIELDS", "is_primary", "process_count", "process_index", "MetricWriter", "read_metrics", "truncate_metrics",
            "write_atomic"]
 
 RECORD_FIELDS = ("round", "step", "samples_seen", "wall_time_s", "train_loss", "train_accuracy", "test_loss",
                  "test_accuracy", "round_loss", "bytes_sent_per_worker", "bytes_received_per_worker", "bytes_total",
                  "algorithm", "num_workers")
-
-_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
 
 def format_bytes(n: Optional[float]) -> str:
@@ -60,31 +63,6 @@ def format_mean_std(mean: Optional[float], std: Optional[float], n: int, digits:
     return f"{mean:.{digits}f} ± {std:.{digits}f} ({seeds})"
 
 
-def _launcher_int(names: tuple[str, ...], default: int) -> int:
-    """The first of the launcher's environment variables ``names`` that holds an integer, else ``default``."""
-    for var in names:
-        value = os.environ.get(var)
-        if value not in (None, ""):
-            try:
-                return int(value)
-            except ValueError:
-                continue
-    return default
-
-
-def process_index() -> int:
-    """This process's MPI rank when launched under ``mpiexec`` (Open MPI, MPICH/Hydra, PMIx), else 0."""
-    return _launcher_int(_RANK_VARS, 0)
-
-
-_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
-
-
-def process_count() -> int:
-    """The number of MPI processes when launched under ``mpiexec`` (read from the launcher's environment), else 1."""
-    return _launcher_int(_SIZE_VARS, 1)
-
-
 def write_atomic(path: pathlib.Path, text: str) -> None:
     """Writes ``text`` to ``path`` through a temporary file and a rename, so a reader (another rank of an MPI run
     checking the workdir while the primary writes it) sees the old file or the new one whole, never a part."""
@@ -100,11 +78,6 @@ def peak_rss_mib() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
-
-
-def is_primary() -> bool:
-    """True in the process that writes files: MPI rank 0, or the only process."""
-    return process_index() == 0
 
 
 def _jsonable(v: Any) -> Any:

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from istjax.core.errors import ArgError
+import istjax.models.owner_forward as owner_forward
 from istjax.graph import ops
 from istjax.graph.graph import Graph
 
@@ -138,36 +139,10 @@ class _GNN(nn.Module):
         logits = self.propagate(graph, train)
         return logits[x_B.astype(jnp.int32)]
 
-    def owner_logits(self, variables, x_B: jax.Array, shared: Any = None, *, owner, num_owners: int,
-                     reduce) -> jax.Array:
-        """The test-time logits of batch ``x_B``'s nodes from ``num_owners`` processes that each hold slice
-        ``owner`` of every hidden layer's features (`istjax.core.shard.Layout`; `istjax.core.contract`), equal to
-        ``apply`` up to summation order.
-
-        Layer 0 gives an owner its features whole. A later layer's pre-activations sum over the previous layer's
-        features, so each owner multiplies its features by its rows and ``reduce`` sums the partial products
-        across the owners (``[nodes, H]``, an activation); each owner keeps its features of the sum. Propagation
-        over the graph acts on each feature alone, so it runs on an owner's features; LayerNorm's mean and variance
-        over all features are two reduced partial sums.
-        """
-        logits = self._owner_propagate(variables["params"], _graph_of(shared), owner, num_owners, reduce)
-        return logits[x_B.astype(jnp.int32)]
-
-    def _owner_act(self, z: jax.Array, width: int, reduce) -> jax.Array:
-        """`_act` on an owner's ``z`` of a ``width``-feature layer: LayerNorm's statistics reduced across owners."""
-        if self.layer_norm:  # flax LayerNorm without affine parameters: E[z^2] - E[z]^2, epsilon 1e-6
-            mean = reduce(jnp.sum(z, axis=-1, keepdims=True)) / width
-            var = jnp.maximum(reduce(jnp.sum(z * z, axis=-1, keepdims=True)) / width - mean * mean, 0.0)
-            z = (z - mean) * jax.lax.rsqrt(var + 1e-6)
-        return nn.relu(z)
-
-    def _owner_layer(self, h: jax.Array, kernel: jax.Array, i: int, owner, num_owners: int, reduce) -> jax.Array:
-        """Layer ``i``'s pre-activations of this owner's features: whole for the first layer, else its slice of
-        the partial products summed across owners."""
-        if i == 0:
-            return h @ kernel
-        share = self.hidden[i] // num_owners
-        return jax.lax.dynamic_slice_in_dim(reduce(h @ kernel), owner * share, share, axis=1)
+    # Evaluation from an owner's slice of every hidden layer's features (the sharded MPI mode): this module's own
+    # __call__ with each dense layer's partial sums reduced and LayerNorm's statistics summed across the owners
+    # (`istjax.models.owner_forward`); propagation over the graph acts on each feature alone.
+    owner_logits = owner_forward.owner_logits_method
 
 
 class GCN(_GNN):
@@ -188,16 +163,6 @@ class GCN(_GNN):
             h = self._drop(self._act(h), train)
             names_in = f"hidden_{i}"
         return ops.gcn_propagate(graph, _dense(self.num_classes, (names_in, "classes"), "output")(h), weights)
-
-    def _owner_propagate(self, params, graph: Graph, owner, num_owners: int, reduce) -> jax.Array:
-        weights = ops.gcn_weights(graph)
-        h = graph.nodes
-        for i, width in enumerate(self.hidden):
-            layer = params[f"layer_{i}"]
-            z = self._owner_layer(h, layer["kernel"], i, owner, num_owners, reduce) + layer["bias"][None, :]
-            h = self._owner_act(ops.gcn_propagate(graph, z, weights), width, reduce)
-        out = params["output"]
-        return ops.gcn_propagate(graph, reduce(h @ out["kernel"]) + out["bias"][None, :], weights)
 
 
 class GraphSAGE(_GNN):
@@ -221,17 +186,3 @@ class GraphSAGE(_GNN):
             names_in = f"hidden_{i}_pair"
         pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
         return _dense(self.num_classes, (names_in, "classes"), "output")(pair)
-
-    def _owner_propagate(self, params, graph: Graph, owner, num_owners: int, reduce) -> jax.Array:
-        """An owner's ``[self, mean of neighbours]`` holds its features in each tile, in the order its rows of the
-        next kernel hold them (the tiled group's slice, `istjax.core.shard.Layout.shard`)."""
-        weights = ops.mean_weights(graph)
-        h = graph.nodes
-        for i, width in enumerate(self.hidden):
-            layer = params[f"layer_{i}"]
-            pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
-            z = self._owner_layer(pair, layer["kernel"], i, owner, num_owners, reduce) + layer["bias"][None, :]
-            h = self._owner_act(z, width, reduce)
-        pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
-        out = params["output"]
-        return reduce(pair @ out["kernel"]) + out["bias"][None, :]

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 import istjax.models.layers as layers
+import istjax.models.owner_forward as owner_forward
 
 
 def batch_norm(x_BxH: jax.Array, scale_H=None, bias_H=None, eps: float = 1e-5) -> jax.Array:
@@ -80,39 +81,10 @@ class MLP(nn.Module):
         """This module at the widths of one worker's sub-network (``units["hidden_i"]`` units in layer i)."""
         return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))
 
-    def owner_logits(self, variables, x_BxD: jax.Array, shared=None, *, owner, num_owners: int,
-                     reduce) -> jax.Array:
-        """The test-time logits of the full network, computed by ``num_owners`` processes that each hold slice
-        ``owner`` of every hidden layer's units (`istjax.core.shard.Layout`: ``dense_0`` by its columns, every later
-        kernel by its rows, a hidden layer's biases and BatchNorm parameters by its units); equal to ``apply`` on
-        the whole parameters up to summation order.
-
-        Layer 0 gives this owner's units whole. A later layer's pre-activations are a sum over the previous layer's
-        units, so each owner multiplies its units by its rows and ``reduce`` sums the partial products across the
-        owners (`[B, H]`, an activation, not a weight); each owner keeps its units of the sum. BatchNorm with batch
-        statistics is per unit, so it runs on an owner's units alone.
-        """
-        del shared  # the MLP reads no shared input
-        params = variables["params"]
-        x = x_BxD.reshape(x_BxD.shape[0], -1)
-        h = x
-        for i, width in enumerate(self.hidden):
-            dense = params[f"dense_{i}"]
-            if i == 0:
-                z = h @ dense["kernel"]  # [B, H0 / N]: this owner's units, whole
-            else:
-                share = width // num_owners
-                z = jax.lax.dynamic_slice_in_dim(reduce(h @ dense["kernel"]), owner * share, share, axis=1)
-            if self.use_bias:
-                z = z + dense["bias"][None, :]
-            if self.batch_norm:
-                z = batch_norm(z, params[f"bn_{i}_scale"], params[f"bn_{i}_bias"])
-            h = nn.relu(z)
-        out = params["dense_out"]
-        logits = reduce(h @ out["kernel"]) if self.hidden else h @ out["kernel"]
-        if self.use_bias:
-            logits = logits + out["bias"][None, :]  # shared: every owner holds it whole
-        return batch_norm(logits) if self.output_batch_norm else logits
+    # Evaluation from an owner's slice of every hidden layer (the sharded MPI mode): this module's own __call__ with
+    # each dense layer's partial sums over its input units reduced across the owners (`istjax.models.owner_forward`);
+    # BatchNorm with batch statistics is per unit, so it runs on an owner's units alone.
+    owner_logits = owner_forward.owner_logits_method
 
     @nn.compact
     def __call__(self, x_BxD: jax.Array, train: bool = True) -> jax.Array:
@@ -125,11 +97,11 @@ class MLP(nn.Module):
             x = nn.Dense(width, use_bias=self.use_bias, name=f"dense_{i}",
                          kernel_init=nn.with_logical_partitioning(init, (names_in, name)),
                          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (name,)))(x)
-            if self.batch_norm:
+            if self.batch_norm:  # shaped like the units this pass holds: ``width``, or an owner's slice of them
                 scale = self.param(f"bn_{i}_scale", nn.with_logical_partitioning(nn.initializers.ones, (name,)),
-                                   (width,))
+                                   x.shape[-1:])
                 bias = self.param(f"bn_{i}_bias", nn.with_logical_partitioning(nn.initializers.zeros, (name,)),
-                                  (width,))
+                                  x.shape[-1:])
                 x = batch_norm(x, scale, bias)
             x = nn.relu(x)
             names_in = name

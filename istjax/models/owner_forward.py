@@ -1,22 +1,30 @@
-"""The test-time forward pass of a channel-partitioned network from one owner's slice (the sharded MPI mode).
+"""The forward pass of a partitioned network from one owner's slice (the sharded MPI mode), for every model istjax
+ships whose neuron groups are units, channels or features: MLP, CNN, ResNet, VGG, GCN and GraphSAGE.
 
 In the sharded mode (`istjax.runtimes.mpi`) owner ``o`` of ``N`` holds units ``[o * s, (o + 1) * s)`` of every
 neuron group (``s = size / N``) and, of a leaf with several partitioned axes, the slice of the first one
 (`istjax.core.shard.Layout`): a conv kernel ``[kh, kw, in, out]`` whose input and output channels are both groups
-is held as ``[kh, kw, in / N, out]``, the stem's ``[kh, kw, C, out / N]``, the head's ``[in / N, classes]``.
+is held as ``[kh, kw, in / N, out]``, the stem's ``[kh, kw, C, out / N]``, the head's ``[in / N, classes]``; an MLP's
+hidden-to-hidden ``[H1, H2]`` kernel as ``[H1 / N, H2]``; GraphSAGE's ``[self, neighbour]`` rows as the owner's
+features in each of the two tiles.
 
-`owner_apply` runs a module's own ``__call__`` (``train=False``) on such a slice, with every `flax.linen.Conv` and
-`flax.linen.Dense` call replaced through `flax.linen.intercept_methods`:
+`owner_apply` runs a module's own ``__call__`` (``train=False``) on such a slice, with every `flax.linen.Conv`,
+`flax.linen.Dense` and `flax.linen.LayerNorm` call replaced through `flax.linen.intercept_methods`:
 
 * input channels partitioned: the owner convolves (multiplies) its input channels with its rows, giving a partial
   sum of every output channel; ``reduce`` adds the partial sums of all owners (an activation ``[B, H, W, out]``, not
   a weight), and the owner keeps its own output channels when they are a group, all of them otherwise;
 * only the output channels partitioned: the owner's input is whole, its kernel gives its own output channels;
-* nothing partitioned: the layer as it is.
+* nothing partitioned: the layer as it is;
+* a LayerNorm normalises over all features, so its sums (of the features, of their squares, and their count) are
+  reduced across the owners: right whether the owner holds a slice of the features or, like every owner, all
+  of them.
 
 Everything else the module does acts on each channel alone and so runs unchanged on an owner's channels: BatchNorm
 (running or batch statistics are per channel; its parameters and statistics are sharded like its channels), ReLU,
-pooling, and residual additions, whose two sides carry the same group (`tied_axes`), so the same slice of it.
+pooling, a graph's propagation (each feature over the edges alone), a concatenation of ``[self, neighbour]``
+features (the owner's features in each tile, as its rows of the next kernel hold them), and residual additions,
+whose two sides carry the same group (`tied_axes`), so the same slice of it.
 
 Which axes are groups is read from the module's own logical axis names (``nn.with_logical_partitioning``) and
 ``partition_rules()``, traced abstractly (`jax.eval_shape`): no process materialises the whole model.
@@ -35,10 +43,15 @@ from jax import lax
 __all__ = ["owner_apply", "owner_logits_method", "owner_statistics_method"]
 
 
-def _groups(module: nn.Module, x: jax.Array) -> dict[tuple[str, ...], tuple[bool, ...]]:
+def _inputs(x: jax.Array, shared: Any) -> tuple:
+    """The module's positional inputs: ``x``, and the round's shared input when there is one (a graph)."""
+    return (x,) if shared is None else (x, shared)
+
+
+def _groups(module: nn.Module, inputs: tuple) -> dict[tuple[str, ...], tuple[bool, ...]]:
     """Module path + leaf name -> which axes of that parameter are neuron groups."""
     rules = module.partition_rules()
-    shapes = jax.eval_shape(lambda: module.init(jax.random.key(0), x, train=False))
+    shapes = jax.eval_shape(lambda: module.init(jax.random.key(0), *inputs, train=False))
     out = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(
             shapes.get("params", {}), is_leaf=lambda v: isinstance(v, meta.AxisMetadata))[0]:
@@ -65,46 +78,80 @@ def _layer(module: nn.Module, x: jax.Array, kernel: jax.Array) -> jax.Array:
                                     dimension_numbers=(f"N{spatial}C", f"{spatial}IO", f"N{spatial}C"))
 
 
-def owner_apply(module: nn.Module, variables, x: jax.Array, *, owner, num_owners: int,
+def _norm(layer: nn.LayerNorm, x: jax.Array, reduce: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    """``layer`` (a LayerNorm over the last axis) on an owner's features: the sums of the features, of their squares
+    and their count reduced across the owners in one buffer, then flax's ``E[x^2] - E[x]^2`` variance."""
+    if layer.reduction_axes not in (-1, (-1,)) or layer.feature_axes not in (-1, (-1,)):
+        raise NotImplementedError(f"owner_apply: LayerNorm {layer.name!r} normalises over axes "
+                                  f"{layer.reduction_axes}; only the last axis is evaluated from owners' slices.")
+    stats = jnp.stack([jnp.sum(x, axis=-1), jnp.sum(x * x, axis=-1),
+                       jnp.full(x.shape[:-1], x.shape[-1], x.dtype)], axis=-1)
+    total, squares, count = jnp.moveaxis(reduce(stats), -1, 0)
+    mean = (total / count)[..., None]
+    var = jnp.maximum((squares / count)[..., None] - mean * mean, 0.0)
+    y = (x - mean) * lax.rsqrt(var + layer.epsilon)
+    for name, use, op in (("scale", layer.use_scale, jnp.multiply), ("bias", layer.use_bias, jnp.add)):
+        if use:
+            v = layer.get_variable("params", name)
+            if v.shape != y.shape[-1:]:
+                raise NotImplementedError(f"owner_apply: LayerNorm {layer.name!r} holds a {name} of {v.shape[0]} "
+                                          f"features for an owner's {y.shape[-1]}; give it logical axis names "
+                                          f"partitioned like its features.")
+            y = op(y, v)
+    return y
+
+
+def _linear(layer: nn.Module, x: jax.Array, cut: tuple[bool, bool], owner, num_owners: int,
+            reduce: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    """A Conv or Dense ``layer`` on an owner's ``x``: partial sums reduced where its input channels are cut
+    (``cut = (inputs, outputs)`` partitioned), the owner's output channels kept where those are, plus its bias."""
+    cut_in, cut_out = cut
+    y = _layer(layer, x, layer.get_variable("params", "kernel"))
+    if cut_in:
+        y = reduce(y)  # partial sums over each owner's input channels
+        if cut_out:
+            share = y.shape[-1] // num_owners
+            y = lax.dynamic_slice_in_dim(y, owner * share, share, axis=y.ndim - 1)
+    if getattr(layer, "use_bias", False):
+        bias = layer.get_variable("params", "bias")  # sharded like the output channels, or held whole
+        y = y + bias.reshape((1,) * (y.ndim - 1) + bias.shape)
+    return y
+
+
+def owner_apply(module: nn.Module, variables, x: jax.Array, shared: Any = None, *, owner, num_owners: int,
                 reduce: Callable[[jax.Array], jax.Array], train: bool = False, mutable=False):
-    """``module.apply(variables, x, train=train, mutable=mutable)`` for an owner holding ``variables``, its slice of
-    every leaf; equal to the whole network's output on every owner, up to summation order (module docstring), and,
-    with ``train=True, mutable=["batch_stats"]``, to this owner's slice of the updated statistics (BatchNorm
-    normalises each channel by its own batch statistics). ``owner`` may be traced (the tests run the owners under
+    """``module.apply(variables, x[, shared], train=train, mutable=mutable)`` for an owner holding ``variables``, its
+    slice of every leaf; equal to the whole network's output on every owner, up to summation order (module
+    docstring), and, with ``train=True, mutable=["batch_stats"]``, to this owner's slice of the updated statistics
+    (BatchNorm normalises each channel by its own batch statistics). ``shared`` is the round's shared input (a graph
+    model's graph; None for a model that reads none). ``owner`` may be traced (the tests run the owners under
     `jax.vmap` with ``reduce = psum``)."""
-    axes = _groups(module, x)
+    inputs = _inputs(x, shared)
+    axes = _groups(module, inputs)
 
     def interceptor(next_fun, args, kwargs, context):
         layer = context.module
-        if context.method_name != "__call__" or not isinstance(layer, (nn.Conv, nn.Dense)):
+        if context.method_name != "__call__" or not isinstance(layer, (nn.Conv, nn.Dense, nn.LayerNorm)):
             return next_fun(*args, **kwargs)
-        path = tuple(layer.path)
-        cut_in, cut_out = axes[path + ("kernel",)][-2:]
-        y = _layer(layer, args[0], layer.get_variable("params", "kernel"))
-        if cut_in:
-            y = reduce(y)  # partial sums over each owner's input channels
-            if cut_out:
-                share = y.shape[-1] // num_owners
-                y = lax.dynamic_slice_in_dim(y, owner * share, share, axis=y.ndim - 1)
-        if getattr(layer, "use_bias", False):
-            bias = layer.get_variable("params", "bias")  # sharded like the output channels, or held whole
-            y = y + bias.reshape((1,) * (y.ndim - 1) + bias.shape)
-        return y
+        if isinstance(layer, nn.LayerNorm):
+            if kwargs.get("mask") is not None or len(args) > 1:
+                raise NotImplementedError(f"owner_apply: LayerNorm {layer.name!r} with a mask.")
+            return _norm(layer, args[0], reduce)
+        cut = axes[tuple(layer.path) + ("kernel",)][-2:]
+        return _linear(layer, args[0], cut, owner, num_owners, reduce)
 
     with nn.intercept_methods(interceptor):
-        return module.apply(variables, x, train=train, mutable=mutable)
+        return module.apply(variables, *inputs, train=train, mutable=mutable)
 
 
 def owner_logits_method(self, variables, x: jax.Array, shared: Any = None, *, owner, num_owners: int, reduce):
-    """The ``owner_logits`` of a channel-partitioned image model (`istjax.core.contract`): `owner_apply`."""
-    del shared  # image models read no shared input
-    return owner_apply(self, variables, x, owner=owner, num_owners=num_owners, reduce=reduce)
+    """The ``owner_logits`` of a partitioned model (`istjax.core.contract`): `owner_apply` of its own ``__call__``."""
+    return owner_apply(self, variables, x, shared, owner=owner, num_owners=num_owners, reduce=reduce)
 
 
 def owner_statistics_method(self, variables, x: jax.Array, shared: Any = None, *, owner, num_owners: int, reduce):
     """The ``owner_statistics`` of a channel-partitioned image model (`istjax.core.contract`): this owner's slice of
     the ``batch_stats`` a training-mode pass over ``x`` leaves (`owner_apply` with ``train=True``)."""
-    del shared
-    _, updated = owner_apply(self, variables, x, owner=owner, num_owners=num_owners, reduce=reduce, train=True,
+    _, updated = owner_apply(self, variables, x, shared, owner=owner, num_owners=num_owners, reduce=reduce, train=True,
                              mutable=["batch_stats"])
     return {"batch_stats": updated["batch_stats"]}

@@ -9,6 +9,7 @@
 runtime is ``(name, build, description, config_options, multi_process)``).
 """
 
+from istjax.core.process import is_primary as is_primary
 from istjax.core.registry import Registry
 from istjax.runtimes import devices as _devices
 from istjax.runtimes import mpi as _mpi
@@ -20,7 +21,6 @@ from istjax.runtimes.mpi import MODES as MODES
 from istjax.runtimes.mpi import MPIRuntime as MPIRuntime
 from istjax.runtimes.mpi import abort_on_error as abort_on_error
 from istjax.runtimes.mpi import check_fit as check_fit
-from istjax.runtimes.mpi import is_primary as is_primary
 from istjax.runtimes.mpi import mpi_runtime as mpi_runtime
 from istjax.runtimes.mpi import rank as rank
 from istjax.runtimes.mpi import size as size

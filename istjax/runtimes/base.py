@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from istjax.core.process import is_primary
 from istjax.core.state import WORKERS, first_worker
 
 __all__ = ["Runtime", "RuntimeHandle", "WORKER_MAPS", "check_batches", "check_worker_map", "communicates",
@@ -35,7 +36,8 @@ class RuntimeHandle(NamedTuple):
     Attributes:
       name: the runtime's name.
       fusable: the round traces inside an outer ``jit`` (so a driver may fuse batch drawing and the round).
-      primary: this process writes files and evaluates (rank 0 under MPI; always True in one process).
+      primary (a property, not a field): whether this process writes files and evaluates, rank 0 under MPI
+        (`istjax.core.process.is_primary`: every part of istjax asks that one function).
       gather: ``state -> TrainState`` the whole state on the primary process (None elsewhere); every process must
         call it (collective under MPI).
       agree: ``int -> int``: the largest value any process passes (so every process stops after the same round).
@@ -52,7 +54,6 @@ class RuntimeHandle(NamedTuple):
 
     name: str
     fusable: bool
-    primary: bool
     gather: Callable[[Any], Any]
     agree: Callable[[int], int]
     whole_state: bool = True
@@ -61,10 +62,15 @@ class RuntimeHandle(NamedTuple):
     allgather: Callable[[Any], list] = lambda value: [value]
     evaluate: Optional[Callable[..., Any]] = None
 
+    @property
+    def primary(self) -> bool:
+        """Whether this process writes files and evaluates: `istjax.core.process.is_primary`, the one answer."""
+        return is_primary()
+
 
 def local_handle(name: str) -> RuntimeHandle:
     """The handle of a single-process runtime."""
-    return RuntimeHandle(name=name, fusable=True, primary=True, gather=lambda state: state, agree=lambda v: v)
+    return RuntimeHandle(name=name, fusable=True, gather=lambda state: state, agree=lambda v: v)
 
 
 class Runtime(NamedTuple):

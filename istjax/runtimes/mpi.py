@@ -12,21 +12,24 @@ The runtime never asks which algorithm it runs; it applies the exchange the algo
 (`istjax.Algorithm.exchange`) to the algorithm's own ``distribute`` / ``local`` / ``collect``:
 
 ``"subnetworks"`` (IST), ``mode="parameter_server"``
-    rank 0 holds the global `TrainState` and runs ``distribute``; the W workers' states are scattered `[N, L, ...]`
-    (`mpi4jax.scatter`); every rank runs ``local`` on its L workers; rank 0 gathers them back (`mpi4jax.gather`)
-    and runs ``collect``. Other ranks hold no parameters (``state.params == ()``).
+    rank 0 holds the global `TrainState` and runs ``distribute``; what the W workers hold of it (the algorithm's
+    ``held`` tree, `istjax.Algorithm.subnet`: no reset optimizer state) is scattered `[N, L, ...]`
+    (`mpi4jax.scatter`); every rank starts its L workers from their pieces with the algorithm's ``start`` (as the
+    sharded mode does), runs ``local`` on them and rank 0 gathers them back (`mpi4jax.gather`) and runs
+    ``collect``. Other ranks hold no parameters (``state.params == ()``).
 ``"subnetworks"``, ``mode="sharded"``
     no rank ever holds the whole model in a round. The algorithm gives its round as owners run it
-    (`istjax.Algorithm.owner_side`: IST and ResIST, any model, a carried optimizer state included), and the runtime
-    puts collectives between its pieces; what each rank holds is `istjax.core.shard.Layout`. Rank ``o`` owns slice
-    ``o`` of every neuron group its sampler deals stratified by N owners (``istjax.stratified(num_owners=N)``;
-    ResIST: ``num_owners=N``), and of every leaf indexed by such a group that slice along the first such axis
-    (a hidden-to-hidden `[H1, H2]` weight: rows `[H1 / N, H2]`; a tiled `[self, neighbour]` axis: its units in
-    each tile). Each round every rank computes the same plan; each owner cuts every worker's pieces of its slice
-    (one fixed-size `mpi4jax.alltoall` out and one back); leaves indexed only by groups dealt some other way
-    (ResIST's strided first blocks) are held whole by every rank, their trained pieces all-gathered and merged by
-    every rank; shared leaves are replicated and averaged with an allreduce. The ``recompute`` model-state policy
-    is refused (it is a forward pass of the whole merged model).
+    (`istjax.Algorithm.owner_side`, derived from its pieces, `istjax.Algorithm.subnet`: IST and ResIST, any model, a
+    carried optimizer state included), and the runtime puts collectives between its pieces; what each rank holds
+    is `istjax.core.shard.Layout`. Rank ``o`` owns slice ``o`` of every neuron group its sampler deals stratified
+    by N owners (``istjax.stratified(num_owners=N)``; ResIST: ``num_owners=N``), and of every leaf indexed by such a
+    group that slice along the first such axis (a hidden-to-hidden `[H1, H2]` weight: rows `[H1 / N, H2]`; a tiled
+    `[self, neighbour]` axis: its units in each tile). Each round every rank computes the same plan; each owner
+    cuts every worker's pieces of its slice (one fixed-size `mpi4jax.alltoall` out and one back); leaves indexed
+    only by groups dealt some other way (ResIST's strided first blocks) are held whole by every rank, their trained
+    pieces all-gathered and merged by every rank; shared leaves are replicated and averaged with an allreduce. The
+    ``recompute`` model-state policy runs from each rank's slice for a model that gives ``owner_statistics``
+    (`istjax.core.contract`) and is refused for one that does not (it is a forward pass of the whole merged model).
 ``"replicas"`` (local SGD), ``mode="parameter_server"`` (``"sharded"`` is refused: every rank holds the model)
     every rank holds the global state and runs ``distribute`` for its own workers; after ``local`` the L workers'
     states are summed across ranks (one allreduce buffer per worker) and ``collect`` averages them.
@@ -70,8 +73,9 @@ from istjax.core.errors import ArgError
 from istjax.core import contract
 from istjax.core import shard as shard_lib
 from istjax.core.partition import owner_counts
+from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
 from istjax.core.spec import path_str
-from istjax.core.state import TrainState, WorkerState, round_keys, summarize, worker_init
+from istjax.core.state import TrainState, WorkerState, round_keys, summarize
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
 __all__ = ["MODES", "GRADIENT_BUFFERS", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size",
@@ -99,11 +103,6 @@ def rank() -> int:
 def size() -> int:
     """The number of MPI processes (1 when not launched by mpiexec)."""
     return _world().Get_size()
-
-
-def is_primary() -> bool:
-    """True on rank 0, the process that writes metrics, plots and checkpoints."""
-    return rank() == ROOT
 
 
 def abort_on_error() -> None:
@@ -196,7 +195,7 @@ class MPIRuntime:
         soon as its gradient is computed) or ``"one"`` (the gradients concatenated into one buffer after the whole
         backward pass); `GRADIENT_BUFFERS`.
       evaluate: sharded mode, a model with ``owner_logits`` and every neuron group held in shards: the task's
-        evaluation from this rank's part (`istjax.Task.owner_evaluate`; activations all-reduced, no weight moves);
+        evaluation from this rank's part (`istjax.core.task.OwnerPass.evaluate`; activations all-reduced, no weight moves);
         None otherwise (`RuntimeHandle.evaluate`).
       phases: set to a dict to profile the parameter-server round: seconds per phase (``batches``, ``distribute``,
         ``scatter``, ``local``, ``gather``, ``collect``, ``metrics``) are added to it, each phase waited for
@@ -227,10 +226,6 @@ class MPIRuntime:
         self.phases[name] = self.phases.get(name, 0.0) + now - t0
         return now
 
-    @property
-    def is_primary(self) -> bool:
-        return self.rank == ROOT
-
     def gather_params(self, state) -> Optional[PyTree]:
         """The full parameters on rank 0 (``None`` elsewhere); every rank must call it."""
         full = self.gather(state)
@@ -244,7 +239,7 @@ class MPIRuntime:
 
     def handle(self) -> RuntimeHandle:
         sharded = self.mode == "sharded" and self.algorithm.exchange == "subnetworks"
-        return RuntimeHandle(name="mpi", fusable=False, primary=self.is_primary, gather=self.gather,
+        return RuntimeHandle(name="mpi", fusable=False, gather=self.gather,
                              agree=self.agree, whole_state=not sharded, rank=self.rank, size=self.size,
                              allgather=self.comm.allgather, evaluate=self.evaluate)
 
@@ -436,13 +431,6 @@ def _first_batches(batches, rt):
     return jax.tree.map(lambda *rows: jnp.asarray(np.concatenate(rows)), *every)
 
 
-def _reset_optimizer(alg) -> Callable:
-    """``(workers, round_index) -> workers`` with a fresh optimizer state, rebuilt on the worker rather than sent;
-    stamped with the round for round-counted schedules."""
-    return lambda workers, round_index: workers._replace(
-        opt_state=worker_init(alg.optimizer, workers.params, round_index))
-
-
 def _lane_step(alg, lanes: int, first: int, start: Optional[Callable] = None, reduce=None):
     """The device step: this rank's L workers through `map_workers`, as the single-process runtimes run theirs.
 
@@ -472,9 +460,14 @@ def _finish(rt: MPIRuntime, traffic: Traffic, metrics, comm) -> dict:
     return out
 
 
-def _moved(workers: WorkerState, carry: bool) -> WorkerState:
-    """What crosses MPI of a worker's state: a reset optimizer state is rebuilt on the worker, not sent."""
-    return workers if carry else workers._replace(opt_state=())
+def _exchanged(alg) -> tuple[Callable, Optional[Callable]]:
+    """``(held, start)``: what crosses MPI of the workers' states and how a worker starts from it, the algorithm's
+    own pieces (`istjax.Algorithm.subnet`: IST's held tree, without a reset optimizer state, which ``start``
+    builds on the worker), the same ``start`` the sharded mode uses. An algorithm stated without them moves its
+    workers' states whole."""
+    if alg.subnet is not None:
+        return alg.subnet.held, alg.subnet.start
+    return (lambda workers: workers._asdict()), (lambda tree, round_index: WorkerState(**tree))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -485,13 +478,13 @@ def _server(rt: MPIRuntime):
     alg, comm = rt.algorithm, rt.comm
     x = _Exchange(comm)
     lanes, root = rt.workers_per_rank, rt.rank == ROOT
-    carry = alg.carries_optimizer_state
+    held, start = _exchanged(alg)
     abstract_state = jax.eval_shape(alg.init, jax.random.key(0))
     abstract_workers, _ = jax.eval_shape(alg.distribute, abstract_state)
-    all_shapes = _moved(abstract_workers, carry)  # [W, ...]
+    all_shapes = held(abstract_workers)  # [W, ...]
     lane_shapes = _lane_shapes(all_shapes, lanes)
     template = None if root else _zeros_like(lane_shapes)  # a non-root rank's (unread) scatter input
-    train = _lane_step(alg, lanes, rt.rank * lanes, start=None if carry else _reset_optimizer(alg))
+    train = _lane_step(alg, lanes, rt.rank * lanes, start=start)
     # Buffers this rank owns between rounds: "lanes" [L, ...] (the received workers, trained in place, then sent
     # back) and "all" (root: [W, ...], the cut workers, scattered, then the gathered ones; elsewhere [L, ...],
     # gather's unread result).
@@ -500,9 +493,10 @@ def _server(rt: MPIRuntime):
     @functools.partial(jax.jit, donate_argnums=1, keep_unused=True)
     def distribute(state, into):
         workers, plan = alg.distribute(state)
-        return _moved(workers, carry), plan
+        return held(workers), plan
 
-    collect = jax.jit(alg.collect)
+    collect = jax.jit(lambda state, tree, plan, batches, shared: alg.collect(
+        state, WorkerState(**{"opt_state": (), **tree}), plan, batches, shared))
 
     def init(key):
         state = jax.jit(alg.init)(key)
@@ -522,14 +516,14 @@ def _server(rt: MPIRuntime):
         t = rt._phase("distribute", t, send)
         got = x.scatter_rows_into(spares.take("lanes", lane_shapes), send)  # [L, ...]: this rank's workers
         t = rt._phase("scatter", t, got)
-        traffic.add(received=got.params, leaf_paths=True)
-        traffic.add(received=(got.model_state, got.opt_state))
+        traffic.add(received=got["params"], leaf_paths=True)
+        traffic.add(received={k: v for k, v in got.items() if k != "params"})
         rt._track(got)
         trained, metrics = train(got, batches, shared, state.round)  # got is donated: trained in place
         t = rt._phase("local", t, trained, metrics)
-        back = _moved(trained, carry)
-        traffic.add(sent=back.params, leaf_paths=True)
-        traffic.add(sent=(back.model_state, back.opt_state))
+        back = held(trained)
+        traffic.add(sent=back["params"], leaf_paths=True)
+        traffic.add(sent={k: v for k, v in back.items() if k != "params"})
         gathered = x.gather_rows_into(send if root else spares.take("all", lane_shapes), back)  # root: [W, ...]
         t = rt._phase("gather", t, gathered)
         rt._track(trained)
@@ -599,7 +593,10 @@ def _replicas(rt: MPIRuntime):
         trained, metrics = train(workers, batches, shared, state.round)
         if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K allreduces
             in_step["bytes"] = alg.local_steps * sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(counted))
-        out = trained.model_state if gradients else _moved(trained, carry)
+        if gradients:  # params and optimizer states agree already: the model state is summed
+            out = trained.model_state
+        else:  # a reset optimizer state is not summed: collect does not read it
+            out = trained if carry else trained._replace(opt_state=())
         traffic.add(sent=out, received=out)
         traffic.sent += in_step["bytes"] * lanes
         traffic.received += in_step["bytes"] * lanes
@@ -626,11 +623,13 @@ def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
                        f"so it cannot run with the model split over ranks.", "Use mode='parameter_server'.",
                        "Use --config.runtime.mode=parameter_server.")
     sizes = dict(alg.task.spec.group_sizes)
-    owners = owner_counts(side.sampler, sizes)
+    sampler = alg.subnet.sampler
+    owners = owner_counts(sampler, sizes)
     owned = frozenset(g for g, o in owners.items() if o == n)
     if not owned:
-        raise _not_stratified(alg, side.sampler, owners, n)
-    if alg.model_state_policy == "recompute" and alg.task.has_state and alg.task.owner_recompute_state is None:
+        raise _not_stratified(alg, sampler, owners, n)
+    from_slices = alg.task.owner is not None and alg.task.owner.recompute_state is not None
+    if alg.model_state_policy == "recompute" and alg.task.has_state and not from_slices:
         raise ArgError("model_state", "recompute",
                        f"mode='sharded' with model_state='recompute': recomputing the statistics is a forward pass of "
                        f"the whole merged model, which no rank holds, and {type(alg.task.module).__name__} gives no "
@@ -659,15 +658,19 @@ def _not_stratified(alg, sampler, owners: dict, n: int) -> ArgError:
                     f"--config.runtime.mode=parameter_server.")
 
 
+def _as_state(tree: dict, like: TrainState) -> TrainState:
+    """A `TrainState` of the held ``tree`` (`istjax.Algorithm.subnet`), with the key and round of ``like``."""
+    return TrainState(**{"opt_state": (), **tree, "key": like.key, "round": like.round})
+
+
 def _sharded_init(alg, layout) -> Callable:
     """``key -> TrainState`` holding this rank's part. One jit: XLA computes only this rank's slice of every owned
     initialiser (the full leaves are never outputs)."""
-    side = alg.owner_side
+    subnet = alg.subnet
 
     def owned(k):
         full = alg.init(k)
-        mine = jax.tree.map(layout.shard, side.spec, side.held(full))
-        return TrainState(mine["params"], mine["model_state"], mine.get("opt_state", ()), full.key, full.round)
+        return _as_state(jax.tree.map(layout.shard, subnet.spec.leaves, subnet.held(full)), full)
 
     return jax.jit(owned)
 
@@ -675,7 +678,7 @@ def _sharded_init(alg, layout) -> Callable:
 def _sharded_gather(alg, layout, x: "_Exchange") -> Callable:
     """``state -> TrainState`` of the whole model on the root (None elsewhere): owned leaves gathered and joined,
     the others the root's own copy (owners agree on them)."""
-    side = alg.owner_side
+    subnet = alg.subnet
 
     def gather(state):
         def one(leaf, v):
@@ -684,10 +687,8 @@ def _sharded_gather(alg, layout, x: "_Exchange") -> Callable:
             got = x.gather(v)  # root: [N, ...]
             return shard_lib.unshard(layout, leaf, got) if layout.owner == ROOT else None
 
-        full = jax.tree.map(one, side.spec, side.held(state))
-        if layout.owner != ROOT:
-            return None
-        return TrainState(full["params"], full["model_state"], full.get("opt_state", ()), state.key, state.round)
+        full = jax.tree.map(one, subnet.spec.leaves, subnet.held(state))
+        return _as_state(full, state) if layout.owner == ROOT else None
 
     return gather
 
@@ -698,20 +699,21 @@ def _sharded(rt: MPIRuntime):
     whole and an allreduce of shared ones) and its owner-side collect."""
     alg = rt.algorithm
     layout = sharded_layout(alg, rt.size, rt.rank)
-    side = alg.owner_side
+    subnet, side = alg.subnet, alg.owner_side
     x = _Exchange(rt.comm)
-    train = _lane_step(alg, layout.lanes, layout.owner * layout.lanes, start=side.start)
+    train = _lane_step(alg, layout.lanes, layout.owner * layout.lanes, start=subnet.start)
     spares = _Spares()  # the collectives' results, reused round after round
 
     @jax.jit
     def outbound(state):
-        round_plan = side.plan(state)
-        return (round_plan,) + side.distribute(layout, side.held(state), round_plan)
+        round_plan = subnet.plan(state)
+        return (round_plan,) + side.distribute(layout, subnet.held(state), round_plan)
 
-    assemble = jax.jit(functools.partial(shard_lib.worker_assemble, layout, side.spec))
-    give_back = jax.jit(functools.partial(shard_lib.worker_return, layout, side.spec))
+    assemble = jax.jit(functools.partial(shard_lib.worker_assemble, layout, subnet.spec.leaves))
+    give_back = jax.jit(functools.partial(shard_lib.worker_return, layout, subnet.spec.leaves))
     collect = jax.jit(functools.partial(side.collect, layout, reduce=x.allreduce_traced))
-    recompute = alg.model_state_policy == "recompute" and alg.task.owner_recompute_state is not None
+    owner = alg.task.owner
+    recompute = alg.model_state_policy == "recompute" and owner is not None and owner.recompute_state is not None
 
     def round_fn(state, batches, shared=None):
         _check_batches(batches, rt)
@@ -722,7 +724,7 @@ def _sharded(rt: MPIRuntime):
         traffic.add(received=received, leaf_paths=True)
         sub = assemble(received, local)
         trained, metrics = train(sub, batches, shared, state.round)
-        back, whole, sums = give_back(side.held(trained))
+        back, whole, sums = give_back(subnet.held(trained))
         returned = x.alltoall_into(spares.take("returned", back), back)
         gathered = x.allgather(whole)
         totals = x.allreduce_into(spares.take("sums", sums), sums)
@@ -736,8 +738,8 @@ def _sharded(rt: MPIRuntime):
         return state, _finish(rt, traffic, metrics, rt.comm)
 
     rt.init, rt.round, rt.gather = _sharded_init(alg, layout), round_fn, _sharded_gather(alg, layout, x)
-    if alg.task.owner_evaluate is not None and set(layout.group_sizes) - layout.owned <= alg.task.owner_whole:
-        rt.evaluate = functools.partial(alg.task.owner_evaluate, owner=layout.owner, num_owners=layout.num_owners,
+    if owner is not None and owner.evaluate is not None and set(layout.group_sizes) - layout.owned <= owner.whole:
+        rt.evaluate = functools.partial(owner.evaluate, owner=layout.owner, num_owners=layout.num_owners,
                                         reduce=x.allreduce_traced)
 
 

@@ -118,11 +118,11 @@ def close(a, b, what, atol=2e-6):
 def extra_gather_bytes(alg, layout):
     """Per worker per round, what the all-gather of leaves held whole adds to the analytic bytes: a worker sends its
     piece (counted by the analytic bytes) and its rank receives all W pieces, L workers' worth of which it sent."""
-    side = alg.owner_side
-    abstract = jax.eval_shape(lambda k: side.held(alg.init(k)), jax.random.key(0))
-    slots = side.sampler.slots(layout.group_sizes, W)
+    pieces = alg.subnet
+    abstract = jax.eval_shape(lambda k: pieces.held(alg.init(k)), jax.random.key(0))
+    slots = pieces.sampler.slots(layout.group_sizes, W)
     extra = 0
-    for leaf, x in zip(jax.tree.leaves(side.spec), jax.tree.leaves(abstract)):
+    for leaf, x in zip(jax.tree.leaves(pieces.spec.leaves), jax.tree.leaves(abstract)):
         if layout.role(leaf) == shard_lib.HELD_WHOLE:
             piece = math.prod(d if a is None else slots[a.group] * a.tiles for d, a in zip(x.shape, leaf.axes))
             extra += piece * x.dtype.itemsize * (W // layout.lanes - 1)
@@ -140,9 +140,9 @@ for name, (make, data, shared, all_owned) in cases.items():
     got = (metrics["measured_bytes_received"], metrics["measured_bytes_sent"])
     assert got == (alg.comm.received + extra, alg.comm.sent), (name, got, tuple(alg.comm), extra)
     # Memory: what this rank holds of every owned leaf is 1/N of it.
-    full_shapes = jax.eval_shape(lambda k: plain.owner_side.held(plain.init(k)), jax.random.key(0))
-    mine = alg.owner_side.held(state)
-    for leaf, whole, part in zip(jax.tree.leaves(plain.owner_side.spec), jax.tree.leaves(full_shapes),
+    full_shapes = jax.eval_shape(lambda k: plain.subnet.held(plain.init(k)), jax.random.key(0))
+    mine = alg.subnet.held(state)
+    for leaf, whole, part in zip(jax.tree.leaves(plain.subnet.spec.leaves), jax.tree.leaves(full_shapes),
                                  jax.tree.leaves(mine)):
         if layout.role(leaf) == shard_lib.OWNED:
             assert part.size * N == math.prod(whole.shape), (name, leaf, part.shape, whole.shape)

@@ -113,7 +113,7 @@ alg = driver.build(config()).algorithm
 layout = M.sharded_layout(alg, N, ME)
 full = jax.eval_shape(lambda k: {"params": alg.task.init(k), "model_state": alg.task.init_state(k)},
                       jax.random.key(0))
-spec = {"params": alg.owner_side.spec["params"], "model_state": alg.owner_side.spec["model_state"]}
+spec = {"params": alg.subnet.spec.leaves["params"], "model_state": alg.subnet.spec.leaves["model_state"]}
 owned = [int(np.prod(x.shape)) for leaf, x in zip(jax.tree.leaves(spec), jax.tree.leaves(full))
          if layout.role(leaf) == shard_lib.OWNED]
 sizes = [int(np.prod(np.shape(a))) for a in sa]

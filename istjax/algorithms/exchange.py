@@ -1,0 +1,86 @@
+"""An algorithm that exchanges sub-networks, written once: what every runtime runs, derived from its pieces.
+
+The algorithm states `SubnetPieces` (``plan``, ``held`` with its ``spec``, ``start``, ``finish``; IST's are
+`istjax.algorithms.ist.ist_pieces`). How a held tree is cut into workers' pieces and joined back is core's, for the
+whole model or for N owners, and this module composes the two:
+
+``distribute(state) -> (workers, plan)`` and ``collect(state, workers, plan, batches=None, shared=None)``
+    the whole model (the simulate and devices runtimes, the MPI parameter server): ``start`` of
+    `istjax.core.subnet.extract` of the held tree, and ``finish`` of `istjax.core.subnet.merge` of it.
+`OwnerSide`
+    N owners each holding a part of the model (the MPI sharded mode): `istjax.core.shard.owner_distribute` of an
+    owner's held part, and ``finish`` of `istjax.core.shard.owner_collect` of it. Workers start with the same
+    ``start``.
+
+Both read the same plan and spec, so a round over the whole model and its round over N owners agree
+(`tests/test_shard.py` checks it on every family).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from istjax.algorithms.base import Algorithm, OwnerSide, SubnetPieces, recompute_from
+from istjax.core import partition as partition_lib
+from istjax.core import shard
+from istjax.core.comm import subnet_bytes
+from istjax.core.subnet import extract, merge
+from istjax.core.task import Task
+
+__all__ = ["whole_round", "owner_side", "subnet_algorithm"]
+
+
+def whole_round(task: Task, pieces: SubnetPieces):
+    """``(distribute, collect)``, the `Algorithm` pieces of a round over the whole model (module docstring)."""
+    spec = pieces.spec
+    disjoint = partition_lib.disjoint_groups(pieces.sampler, spec.group_sizes)
+
+    def distribute(state):
+        round_plan = pieces.plan(state)
+        return pieces.start(extract(pieces.held(state), round_plan.partition, spec), state.round), round_plan
+
+    def collect(state, workers, round_plan, batches=None, shared=None):
+        tree = merge(pieces.held(state), pieces.held(workers), round_plan.partition, spec, disjoint=disjoint)
+        return pieces.finish(state, tree, round_plan, recompute_from(task, batches, shared))
+
+    return distribute, collect
+
+
+def owner_side(task: Task, pieces: SubnetPieces) -> OwnerSide:
+    """The round as the owners of a sharded model run it (`OwnerSide`; module docstring)."""
+    leaves = pieces.spec.leaves
+    disjoint = partition_lib.disjoint_groups(pieces.sampler, pieces.spec.group_sizes)
+
+    def distribute(layout, tree, round_plan):
+        return shard.owner_distribute(layout, leaves, tree, round_plan.partition)
+
+    def collect(layout, state, round_plan, returned, gathered, sums, first=None, shared=None, reduce=None):
+        tree = shard.owner_collect(layout, leaves, pieces.held(state), round_plan.partition, returned, gathered, sums,
+                                   disjoint)
+        return pieces.finish(state, tree, round_plan, _owner_recompute(task, layout, first, shared, reduce))
+
+    return OwnerSide(distribute, collect)
+
+
+def _owner_recompute(task: Task, layout: shard.Layout, first: Any, shared: Any, reduce: Any):
+    """``(params, model_state) -> model_state``: this owner's slice of the merged model's statistics on ``first``
+    (every worker's first batch `[W, B, ...]`), partial sums added by ``reduce``; None without batches or a task
+    whose model gives no ``owner_statistics``."""
+    if first is None or task.owner is None or task.owner.recompute_state is None:
+        return None
+    return lambda params, model_state: task.owner.recompute_state(
+        params, model_state, first, shared, owner=layout.owner, num_owners=layout.num_owners, reduce=reduce)
+
+
+def subnet_algorithm(task: Task, pieces: SubnetPieces, *, init, num_workers: int, **fields: Any) -> Algorithm:
+    """The `Algorithm` of ``pieces``: ``distribute`` and ``collect`` over the whole model, the `OwnerSide`, the bytes
+    a worker moves (its share of the held tree, `istjax.core.comm.subnet_bytes`); ``fields`` the rest (``local``,
+    ``name``, ``local_steps``, ``optimizer``, the declarations)."""
+    distribute, collect = whole_round(task, pieces)
+    held = jax.eval_shape(lambda k: pieces.held(init(k)), jax.random.key(0))
+    slots = pieces.sampler.slots(pieces.spec.group_sizes, num_workers)
+    return Algorithm(init=init, round=None, distribute=distribute, collect=collect, num_workers=num_workers,
+                     comm=subnet_bytes(held, pieces.spec, slots), task=task, sampler=pieces.sampler,
+                     exchange="subnetworks", subnet=pieces, owner_side=owner_side(task, pieces), **fields)
