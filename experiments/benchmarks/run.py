@@ -32,7 +32,6 @@ import functools
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ import optax
 import istjax
 from experiments.benchmarks import measure
 from istjax.launch.provenance import code_version
+from istjax.launch.provenance import machine as provenance_machine
 from istjax.models.mlp import MLP
 from istjax.core.subnet import subnet_shapes
 from istjax.runtimes.base import communicates, map_workers
@@ -507,16 +507,9 @@ def scaling(wl: Workload, workers: Sequence[int], local_steps: int, reps: int) -
 # ---------------------------------------------------------------------------------------------------------------
 
 def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
-    cpu = platform.processor()
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-        cpu = fields.get("Model name", cpu).strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "jax": jax.__version__, "jaxlib": getattr(jax.lib, "__version__", None) or _jaxlib_version(),
+    """What the numbers were measured on (`istjax.launch.provenance.machine`), with the suite's extras: jaxlib, every
+    device and the load average at the start (the end's is added when the suite finishes)."""
+    return {**provenance_machine(), "jaxlib": getattr(jax.lib, "__version__", None) or _jaxlib_version(),
             "devices": [str(d) for d in jax.devices()], "loadavg_start": os.getloadavg()}
 
 
