@@ -240,3 +240,38 @@ def test_time_to_accuracy_dataset_option(tmp_path):
         tta.main(["--dataset", "keywords", "--target", "0.4", "--append", "--out", str(out)])
     md = tta.markdown({"target": 0.4, "dataset": "keywords", "speedups": []})
     assert md.startswith("Time to 0.4 test accuracy on the synthesised keywords")
+
+
+def test_descendants_finds_children_and_grandchildren():
+    """`slow_net.descendants`: what `snapshot` signals under a job that ran past its timeout."""
+    proc = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    try:
+        for _ in range(100):  # until both sleeps have started
+            found = sn.descendants(proc.pid)
+            if len(found) >= 2:
+                break
+            subprocess.run(["sleep", "0.05"])
+        names = {pathlib.Path(f"/proc/{p}/comm").read_text().strip() for p in found}
+        assert len(found) == 2 and names == {"sleep"}
+        assert proc.pid not in found and sn.descendants(found[0]) == []
+    finally:
+        proc.kill()
+        proc.wait()
+        for p in found:
+            subprocess.run(["kill", str(p)])
+
+
+def test_a_training_loop_prints_its_stacks_on_sigusr1_and_goes_on(capfd):
+    """A run that seems stuck says where it is: SIGUSR1 inside the training loop's signal scope prints every
+    thread's stack (faulthandler) without stopping it; outside it, the handler is gone again."""
+    import os
+    import signal
+
+    from istjax.launch.driver import _stop_on_signals
+
+    with _stop_on_signals(lambda msg: None) as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop["signum"] is None
+    err = capfd.readouterr().err
+    assert "Current thread" in err and "test_a_training_loop_prints_its_stacks_on_sigusr1" in err
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL

@@ -3,7 +3,7 @@
 Run as root (or with CAP_NET_ADMIN) from the repository root::
 
     python -m experiments.network.slow_net --hosts 2 --rate 100mbit -- \\
-        python -m istjax.launch train --config=experiments/configs/speech2_ist.py --config.runtime.name=mpi
+        python -m istjax.launch.cli train --config=experiments/configs/speech2_ist.py --config.runtime.name=mpi
 
 What it builds (every name carries a per-run tag, so two runs never touch each other's devices)::
 
@@ -37,6 +37,7 @@ import dataclasses
 import ipaddress
 import json
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -157,7 +158,7 @@ def mpiexec_command(plan: Plan, command: Sequence[str], *, mpiexec: str = "mpiex
                     env: Optional[dict[str, str]] = None) -> list[str]:
     """One rank per host, each started inside its namespace; MPICH told to use TCP, not shared memory."""
     if not command:
-        raise ValueError("no command to run: put it after `--`, e.g. `-- python -m istjax.launch train ...`.")
+        raise ValueError("no command to run: put it after `--`, e.g. `-- python -m istjax.launch.cli train ...`.")
     genv = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp,self", **(env or {})}
     argv = [mpiexec]
     for k, v in genv.items():
@@ -280,7 +281,15 @@ def run_command(plan: Plan, command: Sequence[str], *, mpiexec: str, bind: bool,
     proc = subprocess.Popen(argv, start_new_session=True)
     try:
         rc = proc.wait(timeout=timeout)
-    except (subprocess.TimeoutExpired, _Interrupted, KeyboardInterrupt):
+    except subprocess.TimeoutExpired:
+        print(snapshot(plan, proc.pid), file=sys.stderr, flush=True)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    except (_Interrupted, KeyboardInterrupt):
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=10)
@@ -291,6 +300,45 @@ def run_command(plan: Plan, command: Sequence[str], *, mpiexec: str, bind: bool,
     after = read_counters(plan)
     links = {ns: {k: after[ns][k] - before[ns][k] for k in after[ns]} for ns in after}
     return {"returncode": rc, "wall_s": wall, "links": links, "argv": argv}
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while we looked
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def snapshot(plan: Plan, pid: int, wait: float = 3.0) -> str:
+    """What a job that ran past its timeout is doing, before it is killed: SIGUSR1 to every process under ``pid``
+    (an ``istjax train`` rank answers with every thread's Python stack on its stderr, which mpiexec passes on),
+    then per host its TCP sockets (``ss -tin``: retransmissions, congestion window, RTO, bytes unacknowledged)
+    and its link's queue counters (``tc -s qdisc``: drops, overlimits, backlog)."""
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            comm = pathlib.Path(f"/proc/{child}/comm").read_text().strip()
+            if comm.startswith("python"):
+                os.kill(child, signal.SIGUSR1)
+    time.sleep(wait)  # the ranks write their stacks
+    lines = [f"slow_net: the job ran past its timeout; its state before it is killed "
+             f"(the ranks' Python stacks are above, each under 'Thread'):"]
+    for h in plan.hosts:
+        for cmd in (["ss", "-tin"], ["tc", "-s", "qdisc", "show", "dev", h.inner]):
+            r = _run(["ip", "netns", "exec", h.namespace, *cmd], check=False)
+            lines.append(f"--- {h.namespace}: {' '.join(cmd)}\n{(r.stdout or r.stderr).strip()}")
+        r = _run(["tc", "-s", "qdisc", "show", "dev", h.outer], check=False)
+        lines.append(f"--- root namespace: tc -s qdisc show dev {h.outer}\n{(r.stdout or r.stderr).strip()}")
+    return "\n".join(lines)
 
 
 def default_mpiexec() -> str:
@@ -318,7 +366,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         link = Link(args.rate, args.delay, args.loss)
         make_plan(args.hosts, args.tag or "x")  # validate before anything is created
         if not command:
-            raise ValueError("no command to run: put it after `--`, e.g. `-- python -m istjax.launch train ...`.")
+            raise ValueError("no command to run: put it after `--`, e.g. `-- python -m istjax.launch.cli train ...`.")
     except ValueError as e:
         ap.error(str(e))
     try:

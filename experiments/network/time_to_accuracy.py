@@ -81,9 +81,16 @@ def _files(p: study.Planned) -> tuple[pathlib.Path, pathlib.Path]:
     return p.run_dir.with_name(p.run_dir.name + ".net.json"), p.run_dir.with_name(p.run_dir.name + ".job.json")
 
 
+def _log(p: study.Planned) -> pathlib.Path:
+    """Beside a run's directory: everything its job printed (for a job killed at its timeout, slow_net's
+    `~experiments.network.slow_net.snapshot`: the ranks' stacks, their TCP sockets and queues)."""
+    return p.run_dir.with_name(p.run_dir.name + ".log")
+
+
 def launch(p: study.Planned, *, timeout: float, tag: str) -> Optional[str]:
     """Trains run ``p`` across ``ranks`` namespaces on links of its rate (slow_net wrapping its ``istjax train``
-    line); writes the job's exit status, seconds and error beside it; returns the error, or None."""
+    line); writes the job's exit status, seconds and error beside it, and all it printed (`_log`); returns the
+    error, or None."""
     net, job = _files(p)
     info = p.cell.info
     cmd = [sys.executable, "-m", "experiments.network.slow_net", "--hosts", str(info["ranks"]), "--rate",
@@ -92,6 +99,7 @@ def launch(p: study.Planned, *, timeout: float, tag: str) -> Optional[str]:
     p.run_dir.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    _log(p).write_text(out.stdout + out.stderr)
     error = (out.stderr or out.stdout)[-2000:] if out.returncode or not (p.run_dir / "summary.json").exists() else None
     study.write_json(job, {"returncode": out.returncode, "job_wall_s": time.time() - t0, "error": error})
     return error

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import faulthandler
 import json
 import pathlib
 import shutil
@@ -263,11 +264,15 @@ def _prepare_workdir(workdir: pathlib.Path, config_dict: dict, *, resume: bool, 
 
 @contextlib.contextmanager
 def _stop_on_signals(log: Callable[[str], None]):
-    """Yields a dict whose ``"signum"`` is set by the first SIGINT/SIGTERM; a second one aborts at once."""
+    """Yields a dict whose ``"signum"`` is set by the first SIGINT/SIGTERM; a second one aborts at once. SIGUSR1
+    prints every thread's Python stack to stderr and training goes on (`faulthandler`): where a run that seems
+    stuck is (``kill -USR1 <pid>``; `experiments.network.slow_net` sends it to a job that runs past its timeout)."""
     flag: dict[str, Optional[int]] = {"signum": None}
     if threading.current_thread() is not threading.main_thread():
         yield flag  # signal handlers can only be installed from the main thread
         return
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def handler(signum, frame):
         if flag["signum"] is not None:
@@ -282,6 +287,8 @@ def _stop_on_signals(log: Callable[[str], None]):
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        if hasattr(signal, "SIGUSR1"):
+            faulthandler.unregister(signal.SIGUSR1)
 
 
 def _round_bytes(metrics: dict, algorithm: Algorithm) -> tuple[float, float]:
