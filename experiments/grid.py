@@ -40,10 +40,13 @@ def seed_list(text: str) -> list[int]:
 
 def parser(prog: str, description: str, studies: Sequence[str], seeds: str = "0,1,2") -> argparse.ArgumentParser:
     """The command line every study shares: ``STUDY [--seeds 0,1,2] [--workdir DIR] [--only CELL,...] [--plot]
-    [--jobs N]``; a study adds its own options to it."""
+    [--jobs N]`` (``STUDY`` optional where there is one); a study adds its own options to it."""
     p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("study", choices=list(studies))
+    if len(studies) == 1:  # a module of one study: naming it is optional
+        p.add_argument("study", nargs="?", choices=list(studies), default=studies[0])
+    else:
+        p.add_argument("study", choices=list(studies))
     p.add_argument("--seeds", type=seed_list, default=seed_list(seeds),
                    help=f"comma-separated seeds, each cell trained once per seed (default {seeds})")
     p.add_argument("--workdir", type=pathlib.Path, default=None, help="where the runs go (default runs/...)")

@@ -58,3 +58,16 @@ def test_unknown_cell_and_repeated_labels_are_refused(tmp_path):
         grid.run_grid("x", [cell], [0], tmp_path, tmp_path / "x.json", "c", only=["b"])
     with pytest.raises(SystemExit, match="repeat"):
         grid.run_grid("x", [cell, cell], [0], tmp_path, tmp_path / "x.json", "c")
+
+
+def test_a_module_of_one_study_need_not_name_it():
+    """`grid.parser`: ``python -m experiments.custom.fit --seeds 0,1`` as its docstring says; where a module holds
+    several studies the name stays required and an unknown one is refused."""
+    one = grid.parser("fit", "", ["fit"])
+    assert one.parse_args(["--seeds", "0,1"]).study == "fit"
+    assert one.parse_args(["fit"]).seeds == [0, 1, 2]
+    several = grid.parser("images", "", ["diagnosis", "resist"])
+    with pytest.raises(SystemExit):
+        several.parse_args(["--seeds", "0"])
+    with pytest.raises(SystemExit):
+        several.parse_args(["resnet"])
