@@ -275,3 +275,18 @@ def test_a_training_loop_prints_its_stacks_on_sigusr1_and_goes_on(capfd):
     err = capfd.readouterr().err
     assert "Current thread" in err and "test_a_training_loop_prints_its_stacks_on_sigusr1" in err
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+
+
+def test_the_training_loop_runs_where_stderr_has_no_file_descriptor(capsys):
+    """In a notebook or under captured output there is no stderr descriptor for the stack dump: the loop's signal
+    scope still opens (without the dump) and SIGINT/SIGTERM still stop it."""
+    import signal
+    import sys
+
+    from istjax.launch.driver import _stop_on_signals
+
+    with pytest.raises(Exception):
+        sys.stderr.fileno()  # capsys: no descriptor
+    with _stop_on_signals(lambda msg: None) as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert stop["signum"] == signal.SIGTERM

@@ -271,8 +271,12 @@ def _stop_on_signals(log: Callable[[str], None]):
     if threading.current_thread() is not threading.main_thread():
         yield flag  # signal handlers can only be installed from the main thread
         return
-    if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    dumps = hasattr(signal, "SIGUSR1")
+    try:
+        if dumps:
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, OSError):  # stderr without a file descriptor (a notebook, captured output)
+        dumps = False
 
     def handler(signum, frame):
         if flag["signum"] is not None:
@@ -287,7 +291,7 @@ def _stop_on_signals(log: Callable[[str], None]):
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-        if hasattr(signal, "SIGUSR1"):
+        if dumps:
             faulthandler.unregister(signal.SIGUSR1)
 
 
