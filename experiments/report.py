@@ -402,7 +402,8 @@ def listing(root: pathlib.Path, registry: dict[str, Entry]) -> str:
     for name, e in sorted(registry.items()):
         lines.append(f"{name:44s} {'figure' if e.inline else 'table ':6s} {', '.join(e.sources)}  "
                      f"[{', '.join(used.get(name, [])) or 'unused'}]")
-    lines.append(f"{PROVENANCE:44s} note   the files its page reads  [{', '.join(used.get(PROVENANCE, [])) or 'unused'}]")
+    noted = ", ".join(used.get(PROVENANCE, [])) or "unused"
+    lines.append(f"{PROVENANCE:44s} note   the files its page reads  [{noted}]")
     return "\n".join(lines)
 
 
