@@ -1,9 +1,9 @@
 """Every number in the README and docs/ regenerated from the committed results files.
 
     python -m experiments.report                        # rewrite every table between markers (`make results`)
-    python -m experiments.report --check                # exit 1 with a diff where a table differs from its JSON
-    python -m experiments.report --check --provenance   # also exit 1 where a number rests on a run from a dirty
-                                                        # tree or with no commit
+    python -m experiments.report --check                # exit 1 with a diff where a table differs from its JSON,
+                                                        # or where a number rests on a run from a dirty tree or
+                                                        # with no commit (`unproven`) that is not declared
     python -m experiments.report --list                 # the tables, the files they read and where they stand
 
 In README.md and docs/*.md a table stands between two marker lines, ``<!-- report:NAME -->`` and
@@ -20,15 +20,19 @@ beside its study, in ``experiments/<family>/report.py`` (`FAMILIES`); adding a t
 
 and any other table a function under ``@table(NAME, PATH, ...)`` (or ``scalar(NAME, PATH, fn)`` for one figure).
 
-``--provenance`` (opt-in while the committed results predate per-run provenance) checks every results file a marker
-reads: a file of runs (``runs``) passes when each run records the commit that trained it (``commit``) and a clean
-tree (``clean``: true), as `istjax.launch.study` writes them; a file of one measurement passes on its ``code``
-stamp (`istjax.launch.provenance.code_version`). Anything else is a problem naming the file and the markers.
+Provenance: every results file a marker reads must say which code made it. A file of runs (``runs``) passes when
+each run records the commit that trained it (``commit``) and a clean tree (``clean``: true), as
+`istjax.launch.study` writes them; a file of one measurement passes on its ``code`` stamp
+(`istjax.launch.provenance.code_version`). A file that does not, and that cannot be remade here (a GPU measurement on a
+machine without one), may say so in a top-level ``"unrecorded": {"why": ..., "rerun": ...}`` (`declared`): its
+numbers are then shown with that reason, in the ``<!-- report:provenance -->`` note every page reading such a file
+must carry (`provenance_note`), until a rerun rewrites the file without it. Anything else, an undeclared file
+resting on a dirty tree or no commit, or a page without its note, is a problem naming the file and the markers.
 
-Exit status: 0 every table agrees (or was rewritten); 1 (``--check``) a table differs from its JSON, or
-(``--provenance``) a number rests on a run from a dirty tree or with no commit; 2 the files cannot be read as asked:
-a marker naming no entry, a marker without its other half, a results file missing or malformed. Nothing is written
-unless every table renders.
+Exit status: 0 every table agrees (or was rewritten); 1 a number rests on a run from a dirty tree or with no commit
+that is not declared, or (``--check``) a table differs from its JSON; 2 the files cannot be read as asked: a marker
+naming no entry, a marker without its other half, a results file missing or malformed. Nothing is written unless
+every table renders.
 """
 
 from __future__ import annotations
@@ -104,6 +108,9 @@ CLOSE = re.compile(rf"<!-- /report:({NAME_PATTERN}) -->")
 INLINE = re.compile(rf"<!-- report:(?P<name>{NAME_PATTERN}) -->(?P<body>.*?)<!-- /report:(?P=name) -->")
 FENCE = re.compile(r"^\s*(```|~~~)")
 CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+
+
+PROVENANCE = "provenance"  # the reserved marker of a page's provenance note (`provenance_note`)
 
 
 class ReportError(Exception):
@@ -196,6 +203,7 @@ class _Renderer:
         self.loaded: dict[str, Any] = {}
         self.done: dict[str, str] = {}
         self.readers: dict[str, list[str]] = {}  # results file -> the markers whose numbers rest on it
+        self.noted: set[str] = set()  # the pages carrying a provenance note
 
     def load(self, source: str, where: str, name: str) -> Any:
         if source not in self.loaded:
@@ -209,6 +217,17 @@ class _Renderer:
                 raise ReportError(f"{where}: report:{name} reads {source}, which is not valid JSON ({e}); fix: "
                                   f"restore it from git or run its study again") from e
         return self.loaded[source]
+
+    def note(self, p: Placement, placements: Sequence[Placement]) -> str:
+        """The page's provenance note (`provenance_note`) over the files its other markers read; a page is noted
+        as carrying one, so `_provenance_status` can tell the pages that lack it."""
+        if p.inline:
+            raise ReportError(f"{p.path}:{p.line}: report:{PROVENANCE} is a note; fix: put its markers each on its "
+                              f"own line")
+        self.noted.add(p.path)
+        read = dict.fromkeys(s for q in placements if q.name != PROVENANCE for s in self.registry[q.name].sources)
+        return block(provenance_note([(s, declared(self.loaded[s], s)) for s in read
+                                      if unproven(self.loaded[s])]))
 
     def render(self, p: Placement) -> str:
         where = f"{p.path}:{p.line}"
@@ -240,10 +259,10 @@ class _Renderer:
         return self.done[p.name]
 
 
-def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = None, out=None,
-        provenance: bool = False) -> int:
-    """Rewrites (or, ``check``, compares) every marked table under ``root``; returns the exit status. With
-    ``provenance``, also 1 where a number rests on a run from a dirty tree or with no commit (`unproven`)."""
+def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = None, out=None) -> int:
+    """Rewrites (or, ``check``, compares) every marked table under ``root``; returns the exit status: also 1 where
+    a number rests on a run from a dirty tree or with no commit that its file does not declare (`unproven`,
+    `declared`), or a page reading a declared file lacks its provenance note."""
     registry = tables.REGISTRY if registry is None else registry
     out = out or sys.stdout
     renderer = _Renderer(root, registry)
@@ -253,11 +272,13 @@ def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = Non
         rel = page.relative_to(root).as_posix()
         text = page.read_text()
         placements = find_markers(text, rel)
+        wanted = {id(p): renderer.render(p) for p in placements if p.name != PROVENANCE}
+        wanted.update({id(p): renderer.note(p, placements) for p in placements if p.name == PROVENANCE})
         new = text
         for p in sorted(placements, key=lambda p: p.start, reverse=True):
-            want, have = renderer.render(p), text[p.start:p.end]
+            want, have = wanted[id(p)], text[p.start:p.end]
             if want != have:
-                sources = ", ".join(registry[p.name].sources)
+                sources = ", ".join(registry[p.name].sources) if p.name != PROVENANCE else "the files it reads"
                 diffs.append("".join(difflib.unified_diff(
                     have.splitlines(keepends=True) if not p.inline else [have + "\n"],
                     want.splitlines(keepends=True) if not p.inline else [want + "\n"],
@@ -266,7 +287,7 @@ def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = Non
                 new = new[:p.start] + want + new[p.end:]
         if new != text:
             new_texts[page] = new
-    status = _provenance_status(renderer, out) if provenance else 0
+    status = _provenance_status(renderer, out)
     if check:
         if diffs:
             print("\n".join(reversed(diffs)), file=out)
@@ -314,19 +335,60 @@ def unproven(doc: Any) -> str | None:
     return "records no clean commit of the code that made it (no per-run commit, no clean 'code' stamp)"
 
 
+def declared(doc: Any, source: str = "the file") -> dict[str, str] | None:
+    """A results file's ``"unrecorded": {"why", "rerun"}``: why its numbers rest on no recorded commit and the
+    command that would remake them; None where it declares nothing. A declaration without both is a `ReportError`."""
+    decl = doc.get("unrecorded") if isinstance(doc, dict) else None
+    if decl is None:
+        return None
+    if not (isinstance(decl, dict) and all(isinstance(decl.get(k), str) and decl[k].strip() for k in ("why", "rerun"))):
+        raise ReportError(f"{source}: 'unrecorded' must be {{\"why\": \"...\", \"rerun\": \"command\"}}, not "
+                          f"{decl!r}; fix: say why its numbers carry no commit and the command that remakes them")
+    return decl
+
+
+def provenance_note(files: Sequence[tuple[str, dict[str, str] | None]]) -> str:
+    """A page's ``<!-- report:provenance -->`` note: its results files that rest on no recorded commit, each with
+    its declared reason and the command that would remake it (``files``: ``(source, declaration)``)."""
+    if not files:
+        return "Every number on this page rests on runs from a clean commit of the code."
+    lines = ["Numbers on this page that rest on no recorded commit of the code (measured before runs recorded one; "
+             "rerunning the command rewrites the file with its commit):", ""]
+    for source, decl in files:
+        decl = decl or {"why": "not declared.", "rerun": "?"}
+        lines.append(f"- `{source}`: {decl['why'].strip()} Rerun: `{decl['rerun'].strip()}`.")
+    return "\n".join(lines)
+
+
 def _provenance_status(renderer: _Renderer, out) -> int:
-    """Prints every results file the markers read whose numbers do not rest on committed code (`unproven`);
-    returns 1 when there is one, else 0."""
-    problems = [(source, why) for source, doc in sorted(renderer.loaded.items()) if (why := unproven(doc))]
-    for source, why in problems:
+    """Prints every results file the markers read whose numbers do not rest on committed code (`unproven`): those
+    that declare why (`declared`) as notes, the others as problems, and the pages that read a declared file without
+    a provenance note; returns 1 when there is a problem, else 0."""
+    unrecorded = [(source, why, declared(doc, source)) for source, doc in sorted(renderer.loaded.items())
+                  if (why := unproven(doc))]
+    problems = 0
+    for source, why, decl in unrecorded:
         readers = renderer.readers.get(source, [])
+        pages_without = sorted({r.split(":")[0] for r in readers} - renderer.noted)
+        if decl and not pages_without:
+            print(f"provenance: {source}: declared: {decl['why'].strip()}", file=out)
+            continue
+        problems += 1
+        if decl:
+            print(f"provenance: {source} is read by {', '.join(pages_without)}, which carr"
+                  f"{'y' if len(pages_without) > 1 else 'ies'} no provenance note; fix: add "
+                  f"<!-- report:{PROVENANCE} --> and <!-- /report:{PROVENANCE} --> on lines of their own, then "
+                  f"{FIX}", file=out)
+            continue
         print(f"provenance: {source}: {why}; read by {', '.join(readers[:3])}"
               + (f" and {len(readers) - 3} more" if len(readers) > 3 else ""), file=out)
     if problems:
-        print(f"{len(problems)} results file(s) rest on runs from a dirty tree or with no commit; fix: commit, rerun "
-              f"the study from the clean checkout, commit its results", file=out)
+        print(f"{problems} results file(s) rest on runs from a dirty tree or with no commit; fix: commit, rerun the "
+              f"study from the clean checkout, commit its results (or, where it cannot be rerun here, declare why in "
+              f"the file's \"unrecorded\" and note it on the page)", file=out)
         return 1
-    print(f"every number rests on runs from a clean commit ({len(renderer.loaded)} results files)", file=out)
+    print(f"every number rests on runs from a clean commit ({len(renderer.loaded) - len(unrecorded)} results files"
+          + (f"; {len(unrecorded)} declared and noted on their pages" if unrecorded else "") + ")", file=out)
     return 0
 
 
@@ -340,6 +402,8 @@ def listing(root: pathlib.Path, registry: dict[str, Entry]) -> str:
     for name, e in sorted(registry.items()):
         lines.append(f"{name:44s} {'figure' if e.inline else 'table ':6s} {', '.join(e.sources)}  "
                      f"[{', '.join(used.get(name, [])) or 'unused'}]")
+    noted = ", ".join(used.get(PROVENANCE, [])) or "unused"
+    lines.append(f"{PROVENANCE:44s} note   the files its page reads  [{noted}]")
     return "\n".join(lines)
 
 
@@ -349,9 +413,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 with a diff where a table differs from its results file")
     parser.add_argument("--list", action="store_true", help="list the registered tables and where they stand")
-    parser.add_argument("--provenance", action="store_true",
-                        help="also exit 1 where a number rests on a run from a dirty tree or with no commit (opt-in: "
-                             "the committed results predate per-run provenance)")
     parser.add_argument("--root", type=pathlib.Path, default=ROOT,
                         help="the repository tree to read (default: this checkout)")
     args = parser.parse_args(argv)
@@ -360,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.list:
             print(listing(root, tables.REGISTRY))
             return 0
-        return run(root, args.check, provenance=args.provenance)
+        return run(root, args.check)
     except ReportError as e:
         print(f"experiments.report: {e}", file=sys.stderr)
         return 2

@@ -33,6 +33,8 @@ def register(name: str, sources: Sequence[str], render: Callable[..., str], *, i
         raise ValueError(f"report name {name!r}: use letters, digits, '_', '.' and '-'")
     if name in REGISTRY:
         raise ValueError(f"report name {name!r} is registered twice")
+    if name == "provenance":
+        raise ValueError("report name 'provenance' is the page's provenance note (experiments.report); pick another")
     REGISTRY[name] = Entry(name, tuple(sources), render, inline)
     return REGISTRY[name]
 

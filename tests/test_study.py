@@ -137,7 +137,7 @@ def test_plan_refuses_repeated_labels_and_unknown_cells(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# experiments.report --check --provenance on results files the runner built from a clean and a dirty tree
+# experiments.report --check on results files the runner built from a clean and a dirty tree
 
 def test_report_provenance_fails_on_a_number_from_a_dirty_tree_run(tmp_path, monkeypatch, capsys):
     from experiments import report, tables
@@ -159,13 +159,34 @@ def test_report_provenance_fails_on_a_number_from_a_dirty_tree_run(tmp_path, mon
     docs = tree / "docs"
     docs.mkdir()
     (docs / "page.md").write_text("Dirty: <!-- report:demo.dirty --><!-- /report:demo.dirty -->.\n")
-    assert report.main(["--root", str(tree)]) == 0  # the numbers written into the pages
-    assert report.main(["--check", "--root", str(tree)]) == 0  # the plain check: every number agrees
+    assert report.main(["--root", str(tree)]) == 1  # the numbers are written into the pages, and the dirty run told
     capsys.readouterr()
-    assert report.main(["--check", "--provenance", "--root", str(tree)]) == 1
+    assert report.main(["--check", "--root", str(tree)]) == 1  # every number agrees, but one rests on a dirty tree
     out = capsys.readouterr().out
+    assert "every table agrees" in out
     assert f"provenance: {dirty}: 1 of 2 runs from a dirty tree" in out and "ist seed 1" in out
     assert "docs/page.md:1 report:demo.dirty" in out and clean not in out
+
+    # A file that cannot be remade here may declare why; then every page reading it must carry the note.
+    doc = json.loads((tree / dirty).read_text())
+    (tree / dirty).write_text(json.dumps({**doc, "unrecorded": {"why": "made on a GPU.", "rerun": "make gpu"}}))
+    assert report.main(["--check", "--root", str(tree)]) == 1
+    assert "docs/page.md, which carries no provenance note" in capsys.readouterr().out
+    note = "\n<!-- report:provenance -->\n<!-- /report:provenance -->\n"
+    (docs / "page.md").write_text((docs / "page.md").read_text() + note)
+    (tree / "README.md").write_text((tree / "README.md").read_text() + note)
+    assert report.main(["--root", str(tree)]) == 0
+    page = (docs / "page.md").read_text()
+    assert f"- `{dirty}`: made on a GPU. Rerun: `make gpu`." in page and clean not in page
+    assert "Every number on this page rests on runs from a clean commit" in (tree / "README.md").read_text()
+    capsys.readouterr()
+    assert report.main(["--check", "--root", str(tree)]) == 0
+    assert f"provenance: {dirty}: declared: made on a GPU." in capsys.readouterr().out
+    (tree / dirty).write_text(json.dumps({**doc, "unrecorded": {"why": "made on a GPU."}}))  # no rerun command
+    assert report.main(["--check", "--root", str(tree)]) == 2
+    assert "'unrecorded' must be" in capsys.readouterr().err
+
+    (tree / dirty).write_text(json.dumps(doc))
     (docs / "page.md").unlink()  # only the clean run's number is left in the pages
-    assert report.main(["--check", "--provenance", "--root", str(tree)]) == 0
+    assert report.main(["--check", "--root", str(tree)]) == 0
     assert "every number rests on runs from a clean commit" in capsys.readouterr().out

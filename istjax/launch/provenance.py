@@ -4,7 +4,7 @@
 tracked file differs from it. The driver records it in each run's ``summary.json`` when the run finishes training
 (``code``), so a study that reuses a run months later still says which commit trained it; a run trained from a tree
 with uncommitted changes reads ``"clean": false``, one trained outside a git checkout ``"commit": null``.
-`experiments.report --check --provenance` refuses numbers that rest on either.
+`experiments.report --check` refuses numbers that rest on either.
 """
 
 from __future__ import annotations
