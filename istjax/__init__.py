@@ -12,6 +12,7 @@ The package's folders tell its architecture:
 * ``istjax.models``: Flax modules by name, each with its partition rules.
 * ``istjax.data``: loaders, the dataset registry and the batching plan.
 * ``istjax.graph``: the sparse `Graph`, its aggregation ops, graph clusters and the GIST task.
+* ``istjax.xmc``: extreme multi-label classification: ranking metrics (P@k, nDCG@k, PSP@k), blockwise top-k.
 * ``istjax.launch``: config, driver, checkpoints, metrics, plots, comparisons and the CLI.
 * ``istjax.theory``: the convergence toolkit.
 """
@@ -60,7 +61,7 @@ _LAZY = {"train_and_evaluate": ("istjax.launch.driver", "train_and_evaluate"),
 
 # `istjax.<name>` for every subpackage, without a separate import (`istjax.data.load_dataset(...)`).
 _SUBMODULES = {name: f"istjax.{name}" for name in
-               ("algorithms", "core", "data", "graph", "launch", "models", "runtimes", "theory")}
+               ("algorithms", "core", "data", "graph", "launch", "models", "runtimes", "theory", "xmc")}
 
 
 def __getattr__(name):

@@ -14,6 +14,9 @@ Modules:
                `istjax.data.augment` stays the module; the function is `istjax.data.augment.augment`.
   tfds      -- real datasets prepared with tensorflow-datasets, loaded into memory (`load_tfds`).
   audio     -- log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
+  xmc       -- extreme multi-label classification data: the Extreme Classification Repository's text format
+               (`read_xmc`, cached), `load_xmc` (`xmc-debian-deps`, `xmc-synthetic`), padded sparse batches
+               (`pack_rows`) and a generator (`synthetic_xmc`); not in `DATASETS` (not single-label `Dataset`s).
 """
 
 from istjax.data.arrays import check_dataset as check_dataset
