@@ -16,7 +16,7 @@ from istjax.models import MODELS
 from istjax.runtimes import RUNTIMES
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("algorithms", "core", "data", "graph", "launch", "models", "runtimes", "theory")
+SUBPACKAGES = ("algorithms", "core", "data", "graph", "launch", "models", "runtimes", "theory", "xmc")
 
 
 def test_every_subpackage_is_an_attribute_of_a_fresh_import():

@@ -107,7 +107,7 @@ def test_markers_inside_code_are_text(tmp_path, capsys):
     assert report.main(["--check", "--root", str(_tree(tmp_path, readme))]) == 0
 
 
-AGGREGATED = {"rows": [
+AGGREGATED = {"code": {"commit": "0" * 40, "clean": True}, "rows": [
     {"algorithm": "ist", "num_workers": 2, "seeds": [0, 1, 2], "test_accuracy_mean": 0.97123,
      "test_accuracy_std": 0.0041, "bytes_per_round": 39000, "label": "digits"},
     {"algorithm": "data_parallel", "num_workers": 2, "seeds": [0], "test_accuracy_mean": 0.981,
