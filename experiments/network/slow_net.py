@@ -281,15 +281,9 @@ def run_command(plan: Plan, command: Sequence[str], *, mpiexec: str, bind: bool,
     proc = subprocess.Popen(argv, start_new_session=True)
     try:
         rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        print(snapshot(plan, proc.pid), file=sys.stderr, flush=True)
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    except (_Interrupted, KeyboardInterrupt):
+    except (subprocess.TimeoutExpired, _Interrupted, KeyboardInterrupt) as stopped:
+        if isinstance(stopped, subprocess.TimeoutExpired):  # a job past its timeout: record where it was first
+            print(snapshot(plan, proc.pid), file=sys.stderr, flush=True)
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=10)
