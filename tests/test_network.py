@@ -246,12 +246,15 @@ def test_descendants_finds_children_and_grandchildren():
     """`slow_net.descendants`: what `snapshot` signals under a job that ran past its timeout."""
     proc = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
     try:
-        for _ in range(100):  # until both sleeps have started
+        def names():
+            return {pathlib.Path(f"/proc/{p}/comm").read_text().strip() for p in found}
+
+        for _ in range(200):  # until both children exist and have exec'd `sleep` (a fork is `sh` until then)
             found = sn.descendants(proc.pid)
-            if len(found) >= 2:
+            if len(found) >= 2 and names() == {"sleep"}:
                 break
             subprocess.run(["sleep", "0.05"])
-        names = {pathlib.Path(f"/proc/{p}/comm").read_text().strip() for p in found}
+        names = names()
         assert len(found) == 2 and names == {"sleep"}
         assert proc.pid not in found and sn.descendants(found[0]) == []
     finally:
