@@ -45,6 +45,10 @@ Optional (`OPTIONAL`):
     this owner's slice of the statistics a training-mode pass over ``x`` leaves (``batch_stats``), computed like
     ``owner_logits``; with it, the sharded mode recomputes statistics (``model_state="recompute"``) in place
     (the channel-partitioned image models provide it).
+``scores(logits, y) -> (loss, {metric: value})``
+    the training loss and the test metrics of the module's output against a batch's labels (a scalar each), in
+    place of softmax cross-entropy on integer labels and ``accuracy``; ``accuracy`` must be among the metrics (the
+    number training records and targets read). `istjax.models.SparseMLP`: a multi-label loss, ``accuracy`` = P@1.
 ``owner_whole_groups() -> (group, ...)``
     the neuron groups ``owner_logits`` accepts held whole by every owner rather than sharded (ResIST's dealt first
     blocks); without it, every group must be held in shards for the sharded mode to evaluate in place.
@@ -59,7 +63,7 @@ from istjax.core.errors import ArgError
 
 __all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "has_subnet", "eval_module", "tied_axes",
            "batch_statistics_at_test", "batch_statistics_fix", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
-           "owner_logits", "owner_statistics", "owner_whole_groups"]
+           "owner_logits", "owner_statistics", "owner_whole_groups", "scores"]
 
 
 @runtime_checkable
@@ -84,6 +88,7 @@ OPTIONAL = {
     "owner_logits": "method: the test-time logits from every owner's slice, partial sums reduced (sharded eval)",
     "owner_statistics": "method: a training pass's statistics from every owner's slice (sharded recompute)",
     "owner_whole_groups": "method: the groups owner_logits accepts held whole instead of sharded",
+    "scores": "method: (logits, labels) -> (loss, metrics with 'accuracy'), replacing softmax cross-entropy",
 }
 
 
@@ -204,6 +209,11 @@ def first_block_groups(model) -> dict:
     """A depth-split ResNet's one-block groups (``{}`` when it declares none)."""
     method = _method(model, "first_block_groups")
     return method() if method is not None else {}
+
+
+def scores(model):
+    """The module's ``scores(logits, y) -> (loss, metrics)`` (bound), or None: softmax cross-entropy and accuracy."""
+    return _method(model, "scores")
 
 
 def owner_whole_groups(model) -> tuple:

@@ -171,7 +171,7 @@ def scores(logits_NxC: jax.Array, labels_N: jax.Array) -> tuple[jax.Array, dict]
     return loss, {"accuracy": accuracy}
 
 
-def _owner_pass(eval_model: nn.Module, fresh: Optional[nn.Module]) -> Optional[OwnerPass]:
+def _owner_pass(eval_model: nn.Module, fresh: Optional[nn.Module], score: Callable = scores) -> Optional[OwnerPass]:
     """The task's `OwnerPass` from the module's owner methods (`istjax.core.contract`), None when it has neither:
     test-time scores from ``owner_logits`` and statistics recomputed from ``owner_statistics`` of ``fresh`` (the
     module with momentum 0, None when its statistics cannot be recomputed)."""
@@ -183,7 +183,7 @@ def _owner_pass(eval_model: nn.Module, fresh: Optional[nn.Module]) -> Optional[O
     def evaluate(params, model_state, batch, shared=None, *, owner, num_owners, reduce):
         logits = owner_logits({"params": params, **model_state}, batch["x"], shared, owner=owner,
                               num_owners=num_owners, reduce=reduce)
-        return scores(logits, batch["y"])
+        return score(logits, batch["y"])
 
     def recompute_state(params, model_state, batches_NxB, shared=None, *, owner, num_owners, reduce):
         xs = jax.tree.leaves(batches_NxB["x"])
@@ -196,7 +196,7 @@ def _owner_pass(eval_model: nn.Module, fresh: Optional[nn.Module]) -> Optional[O
                      frozenset(contract.owner_whole_groups(eval_model)))
 
 
-def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...]) -> Callable:
+def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...], score: Callable = scores) -> Callable:
     """The task's ``train_loss(units)``: the loss of the sub-network at ``units`` (the full network for None)."""
 
     def train_loss(units):
@@ -214,7 +214,7 @@ def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...]) 
                 model_state = {c: updated[c] for c in collections}
             else:
                 logits = call(module, {"params": params}, batch["x"], shared, True, rngs=rngs)
-            value, aux = scores(logits, batch["y"])
+            value, aux = score(logits, batch["y"])
             return value, (aux, model_state)
 
         return loss
@@ -222,7 +222,7 @@ def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...]) 
     return train_loss
 
 
-def _evaluator(call: Callable, eval_model: nn.Module, min_eval_batch: int) -> Callable:
+def _evaluator(call: Callable, eval_model: nn.Module, min_eval_batch: int, score: Callable = scores) -> Callable:
     """The task's ``evaluate``: test-time scores, refusing a batch too small for batch-statistics normalisation
     (below `MIN_BATCH_STATISTICS_SPLIT` examples for a model that normalises with them)."""
     smallest = min(min_eval_batch, MIN_BATCH_STATISTICS_SPLIT)
@@ -238,7 +238,7 @@ def _evaluator(call: Callable, eval_model: nn.Module, min_eval_batch: int) -> Ca
                 f"{smallest} at the very least), or build the model without test-time batch statistics"
                 f"{_fields_text(eval_model)}.")
         logits = call(eval_model, {"params": params, **model_state}, batch["x"], shared, False)
-        return scores(logits, batch["y"])
+        return score(logits, batch["y"])
 
     return evaluate
 
@@ -310,7 +310,8 @@ def example_and_classes(example: Any, num_classes: Optional[int], example_shared
 def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]] = None, *,
                num_classes: Optional[int] = None, example_shared: Any = None,
                eval_model: Optional[nn.Module] = None) -> Task:
-    """A classification Task (softmax cross-entropy on integer labels) for a Flax module.
+    """A classification Task (softmax cross-entropy on integer labels, or the module's own ``scores``: a
+    multi-label loss for `istjax.models.SparseMLP`) for a Flax module.
 
     The module is called as ``model.apply(variables, x[, shared], train=...)``: ``train`` is passed when its
     ``__call__`` takes it, and ``shared`` (the round's shared input) as the second argument when one is given.
@@ -366,14 +367,15 @@ def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]
         v = variables(key)
         return {c: nn.unbox(v[c]) for c in collections}
 
-    train_loss = _train_loss(model, call, collections)
+    score = contract.scores(model) or scores  # the module's own loss and metrics, if it declares them
+    train_loss = _train_loss(model, call, collections, score)
     min_eval_batch = MIN_BATCH_STATISTICS_EVAL if contract.batch_statistics_at_test(eval_model) else 1
-    evaluate = _evaluator(call, eval_model, min_eval_batch)
+    evaluate = _evaluator(call, eval_model, min_eval_batch, score)
     fresh = model.clone(bn_momentum=0.0) if collections and contract.recomputable(model) else None
     recompute_state = None if fresh is None else _recomputer(call, fresh, collections)
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
-                example_x=example_x, num_classes=num_classes, owner=_owner_pass(eval_model, fresh),
+                example_x=example_x, num_classes=num_classes, owner=_owner_pass(eval_model, fresh, score),
                 no_groups_reason="" if spec.group_sizes else model_checks.no_groups_reason(model, abstract["params"],
                                                                                             rules))
 

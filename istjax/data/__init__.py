@@ -16,7 +16,8 @@ Modules:
   audio     -- log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
   xmc       -- extreme multi-label classification data: the Extreme Classification Repository's text format
                (`read_xmc`, cached), `load_xmc` (`xmc-debian-deps`, `xmc-synthetic`), padded sparse batches
-               (`pack_rows`) and a generator (`synthetic_xmc`); not in `DATASETS` (not single-label `Dataset`s).
+               (`pack_rows`), a generator (`synthetic_xmc`), and their training views (`as_dataset`: `(id, value)`
+               pairs, label sets) in `DATASETS` as `xmc_debian_deps` and `xmc_synthetic`.
 """
 
 from istjax.data.arrays import check_dataset as check_dataset

@@ -51,6 +51,11 @@ class Dataset(NamedTuple):
       shared: inputs every worker reads each round (a graph, an adjacency, a lookup
         table), passed to a round once and never stacked per worker; None for
         ordinary datasets.
+      num_feature_ids: sparse data only (extreme classification,
+        :func:`istjax.data.xmc.as_dataset`): ``x`` holds ``(feature id, value)``
+        pairs with ids in ``[0, num_feature_ids)`` (a model's ``num_features``
+        field is filled from it), and ``y`` label sets ``[N, L]`` padded with -1;
+        None for dense data.
     """
 
     name: str
@@ -60,6 +65,7 @@ class Dataset(NamedTuple):
     test_y: np.ndarray
     num_classes: int
     shared: Optional[dict] = None
+    num_feature_ids: Optional[int] = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -5,7 +5,9 @@ Names are the shipped loaders of :mod:`istjax.data.builtin`, ``fashion_mnist``
 :mod:`istjax.data.speech`), ``spoken_keywords`` (the 35 Speech Commands words synthesised offline,
 :mod:`istjax.data.keywords`) and the graphs of
 :mod:`istjax.data.graphs` (``cora``, ``citeseer``, ``pubmed`` from Planetoid files, ``csbm`` generated,
-``graph_npz`` from an ``.npz``: node indices as examples, the graph as the shared input); ``tfds:<name>``
+``graph_npz`` from an ``.npz``: node indices as examples, the graph as the shared input), the extreme
+multi-label sets of :mod:`istjax.data.xmc` (``xmc_debian_deps``, ``xmc_synthetic``: sparse ``(id, value)`` pairs and
+label sets, for ``istjax.models.SparseMLP``); ``tfds:<name>``
 dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
 for, since it pulls in tensorflow-datasets). Your own data comes from a function of yours
 (:func:`load_module_dataset`, ``data.module`` in a config) that returns a Dataset
@@ -27,6 +29,7 @@ from istjax.data.graphs import as_dataset, csbm, load_graph
 from istjax.data.images import load_fashion_mnist
 from istjax.data.keywords import load_spoken_keywords
 from istjax.data.speech import load_fsdd
+from istjax.data.xmc import load_debian_deps_dataset, load_synthetic_dataset
 
 __all__ = [
     "DATASETS",
@@ -50,6 +53,8 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "csbm": lambda **kwargs: as_dataset(csbm(**kwargs)),
     "graph_npz": lambda path, normalize_features=False: as_dataset(
         load_graph("npz", path=path, normalize_features=normalize_features)),
+    "xmc_debian_deps": load_debian_deps_dataset,
+    "xmc_synthetic": load_synthetic_dataset,
 }
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
 

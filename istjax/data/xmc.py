@@ -44,7 +44,7 @@ import numpy as np
 from istjax.core.errors import ArgError
 from istjax.core.streams import check_positive as _check_positive
 from istjax.core.streams import check_seed
-from istjax.data.dataset import _cache_dir, _damaged_file, _read_cache, _write_cache
+from istjax.data.dataset import Dataset, _cache_dir, _damaged_file, _read_cache, _write_cache
 from istjax.data.images import DataNotFoundError
 
 __all__ = [
@@ -54,7 +54,11 @@ __all__ = [
     "SparseRows",
     "XMCData",
     "XMCDataset",
+    "as_dataset",
     "bucket",
+    "feature_pairs",
+    "load_debian_deps_dataset",
+    "load_synthetic_dataset",
     "load_xmc",
     "load_xmc_debian_deps",
     "pack_labels",
@@ -595,8 +599,8 @@ def load_xmc(name: str, **kwargs: Any) -> XMCDataset:
     """An XMC data set by name: ``"xmc-debian-deps"`` (:func:`load_xmc_debian_deps`: ``data_dir``, ``cache``) or
     ``"xmc-synthetic"`` (:func:`synthetic_xmc_dataset`: ``num_train``, ``num_test`` and the generator's arguments).
 
-    These are not in :data:`istjax.data.DATASETS`: that registry's loaders return a single-label
-    :class:`~istjax.data.Dataset`, and an XMC point has a set of labels and sparse features.
+    These return the sparse record (:class:`XMCDataset`); :data:`istjax.data.DATASETS` holds their training views
+    (:func:`as_dataset`) as ``xmc_debian_deps`` and ``xmc_synthetic``.
     """
     if name not in _XMC_LOADERS:
         raise ArgError("name", name, f"name={name!r} is not a known XMC data set;",
@@ -829,3 +833,92 @@ def synthetic_xmc(num_points: int = 10_000, num_features: int = 5_000, num_label
     ascending = np.sort(np.where(sets >= 0, sets, num_labels), axis=1)  # -1 padding last
     return _record("synthetic", *_tf_rows(n, row, feature, num_features), _indptr((sets >= 0).sum(1)),
                    ascending[ascending < num_labels], num_features, num_labels)  # label ids row by row
+
+
+# --------------------------------------------------------------------------
+# The training view: a Dataset of (feature id, value) pairs and padded label sets
+# --------------------------------------------------------------------------
+
+MAX_EXACT_ID = 1 << 24
+"""Feature ids are carried in float32 (:func:`feature_pairs`), exact below ``2**24`` (16,777,216; Amazon-670k has
+135,909 features)."""
+
+
+def feature_pairs(data: XMCData, rows: Any = None, *, nnz: int = 256) -> tuple[np.ndarray, int]:
+    """``(pairs [R, nnz, 2] float32, truncated)``: each row's nonzero features as ``(id, value)`` pairs, padded with
+    ``(0, 0)`` (a padded slot adds nothing to an embedding bag); ``truncated`` counts the rows that had more than
+    ``nnz`` and kept their ``nnz`` largest values (``|value|``; ties by lower id).
+
+    One float32 array rather than two so that every batch path of the library (slicing, ``jnp.take`` over
+    examples, device puts, evaluation chunks) carries sparse rows unchanged; ids are exact in float32 below
+    :data:`MAX_EXACT_ID` (refused above). ``istjax.models.EmbeddingBag`` reads the layout back.
+    """
+    nnz = _check_positive("nnz", nnz)
+    if data.num_features > MAX_EXACT_ID:
+        raise ArgError("num_features", data.num_features,
+                       f"{data.name}: {data.num_features} features; ids above 2**24 are not exact in float32 pairs,",
+                       "hash the features into fewer ids first.")
+    flat = np.arange(data.num_points) if rows is None else _row_index(rows, data.num_points)[0]
+    lengths, row_of, source = _gather(data.features, flat)
+    ids, values = data.features.ids[source], data.features.values[source]
+    # Within each row, entries ordered by |value| descending (ties: lower id), then the first nnz kept, then ids
+    # restored to ascending order.
+    order = np.lexsort((ids, -np.abs(values), row_of))
+    rank = np.arange(len(order)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    keep = order[rank < nnz]
+    keep = keep[np.lexsort((ids[keep], row_of[keep]))]
+    kept_rows, kept_ids, kept_values = row_of[keep], ids[keep], values[keep]
+    col = np.arange(len(keep)) - np.repeat(np.cumsum(np.minimum(lengths, nnz)) - np.minimum(lengths, nnz),
+                                           np.minimum(lengths, nnz))
+    pairs = np.zeros((len(flat), nnz, 2), np.float32)
+    pairs[kept_rows, col, 0] = kept_ids
+    pairs[kept_rows, col, 1] = kept_values
+    return pairs, int((lengths > nnz).sum())
+
+
+def as_dataset(data: XMCDataset, *, nnz: int = 256, max_labels: Optional[int] = None,
+               log: Optional[Any] = None) -> Dataset:
+    """``data`` as an :class:`istjax.data.Dataset` the whole library trains on (``istjax train``, every algorithm
+    and runtime): ``x [N, nnz, 2]`` (:func:`feature_pairs`), ``y [N, max_labels] int32`` label sets padded with
+    -1 (:func:`pack_labels`; default: :func:`bucket` of the longest set of either split, so both share one width),
+    ``num_classes`` the number of labels and ``num_feature_ids`` the number of features (the embedding bag's rows).
+
+    Rows with more than ``nnz`` features keep their ``nnz`` largest (``log`` is told how many, per split). The
+    features are not standardised (tf-idf rows are already scaled); the labels are sets, so the model's scores
+    must be multi-label ones (``istjax.models.SparseMLP``).
+    """
+    width = max_labels or bucket(max(int(s.labels.row_lengths.max(initial=1)) for s in (data.train, data.test)))
+    splits = {}
+    for split in ("train", "test"):
+        part = getattr(data, split)
+        pairs, cut = feature_pairs(part, nnz=nnz)
+        if cut and log is not None:
+            log(f"{data.name}: {cut} of {part.num_points} {split} points have more than nnz={nnz} features and keep "
+                f"their {nnz} largest (data.kwargs.nnz raises it)")
+        splits[split] = (pairs, pack_labels(part, np.arange(part.num_points), max_labels=width))
+    (train_x, train_y), (test_x, test_y) = splits["train"], splits["test"]
+    _freeze(train_x, train_y, test_x, test_y)
+    return Dataset(data.name.replace("-", "_"), train_x, train_y, test_x, test_y, int(data.train.num_labels),
+                   num_feature_ids=int(data.train.num_features))
+
+
+def load_debian_deps_dataset(data_dir: Optional[PathLike] = None, nnz: int = 256,
+                             cache: bool = True) -> Dataset:
+    """``xmc-debian-deps`` as a training :class:`istjax.data.Dataset` (:func:`as_dataset`): ``DATASETS`` name
+    ``xmc_debian_deps``. 43,333 / 10,345 points, 31,435 features, 15,186 labels; at the default ``nnz=256`` 8
+    training points of 43,333 keep their 256 largest features (the longest description has 2,123)."""
+    return as_dataset(load_xmc_debian_deps(data_dir, cache=cache), nnz=nnz)
+
+
+def load_synthetic_dataset(num_train: int = 8000, num_test: int = 2000, num_features: int = 5000,
+                           num_labels: int = 1000, labels_per_point: float = 4.0, features_per_point: float = 30.0,
+                           label_exponent: float = 1.0, features_per_label: int = 8, signal: float = 0.5,
+                           seed: int = 0, nnz: int = 64) -> Dataset:
+    """:func:`synthetic_xmc_dataset` as a training :class:`istjax.data.Dataset` (:func:`as_dataset`):
+    ``DATASETS`` name ``xmc_synthetic``. The defaults train in minutes on two cores; Amazon-670k's shape is
+    ``num_features=135909, num_labels=670091`` (its memory, not its accuracy, is what this machine can show)."""
+    data = synthetic_xmc_dataset(num_train, num_test, num_features=num_features, num_labels=num_labels,
+                                 labels_per_point=labels_per_point, features_per_point=features_per_point,
+                                 label_exponent=label_exponent, features_per_label=features_per_label,
+                                 signal=signal, seed=seed)
+    return as_dataset(data, nnz=nnz)

@@ -140,7 +140,9 @@ def step_examples(config: ml_collections.ConfigDict) -> int:
 def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, train_examples: int = 0,
                    evaluate_fn: Optional[Callable] = None,
                    log: Optional[Callable[[str], None]] = None) -> "Evaluator":
-    """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model.
+    """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model, plus
+    ``test_<metric>`` and ``train_<metric>`` for every other metric the task's evaluation returns (a multi-label
+    model's ``precision_at_k``, `istjax.xmc.loss`).
 
     The model runs in test mode (`istjax.Task.evaluate`: running statistics where the model keeps them, and any
     test-time transform it declares). The test set is evaluated whole; the training set's first ``train_examples``
@@ -154,8 +156,7 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, tr
     evaluate_fn = task.evaluate if evaluate_fn is None else evaluate_fn
 
     def chunk_scores(params, model_state, x, y, shared):
-        loss, aux = evaluate_fn(params, model_state, {"x": x, "y": y}, shared)
-        return loss, aux["accuracy"]
+        return evaluate_fn(params, model_state, {"x": x, "y": y}, shared)  # (loss, {metric: value})
 
     size = max(int(batch_size), task.min_eval_batch)
 
@@ -202,7 +203,8 @@ class Evaluator:
             results = jax.device_get([(self._scores(state, x, y), n) for x, y, n in chunks])
             total = sum(n for _, n in results)
             out[f"{split}_loss"] = float(sum(float(l) * n for (l, _), n in results) / total)
-            out[f"{split}_accuracy"] = float(sum(float(a) * n for (_, a), n in results) / total)
+            for name in results[0][0][1]:  # every metric, example-weighted: "accuracy" first
+                out[f"{split}_{name}"] = float(sum(float(aux[name]) * n for (_, aux), n in results) / total)
         return out
 
 

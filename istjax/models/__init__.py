@@ -19,13 +19,15 @@ before anything is built, and `register_model` adds a user's module (see ``docs/
   (`istjax.models.resist`).
 * ``"gcn"`` / ``"graphsage"``: graph networks for GIST, hidden features partitioned, reading the dataset's graph as
   the shared input (`istjax.models.gnn`).
+* ``"sparse_mlp"``: `SparseMLP`, extreme multi-label classification on sparse ``(id, value)`` rows through an
+  embedding bag, hidden units partitioned, a multi-label loss (`istjax.models.xmc`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 
@@ -41,14 +43,16 @@ from istjax.models.resist import DepthResNet as DepthResNet
 from istjax.models.resnet import PreActResNet as PreActResNet
 from istjax.models.resnet import ResNet as ResNet
 from istjax.models.vgg import VGG as VGG
+from istjax.models.xmc import SparseMLP as SparseMLP
 
-__all__ = ["BUILTIN", "CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS", "PreActResNet", "ResNet", "VGG",
+__all__ = ["BUILTIN", "CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS", "PreActResNet", "ResNet", "SparseMLP",
+           "VGG",
            "batch_norm", "build_model", "model_class", "model_fields", "model_source", "register_model"]
 
 MODELS: Registry[type[nn.Module]] = Registry(
     "model", field="model.name",
     entries={"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet, "vgg": VGG,
-             "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE},
+             "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE, "sparse_mlp": SparseMLP},
     hint="A model of your own: --config.model.module=path/to/file.py:ClassName (istjax eval of a run that does "
          "not record it: --model-module=path/to/file.py:ClassName), or istjax.models.register_model(name, Class).")
 
@@ -107,9 +111,11 @@ def _fields_of(cls: type[nn.Module]) -> dict[str, Any]:
             if f.name not in _FLAX_FIELDS + _FROM_DATA and f.init}
 
 
-def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, module: str = "") -> nn.Module:
+def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, module: str = "",
+                num_feature_ids: Optional[int] = None) -> nn.Module:
     """The module ``name`` (loaded from ``module`` when given) with ``fields`` (a config's ``model`` section minus
-    ``name`` and ``module``).
+    ``name`` and ``module``). ``num_feature_ids`` (sparse data's, `istjax.data.Dataset.num_feature_ids`) fills a
+    ``num_features`` field the config leaves unset (`SparseMLP`'s embedding-bag rows).
 
     Raises ValueError naming the field, the value and the fix for an unknown model or fields (every one the model
     lacks, at once), or a value the module itself rejects; nothing is traced.
@@ -128,6 +134,8 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
                        f"switches model.name keeps the old model's fields, so start its model section afresh "
                        f"(istjax.launch.config.use_model(config, {name!r}, ...) in a config file; on the "
                        f"command line --config.model.name replaces the file's model fields).")
+    if num_feature_ids is not None and "num_features" in known and "num_features" not in values:
+        values["num_features"] = int(num_feature_ids)
     try:
         return cls(**values, num_classes=int(num_classes))
     except ArgError:

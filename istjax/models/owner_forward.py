@@ -16,6 +16,8 @@ features in each of the two tiles.
   a weight), and the owner keeps its own output channels when they are a group, all of them otherwise;
 * only the output channels partitioned: the owner's input is whole, its kernel gives its own output channels;
 * nothing partitioned: the layer as it is;
+* an `istjax.models.EmbeddingBag` (sparse rows; its feature ids are never partitioned) on the owner's columns
+  gives the owner's units;
 * a LayerNorm normalises over all features, so its sums (of the features, of their squares, and their count) are
   reduced across the owners: right whether the owner holds a slice of the features or, like every owner, all
   of them.
@@ -39,6 +41,8 @@ import jax
 import jax.numpy as jnp
 from flax.core import meta
 from jax import lax
+
+from istjax.models.embedding_bag import EmbeddingBag, bag
 
 __all__ = ["owner_apply", "owner_logits_method", "owner_statistics_method"]
 
@@ -118,6 +122,13 @@ def _linear(layer: nn.Module, x: jax.Array, cut: tuple[bool, bool], owner, num_o
     return y
 
 
+def _bag(layer: EmbeddingBag, x: jax.Array) -> jax.Array:
+    """An `EmbeddingBag` on an owner's columns of its kernel (its input, the feature ids, is never partitioned): the
+    owner's own output units, or all of them when the output is not a group."""
+    y = bag(x, layer.get_variable("params", "kernel"))
+    return y + layer.get_variable("params", "bias")[None, :] if layer.use_bias else y
+
+
 def owner_apply(module: nn.Module, variables, x: jax.Array, shared: Any = None, *, owner, num_owners: int,
                 reduce: Callable[[jax.Array], jax.Array], train: bool = False, mutable=False):
     """``module.apply(variables, x[, shared], train=train, mutable=mutable)`` for an owner holding ``variables``, its
@@ -131,6 +142,8 @@ def owner_apply(module: nn.Module, variables, x: jax.Array, shared: Any = None, 
 
     def interceptor(next_fun, args, kwargs, context):
         layer = context.module
+        if context.method_name == "__call__" and isinstance(layer, EmbeddingBag):
+            return _bag(layer, args[0])
         if context.method_name != "__call__" or not isinstance(layer, (nn.Conv, nn.Dense, nn.LayerNorm)):
             return next_fun(*args, **kwargs)
         if isinstance(layer, nn.LayerNorm):

@@ -117,8 +117,10 @@ def _task(config, dataset, c: Collector):
     fields = {k: f"model.{k}" for k in model_fields(config)}
     fields.update({"name": "model.name", "module": "model.module"})
     num_classes = 2 if dataset is FAILED else int(dataset.num_classes)
+    feature_ids = 1 if dataset is FAILED else dataset.num_feature_ids  # a placeholder, like num_classes, so the
     module = c.step(lambda: models.build_model(config.model.name, model_fields(config), num_classes=num_classes,
-                                               module=model_module(config)), fields, "")
+                                               module=model_module(config), num_feature_ids=feature_ids),
+                    fields, "")  # model's own fields are checked even when the data failed
     task = c.step(lambda: make_task(config, dataset, module), fields,
                   f"model.name={config.model.name!r} on data.name={config.data.name!r}", inputs=(module, dataset))
     sizes = {} if dataset is FAILED else {"test": len(dataset.test_y), "train": len(dataset.train_y)}

@@ -83,8 +83,8 @@ def _model_section(c: ml_collections.ConfigDict) -> None:
     """The model: `name` from istjax.models.MODELS and that module's fields (``istjax.models.model_fields(name)``
     lists them; num_classes comes from the data). Its neuron groups come from the module's partition_rules()."""
     c.model = ml_collections.ConfigDict()
-    # "mlp", "cnn", "resnet", "preact_resnet", "vgg", "depth_resnet", "gcn", "graphsage", or one added with
-    # register_model.
+    # "mlp", "cnn", "resnet", "preact_resnet", "vgg", "depth_resnet", "gcn", "graphsage", "sparse_mlp" (sparse
+    # multi-label data), or one added with register_model.
     c.model.name = "mlp"
     # Where a model of your own lives: "path/to/file.py:ClassName" (no PYTHONPATH needed) or "package.module:Class";
     # "" for a model istjax ships or one added with register_model. A run records it, with the file's absolute path,
@@ -99,7 +99,7 @@ def _data_section(c: ml_collections.ConfigDict) -> None:
     """The data set (`istjax.data.DATASETS`), its loader's arguments, and how workers read it."""
     c.data = ml_collections.ConfigDict()
     # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" | graphs: "cora" | "citeseer" | "pubmed" | "csbm" |
-    # "graph_npz" (istjax.data.DATASETS) | "tfds:<name>"
+    # "graph_npz" | extreme multi-label: "xmc_debian_deps" | "xmc_synthetic" (istjax.data.DATASETS) | "tfds:<name>"
     c.data.name = "digits"
     # Your own data: "path/to/file.py:function" (no PYTHONPATH needed) or "package.module:function", a function
     # returning an istjax.data.Dataset (istjax.data.from_arrays), called with data.kwargs; data.name is then your

@@ -102,6 +102,24 @@ def load_config_data(config: ml_collections.ConfigDict):
     return data_lib.load_dataset(config.data.name, **kwargs)
 
 
+def _check_sparse(config, dataset, model) -> None:
+    """Sparse multi-label data (``Dataset.num_feature_ids``) needs a model that reads ``(id, value)`` pairs and
+    scores label sets (``scores`` in the model contract), and such a model needs such data."""
+    from istjax.core import contract
+    from istjax.core.errors import ArgError
+
+    sparse_model = hasattr(model, "num_features") and contract.scores(model) is not None
+    if dataset.num_feature_ids is not None and not sparse_model:
+        raise ArgError("name", config.model.name,
+                       f"data.name={config.data.name!r} is sparse multi-label data ((feature id, value) pairs and label "
+                       f"sets), which model.name={config.model.name!r} does not read;",
+                       "use --config.model.name=sparse_mlp.")
+    if dataset.num_feature_ids is None and sparse_model:
+        raise ArgError("name", config.model.name,
+                       f"model.name={config.model.name!r} reads sparse multi-label data, but data.name="
+                       f"{config.data.name!r} is dense;", "use --config.data.name=xmc_synthetic or xmc_debian_deps.")
+
+
 def make_task(config: ml_collections.ConfigDict, dataset, model=None):
     """The `istjax.Task` of the config's model (``model`` when it is built already) on ``dataset`` (nothing is
     compiled: shapes come from eval_shape)."""
@@ -112,7 +130,8 @@ def make_task(config: ml_collections.ConfigDict, dataset, model=None):
 
     if model is None:
         model = build_model(config.model.name, model_fields(config), num_classes=int(dataset.num_classes),
-                            module=model_module(config))
+                            module=model_module(config), num_feature_ids=dataset.num_feature_ids)
+    _check_sparse(config, dataset, model)
     if clustered(dataset.shared):
         from istjax.graph.task import cluster_classifier
 

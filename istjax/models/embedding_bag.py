@@ -1,0 +1,56 @@
+"""`EmbeddingBag`: a linear layer on sparse rows that never densifies them.
+
+A sparse input row is a list of ``(feature id, value)`` pairs, padded with ``(0, 0)`` (`istjax.data.xmc.feature_pairs`:
+``x [B, nnz, 2] float32``, ids exact in float32). The layer computes ``x_dense @ kernel`` as
+``sum_j value_j * kernel[id_j]``: a gather of ``nnz`` kernel rows per example and a weighted sum, ``B * nnz * H``
+multiply-adds instead of ``B * F * H`` for ``F`` features (Amazon-670k: 135,909 features, about 75 nonzero per point).
+A padded slot has value 0 and adds nothing, so no mask is needed.
+
+Its kernel ``[F, H]`` carries logical names (``"input"``, the hidden group): IST partitions it by columns (a worker's
+hidden units), exactly as the dense MLP's first layer; from an owner's slice of the columns (the sharded MPI mode,
+`istjax.models.owner_forward`) the same sum gives that owner's units.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+__all__ = ["EmbeddingBag", "bag"]
+
+
+def bag(x_BxNx2: jax.Array, kernel_FxH: jax.Array) -> jax.Array:
+    """``[B, H]``: each row's ``sum_j value_j * kernel[id_j]`` (module docstring)."""
+    ids = x_BxNx2[..., 0].astype(jnp.int32)
+    rows_BxNxH = jnp.take(kernel_FxH, ids, axis=0, mode="clip")  # ids are checked < F where the data is made
+    return jnp.einsum("bn,bnh->bh", x_BxNx2[..., 1].astype(kernel_FxH.dtype), rows_BxNxH)
+
+
+class EmbeddingBag(nn.Module):
+    """``x [B, nnz, 2] -> [B, features]``: the dense layer ``x_dense @ kernel (+ bias)`` on ``(id, value)`` pairs.
+
+    Attributes:
+      features: output width (hidden units).
+      num_embeddings: the number of feature ids ``F`` (the kernel's rows).
+      names: the logical names of the kernel's axes, ``(input, output)``; the bias carries the output's.
+      use_bias: add a bias.
+      kernel_init: the kernel's initializer (default ``N(0, 1)``: a unit-norm row, as tf-idf rows are, gives
+        unit-variance outputs).
+    """
+
+    features: int
+    num_embeddings: int
+    names: tuple[str, str] = ("input", "hidden_0")
+    use_bias: bool = True
+    kernel_init: nn.initializers.Initializer = nn.initializers.normal(stddev=1.0)
+
+    @nn.compact
+    def __call__(self, x_BxNx2: jax.Array) -> jax.Array:
+        kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.names),
+                            (self.num_embeddings, self.features))
+        y = bag(x_BxNx2, kernel)
+        if self.use_bias:
+            y = y + self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, self.names[1:]),
+                               (self.features,))[None, :]
+        return y

@@ -1,0 +1,91 @@
+"""`SparseMLP`: the extreme-classification network of the IST paper's Amazon-670k experiment.
+
+``(id, value) pairs -> EmbeddingBag -> ReLU -> [Dense -> ReLU] * (L - 1) -> Dense -> one logit per label``, trained
+with a multi-label loss (`istjax.xmc.loss`: softmax over the labels against the point's label set, or binary
+cross-entropy). The paper's network is ``hidden=(H,)``: 135,909 sparse features -> H -> 670,091 labels.
+
+Logical names as `istjax.models.MLP`: ``"input"`` (the feature ids), ``"hidden_i"`` and ``"classes"`` (the
+labels); every hidden layer is a neuron group, so IST splits the embedding bag by its columns and the output layer
+by its rows, and a worker holds ``(F + C) * H / W`` of the ``(F + C) * H`` weights. No BatchNorm: the model keeps no
+state and evaluates single examples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import flax.linen as nn
+import jax
+
+import istjax.models.layers as layers
+import istjax.models.owner_forward as owner_forward
+from istjax.core.errors import ArgError
+from istjax.models.cnn import is_pos_int
+from istjax.models.embedding_bag import EmbeddingBag
+from istjax.models.mlp import MLP
+from istjax.xmc import loss as xmc_loss
+
+__all__ = ["SparseMLP"]
+
+
+class SparseMLP(nn.Module):
+    """An MLP on sparse ``(id, value)`` rows with a multi-label output (module docstring).
+
+    Attributes:
+      hidden: hidden widths, e.g. ``(512,)``.
+      num_classes: the number of labels (from the data).
+      num_features: the number of feature ids (from the data's ``num_feature_ids`` when istjax builds the model).
+      loss: ``"softmax"`` or ``"bce"`` (`istjax.xmc.loss`).
+      use_bias: biases on every layer.
+    """
+
+    hidden: Sequence[int] = (512,)
+    num_classes: int = 1000
+    num_features: int = 0
+    loss: str = "softmax"
+    use_bias: bool = True
+
+    def __post_init__(self):
+        hidden = layers.pos_ints("SparseMLP", "hidden", self.hidden, "e.g. hidden=(512,).")
+        object.__setattr__(self, "hidden", hidden)
+        if not is_pos_int(self.num_features):
+            raise ArgError("num_features", self.num_features,
+                           f"SparseMLP.num_features={self.num_features!r}: the embedding bag needs the number of "
+                           f"feature ids;", "istjax fills it from sparse data (Dataset.num_feature_ids: --config.data.name="
+                           "xmc_synthetic or xmc_debian_deps); in Python, SparseMLP(..., "
+                           "num_features=data.num_feature_ids).")
+        layers.check_choice("SparseMLP", "loss", self.loss, xmc_loss.LOSSES)
+        super().__post_init__()
+
+    def partition_rules(self) -> dict[str, str | None]:
+        """``"hidden_i"`` -> group ``"hidden_i"``; the feature ids and the labels stay whole (`MLP.rules`)."""
+        return MLP.rules(len(self.hidden))
+
+    def subnet(self, units: Mapping[str, int]) -> "SparseMLP":
+        """This module at one worker's widths (``units["hidden_i"]`` units in layer i)."""
+        return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))
+
+    def scores(self, logits_BxC: jax.Array, labels_BxL: jax.Array):
+        """The model contract's ``scores``: ``self.loss`` and P@1/3/5, nDCG@5 of label sets (`istjax.xmc.loss`)."""
+        return xmc_loss.scores(logits_BxC, labels_BxL, self.loss)
+
+    # Evaluation from an owner's slice of every hidden layer (the sharded MPI mode): the embedding bag on the owner's
+    # columns gives its units, each dense layer's partial sums are reduced (`istjax.models.owner_forward`).
+    owner_logits = owner_forward.owner_logits_method
+
+    @nn.compact
+    def __call__(self, x_BxNx2: jax.Array, train: bool = True) -> jax.Array:
+        del train  # no dropout, no statistics
+        init = nn.initializers.lecun_normal()
+        x = nn.relu(EmbeddingBag(self.hidden[0], self.num_features, ("input", "hidden_0"), self.use_bias,
+                                 name="bag")(x_BxNx2))
+        names_in = "hidden_0"
+        for i, width in enumerate(self.hidden[1:], start=1):
+            name = f"hidden_{i}"
+            x = nn.relu(nn.Dense(width, use_bias=self.use_bias, name=f"dense_{i}",
+                                 kernel_init=nn.with_logical_partitioning(init, (names_in, name)),
+                                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (name,)))(x))
+            names_in = name
+        return nn.Dense(self.num_classes, use_bias=self.use_bias, name="dense_out",
+                        kernel_init=nn.with_logical_partitioning(init, (names_in, "classes")),
+                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)
