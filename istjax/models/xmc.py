@@ -48,13 +48,15 @@ class SparseMLP(nn.Module):
     def __post_init__(self):
         hidden = layers.pos_ints("SparseMLP", "hidden", self.hidden, "e.g. hidden=(512,).")
         object.__setattr__(self, "hidden", hidden)
-        if not is_pos_int(self.num_features):
+        layers.check_choice("SparseMLP", "loss", self.loss, xmc_loss.LOSSES)
+        if not isinstance(self.use_bias, bool):
+            raise ArgError("use_bias", self.use_bias, f"SparseMLP.use_bias={self.use_bias!r}:", "give True or False.")
+        if not is_pos_int(self.num_features):  # last: the data fills it, so a field above is the likelier mistake
             raise ArgError("num_features", self.num_features,
                            f"SparseMLP.num_features={self.num_features!r}: the embedding bag needs the number of "
                            f"feature ids;", "istjax fills it from sparse data (Dataset.num_feature_ids: --config.data.name="
                            "xmc_synthetic or xmc_debian_deps); in Python, SparseMLP(..., "
                            "num_features=data.num_feature_ids).")
-        layers.check_choice("SparseMLP", "loss", self.loss, xmc_loss.LOSSES)
         super().__post_init__()
 
     def partition_rules(self) -> dict[str, str | None]:
