@@ -5,10 +5,12 @@ the driver predicts what this process will hold at the peak of a round and refus
 when that exceeds the cap (`check_memory`). The prediction (`predict`) has three parts, none of which allocates:
 
 * ``baseline``: what the process holds already, measured (`resident_bytes`, the current RSS) after the run is
-  built and before any state exists: the interpreter, JAX and its runtime, the data (the training set the round
-  reads on device, which on CPU is host memory, and the evaluation chunks). Measuring it beats a constant: the data
-  is most of it for a large set, and it differs by machine and version. `BARE_JAX_BYTES` is the floor, and the
-  stand-in where ``/proc`` cannot be read.
+  built and its step compiled, before any state exists: the interpreter, JAX and its runtime, the data (the
+  training set the round reads on device, which on CPU is host memory, and the evaluation chunks), what XLA keeps of
+  the compilation. Measuring it beats a constant: the data is most of it for a large set, the compiler ~120 MiB,
+  and both differ by machine and version. `BARE_JAX_BYTES` is the floor, and the stand-in where ``/proc`` cannot be
+  read. Not counted: the evaluation's own compilation and chunks of activations (tiny digits MLP: 11 MiB), and
+  the arrays live on the accelerator rather than in host memory where there is one (the cap is then conservative).
 * ``state``: this rank's share of the `TrainState` (parameters, model state, optimizer state, key, round) as
   `jax.eval_shape` gives it (`tree_bytes`); under the sharded MPI mode only the rank's slice.
 * ``step``: the compiled round's `memory_analysis()`: ``output_size_in_bytes - alias_size_in_bytes +
@@ -43,7 +45,7 @@ BARE_JAX_BYTES = 186 * MiB
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
           "tb": 10**12, "kib": 1 << 10, "mib": MiB, "gib": GiB, "tib": 1 << 40}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _FIX = "Give bytes as an integer or a size such as '800MiB', '1.5GiB' or '2GB' (0: no cap)."
 
 
