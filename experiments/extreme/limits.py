@@ -13,8 +13,8 @@ Why a cgroup: the claim is about resident memory, and the memory controller limi
 process that goes over (``prlimit --as`` limits address space, which JAX reserves far beyond what it touches). These
 machines have the v1 controller only (no v2 ``memory.max``). The group is ``/sys/fs/cgroup/memory/istjax-<name>-<pid>``
 with ``memory.limit_in_bytes`` and, where swap accounting is on, ``memory.memsw.limit_in_bytes`` at the same value
-(so swap cannot hide an overrun). The command is started with its own pid written to the group's ``cgroup.procs``
-before it execs (``preexec_fn``), so everything it starts (mpiexec's proxies, the ranks) is born inside. The limit
+(so swap cannot hide an overrun). The command is started by a shell that writes its own pid to the group's
+``cgroup.procs`` and then execs it, so everything it starts (mpiexec's proxies, the ranks) is born inside. The limit
 is the group's: every process of the command together (for ``mpiexec -n N``: N ranks and mpiexec's own ~10 MiB).
 
 What is read back: ``memory.max_usage_in_bytes`` (the group's peak, page cache of the files it read included: the
@@ -213,6 +213,13 @@ def _stop(proc: subprocess.Popen, group: pathlib.Path) -> None:
         proc.wait(timeout=10)
 
 
+def _joining(group: pathlib.Path, cmd: Sequence[str]) -> list[str]:
+    """``cmd`` behind a shell that writes its own pid to the group's ``cgroup.procs`` and then execs it: the command
+    and all it starts are charged to the group from their first page. (A ``preexec_fn`` would do the same, but forces
+    a fork of this process, which JAX, multithreaded, warns may deadlock.)"""
+    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
+
+
 def run_limited(cmd: Sequence[str], limit_bytes: int, *, timeout: Optional[float] = None, name: str = "run",
                 root: pathlib.Path = CGROUP_ROOT, **popen) -> Limited:
     """Runs ``cmd`` with all its processes in a memory group limited to ``limit_bytes``; waits at most ``timeout``
@@ -221,14 +228,8 @@ def run_limited(cmd: Sequence[str], limit_bytes: int, *, timeout: Optional[float
     peaks: dict = {}
     names: dict = {}
     with memory_group(limit_bytes, name, root) as group:
-        procs = str(group / "cgroup.procs")
-
-        def join():  # in the child, before exec: it and all it starts are charged to the group
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
-
         t0 = time.monotonic()
-        proc = subprocess.Popen(list(cmd), preexec_fn=join, start_new_session=True, **popen)
+        proc = subprocess.Popen(_joining(group, cmd), start_new_session=True, **popen)
         timed_out = False
         try:
             while proc.poll() is None:
