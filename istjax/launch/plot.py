@@ -198,7 +198,7 @@ def run_fields(run: Run) -> dict[str, Any]:
     run-control fields (`NOISY_FIELDS`), with ``algorithm``, ``num_workers`` and ``local_steps`` as `Run` reads them
     (so runs without ``config.json`` still tell apart)."""
     out = {k: v for k, v in flat_dict(run.config).items()
-           if k.split(".")[0] not in NOISY_FIELDS and k != "algorithm.name"}
+           if k not in NOISY_FIELDS and k.split(".")[0] not in NOISY_FIELDS and k != "algorithm.name"}
     out.update(algorithm=run.algorithm, num_workers=run.num_workers, local_steps=run.local_steps)
     return out
 

@@ -21,6 +21,10 @@ from istjax.launch.config.migrate import renamed
 __all__ = ["check", "schema_problems", "Problems"]
 
 
+# The runtime section's fields every runtime honours (the driver reads them), never refused as unread.
+DRIVER_RUNTIME_FIELDS = ("name", "memory_limit")
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -194,7 +198,7 @@ def _check_runtime_options(config, p: Problems, reads: tuple[str, ...]) -> None:
     import istjax.runtimes as runtimes
 
     defaults = default_config().runtime
-    for field in sorted(set(defaults) - {"name", *reads}):
+    for field in sorted(set(defaults) - {*DRIVER_RUNTIME_FIELDS, *reads}):
         if field in config.runtime and config.runtime[field] != defaults[field]:
             users = [n for n in runtimes.names() if field in runtimes.get(n).config_options]
             p.bad(f"runtime.{field}", f"runtime.name={config.runtime.name!r} does not read it, so it would change "

@@ -19,6 +19,7 @@ import istjax.data as data_lib
 from istjax.algorithms import ALGORITHMS
 from istjax.algorithms.base import Algorithm
 from istjax.core import contract
+from istjax.core.memory import parse_bytes
 from istjax.core.task import Task, check_evaluation
 from istjax.data.cluster_batches import cluster_batch_fn, clustered
 from istjax.launch.config.check import schema_problems
@@ -54,6 +55,7 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
     record_sources(config)
     c = Collector(config, schema.list, schema.fields)
     _refuse_single_process_runtime_under_mpiexec(config, c)
+    c.step(lambda: parse_bytes(config.runtime.memory_limit), {"memory_limit": "runtime.memory_limit"}, "")
     dataset = _dataset(config, c)
     task = _task(config, dataset, c)
     optimizer = c.step(lambda: make_optimizer(config), _OPTIMIZER_FIELDS, "optimizer")

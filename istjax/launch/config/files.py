@@ -101,7 +101,7 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any], ignore: tuple[str, .
     fa, fb = flat_dict(upgrade_dict(dict(a))), flat_dict(upgrade_dict(dict(b)))
     out = []
     for k in sorted(set(fa) | set(fb)):
-        if k.split(".")[0] in ignore:
+        if k in ignore or k.split(".")[0] in ignore:  # a field ("runtime.memory_limit") or a top-level name
             continue
         if fa.get(k, "<absent>") != fb.get(k, "<absent>"):
             out.append(f"{k}: {fa.get(k, '<absent>')!r} -> {fb.get(k, '<absent>')!r}")
