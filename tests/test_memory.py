@@ -182,3 +182,22 @@ def test_the_cli_prints_one_line_and_exits_with_the_command_code():
                          timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 137, out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("killed by the kernel at the 100.0 MiB cgroup limit")
+
+
+def test_a_limit_per_rank_kills_only_the_rank_over_it_under_mpiexec():
+    """`run_ranks`: each rank in its own child group; rank 1 allocates 400 MiB under a 200 MiB limit per rank and is
+    the one the kernel kills; the job ends (no hang) and every group is removed."""
+    limits = _limits()
+    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip("mpiexec not installed (pip install mpich)")
+    code = "import os; b = bytearray((400 if os.environ['PMI_RANK'] == '1' else 50) << 20); b[::4096] = b'x' * len(b[::4096])"
+    r = limits.run_ranks(2, [sys.executable, "-c", code], 200 * MiB, mpiexec=str(mpiexec), timeout=120,
+                         name="test-ranks", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert r.oom_killed and r.killed == ("rank 1",) and not r.timed_out and r.returncode != 0, r
+    assert r.summary.startswith("rank 1 killed by the kernel at the 200.0 MiB cgroup limit per rank"), r.summary
+    assert 50 * MiB <= r.rank_peak_bytes["rank 0"] < 200 * MiB <= r.rank_peak_bytes["rank 1"] + MiB, r
+    assert not list(limits.CGROUP_ROOT.glob(f"istjax-test-ranks-{os.getpid()}"))
+    fine = limits.run_ranks(2, [sys.executable, "-c", "b = bytearray(64 << 20)"], 200 * MiB, mpiexec=str(mpiexec),
+                            timeout=120, name="test-ranks-fine")
+    assert fine.returncode == 0 and not fine.oom_killed and set(fine.rank_peak_bytes) == {"rank 0", "rank 1"}, fine

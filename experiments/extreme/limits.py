@@ -22,8 +22,13 @@ kernel reclaims that before it kills), ``oom_kill`` of ``memory.oom_control`` (k
 the line, ``memory.failcnt`` and a SIGKILL exit stand in), and each process's peak resident memory: ``VmHWM`` of
 ``/proc/<pid>/status``, polled every `POLL_S` for every pid in the group while it runs. VmHWM is a high-water mark,
 so the last reading is the peak up to the growth of the last interval; a rank is named by ``PMI_RANK`` in its
-environment (mpiexec sets it), any other process by its name and pid. One group per rank would give exact per-rank
-peaks and per-rank limits; it needs a shim under mpiexec and is left for the study that needs it.
+environment (mpiexec sets it), any other process by its name and pid.
+
+A limit per rank (`run_ranks`): ``mpiexec -n N`` starts each rank through a shell that makes a child group
+``rank<PMI_RANK>`` of the job's group with the rank's own ``memory.limit_in_bytes``, moves itself into it and execs
+the rank's command; the job's group holds them all (its limit is N ranks' plus `LAUNCHER_BYTES` for mpiexec and its
+proxies). The kernel then kills exactly the rank that goes over its own limit, and each child group's
+``memory.max_usage_in_bytes`` is that rank's peak.
 
 On a timeout the command's process group and then every pid left in the group are killed; the group is then removed
 (``rmdir``, retried while the kernel lets its last tasks go), on success, failure, timeout, exception and Ctrl-C.
@@ -45,11 +50,12 @@ from typing import Optional
 
 from istjax.core.memory import format_size, parse_bytes
 
-__all__ = ["CGROUP_ROOT", "Limited", "memory_group", "run_limited", "missing_privileges", "main"]
+__all__ = ["CGROUP_ROOT", "Limited", "memory_group", "run_limited", "run_ranks", "missing_privileges", "main"]
 
 CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup/memory")
 POLL_S = 0.1  # seconds between readings of the group's processes' VmHWM
 KILLED = 128 + signal.SIGKILL  # 137, the shell's exit code of a process the kernel killed
+LAUNCHER_BYTES = 256 << 20  # mpiexec and its hydra proxies, beside the ranks' own limits (they use ~10 MiB each)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +70,9 @@ class Limited:
       timed_out: the command ran past its timeout and was killed.
       peak_rss_bytes: each process's peak resident memory (VmHWM), ``{"rank 0": ..., "mpiexec 123": ...}``.
       elapsed_s: wall time of the command.
+      rank_peak_bytes: with a limit per rank (`run_ranks`), each rank group's peak usage, ``{"rank 0": ...}``;
+        ``limit_bytes`` and ``peak_bytes`` are then the per-rank limit and the largest rank's peak.
+      killed: with a limit per rank, the ranks the kernel killed (``("rank 1",)``).
     """
 
     returncode: int
@@ -73,15 +82,18 @@ class Limited:
     timed_out: bool
     peak_rss_bytes: dict
     elapsed_s: float
+    rank_peak_bytes: dict = dataclasses.field(default_factory=dict)
+    killed: tuple = ()
 
     @property
     def summary(self) -> str:
         """One line: how the command ended against the limit, the group's peak, each rank's peak."""
-        limit = f"the {format_size(self.limit_bytes)} cgroup limit"
+        limit = f"the {format_size(self.limit_bytes)} cgroup limit{' per rank' if self.rank_peak_bytes else ''}"
         if self.timed_out:
             head = f"timed out after {self.elapsed_s:.0f} s under {limit}, killed (exit {self.returncode})"
         elif self.oom_killed:
-            head = f"killed by the kernel at {limit} (exit {self.returncode})"
+            who = f"{', '.join(self.killed)} " if self.killed else ""
+            head = f"{who}killed by the kernel at {limit} (exit {self.returncode})"
         else:
             head = f"{'finished' if self.returncode == 0 else 'failed'} within {limit} (exit {self.returncode})"
         ranks = sorted((k, v) for k, v in self.peak_rss_bytes.items() if k.startswith("rank "))
@@ -129,7 +141,10 @@ def _oom_kills(group: pathlib.Path) -> Optional[int]:
 
 
 def _remove(group: pathlib.Path, wait_s: float = 5.0) -> None:
-    """Kills whatever is left in ``group`` and removes it, retrying while its last tasks are let go."""
+    """Kills whatever is left in ``group`` and removes it (its child groups first), retrying while its last tasks
+    are let go."""
+    for child in [c for c in group.iterdir() if c.is_dir()] if group.exists() else []:
+        _remove(child, wait_s)
     deadline = time.monotonic() + wait_s
     while group.exists():
         for pid in _pids(group):
@@ -206,7 +221,7 @@ def _stop(proc: subprocess.Popen, group: pathlib.Path) -> None:
     sessions of their own), and reaps the command."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    for pid in _pids(group):
+    for pid in [p for g in [group, *_rank_groups(group)] for p in _pids(g)]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -225,29 +240,68 @@ def run_limited(cmd: Sequence[str], limit_bytes: int, *, timeout: Optional[float
     """Runs ``cmd`` with all its processes in a memory group limited to ``limit_bytes``; waits at most ``timeout``
     seconds (then kills it); removes the group; returns what happened (`Limited`). ``popen``: passed to
     `subprocess.Popen` (``stdout``, ``env``, ``cwd``, ...)."""
+    with memory_group(limit_bytes, name, root) as group:
+        return _run_in(group, _joining(group, cmd), limit_bytes, timeout, popen)
+
+
+def _rank_shim(group: pathlib.Path, limit_bytes: int) -> list[str]:
+    """The prefix that starts one rank in its own child group ``rank<PMI_RANK>`` of ``group``, limited to
+    ``limit_bytes`` (swap included where accounted), then execs the rank's command."""
+    script = ('g="$0/rank$PMI_RANK" && mkdir "$g" && echo {n} > "$g/memory.limit_in_bytes" && '
+              '{{ [ ! -e "$g/memory.memsw.limit_in_bytes" ] || echo {n} > "$g/memory.memsw.limit_in_bytes"; }} && '
+              'echo $$ > "$g/cgroup.procs" && exec "$@"').format(n=int(limit_bytes))
+    return ["/bin/sh", "-c", script, str(group)]
+
+
+def run_ranks(num_ranks: int, rank_cmd: Sequence[str], per_rank_bytes: int, *, mpiexec: str = "mpiexec",
+              timeout: Optional[float] = None, name: str = "ranks", root: pathlib.Path = CGROUP_ROOT,
+              **popen) -> Limited:
+    """``mpiexec -n num_ranks rank_cmd`` with every rank limited to ``per_rank_bytes`` on its own (module docstring):
+    the kernel kills a rank that goes over. ``peak_rss_bytes`` holds each rank's VmHWM and ``rank_peak_bytes``
+    each rank group's peak; ``oom_killed`` is True when the kernel killed any rank."""
+    with memory_group(num_ranks * per_rank_bytes + LAUNCHER_BYTES, name, root) as group:
+        cmd = [mpiexec, "-n", str(num_ranks), *_rank_shim(group, per_rank_bytes), *rank_cmd]
+        return _run_in(group, _joining(group, cmd), per_rank_bytes, timeout, popen, per_rank=True)
+
+
+def _rank_groups(group: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(c for c in group.iterdir() if c.is_dir() and c.name.startswith("rank"))
+
+
+def _run_in(group: pathlib.Path, cmd: list[str], limit_bytes: int, timeout: Optional[float], popen: dict, *,
+            per_rank: bool = False) -> Limited:
+    """Runs ``cmd`` (which joins ``group`` itself) to the end or the timeout, polling its processes' peaks, and reads
+    the group (and, ``per_rank``, its rank groups) back before it is removed."""
     peaks: dict = {}
     names: dict = {}
-    with memory_group(limit_bytes, name, root) as group:
-        t0 = time.monotonic()
-        proc = subprocess.Popen(_joining(group, cmd), start_new_session=True, **popen)
-        timed_out = False
-        try:
-            while proc.poll() is None:
-                _poll_peaks(group, peaks, names)
-                if timeout is not None and time.monotonic() - t0 > timeout:
-                    timed_out = True
-                    break
-                time.sleep(POLL_S)
-        finally:
-            if proc.poll() is None:
-                _stop(proc, group)
-        elapsed = time.monotonic() - t0
-        kills = _oom_kills(group)
-        returncode = _exit_code(proc.returncode)
-        oom = bool(kills) if kills is not None else (
-            returncode == KILLED and _read_int(group / "memory.failcnt") > 0 and not timed_out)
-        return Limited(returncode, limit_bytes, _read_int(group / "memory.max_usage_in_bytes"), oom, timed_out,
-                       peaks, elapsed)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen)
+    timed_out = False
+    try:
+        while proc.poll() is None:
+            for g in [group, *(_rank_groups(group) if per_rank else [])]:
+                _poll_peaks(g, peaks, names)
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                timed_out = True
+                break
+            time.sleep(POLL_S)
+    finally:
+        if proc.poll() is None:
+            _stop(proc, group)
+    elapsed = time.monotonic() - t0
+    groups = _rank_groups(group) if per_rank else [group]
+    kills = [_oom_kills(g) for g in groups]
+    returncode = _exit_code(proc.returncode)
+    if all(k is not None for k in kills):
+        oom = sum(kills) > 0
+    else:
+        oom = returncode in (KILLED, 9) and any(_read_int(g / "memory.failcnt") > 0 for g in groups) \
+            and not timed_out
+    rank_peaks = {f"rank {g.name[4:]}": _read_int(g / "memory.max_usage_in_bytes") for g in groups} \
+        if per_rank else {}
+    peak = max(rank_peaks.values(), default=0) if per_rank else _read_int(group / "memory.max_usage_in_bytes")
+    killed = tuple(f"rank {g.name[4:]}" for g, k in zip(groups, kills) if k) if per_rank else ()
+    return Limited(returncode, limit_bytes, peak, oom, timed_out, peaks, elapsed, rank_peaks, killed)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
