@@ -1,0 +1,231 @@
+"""The extreme-classification study: P@k against the hidden width H under a memory limit per rank.
+
+Every arm runs under ``mpiexec -n P`` with each rank in its own cgroup v1 memory group limited to ``--cap``
+(`experiments.extreme.limits.run_ranks`) and with ``runtime.memory_limit`` set to the same cap, so a width that does
+not fit is refused before training with the predicted and allowed bytes (`istjax.core.memory`); for such a cell one
+run without the prediction (``runtime.memory_limit=0``, a few rounds) shows what the kernel does at the limit (the
+rank killed, the job ended, no hang). Arms:
+
+* ``ist``: sharded IST on P ranks (W = P workers, hidden units dealt stratified by P owners): no rank holds the
+  whole model;
+* ``data_parallel`` and ``local_sgd``: W = P replicas, one a rank, each holding the whole model.
+
+Every arm sees the same samples (``num_rounds x W x K x B``) with the config's recipe
+(``experiments/configs/xmc_debian_ist.py``: Adam 1e-3, K = 10, B = 128). Per run the study records the run's
+summary, its last evaluation's P@1/P@3/P@5 and nDCG@5, and each rank's peak resident memory (VmHWM) and peak
+cgroup usage. The results file (``experiments/extreme/results/debian.json``) has, besides the study runner's
+record (`istjax.launch.study`), ``rows``: one per (algorithm, hidden, ranks) with ``fits`` (every seed trained
+within the limit), ``peak_rss_bytes`` (the largest rank's peak over seeds), ``precision_at_k_mean``/``_std`` over
+``seeds`` where it trained, ``predicted`` (the refusal) and ``observed`` (what the kernel did) where it did not.
+
+Command (as root, from the repository root)::
+
+    ISTJAX_DATA_DIR=../shared/data python -m experiments.extreme.study --cap 1.9GiB --widths 128,256,512,1024 \\
+        --arms ist:2,data_parallel:2,local_sgd:2 --seeds 0,1,2 --rounds 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from experiments.extreme import limits
+from istjax.core.memory import format_size, parse_bytes
+from istjax.launch import study as study_lib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CONFIG = "experiments/configs/xmc_debian_ist.py"
+OUT = ROOT / "experiments" / "extreme" / "results" / "debian.json"
+MODES = {"ist": "sharded", "data_parallel": "parameter_server", "local_sgd": "parameter_server"}
+METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_5")
+OBSERVED_ROUNDS = 3  # rounds of the run without the prediction that shows what the kernel does at the limit
+
+
+def cells(arms: Sequence[tuple[str, int]], widths: Sequence[int], cap: int, rounds: int) -> list[study_lib.Cell]:
+    """One cell per arm and width (labels ``<algorithm>_p<P>_h<H>``), the cap in bytes on every rank."""
+    out = []
+    for algorithm, ranks in arms:
+        for hidden in widths:
+            overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi",
+                         f"--config.runtime.mode={MODES[algorithm]}", f"--config.num_workers={ranks}",
+                         f"--config.sampler.num_owners={ranks}", f"--config.model.hidden=({hidden},)",
+                         f"--config.num_rounds={rounds}", f"--config.eval_every={max(1, rounds // 2)}",
+                         f"--config.checkpoint_every={rounds}", f"--config.runtime.memory_limit={cap}")
+            out.append(study_lib.Cell(f"{algorithm}_p{ranks}_h{hidden}", CONFIG, overrides,
+                                      {"algorithm": algorithm, "hidden": hidden, "ranks": ranks}))
+    return out
+
+
+def _limit_file(run_dir: pathlib.Path) -> pathlib.Path:
+    return run_dir.with_name(run_dir.name + ".limit.json")
+
+
+def _record_limit(result: limits.Limited, tail: str) -> dict:
+    return {**dataclasses.asdict(result), "summary": result.summary, "tail": tail[-1500:]}
+
+
+def _refusal(text: str) -> Optional[str]:
+    """The predicted-memory refusal's first line in a failed run's output, or None."""
+    return next((line.strip(" -") for line in text.splitlines() if "would hold" in line), None)
+
+
+def trainer(cap: int, timeout: float, mpiexec: str):
+    """`run_study`'s ``train``: the run under ``mpiexec -n P`` with a limit per rank; a refused cell's seed-0 run is
+    followed by one without the prediction (`OBSERVED_ROUNDS` rounds) under the same limit."""
+    def train(p: study_lib.Planned) -> Optional[str]:
+        first = _first_seed_failure(p)
+        if first is not None:  # the same config on another seed holds the same memory: not run again
+            return first
+        ranks = int(p.cell.info["ranks"])
+        cmd = study_lib.child_command(p, ROOT)
+        result, text = _run(ranks, cmd, cap, timeout, mpiexec, p.cell.label)
+        record = {"run": _record_limit(result, text)}
+        refused = _refusal(text)
+        if refused is not None:
+            record["predicted"] = refused
+            if p.seed in (0, None):
+                observed_dir = p.run_dir.with_name(p.run_dir.name + "_unchecked")
+                free = [a for a in cmd if not a.startswith(("--config.runtime.memory_limit", "--config.num_rounds",
+                                                           "--workdir", "--config.eval_every"))]
+                free += ["--config.runtime.memory_limit=0", f"--config.num_rounds={OBSERVED_ROUNDS}",
+                         f"--config.eval_every={OBSERVED_ROUNDS}", f"--workdir={observed_dir}"]
+                seen, seen_text = _run(ranks, free, cap, timeout, mpiexec, p.cell.label + "-unchecked")
+                record["observed"] = _record_limit(seen, seen_text)
+        p.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        study_lib.write_json(_limit_file(p.run_dir), record)
+        if result.returncode == 0 and not result.oom_killed:
+            return None
+        return refused or result.summary
+    return train
+
+
+def _first_seed_failure(p: study_lib.Planned) -> Optional[str]:
+    """Why seed 0 of ``p``'s cell did not fit (None when it fit, or has not run, or ``p`` is seed 0)."""
+    if p.seed in (0, None):
+        return None
+    try:
+        first = json.loads(_limit_file(p.run_dir.with_name("s0")).read_text())
+    except (OSError, ValueError):
+        return None
+    run = first["run"]
+    if run["returncode"] == 0 and not run["oom_killed"]:
+        return None
+    return f"not run: seed 0 of this cell did not fit ({first.get('predicted') or run['summary']})"
+
+
+def _run(ranks: int, cmd: list[str], cap: int, timeout: float, mpiexec: str, name: str):
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as log:
+        result = limits.run_ranks(ranks, cmd, cap, mpiexec=mpiexec, timeout=timeout, name=name.replace("_", "-"),
+                                  stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        log.seek(0)
+        text = log.read()
+    print(f"   {result.summary}", file=sys.stderr, flush=True)
+    return result, text
+
+
+def record(p: study_lib.Planned) -> Optional[dict[str, Any]]:
+    """The runner's record plus the last evaluation's ranking metrics and the ranks' peaks under the limit."""
+    base = study_lib.run_record(p)
+    if base is None:
+        return None
+    last = json.loads((p.run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    try:
+        lim = json.loads(_limit_file(p.run_dir).read_text())["run"]
+    except (OSError, ValueError, KeyError):
+        lim = {}
+    peaks = lim.get("peak_rss_bytes", {})
+    return {**base, **{m: last.get(f"test_{m}") for m in METRICS},
+            "peak_rss_bytes": max((v for k, v in peaks.items() if k.startswith("rank ")), default=None),
+            "rank_peak_bytes": lim.get("rank_peak_bytes"), "cgroup": lim.get("summary")}
+
+
+def rows(cells_: Sequence[study_lib.Cell], planned: Sequence[study_lib.Planned], runs: Sequence[dict]) -> list[dict]:
+    """The issue's rows: one per cell, ``fits`` and the peaks; P@k over the seeds that trained."""
+    out = []
+    for cell in cells_:
+        mine = [r for r in runs if r["label"] == cell.label]
+        limits_ = [json.loads(_limit_file(p.run_dir).read_text()) for p in planned
+                   if p.cell.label == cell.label and _limit_file(p.run_dir).exists()]
+        if not mine and not limits_:
+            continue
+        row = {**cell.info, "label": cell.label, "fits": bool(mine) and len(mine) == len(limits_),
+               "seeds": [r["seed"] for r in mine],
+               "peak_rss_bytes": max((r["peak_rss_bytes"] or 0 for r in mine), default=None) or _peak(limits_)}
+        for m in METRICS:
+            row[f"{m}_mean"], row[f"{m}_std"] = study_lib.mean_std(r[m] for r in mine)
+        if mine:
+            row["time_per_sample_s"] = study_lib.mean_std(
+                r["time_per_round_s"] / (r["samples_seen"] / r["rounds"]) for r in mine)[0]
+            row["bytes_per_worker_per_round"] = mine[0]["bytes_per_worker_per_round"]
+            row["samples_seen"] = mine[0]["samples_seen"]
+        killed = [lim["run"]["summary"] for lim in limits_ if lim["run"]["returncode"] != 0]
+        if killed and not mine:
+            row["observed"] = killed[0]
+        refused = [lim for lim in limits_ if "predicted" in lim]
+        if refused:
+            row["predicted"] = refused[0]["predicted"]
+            observed = next((lim["observed"] for lim in refused if "observed" in lim), None)
+            if observed:
+                row["observed"] = observed["summary"]
+                row["peak_rss_bytes"] = max(row["peak_rss_bytes"] or 0, _peak([{"run": observed}]) or 0)
+        out.append(row)
+    return out
+
+
+def _peak(records: Sequence[dict]) -> Optional[int]:
+    values = [v for rec in records for k, v in rec["run"].get("peak_rss_bytes", {}).items() if k.startswith("rank ")]
+    return max(values, default=None)
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m experiments.extreme.study", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cap", default="1.9GiB", help="memory limit per rank (cgroup and runtime.memory_limit)")
+    ap.add_argument("--widths", default="128,256,512,1024", help="hidden widths")
+    ap.add_argument("--arms", default="ist:2,data_parallel:2,local_sgd:2", help="algorithm:ranks, comma-separated")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--rounds", type=int, default=50, help="rounds of W x K x B samples (equal for every arm)")
+    ap.add_argument("--timeout", type=float, default=1200, help="seconds per run before it is killed")
+    ap.add_argument("--workdir", default="runs/extreme")
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--only", default="", help="comma-separated cell labels to train (the file keeps every cell)")
+    return ap.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    why = limits.missing_privileges()
+    if why:
+        print(f"extreme study: cannot make memory cgroups: {why}.", file=sys.stderr)
+        return 2
+    cap = parse_bytes(args.cap, "cap")
+    arms = [(a, int(p)) for a, _, p in (s.partition(":") for s in args.arms.split(","))]
+    cells_ = cells(arms, [int(w) for w in args.widths.split(",")], cap, args.rounds)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    mpiexec = str(pathlib.Path(sys.executable).parent / "mpiexec")
+    command = "python -m experiments.extreme.study " + " ".join(sys.argv[1:] if argv is None else argv)
+    started = study_lib.time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    every = study_lib.plan(cells_, seeds, args.workdir, root=ROOT)
+
+    def write(*_):
+        runs = [r for p in every if (r := record(p)) is not None]
+        doc = study_lib.results("extreme", command, every, runs, started)
+        doc.update(cap_bytes=cap, cap=format_size(cap), data="xmc_debian_deps", rows=rows(cells_, every, runs))
+        study_lib.write_json(args.out, doc)
+
+    study_lib.run_study("extreme", cells_, seeds, args.workdir, root=ROOT,
+                        only=[s for s in args.only.split(",") if s], train=trainer(cap, args.timeout, mpiexec),
+                        record=record, after_run=write)
+    write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
