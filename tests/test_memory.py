@@ -5,8 +5,10 @@ in one line."""
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 import types
 
 import jax
@@ -201,3 +203,20 @@ def test_a_limit_per_rank_kills_only_the_rank_over_it_under_mpiexec():
     fine = limits.run_ranks(2, [sys.executable, "-c", "b = bytearray(64 << 20)"], 200 * MiB, mpiexec=str(mpiexec),
                             timeout=120, name="test-ranks-fine")
     assert fine.returncode == 0 and not fine.oom_killed and set(fine.rank_peak_bytes) == {"rank 0", "rank 1"}, fine
+
+
+def test_a_sigterm_to_the_caller_removes_the_group_and_its_command():
+    """A study stopped with SIGTERM (``kill``, a CI timeout) leaves no memory group and no process behind."""
+    limits = _limits()
+    code = ("from experiments.extreme import limits; "
+            "limits.run_limited(['sleep', '30'], 50 << 20, name='test-term')")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    group = limits.CGROUP_ROOT / f"istjax-test-term-{proc.pid}"
+    for _ in range(200):
+        if group.exists() and (group / "cgroup.procs").read_text().strip():
+            break
+        time.sleep(0.05)
+    sleeper = int((group / "cgroup.procs").read_text().split()[0])
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not group.exists() and not pathlib.Path(f"/proc/{sleeper}").exists()

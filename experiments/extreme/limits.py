@@ -44,6 +44,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Optional
@@ -162,6 +163,20 @@ def _remove(group: pathlib.Path, wait_s: float = 5.0) -> None:
 
 
 @contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises SystemExit in the main thread while a group exists, so the ``finally`` that removes it runs
+    (Python's default SIGTERM ends the process at once, leaving the group and its rank groups behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
 def memory_group(limit_bytes: int, name: str = "run", root: pathlib.Path = CGROUP_ROOT) -> Iterator[pathlib.Path]:
     """A fresh memory group ``istjax-<name>-<pid>`` limited to ``limit_bytes`` (swap included where accounted),
     removed on exit whatever happens (its processes are killed first)."""
@@ -169,7 +184,13 @@ def memory_group(limit_bytes: int, name: str = "run", root: pathlib.Path = CGROU
     if why:
         raise PermissionError(f"cannot make a memory cgroup: {why}.")
     group = root / f"istjax-{name}-{os.getpid()}"
-    group.mkdir()
+    with _sigterm_exits():
+        group.mkdir()
+        yield from _configured(group, limit_bytes)
+
+
+def _configured(group: pathlib.Path, limit_bytes: int) -> Iterator[pathlib.Path]:
+    """``group`` with its limit set, removed after the caller's block whatever happens."""
     try:
         _write(group / "memory.limit_in_bytes", limit_bytes)
         if (group / "memory.memsw.limit_in_bytes").exists():  # after limit_in_bytes: memsw may not be below it
