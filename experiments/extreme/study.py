@@ -41,6 +41,7 @@ from istjax.launch import study as study_lib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = "experiments/configs/xmc_debian_ist.py"
 OUT = ROOT / "experiments" / "extreme" / "results" / "debian.json"
+FIGURE = ROOT / "docs" / "figures" / "extreme_debian.png"
 MODES = {"ist": "sharded", "data_parallel": "parameter_server", "local_sgd": "parameter_server"}
 METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_5")
 OBSERVED_ROUNDS = 3  # rounds of the run without the prediction that shows what the kernel does at the limit
@@ -185,6 +186,39 @@ def _peak(records: Sequence[dict]) -> Optional[int]:
     return max(values, default=None)
 
 
+def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
+    """P@1 against H per arm (mean and the seeds' spread), the widths that did not fit the cap marked on the axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    arms = sorted({(r["algorithm"], r["ranks"]) for r in doc["rows"]})
+    for algorithm, ranks in arms:
+        mine = sorted((r for r in doc["rows"] if (r["algorithm"], r["ranks"]) == (algorithm, ranks)),
+                      key=lambda r: r["hidden"])
+        fit = [r for r in mine if r["fits"]]
+        line = ax.errorbar([r["hidden"] for r in fit], [r["precision_at_1_mean"] for r in fit],
+                           yerr=[r["precision_at_1_std"] or 0 for r in fit], marker="o", capsize=3,
+                           label=f"{algorithm.replace('_', ' ')}, {ranks} ranks")
+        misfit = [r["hidden"] for r in mine if not r["fits"]]
+        if misfit:
+            ax.scatter(misfit, [ax.get_ylim()[0]] * len(misfit), marker="x", color=line[0].get_color(),
+                       clip_on=False, zorder=3)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("hidden units H (x on the axis: does not fit the cap)")
+    ax.set_ylabel("test P@1")
+    ax.set_title(f"xmc-debian-deps, {doc['cap']} per rank")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m experiments.extreme.study", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cap", default="1.9GiB", help="memory limit per rank (cgroup and runtime.memory_limit)")
@@ -196,11 +230,16 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--workdir", default="runs/extreme")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--only", default="", help="comma-separated cell labels to train (the file keeps every cell)")
+    ap.add_argument("--figure", default=str(FIGURE), help="the P@1-against-H figure, drawn after every run")
+    ap.add_argument("--replot", action="store_true", help="only redraw the figure from the results file --out")
     return ap.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    if args.replot:
+        print(plot(json.loads(pathlib.Path(args.out).read_text()), pathlib.Path(args.figure)))
+        return 0
     why = limits.missing_privileges()
     if why:
         print(f"extreme study: cannot make memory cgroups: {why}.", file=sys.stderr)
@@ -219,6 +258,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         doc = study_lib.results("extreme", command, every, runs, started)
         doc.update(cap_bytes=cap, cap=format_size(cap), data="xmc_debian_deps", rows=rows(cells_, every, runs))
         study_lib.write_json(args.out, doc)
+        if any(r["fits"] for r in doc["rows"]):
+            plot(doc, pathlib.Path(args.figure))
 
     study_lib.run_study("extreme", cells_, seeds, args.workdir, root=ROOT,
                         only=[s for s in args.only.split(",") if s], train=trainer(cap, args.timeout, mpiexec),
