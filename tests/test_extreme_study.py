@@ -1,0 +1,88 @@
+"""The extreme study's bookkeeping (`experiments.extreme.study`): the cells' overrides, a row per cell from its runs'
+summaries and limit records (fits, peaks, P@k over seeds, the refusal and what the kernel did), the seed-0 failure
+that spares the other seeds, and the page's table (`experiments.extreme.report`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.extreme import study
+from istjax.launch import study as study_lib
+
+GiB = 1 << 30
+
+
+def _summary(p1: float) -> dict:
+    return {"test_accuracy": p1, "test_loss": 5.0, "train_loss": 5.0, "rounds": 4, "samples_seen": 4 * 2560,
+            "time_per_round_s": 2.56, "bytes_sent_per_worker_per_round": 10, "bytes_received_per_worker_per_round": 10,
+            "algorithm": "x", "num_workers": 2, "code": {"commit": "abc", "clean": True}}
+
+
+def _limit(ok: bool, peak: int, predicted: str = "") -> dict:
+    run = {"returncode": 0 if ok else 9, "oom_killed": not ok, "summary": "finished" if ok else "rank 0 killed",
+           "peak_rss_bytes": {"rank 0": peak, "rank 1": peak - 1, "mpiexec 1": 5}}
+    return {"run": run, **({"predicted": predicted} if predicted else {})}
+
+
+@pytest.fixture
+def planned(tmp_path):
+    cells = study.cells([("ist", 2), ("data_parallel", 2)], [256, 1024], cap=GiB, rounds=4)
+    return cells, study_lib.plan(cells, [0, 1], tmp_path, root=study.ROOT)
+
+
+def _write(p, *, p1=None, limit):
+    p.run_dir.mkdir(parents=True, exist_ok=True)
+    if p1 is not None:
+        (p.run_dir / "summary.json").write_text(json.dumps(_summary(p1)))
+        (p.run_dir / "metrics.jsonl").write_text(json.dumps({"test_precision_at_1": p1, "test_precision_at_3": p1 / 2,
+                                                             "test_precision_at_5": p1 / 3, "test_ndcg_at_5": p1}) + "\n")
+    study_lib.write_json(study._limit_file(p.run_dir), limit)
+
+
+def test_cells_carry_the_cap_the_mode_and_equal_samples(planned):
+    cells, _ = planned
+    ist = next(c for c in cells if c.label == "ist_p2_h1024")
+    assert "--config.runtime.mode=sharded" in ist.overrides and "--config.model.hidden=(1024,)" in ist.overrides
+    assert f"--config.runtime.memory_limit={GiB}" in ist.overrides and "--config.num_rounds=4" in ist.overrides
+    dp = next(c for c in cells if c.label == "data_parallel_p2_h256")
+    assert "--config.runtime.mode=parameter_server" in dp.overrides and dp.info == {
+        "algorithm": "data_parallel", "hidden": 256, "ranks": 2}
+
+
+def test_rows_say_what_fit_with_peaks_and_precision_over_seeds(planned):
+    cells, plan = planned
+    by = {(p.cell.label, p.seed): p for p in plan}
+    for seed, p1 in ((0, 0.5), (1, 0.6)):
+        _write(by[("ist_p2_h1024", seed)], p1=p1, limit=_limit(True, GiB + seed))
+        _write(by[("data_parallel_p2_h256", seed)], p1=p1 - 0.1, limit=_limit(True, GiB // 2))
+    refused = "rank 0 of 2 would hold at least 2.0 GiB"
+    _write(by[("data_parallel_p2_h1024", 0)], limit={**_limit(False, 0, refused), "observed": {
+        "summary": "rank 0 killed by the kernel", "peak_rss_bytes": {"rank 0": 2 * GiB}}})
+    assert study._first_seed_failure(by[("data_parallel_p2_h1024", 1)]).startswith("not run: seed 0")
+    assert study._first_seed_failure(by[("ist_p2_h1024", 1)]) is None
+    runs = [r for p in plan if (r := study.record(p)) is not None]
+    rows = {r["label"]: r for r in study.rows(cells, plan, runs)}
+    ist = rows["ist_p2_h1024"]
+    assert ist["fits"] and ist["seeds"] == [0, 1] and ist["peak_rss_bytes"] == GiB + 1
+    assert ist["precision_at_1_mean"] == pytest.approx(0.55) and ist["precision_at_1_std"] == pytest.approx(0.0707, 1e-3)
+    assert ist["time_per_sample_s"] == pytest.approx(2.56 / 2560)
+    dp = rows["data_parallel_p2_h1024"]
+    assert not dp["fits"] and dp["predicted"] == refused and dp["observed"] == "rank 0 killed by the kernel"
+    assert dp["peak_rss_bytes"] == 2 * GiB and dp["precision_at_1_mean"] is None
+    assert "ist_p2_h256" not in rows  # never ran: no row
+
+
+def test_the_page_table_lists_misfits_with_the_kernels_line(planned):
+    from experiments.extreme import report
+
+    cells, plan = planned
+    by = {(p.cell.label, p.seed): p for p in plan}
+    _write(by[("ist_p2_h1024", 0)], p1=0.5, limit=_limit(True, GiB))
+    _write(by[("data_parallel_p2_h1024", 0)], limit=_limit(False, 0))
+    runs = [r for p in plan if (r := study.record(p)) is not None]
+    doc = {"cap": "1.00 GiB", "rows": study.rows(cells, plan, runs)}
+    text = report._debian(doc)
+    assert "| IST (sharded) | 2 | 1,024 | yes | 1.0 GiB | 0.500 (1 seed) |" in text
+    assert "data parallel, 2 ranks, H = 1024: rank 0 killed" in text
