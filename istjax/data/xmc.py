@@ -905,8 +905,8 @@ def as_dataset(data: XMCDataset, *, nnz: int = 256, max_labels: Optional[int] = 
 def load_debian_deps_dataset(data_dir: Optional[PathLike] = None, nnz: int = 256,
                              cache: bool = True) -> Dataset:
     """``xmc-debian-deps`` as a training :class:`istjax.data.Dataset` (:func:`as_dataset`): ``DATASETS`` name
-    ``xmc_debian_deps``. 43,333 / 10,345 points, 31,435 features, 15,186 labels; at the default ``nnz=256`` 8
-    training points of 43,333 keep their 256 largest features (the longest description has 2,123)."""
+    ``xmc_debian_deps``. 43,333 / 10,345 points, 31,435 features, 15,186 labels; at the default ``nnz=256`` 21
+    training and 2 test points keep their 256 largest features (the longest description has 2,123 nonzero)."""
     return as_dataset(load_xmc_debian_deps(data_dir, cache=cache), nnz=nnz)
 
 
