@@ -210,3 +210,18 @@ def test_the_readme_command_trains_the_small_extreme_config_sharded_on_two_proce
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     last = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()][-1]
     assert last["round"] == 10 and last["test_precision_at_1"] > 0.3, last
+
+
+DEBIAN = pathlib.Path(os.environ.get("ISTJAX_DATA_DIR") or ROOT.parent / "shared" / "data") / "xmc-debian-deps"
+
+
+@pytest.mark.skipif(not (DEBIAN / "train.txt.gz").is_file(),
+                    reason=f"xmc-debian-deps is not in {DEBIAN} (set ISTJAX_DATA_DIR to the folder holding it)")
+def test_the_debian_training_view_has_the_sets_shapes_and_truncates_what_it_says(tmp_path, monkeypatch):
+    monkeypatch.setenv("ISTJAX_CACHE_DIR", str(tmp_path))
+    ds = load_dataset("xmc_debian_deps", data_dir=str(DEBIAN))
+    assert ds.train_x.shape == (43333, 256, 2) and ds.test_x.shape == (10345, 256, 2)
+    assert ds.train_y.shape == (43333, 256) and ds.num_classes == 15186 and ds.num_feature_ids == 31435
+    assert ds.train_x[..., 0].max() < 31435 and ds.train_y.max() < 15186 and (ds.train_y[:, 0] >= 0).all()
+    raw = xmc.load_xmc_debian_deps(DEBIAN)
+    assert xmc.feature_pairs(raw.train)[1] == 21 and xmc.feature_pairs(raw.test)[1] == 2
