@@ -169,6 +169,20 @@ def test_graph_benchmark_runs_at_quick_size(tmp_path):
     assert (tmp_path / "g.md").read_text().startswith("GIST benchmarks (quick)")
 
 
+@pytest.mark.slow
+def test_xmc_benchmark_runs_at_quick_size(tmp_path):
+    """The extreme-classification benchmark end to end at its CI size: the three goals computed from timings that
+    ran (the bag and the gather agree on what they read; the targets judge the measured ratios)."""
+    from experiments.benchmarks import xmc
+
+    out = xmc.main(["--quick", "--out", str(tmp_path / "x.json")])
+    assert [t["met"] for t in out["targets"]] == [out["bag"]["bag_vs_gather"] >= 0.5,
+                                                  out["output"]["phase_vs_matmuls"] >= 0.6,
+                                                  out["round_overhead"]["overhead_share_parts"] <= 0.1]
+    assert out["round_overhead"]["round_s"] > out["round_overhead"]["merge_s"] > 0
+    assert (tmp_path / "x.md").read_text().startswith("XMC benchmarks (quick)")
+
+
 def test_mpi_vs_simulate_and_overhead_share_from_profiled_phases():
     """The MPI goals of study 4: samples/s over the simulate row of the same algorithm and W, and the largest share
     of a rank's profiled round outside the local steps and the exchanges."""

@@ -1,0 +1,158 @@
+"""Extreme-classification benchmarks: the embedding bag, the output layer's local phase, IST's round overhead.
+
+Run from the repository root::
+
+    .venv/bin/python -m experiments.benchmarks.xmc            # full, about a minute on 2 CPU cores
+    .venv/bin/python -m experiments.benchmarks.xmc --quick    # CI-size smoke run
+
+Workload: xmc-debian-deps' shape (31,435 features, 15,186 labels, 256 nonzero slots a point of which about 30 hold a
+feature), `istjax.models.SparseMLP` with H = 512, B = 128, W = 2 workers. Studies (the issue's speed goals):
+
+1. `istjax.models.EmbeddingBag` (``sum_j value_j * kernel[id_j]``) against a jitted gather of the same kernel rows
+   (``kernel[ids]``, ``[B, nnz, H]``: what the bag must at least read): goal >= 0.5 of the gather's rate;
+2. the output layer's local phase (logits of a worker's ``[B, H/W]`` hidden units on all labels, the softmax
+   multi-label loss, its gradients for the kernel and the hidden units) against the same three matmuls timed
+   alone on preallocated inputs: goal >= 0.6 of their rate;
+3. partition + extract + merge as a share of an IST round at K = 20 (simulate runtime): goal <= 10 %.
+
+Ratios of medians measured interleaved in one process (`measure.interleaved`); results go to ``--out`` (default
+``experiments/benchmarks/results_xmc.json`` and ``.md``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import istjax
+from experiments.benchmarks import measure
+from experiments.benchmarks import run as suite
+from istjax.launch.provenance import code_version
+from istjax.models import SparseMLP
+from istjax.models.embedding_bag import bag
+from istjax.xmc import loss as xmc_loss
+
+FULL = dict(features=31_435, labels=15_186, hidden=512, batch=128, nnz=256, filled=30, workers=2, k=20, reps=5)
+QUICK = dict(features=2_000, labels=1_000, hidden=64, batch=32, nnz=32, filled=8, workers=2, k=4, reps=2)
+
+
+def _pairs(rng, n: int, s: dict) -> np.ndarray:
+    """``[n, nnz, 2]`` pairs: ``filled`` features a row, the rest padding (id 0, value 0), as the data has them."""
+    x = np.zeros((n, s["nnz"], 2), np.float32)
+    x[:, :s["filled"], 0] = rng.integers(0, s["features"], size=(n, s["filled"]))
+    x[:, :s["filled"], 1] = rng.random((n, s["filled"]))
+    return x
+
+
+def bag_vs_gather(s: dict) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    x = jax.device_put(_pairs(rng, s["batch"], s))
+    kernel = jax.device_put(rng.standard_normal((s["features"], s["hidden"]), np.float32))
+    ids = jax.device_put(x[..., 0].astype(jnp.int32))
+    bag_fn, gather = jax.jit(bag), jax.jit(lambda i, k: jnp.take(k, i, axis=0))
+    t = measure.interleaved({"bag": lambda: bag_fn(x, kernel), "gather": lambda: gather(ids, kernel)}, s["reps"])
+    return {"bag_s": t["bag"].median, "gather_s": t["gather"].median,
+            "bag_vs_gather": t["gather"].median / t["bag"].median, "timings": {k: v.as_dict() for k, v in t.items()}}
+
+
+def output_phase(s: dict) -> dict[str, Any]:
+    """The output layer of one worker: value and gradients of the loss for its kernel and its hidden units."""
+    rng = np.random.default_rng(1)
+    b, h, c = s["batch"], s["hidden"] // s["workers"], s["labels"]
+    hidden = jax.device_put(rng.standard_normal((b, h), np.float32))
+    kernel = jax.device_put(rng.standard_normal((h, c), np.float32) / np.sqrt(h))
+    labels = np.full((b, 8), -1, np.int32)
+    labels[:, :4] = rng.integers(0, c, size=(b, 4))
+    labels = jax.device_put(labels)
+    dlogits = jax.device_put(rng.standard_normal((b, c), np.float32))
+
+    def loss(k, x):
+        return xmc_loss.multilabel_loss(x @ k, labels)
+
+    phase = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    matmuls = jax.jit(lambda x, k, d: (x @ k, x.T @ d, d @ k.T))  # forward, kernel gradient, input gradient
+    t = measure.interleaved({"phase": lambda: phase(kernel, hidden),
+                             "matmuls": lambda: matmuls(hidden, kernel, dlogits)}, s["reps"])
+    return {"shape": [b, h, c], "phase_s": t["phase"].median, "matmuls_s": t["matmuls"].median,
+            "phase_vs_matmuls": t["matmuls"].median / t["phase"].median,
+            "timings": {k: v.as_dict() for k, v in t.items()}}
+
+
+def round_overhead(s: dict) -> dict[str, Any]:
+    rng = np.random.default_rng(2)
+    w, k, b = s["workers"], s["k"], s["batch"]
+    model = SparseMLP(hidden=(s["hidden"],), num_classes=s["labels"], num_features=s["features"])
+    task = istjax.classifier(model, jnp.asarray(_pairs(rng, 2, s)), num_classes=s["labels"])
+    alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=k)
+    state = jax.jit(alg.init)(jax.random.key(0))
+    labels = np.full((w, k, b, 8), -1, np.int32)
+    labels[..., :4] = rng.integers(0, s["labels"], size=(w, k, b, 4))
+    batch = {"x": jax.device_put(_pairs(rng, w * k * b, s).reshape(w, k, b, s["nnz"], 2)),
+             "y": jax.device_put(labels)}
+    spec = alg.task.spec
+    workers_, plan = jax.jit(alg.distribute)(state)
+    sample = jax.jit(lambda key: alg.sampler.sample(key, spec.group_sizes, w))
+    ex = jax.jit(lambda p, part: istjax.extract(p, part, spec))
+    mg = jax.jit(lambda p, sub, part: istjax.merge(p, sub, part, spec))
+    t = measure.interleaved({
+        "round": lambda: alg.round(state, batch), "partition": lambda: sample(state.key),
+        "extract": lambda: ex(state.params, plan.partition),
+        "merge": lambda: mg(state.params, workers_.params, plan.partition)}, s["reps"])
+    parts = t["partition"].median + t["extract"].median + t["merge"].median
+    return {"W": w, "K": k, "round_s": t["round"].median, "partition_s": t["partition"].median,
+            "extract_s": t["extract"].median, "merge_s": t["merge"].median,
+            "overhead_share_parts": parts / t["round"].median, "timings": {n: v.as_dict() for n, v in t.items()}}
+
+
+def run(quick: bool) -> dict[str, Any]:
+    s = QUICK if quick else FULL
+    t0 = time.time()
+    out: dict[str, Any] = {"code": code_version(), "machine": suite.machine(), "quick": quick, "sizes": s}
+    print("1. embedding bag vs gather", flush=True)
+    out["bag"] = bag_vs_gather(s)
+    print("2. output layer's local phase vs its matmuls", flush=True)
+    out["output"] = output_phase(s)
+    print("3. IST round overhead", flush=True)
+    out["round_overhead"] = round_overhead(s)
+    bg, op, ro = out["bag"], out["output"], out["round_overhead"]
+    out["targets"] = [
+        {"goal": "embedding bag / gather of the same rows", "measured": bg["bag_vs_gather"], "target": ">= 0.5",
+         "met": bg["bag_vs_gather"] >= 0.5},
+        {"goal": "output layer's local phase / its matmuls alone", "measured": op["phase_vs_matmuls"],
+         "target": ">= 0.6", "met": op["phase_vs_matmuls"] >= 0.6},
+        {"goal": f"partition + extract + merge share of an IST round (K = {ro['K']})",
+         "measured": ro["overhead_share_parts"], "target": "<= 0.1", "met": ro["overhead_share_parts"] <= 0.1}]
+    out["wall_s"] = time.time() - t0
+    return out
+
+
+def markdown(out: dict[str, Any]) -> str:
+    m, s = out["machine"], out["sizes"]
+    lines = [f"XMC benchmarks ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, jax {m.get('jax', '')}, "
+             f"{out['wall_s']:.0f} s; {s['features']:,} features, {s['labels']:,} labels, H = {s['hidden']}, "
+             f"B = {s['batch']}, {s['filled']} of {s['nnz']} slots filled, W = {s['workers']}", "",
+             "| goal | measured | target | met |", "|---|---|---|---|"]
+    lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
+              for r in out["targets"]]
+    bg, op, ro = out["bag"], out["output"], out["round_overhead"]
+    lines += ["", f"Embedding bag {bg['bag_s'] * 1e3:.2f} ms, gather {bg['gather_s'] * 1e3:.2f} ms. Output layer "
+                  f"{op['shape']}: local phase {op['phase_s'] * 1e3:.2f} ms, its matmuls {op['matmuls_s'] * 1e3:.2f} ms. "
+                  f"IST round at W = {ro['W']}, K = {ro['K']}: {ro['round_s'] * 1e3:.1f} ms; partition "
+                  f"{ro['partition_s'] * 1e3:.2f} ms, extract {ro['extract_s'] * 1e3:.2f} ms, merge "
+                  f"{ro['merge_s'] * 1e3:.2f} ms."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    return measure.family_main(argv, name="xmc", doc=__doc__, run=run, markdown=markdown)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
