@@ -84,5 +84,5 @@ def test_the_page_table_lists_misfits_with_the_kernels_line(planned):
     runs = [r for p in plan if (r := study.record(p)) is not None]
     doc = {"cap": "1.00 GiB", "rows": study.rows(cells, plan, runs)}
     text = report._debian(doc)
-    assert "| IST (sharded) | 2 | 1,024 | yes | 1.0 GiB | 0.500 (1 seed) |" in text
+    assert "| IST (sharded) | 2 | 1,024 | yes | 1.0 GiB | - | 0.500 (1 seed) |" in text
     assert "data parallel, 2 ranks, H = 1024: rank 0 killed" in text

@@ -27,10 +27,11 @@ def _why(r: dict) -> str:
 def _debian(d):
     rows = sorted(d["rows"], key=lambda r: (list(NAMES).index(r["algorithm"]), r["ranks"], r["hidden"]))
     body = markdown_table(
-        ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "P@1", "P@3", "P@5", "nDCG@5",
+        ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "cgroup peak", "P@1", "P@3", "P@5", "nDCG@5",
          "bytes per worker per round", "ms per 1k samples"],
         [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]), cell(r["fits"]),
           nbytes(r["peak_rss_bytes"]) if r.get("peak_rss_bytes") else "-",
+          nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
           _metric(r, "precision_at_1"), _metric(r, "precision_at_3"), _metric(r, "precision_at_5"),
           _metric(r, "ndcg_at_5"),
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-",

@@ -13,7 +13,8 @@ rank killed, the job ended, no hang). Arms:
 Every arm sees the same samples (``num_rounds x W x K x B``) with the config's recipe
 (``experiments/configs/xmc_debian_ist.py``: Adam 1e-3, K = 10, B = 128). Per run the study records the run's
 summary, its last evaluation's P@1/P@3/P@5 and nDCG@5, and each rank's peak resident memory (VmHWM) and peak
-cgroup usage. The results file (``experiments/extreme/results/debian.json``) has, besides the study runner's
+cgroup usage (what the kernel charges against the limit: VmHWM also counts shared library pages the cgroup
+charged to whichever group touched them first). The results file (``experiments/extreme/results/debian.json``) has, besides the study runner's
 record (`istjax.launch.study`), ``rows``: one per (algorithm, hidden, ranks) with ``fits`` (every seed trained
 within the limit), ``peak_rss_bytes`` (the largest rank's peak over seeds), ``precision_at_k_mean``/``_std`` over
 ``seeds`` where it trained, ``predicted`` (the refusal) and ``observed`` (what the kernel did) where it did not.
@@ -159,7 +160,9 @@ def rows(cells_: Sequence[study_lib.Cell], planned: Sequence[study_lib.Planned],
             continue
         row = {**cell.info, "label": cell.label, "fits": bool(mine) and len(mine) == len(limits_),
                "seeds": [r["seed"] for r in mine],
-               "peak_rss_bytes": max((r["peak_rss_bytes"] or 0 for r in mine), default=None) or _peak(limits_)}
+               "peak_rss_bytes": max((r["peak_rss_bytes"] or 0 for r in mine), default=None) or _peak(limits_),
+               "cgroup_peak_bytes": max((v for r in mine for v in (r.get("rank_peak_bytes") or {}).values()),
+                                        default=None)}
         for m in METRICS:
             row[f"{m}_mean"], row[f"{m}_std"] = study_lib.mean_std(r[m] for r in mine)
         if mine:
@@ -232,6 +235,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--only", default="", help="comma-separated cell labels to train (the file keeps every cell)")
     ap.add_argument("--figure", default=str(FIGURE), help="the P@1-against-H figure, drawn after every run")
     ap.add_argument("--replot", action="store_true", help="only redraw the figure from the results file --out")
+    ap.add_argument("--rewrite", action="store_true",
+                    help="train nothing: rewrite the results file and the figure from the runs in --workdir")
     return ap.parse_args(argv)
 
 
@@ -261,6 +266,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if any(r["fits"] for r in doc["rows"]):
             plot(doc, pathlib.Path(args.figure))
 
+    if args.rewrite:
+        write()
+        return 0
     study_lib.run_study("extreme", cells_, seeds, args.workdir, root=ROOT,
                         only=[s for s in args.only.split(",") if s], train=trainer(cap, args.timeout, mpiexec),
                         record=record, after_run=write)
