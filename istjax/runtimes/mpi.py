@@ -804,6 +804,11 @@ def _tensor(rt: MPIRuntime):
 
     def round_fn(state, batches, shared=None):
         _check_batches(batches, rt)
+        lead = {v.shape[0] for v in jax.tree.leaves(batches)}
+        if lead != {alg.num_workers}:  # a rank's own rows would train each shard on other examples: refused
+            raise ValueError(f"batches have leading sizes {sorted(lead)}; tensor parallel reads all W="
+                             f"{alg.num_workers} workers' rows [W, K, B, ...] on every rank (every shard computes "
+                             f"the same examples), not a rank's own rows.")
         if "bytes" not in measured:  # read once from the program the round runs
             measured["bytes"] = mpi_bytes(jax.make_jaxpr(train)(state, batches).jaxpr)
         state, metrics_K = train(state, batches)
