@@ -4,6 +4,7 @@ and the mpiexec -n 2 run (`tests/mpi/tensor_parallel.py`) against single-process
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -158,3 +159,34 @@ def test_tensor_parallel_under_mpiexec_equals_single_process_training():
     for check in ("sgd: params == single process", "adam: params == single process", "evaluation ==",
                   "measured bytes == analytic"):
         assert check in out.stdout, check
+
+
+def _train(workdir, *args, mpi=True, timeout=300):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    launch = [str(MPIEXEC), "-n", "2"] if mpi else []
+    cmd = [*launch, sys.executable, "-m", "istjax.launch.cli", "train",
+           "--config=experiments/configs/xmc_synthetic_ist.py", "--config.eval_every=2", "--config.checkpoint_every=2",
+           f"--workdir={workdir}", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return [json.loads(line) for line in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed")
+def test_istjax_train_tensor_parallel_resumes_and_equals_data_parallel(tmp_path):
+    """``mpiexec -n 2 istjax train --config.algorithm.name=tensor_parallel --config.runtime.name=mpi``: 2 rounds,
+    resumed from its per-rank checkpoints to 4, records the same test loss and P@k as single-process data parallel
+    on the same batches (the same W * B examples a step), and the analytic bytes."""
+    tp_args = ("--config.algorithm.name=tensor_parallel", "--config.runtime.name=mpi")
+    _train(tmp_path / "tp", *tp_args, "--config.num_rounds=2")
+    got = _train(tmp_path / "tp", *tp_args, "--config.num_rounds=4", "--resume")
+    assert (tmp_path / "tp" / "checkpoints" / "rank_1").is_dir()
+    want = _train(tmp_path / "dp", "--config.algorithm.name=data_parallel", "--config.num_rounds=4", mpi=False)
+    for g, w in zip(got, want):
+        assert g["round"] == w["round"]
+        for key in ("test_loss", "test_precision_at_1", "test_precision_at_5", "test_ndcg_at_5", "train_loss"):
+            np.testing.assert_allclose(g[key], w[key], rtol=1e-5, err_msg=key)
+    step = tp.step_bytes(2 * 128, 512, 2)
+    assert got[-1]["bytes_sent_per_worker"] == 10 * step.sent
+    assert got[-1]["bytes_received_per_worker"] == 10 * step.received
