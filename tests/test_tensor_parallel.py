@@ -156,7 +156,7 @@ def test_tensor_parallel_under_mpiexec_equals_single_process_training():
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi" / "tensor_parallel.py")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
-    for check in ("sgd: params == single process", "adam: params == single process", "evaluation ==",
+    for check in ("sgd: params == single process", "adam: params == single process", "evaluation ==", "refused",
                   "measured bytes == analytic"):
         assert check in out.stdout, check
 

@@ -33,10 +33,12 @@ import jax.numpy as jnp
 import optax
 
 from istjax.algorithms.base import Algorithm, apply_update, bind, init_state
+from istjax.core.collectives import Collectives, lax_collectives
 from istjax.core.comm import CommBytes
 from istjax.core.errors import ArgError
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, round_keys
 from istjax.core.task import Task
+from istjax.models.embedding_bag import bag
 from istjax.xmc import loss as xmc_loss
 
 __all__ = ["Collectives", "TensorPieces", "cut", "differentiable", "join", "lax_collectives", "shard_logits",
@@ -44,34 +46,6 @@ __all__ = ["Collectives", "TensorPieces", "cut", "differentiable", "join", "lax_
 
 PyTree = Any
 LAYERS = ("bag", "dense_out")  # the one-hidden-layer SparseMLP: embedding bag, output layer
-
-
-class Collectives(NamedTuple):
-    """The raw collectives over the P shards a shard's step needs (no gradients: see `differentiable`).
-
-    Attributes:
-      index: ``() -> int array``: this shard's index ``p``.
-      size: P.
-      all_gather: ``x [...] -> [P, ...]`` every shard's ``x`` in shard order.
-      all_sum, all_max: ``x -> x`` summed / maximised over shards, elementwise.
-      all_to_all: ``x [P, ...] -> [P, ...]``: row ``q`` goes to shard ``q``; row ``q`` of the result came from shard q.
-    """
-
-    index: Callable[[], jax.Array]
-    size: int
-    all_gather: Callable
-    all_sum: Callable
-    all_max: Callable
-    all_to_all: Callable
-
-
-def lax_collectives(size: int, axis_name=WORKERS) -> Collectives:
-    """`Collectives` over the named axis of a ``vmap`` (or ``shard_map``) over the P shards."""
-    return Collectives(index=lambda: jax.lax.axis_index(axis_name), size=size,
-                       all_gather=lambda x: jax.lax.all_gather(x, axis_name),
-                       all_sum=lambda x: jax.lax.psum(x, axis_name),
-                       all_max=lambda x: jax.lax.pmax(x, axis_name),
-                       all_to_all=lambda x: jax.lax.all_to_all(x, axis_name, 0, 0))
 
 
 class Differentiable(NamedTuple):
@@ -124,7 +98,6 @@ def _join_columns(parts_PxBxh: jax.Array) -> jax.Array:
 
 def shard_logits(params: PyTree, x_BxNx2: jax.Array, d: Differentiable) -> jax.Array:
     """``[B, C / P]``: this shard's label block of the logits (module docstring); ``params`` its slice."""
-    from istjax.models.embedding_bag import bag  # a function of arrays; the models package stays out of algorithms
 
     first, out = params[LAYERS[0]], params[LAYERS[1]]
     h = bag(x_BxNx2, first["kernel"]) + (first["bias"][None, :] if "bias" in first else 0.0)

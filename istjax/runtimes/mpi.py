@@ -76,6 +76,7 @@ import numpy as np
 
 from istjax.core.errors import ArgError
 from istjax.core import contract
+from istjax.core.collectives import Collectives
 from istjax.core import shard as shard_lib
 from istjax.core.partition import owner_counts
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
@@ -758,8 +759,6 @@ def _mpi_collectives(comm, me: int):
     """`istjax.algorithms.tensor.Collectives` of mpi4jax calls, for use inside a traced function."""
     import mpi4jax
     from mpi4py import MPI
-
-    from istjax.algorithms.tensor import Collectives  # the record only; runtimes never build algorithms
 
     return Collectives(index=lambda: jnp.int32(me), size=comm.Get_size(),
                        all_gather=lambda x: mpi4jax.allgather(x, comm=comm),

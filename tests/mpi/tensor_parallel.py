@@ -96,6 +96,15 @@ def run(name, optimizer, task):
 def main():
     model = SparseMLP(hidden=(H,), num_classes=C, num_features=F)
     task = istjax.classifier(model, jnp.zeros((2, 5, 2), jnp.float32), num_classes=C)
+    wide = istjax.classifier(SparseMLP(hidden=(H,), num_classes=16, num_features=F), jnp.zeros((2, 5, 2)),
+                             num_classes=16)
+    try:
+        istjax.tensor_parallel(wide, optax.sgd(0.1), num_workers=2 * N, local_steps=K, batch_size=B, backend="mpi")
+    except istjax.ArgError as e:
+        assert "one shard per process" in str(e), e
+    else:
+        raise AssertionError("num_workers != processes was not refused")
+    say("OK num_workers != processes: refused on every rank")
     run("sgd", optax.sgd(0.5), task)
     run("adam", optax.adam(0.05), task)
     say("ALL OK")
