@@ -106,8 +106,8 @@ def full_model_round(task, optimizer, state, batches):
     loss = task.train_loss(None)
     params, opt_state = state.params, state.opt_state
     for k in range(batches["y"].shape[1]):
-        batch = jax.tree.map(lambda v: v[:, k].reshape((-1,) + v.shape[3:]), batches)
-        grads = jax.grad(lambda prm: loss(prm, {}, batch)[0])(params)
+        batch = jax.tree.map(lambda v, k=k: v[:, k].reshape((-1,) + v.shape[3:]), batches)
+        grads = jax.grad(lambda prm, batch=batch: loss(prm, {}, batch)[0])(params)
         with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
             updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)

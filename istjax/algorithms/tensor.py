@@ -98,7 +98,6 @@ def _join_columns(parts_PxBxh: jax.Array) -> jax.Array:
 
 def shard_logits(params: PyTree, x_BxNx2: jax.Array, d: Differentiable) -> jax.Array:
     """``[B, C / P]``: this shard's label block of the logits (module docstring); ``params`` its slice."""
-
     first, out = params[LAYERS[0]], params[LAYERS[1]]
     h = bag(x_BxNx2, first["kernel"]) + (first["bias"][None, :] if "bias" in first else 0.0)
     hidden_BxH = d.gather_columns(jax.nn.relu(h))

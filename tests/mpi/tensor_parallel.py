@@ -46,8 +46,8 @@ def plain_round(task, optimizer, params, opt_state, round_batches):
     loss = task.train_loss(None)
     losses = []
     for k in range(K):
-        batch = jax.tree.map(lambda v: v[:, k].reshape((-1,) + v.shape[3:]), round_batches)
-        value, grads = jax.value_and_grad(lambda prm: loss(prm, {}, batch)[0])(params)
+        batch = jax.tree.map(lambda v, k=k: v[:, k].reshape((-1,) + v.shape[3:]), round_batches)
+        value, grads = jax.value_and_grad(lambda prm, batch=batch: loss(prm, {}, batch)[0])(params)
         with jax.numpy_dtype_promotion("standard"):
             updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
