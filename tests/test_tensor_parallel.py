@@ -114,12 +114,28 @@ def full_model_round(task, optimizer, state, batches):
     return params, opt_state
 
 
+def _mlp_task(hidden=8, classes=6, features=7):
+    model = istjax.models.MLP(hidden=(hidden,), num_classes=classes, batch_norm=False, output_batch_norm=False,
+                              use_bias=True)
+    return istjax.classifier(model, jnp.zeros((2, features), jnp.float32), num_classes=classes)
+
+
+def _mlp_batches(rng, w=2, k=3, b=4, features=7, classes=6):
+    return {"x": jnp.asarray(rng.normal(size=(w, k, b, features)), jnp.float32),
+            "y": jnp.asarray(rng.integers(0, classes, size=(w, k, b)), jnp.int32)}
+
+
+MODELS = {"sparse_mlp": (_task, _batches), "mlp": (_mlp_task, _mlp_batches)}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("optimizer", [optax.sgd(0.5), optax.adam(0.05)], ids=["sgd", "adam"])
-def test_a_round_of_simulated_shards_equals_full_model_training(optimizer):
-    task, p = _task(), 2
+def test_a_round_of_simulated_shards_equals_full_model_training(optimizer, model):
+    make_task, make_batches = MODELS[model]
+    task, p = make_task(), 2
     alg = tp.tensor_parallel_pieces(task, optimizer, num_workers=p, local_steps=3, batch_size=4)
     state = alg.init(jax.random.key(0))
-    batches = _batches(np.random.default_rng(2))
+    batches = make_batches(np.random.default_rng(2))
     workers, plan = alg.distribute(state)
     trained, metrics = jax.vmap(alg.local, in_axes=(0, None), axis_name=WORKERS)(workers, batches)
     got = alg.collect(state, trained, plan)
@@ -127,6 +143,15 @@ def test_a_round_of_simulated_shards_equals_full_model_training(optimizer):
     for a, b in zip(jax.tree.leaves((got.params, got.opt_state)), jax.tree.leaves((want_params, want_opt))):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
     assert metrics["loss"].shape == (p, 3) and int(got.round) == 1
+    # The evaluation from the shards equals the task's of the whole model, with the task's metric names.
+    test = jax.tree.map(lambda v: v[0, 0], make_batches(np.random.default_rng(3)))
+    shard = jax.vmap(lambda w: alg.tensor.evaluate(tp.lax_collectives(p), w.params, {}, test), axis_name=WORKERS)
+    got_loss, got_aux = shard(trained)
+    want_loss, want_aux = task.evaluate(want_params, {}, test)
+    assert set(got_aux) == set(want_aux)
+    np.testing.assert_allclose(got_loss, np.full(p, want_loss), rtol=2e-5)
+    for k, v in want_aux.items():
+        np.testing.assert_allclose(got_aux[k], np.full(p, v), rtol=2e-5, err_msg=k)
 
 
 def test_step_bytes_are_two_activation_matrices_a_step():
@@ -142,7 +167,11 @@ def test_refusals_name_the_fix():
         tp.tensor_parallel_pieces(_task(classes=6), optax.sgd(0.1), num_workers=3, local_steps=1, batch_size=4)
     two = SparseMLP(hidden=(8, 8), num_classes=6, num_features=12)
     task = istjax.classifier(two, jnp.zeros((2, 5, 2), jnp.float32), num_classes=6)
-    with pytest.raises(ArgError, match="one hidden layer"):
+    with pytest.raises(ArgError, match="one-hidden-layer SparseMLP"):
+        tp.tensor_parallel_pieces(task, optax.sgd(0.1), num_workers=2, local_steps=1, batch_size=4)
+    bn = istjax.models.MLP(hidden=(8,), num_classes=6)  # BatchNorm by default
+    task = istjax.classifier(bn, jnp.zeros((2, 7), jnp.float32), num_classes=6)
+    with pytest.raises(ArgError, match="and BatchNorm"):
         tp.tensor_parallel_pieces(task, optax.sgd(0.1), num_workers=2, local_steps=1, batch_size=4)
 
 

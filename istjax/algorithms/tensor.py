@@ -3,6 +3,9 @@
 The baseline a user would otherwise pick for a model too large for one rank (Megatron-LM, arXiv 1909.08053), on
 the extreme classifier `istjax.models.SparseMLP` with one hidden layer, ``x -> relu(bag(x) @ W1 + b1) @ W2 + b2``:
 
+(the dense `istjax.models.MLP` with one hidden layer and no BatchNorm too: its first layer is split as the bag is,
+and its integer labels are label sets of one):
+
 * shard ``p`` holds columns ``p`` of the embedding bag (``W1 [F, H/P]``, ``b1 [H/P]``) and the rows of its label
   block (``W2 [H, C/P]``, ``b2 [C/P]``): every leaf is cut along its last axis, ``(F + C) * H / P`` weights a shard;
 * forward: each shard computes its hidden units ``h_p [B, H/P]``; an all-gather gives every shard ``h [B, H]``; the
@@ -45,7 +48,10 @@ __all__ = ["Collectives", "TensorPieces", "cut", "differentiable", "join", "lax_
            "sharded_multilabel_loss", "sharded_scores", "step_bytes", "tensor_parallel", "tensor_parallel_pieces"]
 
 PyTree = Any
-LAYERS = ("bag", "dense_out")  # the one-hidden-layer SparseMLP: embedding bag, output layer
+# The first layer of a one-hidden-layer network, by its parameters' name: SparseMLP's embedding bag on (id, value)
+# pairs, or MLP's dense layer on flattened inputs. The output layer is "dense_out" in both.
+FIRST_LAYERS = {"bag": bag, "dense_0": lambda x, kernel: x.reshape(x.shape[0], -1) @ kernel}
+OUT = "dense_out"
 
 
 class Differentiable(NamedTuple):
@@ -96,10 +102,12 @@ def _join_columns(parts_PxBxh: jax.Array) -> jax.Array:
 # The forward pass and the loss of one shard.
 
 
-def shard_logits(params: PyTree, x_BxNx2: jax.Array, d: Differentiable) -> jax.Array:
-    """``[B, C / P]``: this shard's label block of the logits (module docstring); ``params`` its slice."""
-    first, out = params[LAYERS[0]], params[LAYERS[1]]
-    h = bag(x_BxNx2, first["kernel"]) + (first["bias"][None, :] if "bias" in first else 0.0)
+def shard_logits(params: PyTree, x: jax.Array, d: Differentiable) -> jax.Array:
+    """``[B, C / P]``: this shard's label block of the logits (module docstring); ``params`` its slice, whose first
+    layer is one of `FIRST_LAYERS` (``x``: `[B, nnz, 2]` pairs for the bag, `[B, ...]` for a dense layer)."""
+    (name,) = set(params) - {OUT}
+    first, out = params[name], params[OUT]
+    h = FIRST_LAYERS[name](x, first["kernel"]) + (first["bias"][None, :] if "bias" in first else 0.0)
     hidden_BxH = d.gather_columns(jax.nn.relu(h))
     return hidden_BxH @ out["kernel"] + (out["bias"][None, :] if "bias" in out else 0.0)
 
@@ -214,19 +222,26 @@ def step_bytes(examples: int, hidden: int, num_shards: int, itemsize: int = 4) -
     return CommBytes(received * itemsize, sent * itemsize)
 
 
-def _check(task: Task, params: PyTree, num_workers, local_steps, batch_size) -> tuple[int, int, str]:
-    """``(H, C, loss)`` of a model tensor parallel can split; an `ArgError` naming the fix otherwise."""
+def _check(task: Task, params: PyTree, num_workers, local_steps, batch_size) -> tuple[int, int, str | None]:
+    """``(H, C, loss)`` of a model tensor parallel can split (``loss`` None: single-label softmax cross-entropy);
+    an `ArgError` naming the fix otherwise."""
     for name, value in (("num_workers", num_workers), ("local_steps", local_steps), ("batch_size", batch_size)):
         if not isinstance(value, int) or value < 1:
             raise ArgError(name, value, f"{name}={value!r}: need a positive integer.", "")
-    loss = getattr(task.module, "loss", None)
-    if set(params) != set(LAYERS) or loss not in xmc_loss.LOSSES or params[LAYERS[0]]["kernel"].ndim != 2:
-        raise ArgError("task", type(task.module).__name__, f"tensor_parallel needs a SparseMLP-like model with one "
-                       f"hidden layer (params {{'bag', 'dense_out'}}, a multi-label loss); got "
-                       f"{type(task.module).__name__} with params {sorted(params)}.",
-                       "Use istjax.models.SparseMLP(hidden=(H,), ...).", "Use --config.model.name=sparse_mlp with "
-                       "--config.model.hidden='(H,)'.")
-    hidden, classes = params[LAYERS[1]]["kernel"].shape
+    module = task.module
+    loss = getattr(module, "loss", None)
+    first = set(params) - {OUT}
+    batch_norm = getattr(module, "batch_norm", False) or getattr(module, "output_batch_norm", False)
+    if (OUT not in params or len(first) != 1 or not first <= set(FIRST_LAYERS) or batch_norm or task.has_state
+            or ("bag" in first) != (loss in xmc_loss.LOSSES)):
+        raise ArgError("task", type(module).__name__, f"tensor_parallel needs a one-hidden-layer SparseMLP (params "
+                       f"{{'bag', 'dense_out'}}, a multi-label loss) or MLP without BatchNorm (params {{'dense_0', "
+                       f"'dense_out'}}); got {type(module).__name__} with params {sorted(params)}"
+                       f"{' and BatchNorm' if batch_norm else ''}.",
+                       "Use istjax.models.SparseMLP(hidden=(H,), ...) or MLP(hidden=(H,), batch_norm=False, "
+                       "output_batch_norm=False).", "Use --config.model.name=sparse_mlp with --config.model.hidden="
+                       "'(H,)' (or model.name=mlp with model.batch_norm=False, model.output_batch_norm=False).")
+    hidden, classes = params[OUT]["kernel"].shape
     for what, size in (("hidden units", hidden), ("labels", classes)):
         if size % num_workers:
             raise ArgError("num_workers", num_workers, f"tensor_parallel splits the {size} {what} into "
@@ -240,7 +255,8 @@ def tensor_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_
     """Tensor parallelism over ``num_workers`` shards, one per MPI process (module docstring).
 
     Args:
-      task: a `SparseMLP` with one hidden layer (`istjax.classifier`); H and C divisible by ``num_workers``.
+      task: a `SparseMLP` with one hidden layer (`istjax.classifier`), or an `MLP` with one hidden layer and no
+        BatchNorm (its first layer split by columns as the bag's); H and C divisible by ``num_workers``.
       optimizer: an elementwise optax transformation (SGD, Adam, ...), applied to each shard's slice.
       num_workers: P, the shards (``mpiexec -n P``).
       local_steps: K steps a round; each reads all W rows of the round's `[W, K, B, ...]` batches.
@@ -264,10 +280,15 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
     abstract = jax.eval_shape(task.init, jax.random.key(0))
     hidden, classes, loss_name = _check(task, abstract, num_workers, local_steps, batch_size)
     p, width = num_workers, classes // num_workers
+    multi = loss_name is not None  # else integer labels [B]: a label set of one, softmax cross-entropy
+
+    def label_sets(y):
+        return y if multi else y[:, None]
 
     def shard_loss(d, index, params, batch):
         logits = shard_logits(params, batch["x"], d)
-        return sharded_multilabel_loss(logits, batch["y"], index * width, d, classes, loss_name)
+        return sharded_multilabel_loss(logits, label_sets(batch["y"]), index * width, d, classes,
+                                       loss_name or "softmax")
 
     def train(c: Collectives, state: TrainState, batches: PyTree):
         d = differentiable(c)
@@ -286,7 +307,8 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
         del model_state, shared
         index = c.index()
         logits = shard_logits(params, batch["x"], differentiable(c))
-        return sharded_scores(logits, batch["y"], index * width, c, classes, loss_name)
+        value, aux = sharded_scores(logits, label_sets(batch["y"]), index * width, c, classes, loss_name or "softmax")
+        return value, (aux if multi else {"accuracy": aux["accuracy"]})  # `istjax.core.task.scores`' keys
 
     def cut_state(state: TrainState, index) -> TrainState:
         return state._replace(params=cut(state.params, index, p), opt_state=cut(state.opt_state, index, p))
