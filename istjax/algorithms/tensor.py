@@ -1,10 +1,9 @@
 """Tensor (model) parallelism: every layer split across the P shards, activations exchanged every step.
 
 The baseline a user would otherwise pick for a model too large for one rank (Megatron-LM, arXiv 1909.08053), on
-the extreme classifier `istjax.models.SparseMLP` with one hidden layer, ``x -> relu(bag(x) @ W1 + b1) @ W2 + b2``:
-
-(the dense `istjax.models.MLP` with one hidden layer and no BatchNorm too: its first layer is split as the bag is,
-and its integer labels are label sets of one):
+the extreme classifier `istjax.models.SparseMLP` with one hidden layer, ``x -> relu(bag(x) @ W1 + b1) @ W2 + b2``
+(and the dense `istjax.models.MLP` with one hidden layer and no BatchNorm: its first layer is split as the bag is,
+its integer labels are label sets of one):
 
 * shard ``p`` holds columns ``p`` of the embedding bag (``W1 [F, H/P]``, ``b1 [H/P]``) and the rows of its label
   block (``W2 [H, C/P]``, ``b2 [C/P]``): every leaf is cut along its last axis, ``(F + C) * H / P`` weights a shard;
