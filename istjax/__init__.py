@@ -21,6 +21,7 @@ from istjax.algorithms.base import Algorithm as Algorithm
 from istjax.algorithms.base import local_train as local_train
 from istjax.algorithms.ist import ist as ist
 from istjax.algorithms.replicated import data_parallel as data_parallel
+from istjax.algorithms.tensor import tensor_parallel as tensor_parallel
 from istjax.algorithms.replicated import local_sgd as local_sgd
 from istjax.algorithms.resist import resist as resist
 from istjax.core.comm import CommBytes as CommBytes
@@ -110,6 +111,7 @@ __all__ = [
     "spec_from_logical",
     "spec_from_table",
     "stratified",
+    "tensor_parallel",
     "train_and_evaluate",
     "uneven",
     "uniform",

@@ -11,7 +11,12 @@ Commands::
     mpiexec -n 2 istjax train --config=experiments/configs/xmc_synthetic_ist.py --config.runtime.name=mpi \
         --config.runtime.mode=sharded --workdir=runs/xmc_synthetic_mpi
 
-The second holds the model in shards: no process ever holds all of it (`istjax.runtimes.mpi`).
+The second holds the model in shards: no process ever holds all of it (`istjax.runtimes.mpi`). The tensor-parallel
+baseline on the same data and model (every layer split across the 2 processes, activations exchanged every step;
+`istjax.algorithms.tensor`)::
+
+    mpiexec -n 2 istjax train --config=experiments/configs/xmc_synthetic_ist.py \
+        --config.algorithm.name=tensor_parallel --config.runtime.name=mpi --workdir=runs/xmc_synthetic_tp
 """
 
 import ml_collections

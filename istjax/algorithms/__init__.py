@@ -2,6 +2,7 @@
 
 * `istjax.algorithms.ist`: Independent Subnetwork Training (arXiv 1910.02120).
 * `istjax.algorithms.replicated`: the data-parallel and local-SGD baselines.
+* `istjax.algorithms.tensor`: tensor (model) parallelism, every layer split across MPI processes (Megatron).
 * `istjax.algorithms.resist`: ResIST, IST over the depth of a ResNet (arXiv 2107.00961).
 * `istjax.algorithms.reference`: the plain Python-loop rounds every runtime is tested against.
 """
@@ -16,6 +17,7 @@ from istjax.algorithms.ist import ist as ist
 from istjax.algorithms.replicated import data_parallel as data_parallel
 from istjax.algorithms.replicated import local_sgd as local_sgd
 from istjax.algorithms.resist import resist as resist
+from istjax.algorithms.tensor import tensor_parallel as tensor_parallel
 
 from istjax.core.registry import Registry
 
@@ -40,7 +42,10 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                                 "whole replicas trained K steps, then averaged"),
     "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "min_depth", "test_scale", "num_owners"),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
+    "tensor_parallel": AlgorithmEntry(tensor_parallel, ("batch_size",),
+                                      "every layer split across the MPI processes, activations exchanged every step "
+                                      "(runtime.name='mpi'; one hidden layer: sparse_mlp, or mlp without BatchNorm)"),
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Exchange", "apply_update",
-           "data_parallel", "ist", "local_sgd", "local_train", "resist"]
+           "data_parallel", "ist", "local_sgd", "local_train", "resist", "tensor_parallel"]

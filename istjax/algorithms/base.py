@@ -28,7 +28,8 @@ An algorithm also *declares* what it is, so runtimes, the driver and the account
     what crosses between workers and the server: ``"subnetworks"`` (``distribute`` and ``collect`` move per-worker
     pieces: IST), ``"replicas"`` (every worker starts from the global model and ``collect`` depends on the workers
     only through their mean: local SGD; a runtime may pre-reduce), ``"gradients"`` (workers stay identical and
-    average gradients every step through ``reduce``: data parallel).
+    average gradients every step through ``reduce``: data parallel), ``"activations"`` (every worker holds a shard of
+    every layer and the shards exchange activations every step: tensor parallel, run from its ``tensor`` pieces).
 ``carries_optimizer_state``
     whether the global optimizer state travels with the parameters (else workers start from ``optimizer.init``).
 ``model_state_policy``
@@ -81,7 +82,7 @@ __all__ = [
 PyTree = Any
 OPTIMIZER_STATE_POLICIES = ("reset", "carry")
 MODEL_STATE_POLICIES = ("carry", "recompute")
-EXCHANGES = ("subnetworks", "replicas", "gradients")
+EXCHANGES = ("subnetworks", "replicas", "gradients", "activations")
 
 
 class Exchange(str, enum.Enum):
@@ -90,6 +91,7 @@ class Exchange(str, enum.Enum):
     SUBNETWORKS = "subnetworks"
     REPLICAS = "replicas"
     GRADIENTS = "gradients"
+    ACTIVATIONS = "activations"
 
     def __str__(self) -> str:  # messages, metrics and f-strings show the plain name
         return self.value
@@ -165,6 +167,8 @@ class Algorithm:
         ``collect`` and ``owner_side`` are derived from them); None for other algorithms.
       owner_side: its round as the owners of a sharded model run it (`OwnerSide`), for algorithms that exchange
         subnetworks and can run sharded; None otherwise.
+      tensor: the pieces of an algorithm that exchanges activations (`istjax.algorithms.tensor.TensorPieces`: a
+        shard's round and evaluation against collectives the runtime supplies); None otherwise.
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -186,6 +190,7 @@ class Algorithm:
     runtime: Any = None
     subnet: Optional[SubnetPieces] = None
     owner_side: Optional[OwnerSide] = None
+    tensor: Any = None
 
     def __post_init__(self):  # the declarations are checked where they are made
         try:

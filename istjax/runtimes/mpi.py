@@ -36,6 +36,11 @@ The runtime never asks which algorithm it runs; it applies the exchange the algo
 ``"gradients"`` (data parallel), ``mode="parameter_server"``
     as replicas, but ``local`` receives a ``reduce`` that averages each step's gradients across every worker of
     every rank (an allreduce inside the compiled local phase); the model state is averaged at the end of the round.
+``"activations"`` (tensor parallel), either mode (the model is always in shards)
+    one shard per rank (W = N); every rank holds its shard of every layer and runs the algorithm's shard round
+    (`istjax.Algorithm.tensor`) with mpi4jax collectives inside the compiled step (an all-gather of the hidden
+    units, its adjoint all-to-all, the loss's max and sums); evaluated in place from the shards, checkpointed shard by
+    shard. Its bytes are read from the compiled program: every mpi4jax call's buffers, times the scan's K.
 
 mpi4jax cannot run inside a multi-device computation, so every step runs on the process's first local device.
 Each round reports the bytes of the buffers handed to MPI, on the workers' side (what a worker receives: its slice
@@ -71,6 +76,7 @@ import numpy as np
 
 from istjax.core.errors import ArgError
 from istjax.core import contract
+from istjax.core.collectives import Collectives
 from istjax.core import shard as shard_lib
 from istjax.core.partition import owner_counts
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
@@ -238,7 +244,8 @@ class MPIRuntime:
         return int(self.comm.allreduce(int(value), op=MPI.MAX))
 
     def handle(self) -> RuntimeHandle:
-        sharded = self.mode == "sharded" and self.algorithm.exchange == "subnetworks"
+        sharded = (self.mode == "sharded" and self.algorithm.exchange == "subnetworks"
+                   or self.algorithm.exchange == "activations")  # tensor parallel: always in shards
         return RuntimeHandle(name="mpi", fusable=False, gather=self.gather,
                              agree=self.agree, whole_state=not sharded, rank=self.rank, size=self.size,
                              allgather=self.comm.allgather, evaluate=self.evaluate)
@@ -295,7 +302,8 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
     """
     lanes = check_launch(algorithm.num_workers, mode=mode, comm=comm, gradient_buffers=gradient_buffers)
     builders = {("subnetworks", "parameter_server"): _server, ("subnetworks", "sharded"): _sharded,
-                ("replicas", "parameter_server"): _replicas, ("gradients", "parameter_server"): _replicas}
+                ("replicas", "parameter_server"): _replicas, ("gradients", "parameter_server"): _replicas,
+                ("activations", "parameter_server"): _tensor, ("activations", "sharded"): _tensor}
     if mode == "sharded" and algorithm.exchange in ("replicas", "gradients"):
         raise ArgError("mode", mode,
                        f"mode='sharded' splits the model among the processes for an algorithm that exchanges "
@@ -304,7 +312,7 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
                        "Use mode='parameter_server'.", "Use --config.runtime.mode=parameter_server.")
     if (algorithm.exchange, mode) not in builders:
         raise ValueError(f"algorithm {algorithm.name!r} declares exchange={algorithm.exchange!r}, which the MPI "
-                         f"runtime does not know; exchanges: subnetworks, replicas, gradients.")
+                         f"runtime does not know; exchanges: subnetworks, replicas, gradients, activations.")
     comm = _world() if comm is None else comm
     n, r = comm.Get_size(), comm.Get_rank()
     abort_on_error()
@@ -741,6 +749,84 @@ def _sharded(rt: MPIRuntime):
     if owner is not None and owner.evaluate is not None and set(layout.group_sizes) - layout.owned <= owner.whole:
         rt.evaluate = functools.partial(owner.evaluate, owner=layout.owner, num_owners=layout.num_owners,
                                         reduce=x.allreduce_traced)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# "activations": tensor parallel, the algorithm's shard round (`Algorithm.tensor`) on mpi4jax collectives.
+
+
+def _mpi_collectives(comm, me: int):
+    """`istjax.algorithms.tensor.Collectives` of mpi4jax calls, for use inside a traced function."""
+    import mpi4jax
+    from mpi4py import MPI
+
+    return Collectives(index=lambda: jnp.int32(me), size=comm.Get_size(),
+                       all_gather=lambda x: mpi4jax.allgather(x, comm=comm),
+                       all_sum=lambda x: mpi4jax.allreduce(x, op=MPI.SUM, comm=comm),
+                       all_max=lambda x: mpi4jax.allreduce(x, op=MPI.MAX, comm=comm),
+                       all_to_all=lambda x: mpi4jax.alltoall(x, comm=comm))
+
+
+def mpi_bytes(jaxpr, times: int = 1) -> tuple[int, int]:
+    """``(received, sent)``: bytes of the buffers the mpi4jax calls in ``jaxpr`` (and the jaxprs nested in it) are
+    handed and return (inputs sent, outputs received), a scan's body counted its ``length`` times."""
+    received = sent = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name.endswith("_mpi"):
+            sent += times * sum(int(np.prod(v.aval.shape)) * v.aval.dtype.itemsize for v in eqn.invars
+                                if hasattr(v.aval, "shape"))
+            received += times * sum(int(np.prod(v.aval.shape)) * v.aval.dtype.itemsize for v in eqn.outvars
+                                    if hasattr(v.aval, "shape"))
+        inner_times = times * int(eqn.params.get("length", 1)) if eqn.primitive.name == "scan" else times
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    r, s_ = mpi_bytes(inner, inner_times)
+                    received, sent = received + r, sent + s_
+    return received, sent
+
+
+def _tensor(rt: MPIRuntime):
+    """Tensor parallel: rank r holds shard r of every layer; a round is the shard's K steps in one jit."""
+    alg = rt.algorithm
+    pieces = alg.tensor
+    if rt.size != pieces.num_shards:
+        raise ArgError("num_workers", alg.num_workers,
+                       f"tensor_parallel runs one shard per process: num_workers={alg.num_workers} shards on "
+                       f"{rt.size} processes.", f"Use num_workers={rt.size}, or mpiexec -n {alg.num_workers}.",
+                       f"Use --config.num_workers={rt.size}, or mpiexec -n {alg.num_workers}.")
+    coll = _mpi_collectives(rt.comm, rt.rank)
+    x = _Exchange(rt.comm)
+    train = jax.jit(functools.partial(pieces.train, coll))
+    measured: dict = {}
+
+    def round_fn(state, batches, shared=None):
+        _check_batches(batches, rt)
+        lead = {v.shape[0] for v in jax.tree.leaves(batches)}
+        if lead != {alg.num_workers}:  # a rank's own rows would train each shard on other examples: refused
+            raise ValueError(f"batches have leading sizes {sorted(lead)}; tensor parallel reads all W="
+                             f"{alg.num_workers} workers' rows [W, K, B, ...] on every rank (every shard computes "
+                             f"the same examples), not a rank's own rows.")
+        if "bytes" not in measured:  # read once from the program the round runs
+            measured["bytes"] = mpi_bytes(jax.make_jaxpr(train)(state, batches).jaxpr)
+        state, metrics_K = train(state, batches)
+        rt._track(state)
+        traffic = Traffic(received=measured["bytes"][0], sent=measured["bytes"][1])
+        metrics_WxK = jax.tree.map(lambda m: jnp.broadcast_to(m, (alg.num_workers,) + m.shape), metrics_K)
+        rt.last_traffic = traffic  # every shard computes the same loss: no metric exchange
+        return state, {**{k: np.asarray(v) for k, v in summarize(metrics_WxK).items()},
+                       "measured_bytes_sent": traffic.sent, "measured_bytes_received": traffic.received}
+
+    def gather(state):
+        got = x.gather((state.params, state.opt_state))
+        if rt.rank != ROOT:
+            return None
+        return pieces.join(TrainState(got[0], state.model_state, got[1], state.key, state.round))
+
+    rt.init = jax.jit(lambda key: pieces.cut(alg.init(key), rt.rank))
+    rt.round, rt.gather = round_fn, gather
+    rt.evaluate = functools.partial(pieces.evaluate, coll)
 
 
 RUNTIME = Runtime("mpi", build, "workers split across the processes of mpiexec (parameter server or sharded); "

@@ -155,7 +155,8 @@ def option_fields(config, options: tuple[str, ...]) -> dict[str, Any]:
 
     fields: dict[str, Any] = {"num_workers": "num_workers", "local_steps": "local_steps", "backend": "runtime.name",
                               "task": "model.name", "group_sizes": _sizes_text, "sampler": _sampler_text,
-                              "samplers": "sampler.groups", "num_owners": "sampler.num_owners"}
+                              "samplers": "sampler.groups", "num_owners": "sampler.num_owners",
+                              "batch_size": "batch_size"}
     fields.update({o: f"algorithm.{o}" for o in options if o not in fields})
     fields.update({o: f"runtime.{o}" for o in runtimes.get(config.runtime.name).config_options})
     fields.update({"min_units": "sampler.min_units", "weights": "sampler.weights", "fractions": "sampler.fractions"})
@@ -168,6 +169,8 @@ def _option_value(config, option: str, sampler) -> Any:
         return sampler
     if option == "num_owners":
         return int(config.sampler.num_owners)
+    if option == "batch_size":  # tensor parallel's analytic bytes scale with the examples of a step
+        return int(config.batch_size)
     return config.algorithm[option]
 
 
@@ -218,8 +221,11 @@ def _batches(config, dataset, task, algorithm, c: Collector):
 def own_rows(algorithm: Algorithm) -> Optional[tuple[int, int]]:
     """``(start, stop)``: the workers this process runs, when it needs only their batches (several processes, a
     round called between device steps, and no collect on this process that reads every worker's batches: the
-    parameter-server and replica modes recompute statistics from all of them); else None."""
+    parameter-server and replica modes recompute statistics from all of them; nor an algorithm whose every process
+    reads every row: tensor parallel); else None."""
     rt = algorithm.runtime
+    if algorithm.exchange == "activations":  # tensor parallel: every shard reads every worker's rows each step
+        return None
     if rt.size <= 1 or rt.fusable or (algorithm.model_state_policy == "recompute" and rt.whole_state):
         return None
     lanes = algorithm.num_workers // rt.size

@@ -55,7 +55,8 @@ def default_config() -> ml_collections.ConfigDict:
 def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     """What is trained: the algorithm (`istjax.algorithms.ALGORITHMS`) and the options its factories take."""
     c.algorithm = ml_collections.ConfigDict()
-    c.algorithm.name = "ist"  # "ist" | "data_parallel" | "local_sgd" | "resist" (model.name="depth_resnet")
+    c.algorithm.name = "ist"  # "ist" | "data_parallel" | "local_sgd" | "resist" (model.name="depth_resnet") |
+    # "tensor_parallel" (runtime.name="mpi"; one hidden layer: sparse_mlp, or mlp without BatchNorm)
     c.algorithm.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with params
     # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
     # channels they belong to) | "recompute" (recomputed on the merged model after every round).

@@ -1,0 +1,221 @@
+"""Tensor parallel (`istjax.algorithms.tensor`): the vocabulary-parallel loss and scores against the whole logits'
+(`istjax.xmc.loss`), a round of P shards simulated with ``vmap`` against plain full-model training, the refusals,
+and the mpiexec -n 2 run (`tests/mpi/tensor_parallel.py`) against single-process training."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import istjax
+from istjax.algorithms import tensor as tp
+from istjax.core.errors import ArgError
+from istjax.core.state import WORKERS
+from istjax.models import SparseMLP
+from istjax.xmc import loss as xmc_loss
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
+
+
+def _labels(rng, b=6, c=12, width=4):
+    """``[B, L]`` label sets padded with -1 (one point with none)."""
+    out = -np.ones((b, width), np.int32)
+    for i in range(1, b):
+        k = rng.integers(1, width + 1)
+        out[i, :k] = rng.choice(c, size=k, replace=False)
+    return jnp.asarray(out)
+
+
+def _shards(logits_BxC, p):
+    """``[P, B, C / P]``: the label blocks of the whole logits."""
+    b, c = logits_BxC.shape
+    return jnp.transpose(logits_BxC.reshape(b, p, c // p), (1, 0, 2))
+
+
+@pytest.mark.parametrize("loss", ["softmax", "bce"])
+@pytest.mark.parametrize("p", [2, 3])
+def test_vocab_parallel_loss_and_gradient_equal_the_whole_logits(loss, p):
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(6, 12)) * 3, jnp.float32)
+    labels = _labels(rng)
+    width = 12 // p
+
+    def shard_loss(z_Bxc):
+        d = tp.differentiable(tp.lax_collectives(p))
+        first = jax.lax.axis_index(WORKERS) * width
+        return tp.sharded_multilabel_loss(z_Bxc, labels, first, d, 12, loss)
+
+    values, grads = jax.vmap(jax.value_and_grad(shard_loss), axis_name=WORKERS)(_shards(logits, p))
+    want, want_grad = jax.value_and_grad(lambda z: xmc_loss.multilabel_loss(z, labels, loss))(logits)
+    np.testing.assert_allclose(values, np.full(p, want), rtol=1e-6)
+    np.testing.assert_allclose(grads, _shards(want_grad, p), rtol=1e-5, atol=1e-7)
+
+
+def test_sharded_scores_equal_the_whole_logits_ties_included():
+    rng = np.random.default_rng(1)
+    logits = jnp.asarray(rng.integers(0, 3, size=(6, 12)), jnp.float32)  # many ties: lower ids win
+    labels = _labels(rng)
+    p = 2
+
+    def shard_scores(z_Bxc):
+        first = jax.lax.axis_index(WORKERS) * 6
+        return tp.sharded_scores(z_Bxc, labels, first, tp.lax_collectives(p), 12)
+
+    values, aux = jax.vmap(shard_scores, axis_name=WORKERS)(_shards(logits, p))
+    want, want_aux = xmc_loss.scores(logits, labels)
+    np.testing.assert_allclose(values, np.full(p, want), rtol=1e-6)
+    assert set(aux) == set(want_aux)
+    for k, v in want_aux.items():
+        np.testing.assert_allclose(aux[k], np.full(p, v), rtol=1e-6, err_msg=k)
+
+
+def test_cut_and_join_are_inverse():
+    tree = {"a": jnp.arange(24.0).reshape(2, 12), "b": jnp.arange(6.0), "count": jnp.int32(3)}
+    shards = jax.vmap(lambda i: tp.cut(tree, i, 3))(jnp.arange(3))
+    assert shards["a"].shape == (3, 2, 4) and shards["count"].shape == (3,)
+    joined = tp.join(shards)
+    for k in tree:
+        np.testing.assert_array_equal(joined[k], tree[k])
+
+
+def _task(hidden=8, classes=6, features=12, loss="softmax"):
+    model = SparseMLP(hidden=(hidden,), num_classes=classes, num_features=features, loss=loss)
+    return istjax.classifier(model, jnp.zeros((2, 5, 2), jnp.float32), num_classes=classes)
+
+
+def _batches(rng, w=2, k=3, b=4, features=12, classes=6):
+    x = np.zeros((w, k, b, 5, 2), np.float32)
+    x[..., 0] = rng.integers(0, features, size=(w, k, b, 5))
+    x[..., 1] = rng.normal(size=(w, k, b, 5))
+    y = np.stack([np.asarray(_labels(rng, b=w * k * b, c=classes, width=3))]).reshape(w, k, b, 3)
+    return {"x": jnp.asarray(x), "y": jnp.asarray(y)}
+
+
+def full_model_round(task, optimizer, state, batches):
+    """The oracle: K optax steps of the whole model, each on all W workers' rows of the round (worker-major)."""
+    loss = task.train_loss(None)
+    params, opt_state = state.params, state.opt_state
+    for k in range(batches["y"].shape[1]):
+        batch = jax.tree.map(lambda v, k=k: v[:, k].reshape((-1,) + v.shape[3:]), batches)
+        grads = jax.grad(lambda prm, batch=batch: loss(prm, {}, batch)[0])(params)
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+    return params, opt_state
+
+
+def _mlp_task(hidden=8, classes=6, features=7):
+    model = istjax.models.MLP(hidden=(hidden,), num_classes=classes, batch_norm=False, output_batch_norm=False,
+                              use_bias=True)
+    return istjax.classifier(model, jnp.zeros((2, features), jnp.float32), num_classes=classes)
+
+
+def _mlp_batches(rng, w=2, k=3, b=4, features=7, classes=6):
+    return {"x": jnp.asarray(rng.normal(size=(w, k, b, features)), jnp.float32),
+            "y": jnp.asarray(rng.integers(0, classes, size=(w, k, b)), jnp.int32)}
+
+
+MODELS = {"sparse_mlp": (_task, _batches), "mlp": (_mlp_task, _mlp_batches)}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("optimizer", [optax.sgd(0.5), optax.adam(0.05)], ids=["sgd", "adam"])
+def test_a_round_of_simulated_shards_equals_full_model_training(optimizer, model):
+    make_task, make_batches = MODELS[model]
+    task, p = make_task(), 2
+    alg = tp.tensor_parallel_pieces(task, optimizer, num_workers=p, local_steps=3, batch_size=4)
+    state = alg.init(jax.random.key(0))
+    batches = make_batches(np.random.default_rng(2))
+    workers, plan = alg.distribute(state)
+    trained, metrics = jax.vmap(alg.local, in_axes=(0, None), axis_name=WORKERS)(workers, batches)
+    got = alg.collect(state, trained, plan)
+    want_params, want_opt = full_model_round(task, optimizer, state, batches)
+    for a, b in zip(jax.tree.leaves((got.params, got.opt_state)), jax.tree.leaves((want_params, want_opt))):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    assert metrics["loss"].shape == (p, 3) and int(got.round) == 1
+    # The evaluation from the shards equals the task's of the whole model, with the task's metric names.
+    test = jax.tree.map(lambda v: v[0, 0], make_batches(np.random.default_rng(3)))
+    shard = jax.vmap(lambda w: alg.tensor.evaluate(tp.lax_collectives(p), w.params, {}, test), axis_name=WORKERS)
+    got_loss, got_aux = shard(trained)
+    want_loss, want_aux = task.evaluate(want_params, {}, test)
+    assert set(got_aux) == set(want_aux)
+    np.testing.assert_allclose(got_loss, np.full(p, want_loss), rtol=2e-5)
+    for k, v in want_aux.items():
+        np.testing.assert_allclose(got_aux[k], np.full(p, v), rtol=2e-5, err_msg=k)
+
+
+def test_step_bytes_are_two_activation_matrices_a_step():
+    b, h, p = 256, 512, 2
+    got = tp.step_bytes(b, h, p)
+    assert got.received == 4 * (2 * b * h + 3 * b) and got.sent == 4 * (b * h // p + b * h + 3 * b)
+
+
+def test_refusals_name_the_fix():
+    with pytest.raises(ArgError, match="runtime.name=mpi|backend='mpi'"):
+        tp.tensor_parallel(_task(), optax.sgd(0.1), num_workers=2, local_steps=1, batch_size=4, backend="simulate")
+    with pytest.raises(ArgError, match="8 hidden units into num_workers=3"):
+        tp.tensor_parallel_pieces(_task(classes=6), optax.sgd(0.1), num_workers=3, local_steps=1, batch_size=4)
+    two = SparseMLP(hidden=(8, 8), num_classes=6, num_features=12)
+    task = istjax.classifier(two, jnp.zeros((2, 5, 2), jnp.float32), num_classes=6)
+    with pytest.raises(ArgError, match="one-hidden-layer SparseMLP"):
+        tp.tensor_parallel_pieces(task, optax.sgd(0.1), num_workers=2, local_steps=1, batch_size=4)
+    bn = istjax.models.MLP(hidden=(8,), num_classes=6)  # BatchNorm by default
+    task = istjax.classifier(bn, jnp.zeros((2, 7), jnp.float32), num_classes=6)
+    with pytest.raises(ArgError, match="and BatchNorm"):
+        tp.tensor_parallel_pieces(task, optax.sgd(0.1), num_workers=2, local_steps=1, batch_size=4)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed")
+def test_tensor_parallel_under_mpiexec_equals_single_process_training():
+    """mpiexec -n 2: gathered params and optimizer state, loss and evaluation equal single-process full-model
+    training (SGD and Adam); measured bytes equal analytic."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               PYTHONPATH=str(ROOT))
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi" / "tensor_parallel.py")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    for check in ("sgd: params == single process", "adam: params == single process", "evaluation ==", "refused",
+                  "measured bytes == analytic"):
+        assert check in out.stdout, check
+
+
+def _train(workdir, *args, mpi=True, timeout=300):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    launch = [str(MPIEXEC), "-n", "2"] if mpi else []
+    cmd = [*launch, sys.executable, "-m", "istjax.launch.cli", "train",
+           "--config=experiments/configs/xmc_synthetic_ist.py", "--config.eval_every=2", "--config.checkpoint_every=2",
+           f"--workdir={workdir}", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return [json.loads(line) for line in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed")
+def test_istjax_train_tensor_parallel_resumes_and_equals_data_parallel(tmp_path):
+    """``mpiexec -n 2 istjax train --config.algorithm.name=tensor_parallel --config.runtime.name=mpi``: 2 rounds,
+    resumed from its per-rank checkpoints to 4, records the same test loss and P@k as single-process data parallel
+    on the same batches (the same W * B examples a step), and the analytic bytes."""
+    tp_args = ("--config.algorithm.name=tensor_parallel", "--config.runtime.name=mpi")
+    _train(tmp_path / "tp", *tp_args, "--config.num_rounds=2")
+    got = _train(tmp_path / "tp", *tp_args, "--config.num_rounds=4", "--resume")
+    assert (tmp_path / "tp" / "checkpoints" / "rank_1").is_dir()
+    want = _train(tmp_path / "dp", "--config.algorithm.name=data_parallel", "--config.num_rounds=4", mpi=False)
+    for g, w in zip(got, want):
+        assert g["round"] == w["round"]
+        for key in ("test_loss", "test_precision_at_1", "test_precision_at_5", "test_ndcg_at_5", "train_loss"):
+            np.testing.assert_allclose(g[key], w[key], rtol=1e-5, err_msg=key)
+    step = tp.step_bytes(2 * 128, 512, 2)
+    assert got[-1]["bytes_sent_per_worker"] == 10 * step.sent
+    assert got[-1]["bytes_received_per_worker"] == 10 * step.received
