@@ -8,7 +8,10 @@ rank killed, the job ended, no hang). Arms:
 
 * ``ist``: sharded IST on P ranks (W = P workers, hidden units dealt stratified by P owners): no rank holds the
   whole model;
-* ``data_parallel`` and ``local_sgd``: W = P replicas, one a rank, each holding the whole model.
+* ``data_parallel`` and ``local_sgd``: W = P replicas, one a rank, each holding the whole model;
+* ``tensor_parallel``: Megatron's split on P ranks (`istjax.algorithms.tensor`: the hidden units by columns, the
+  labels by blocks, activations exchanged every step): exact full-model training on W = P workers' batches, the
+  model in shards like IST's.
 
 Every arm sees the same samples (``num_rounds x W x K x B``) with the config's recipe
 (``experiments/configs/xmc_debian_ist.py``: Adam 1e-3, K = 10, B = 128). Per run the study records the run's
@@ -22,7 +25,7 @@ within the limit), ``peak_rss_bytes`` (the largest rank's peak over seeds), ``pr
 Command (as root, from the repository root)::
 
     ISTJAX_DATA_DIR=../shared/data python -m experiments.extreme.study --cap 1.9GiB --widths 128,256,512,1024 \\
-        --arms ist:2,data_parallel:2,local_sgd:2 --seeds 0,1,2 --rounds 50
+        --arms ist:2,data_parallel:2,local_sgd:2,tensor_parallel:2 --seeds 0,1,2 --rounds 40
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = "experiments/configs/xmc_debian_ist.py"
 OUT = ROOT / "experiments" / "extreme" / "results" / "debian.json"
 FIGURE = ROOT / "docs" / "figures" / "extreme_debian.png"
-MODES = {"ist": "sharded", "data_parallel": "parameter_server", "local_sgd": "parameter_server"}
+MODES = {"ist": "sharded", "data_parallel": "parameter_server", "local_sgd": "parameter_server",
+         "tensor_parallel": "sharded"}
 METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_5")
 OBSERVED_ROUNDS = 3  # rounds of the run without the prediction that shows what the kernel does at the limit
 
