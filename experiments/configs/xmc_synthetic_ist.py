@@ -30,7 +30,7 @@ def get_config(arg=None):
     c.name = "xmc_synthetic_ist"
     c.algorithm.name = "ist"
     c.data.name = "xmc_synthetic"
-    c.model = ml_collections.ConfigDict({"name": "sparse_mlp", "hidden": (512,), "loss": "softmax"})
+    c.model = ml_collections.ConfigDict({"name": "sparse_mlp", "hidden": (512,), "loss": "softmax", "rescale": True})
     c.num_workers = 2
     # Hidden units dealt stratified by 2 owners: the same partitions as uniform dealing in simulate, and what the
     # sharded MPI mode on 2 processes needs (a fixed-size all-to-all per round).

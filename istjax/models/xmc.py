@@ -37,6 +37,11 @@ class SparseMLP(nn.Module):
       num_features: the number of feature ids (from the data's ``num_feature_ids`` when istjax builds the model).
       loss: ``"softmax"`` or ``"bce"`` (`istjax.xmc.loss`).
       use_bias: biases on every layer.
+      rescale: a worker's sub-network multiplies each hidden layer's output by ``H / h`` (all the layer's units over
+        the ones it holds), as inverted dropout does, so the sums of the next layer keep the scale the full network
+        has when the pieces are written back (without normalisation, a network assembled from W sub-networks sums
+        W times the units each was trained with).
+      full_hidden: the full network's widths, set by `subnet` (leave it empty).
     """
 
     hidden: Sequence[int] = (512,)
@@ -44,13 +49,23 @@ class SparseMLP(nn.Module):
     num_features: int = 0
     loss: str = "softmax"
     use_bias: bool = True
+    rescale: bool = True
+    full_hidden: Sequence[int] = ()
 
     def __post_init__(self):
         hidden = layers.pos_ints("SparseMLP", "hidden", self.hidden, "e.g. hidden=(512,).")
         object.__setattr__(self, "hidden", hidden)
         layers.check_choice("SparseMLP", "loss", self.loss, xmc_loss.LOSSES)
-        if not isinstance(self.use_bias, bool):
-            raise ArgError("use_bias", self.use_bias, f"SparseMLP.use_bias={self.use_bias!r}:", "give True or False.")
+        for flag in ("use_bias", "rescale"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ArgError(flag, getattr(self, flag), f"SparseMLP.{flag}={getattr(self, flag)!r}:",
+                               "give True or False.")
+        full = layers.pos_ints("SparseMLP", "full_hidden", self.full_hidden, "leave it empty (subnet sets it).",
+                               allow_empty=True)
+        if full and len(full) != len(hidden):
+            raise ArgError("full_hidden", full, f"SparseMLP.full_hidden={full!r} for hidden={hidden!r}:",
+                           "leave it empty (subnet sets it).")
+        object.__setattr__(self, "full_hidden", full)
         if not is_pos_int(self.num_features):  # last: the data fills it, so a field above is the likelier mistake
             raise ArgError("num_features", self.num_features,
                            f"SparseMLP.num_features={self.num_features!r}: the embedding bag needs the number of "
@@ -65,7 +80,15 @@ class SparseMLP(nn.Module):
 
     def subnet(self, units: Mapping[str, int]) -> "SparseMLP":
         """This module at one worker's widths (``units["hidden_i"]`` units in layer i)."""
-        return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(self.hidden)))
+        full = tuple(self.full_hidden) or self.hidden
+        return self.clone(hidden=tuple(int(units.get(f"hidden_{i}", h)) for i, h in enumerate(full)),
+                          full_hidden=full)
+
+    def _scaled(self, x: jax.Array, i: int) -> jax.Array:
+        """Hidden layer ``i``'s output, times ``H_i / h_i`` in a rescaled sub-network (``rescale``)."""
+        if not self.rescale or not self.full_hidden or self.full_hidden[i] == self.hidden[i]:
+            return x
+        return x * (self.full_hidden[i] / self.hidden[i])
 
     def scores(self, logits_BxC: jax.Array, labels_BxL: jax.Array):
         """The model contract's ``scores``: ``self.loss`` and P@1/3/5, nDCG@5 of label sets (`istjax.xmc.loss`)."""
@@ -79,14 +102,15 @@ class SparseMLP(nn.Module):
     def __call__(self, x_BxNx2: jax.Array, train: bool = True) -> jax.Array:
         del train  # no dropout, no statistics
         init = nn.initializers.lecun_normal()
-        x = nn.relu(EmbeddingBag(self.hidden[0], self.num_features, ("input", "hidden_0"), self.use_bias,
-                                 name="bag")(x_BxNx2))
+        x = self._scaled(nn.relu(EmbeddingBag(self.hidden[0], self.num_features, ("input", "hidden_0"),
+                                              self.use_bias, name="bag")(x_BxNx2)), 0)
         names_in = "hidden_0"
         for i, width in enumerate(self.hidden[1:], start=1):
             name = f"hidden_{i}"
-            x = nn.relu(nn.Dense(width, use_bias=self.use_bias, name=f"dense_{i}",
-                                 kernel_init=nn.with_logical_partitioning(init, (names_in, name)),
-                                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (name,)))(x))
+            x = self._scaled(nn.relu(nn.Dense(width, use_bias=self.use_bias, name=f"dense_{i}",
+                                              kernel_init=nn.with_logical_partitioning(init, (names_in, name)),
+                                              bias_init=nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                                     (name,)))(x)), i)
             names_in = name
         return nn.Dense(self.num_classes, use_bias=self.use_bias, name="dense_out",
                         kernel_init=nn.with_logical_partitioning(init, (names_in, "classes")),
