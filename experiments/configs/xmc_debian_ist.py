@@ -2,9 +2,10 @@
 of its description (31,435 tf-idf features, about 30 nonzero a package); 43,333 training and 10,345 test packages.
 
 `istjax.models.SparseMLP` (embedding bag -> 512 hidden -> 15,186 labels, softmax loss over each package's label
-set; a worker's hidden units rescaled by H / h as in inverted dropout), IST with W = 2 workers (hidden units dealt stratified by 2 owners, so the same config runs sharded on 2
-processes), K = 10 local Adam steps of 128 packages. Test accuracy is P@1 (the top label is a true dependency); the
-evaluation also records P@3, P@5 and nDCG@5. Reads ``$ISTJAX_DATA_DIR/xmc-debian-deps``.
+set; a worker's hidden units rescaled by H / h as in inverted dropout), IST with W = 2 workers (hidden units
+dealt stratified by 2 owners, so the same config runs sharded on 2 processes), K = 10 local Adam steps of 128
+packages, Adam's moments carried with their parameters. Test accuracy is P@1 (the top label is a true dependency);
+the evaluation also records P@3, P@5 and nDCG@5. Reads ``$ISTJAX_DATA_DIR/xmc-debian-deps``.
 
 Commands::
 

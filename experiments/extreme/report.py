@@ -28,14 +28,14 @@ def _debian(d):
     rows = sorted(d["rows"], key=lambda r: (list(NAMES).index(r["algorithm"]), r["ranks"], r["hidden"]))
     body = markdown_table(
         ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "cgroup peak", "P@1", "P@3", "P@5", "nDCG@5",
-         "bytes per worker per round", "ms per 1k samples"],
+         "bytes per worker per round"],
         [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]), cell(r["fits"]),
           nbytes(r["peak_rss_bytes"]) if r.get("peak_rss_bytes") else "-",
           nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
           _metric(r, "precision_at_1"), _metric(r, "precision_at_3"), _metric(r, "precision_at_5"),
           _metric(r, "ndcg_at_5"),
-          nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-",
-          f"{r['time_per_sample_s'] * 1e6:.0f}" if r.get("time_per_sample_s") else "-"] for r in rows])
+          nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
+         for r in rows])
     misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: {_why(r)}"
                for r in rows if not r["fits"]]
     head = (f"xmc-debian-deps, every rank limited to {d['cap']} (its own cgroup; `runtime.memory_limit` the same), "
