@@ -29,8 +29,8 @@ def get_config(arg=None):
     c.num_workers = 2
     c.sampler.name = "stratified"
     c.sampler.num_owners = 2
-    # Adam's moments travel with the parameters they belong to (reset, every round would restart them: at 20 rounds
-    # H = 512 P@1 0.486 -> 0.501 with rescale, 0.529 with both, docs/extreme.md).
+    # Adam's moments travel with the parameters they belong to (reset, every round would restart them;
+    # docs/extreme.md).
     c.algorithm.optimizer_state = "carry"
     c.local_steps = 10
     c.batch_size = 128
