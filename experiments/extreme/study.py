@@ -62,8 +62,6 @@ def cells(arms: Sequence[tuple[str, int]], widths: Sequence[int], cap: int, roun
                          f"--config.sampler.num_owners={ranks}", f"--config.model.hidden=({hidden},)",
                          f"--config.num_rounds={rounds}", f"--config.eval_every={max(1, rounds // 2)}",
                          f"--config.checkpoint_every={rounds}", f"--config.runtime.memory_limit={cap}")
-            if algorithm == "data_parallel":  # it keeps one optimizer state whatever the field says; pinned to the
-                overrides += ("--config.algorithm.optimizer_state=reset",)  # value its runs were trained with
             out.append(study_lib.Cell(f"{algorithm}_p{ranks}_h{hidden}", CONFIG, overrides,
                                       {"algorithm": algorithm, "hidden": hidden, "ranks": ranks}))
     return out
