@@ -61,3 +61,9 @@ scalar("extreme.replicated_best_p1", DEBIAN, lambda d: _metric(_best(d, ("data_p
                                                                "precision_at_1"))
 scalar("extreme.replicated_best", DEBIAN, lambda d: "{} at H = {}".format(
     NAMES[_best(d, ("data_parallel", "local_sgd"))["algorithm"]], _best(d, ("data_parallel", "local_sgd"))["hidden"]))
+
+# The same study before `SparseMLP.rescale` existed (its IST cells: sub-networks without the H / h scaling).
+NO_RESCALE = "experiments/extreme/results/debian_no_rescale.json"
+scalar("extreme.no_rescale.ist_largest_p1", NO_RESCALE, lambda d: _metric(_largest(d, "ist"), "precision_at_1"))
+scalar("extreme.no_rescale.commit", NO_RESCALE, lambda d: sorted({r["commit"][:7] for r in d["runs"]
+                                                                  if r["label"].startswith("ist")})[0])
