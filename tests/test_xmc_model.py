@@ -80,15 +80,18 @@ def test_feature_pairs_pad_with_zero_and_keep_the_largest_values_of_a_long_row()
         xmc.feature_pairs(data, nnz=0)
 
 
-def _model_and_params(hidden=(8,), loss="softmax", seed=0):
-    model = SparseMLP(hidden=hidden, num_classes=6, num_features=12, loss=loss)
+def _model_and_params(hidden=(8,), loss="softmax", seed=0, rescale=True):
+    model = SparseMLP(hidden=hidden, num_classes=6, num_features=12, loss=loss, rescale=rescale)
     pairs, _ = _sparse(np.random.default_rng(seed), n=10)
     task = istjax.classifier(model, jnp.asarray(pairs), num_classes=6)
     return model, task, task.init(jax.random.key(seed)), jnp.asarray(pairs)
 
 
-def test_a_workers_subnetwork_equals_the_full_network_with_the_other_hidden_units_removed():
-    model, task, params, x = _model_and_params()
+@pytest.mark.parametrize("rescale", [False, True])
+def test_a_workers_subnetwork_equals_the_full_network_with_the_other_hidden_units_removed(rescale):
+    """Without rescaling, exactly the full network with the other units removed; with it, the kept units' outgoing
+    weights scaled by H / h (8 / 4 here), as inverted dropout scales what survives."""
+    model, task, params, x = _model_and_params(rescale=rescale)
     assert task.spec.group_sizes == {"hidden_0": 8}
     partition = istjax.uniform().sample(jax.random.key(3), task.spec.group_sizes, 2)
     subs = subnet.extract(params, partition, task.spec)  # every leaf [W, ...]
@@ -96,12 +99,14 @@ def test_a_workers_subnetwork_equals_the_full_network_with_the_other_hidden_unit
     for w in range(2):
         mine = idx[w][idx[w] < 8]
         sub = jax.tree.map(lambda a: a[w], subs)
-        got = model.subnet({"hidden_0": len(mine)}).apply({"params": sub}, x)
+        worker = model.subnet({"hidden_0": len(mine)})
+        assert worker.full_hidden == (8,) and worker.hidden == (len(mine),)
+        got = worker.apply({"params": sub}, x)
         # The full network with the other units removed: their outgoing weights zeroed (ReLU(.) * 0 = 0).
         removed = jax.tree.map(lambda a: a, params)
-        keep = np.zeros(8, bool)
-        keep[mine] = True
-        removed["dense_out"]["kernel"] = params["dense_out"]["kernel"] * jnp.asarray(keep, jnp.float32)[:, None]
+        keep = np.zeros(8, np.float32)
+        keep[mine] = 8 / len(mine) if rescale else 1.0
+        removed["dense_out"]["kernel"] = params["dense_out"]["kernel"] * jnp.asarray(keep)[:, None]
         want = model.apply({"params": removed}, x)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 

@@ -39,7 +39,7 @@ def _debian(d):
     misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: {_why(r)}"
                for r in rows if not r["fits"]]
     head = (f"xmc-debian-deps, every rank limited to {d['cap']} (its own cgroup; `runtime.memory_limit` the same), "
-            f"{rows[0].get('samples_seen') or '-'} samples per run (every arm the same), mean ± std over seeds.")
+            f"{cell(rows[0].get('samples_seen'))} samples per run (every arm the same), mean ± std over seeds.")
     return "\n\n".join([head, body] + (["Cells that do not fit:\n\n" + "\n".join(misfits)] if misfits else []))
 
 

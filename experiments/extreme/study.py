@@ -202,6 +202,7 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     arms = sorted({(r["algorithm"], r["ranks"]) for r in doc["rows"]})
+    misfits = []
     for algorithm, ranks in arms:
         mine = sorted((r for r in doc["rows"] if (r["algorithm"], r["ranks"]) == (algorithm, ranks)),
                       key=lambda r: r["hidden"])
@@ -209,10 +210,11 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
         line = ax.errorbar([r["hidden"] for r in fit], [r["precision_at_1_mean"] for r in fit],
                            yerr=[r["precision_at_1_std"] or 0 for r in fit], marker="o", capsize=3,
                            label=f"{algorithm.replace('_', ' ')}, {ranks} ranks")
-        misfit = [r["hidden"] for r in mine if not r["fits"]]
-        if misfit:
-            ax.scatter(misfit, [ax.get_ylim()[0]] * len(misfit), marker="x", color=line[0].get_color(),
-                       clip_on=False, zorder=3)
+        misfits.append(([r["hidden"] for r in mine if not r["fits"]], line[0].get_color()))
+    bottom, top = ax.get_ylim()
+    for widths, color in misfits:  # on the axis, once every line has set the limits
+        ax.scatter(widths, [bottom] * len(widths), marker="x", color=color, clip_on=False, zorder=3)
+    ax.set_ylim(bottom, top)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("hidden units H (x on the axis: does not fit the cap)")
     ax.set_ylabel("test P@1")
@@ -258,7 +260,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cells_ = cells(arms, [int(w) for w in args.widths.split(",")], cap, args.rounds)
     seeds = [int(s) for s in args.seeds.split(",")]
     mpiexec = str(pathlib.Path(sys.executable).parent / "mpiexec")
-    command = "python -m experiments.extreme.study " + " ".join(sys.argv[1:] if argv is None else argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    command = "python -m experiments.extreme.study " + " ".join(  # the command that trains them, not the rewrite
+        a for a in given if a not in ("--rewrite",) and not a.startswith(("--out", "--figure", "--only")))
     started = study_lib.time.strftime("%Y-%m-%dT%H:%M:%S%z")
     every = study_lib.plan(cells_, seeds, args.workdir, root=ROOT)
 
