@@ -73,20 +73,7 @@ def overhead_and_throughput(task, shared: dict, batch: int, reps: int, workers: 
         b = _batches(n, w, k, batch)
         rounds[w] = (lambda alg=alg, state=state, b=b: alg.round(state, b, shared))
         if over is None and w > 1:
-            spec = alg.task.spec
-            workers_, plan = jax.jit(alg.distribute)(state)
-            sample = jax.jit(lambda key: alg.sampler.sample(key, spec.group_sizes, w))
-            ex = jax.jit(lambda p, part: istjax.extract(p, part, spec))
-            mg = jax.jit(lambda p, sub, part: istjax.merge(p, sub, part, spec))
-            t = measure.interleaved({
-                "round": rounds[w], "partition": lambda: sample(state.key),
-                "extract": lambda: ex(state.params, plan.partition),
-                "merge": lambda: mg(state.params, workers_.params, plan.partition)}, reps)
-            parts = t["partition"].median + t["extract"].median + t["merge"].median
-            over = {"W": w, "K": k, "round_s": t["round"].median, "partition_s": t["partition"].median,
-                    "extract_s": t["extract"].median, "merge_s": t["merge"].median,
-                    "overhead_share_parts": parts / t["round"].median,
-                    "timings": {name: v.as_dict() for name, v in t.items()}}
+            over = measure.round_overhead(alg, state, b, reps, shared)
     t = measure.interleaved({str(w): fn for w, fn in rounds.items()}, reps)
     rows = [{"algorithm": "full model" if w == 1 else "gist", "W": w, "K": k, "round_s": t[str(w)].median,
              "nodes_per_s": w * k * n / t[str(w)].median} for w in workers]

@@ -37,6 +37,7 @@ __all__ = [
     "memory_stats",
     "rss_bytes",
     "peak_rss_bytes",
+    "round_overhead",
 ]
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax._src.dispatch.BACKEND_COMPILE_EVENT
@@ -83,6 +84,26 @@ def interleaved(candidates: Mapping[str, Callable[[], Any]], reps: int, warmup: 
             jax.block_until_ready(candidates[name]())
             samples[name].append(time.perf_counter() - t0)
     return {n: Timing(tuple(s)) for n, s in samples.items()}
+
+
+def round_overhead(alg, state, batch: Any, reps: int, shared: Any = None) -> dict[str, Any]:
+    """An IST round of ``alg`` against its partition, extract and merge timed alone (`interleaved`): the seconds of
+    each and ``overhead_share_parts``, their sum over the round's."""
+    import istjax
+
+    spec, w = alg.task.spec, alg.num_workers
+    workers, plan = jax.jit(alg.distribute)(state)
+    sample = jax.jit(lambda key: alg.sampler.sample(key, spec.group_sizes, w))
+    ex = jax.jit(lambda p, part: istjax.extract(p, part, spec))
+    mg = jax.jit(lambda p, sub, part: istjax.merge(p, sub, part, spec))
+    t = interleaved({
+        "round": lambda: alg.round(state, batch, shared), "partition": lambda: sample(state.key),
+        "extract": lambda: ex(state.params, plan.partition),
+        "merge": lambda: mg(state.params, workers.params, plan.partition)}, reps)
+    parts = t["partition"].median + t["extract"].median + t["merge"].median
+    return {"W": w, "K": alg.local_steps, "round_s": t["round"].median, "partition_s": t["partition"].median,
+            "extract_s": t["extract"].median, "merge_s": t["merge"].median,
+            "overhead_share_parts": parts / t["round"].median, "timings": {n: v.as_dict() for n, v in t.items()}}
 
 
 def dense_train_flops(kernel_shapes: Sequence[tuple[int, int]], batch: int, *, first_input_grad: bool = False) -> int:

@@ -96,19 +96,7 @@ def round_overhead(s: dict) -> dict[str, Any]:
     labels[..., :4] = rng.integers(0, s["labels"], size=(w, k, b, 4))
     batch = {"x": jax.device_put(_pairs(rng, w * k * b, s).reshape(w, k, b, s["nnz"], 2)),
              "y": jax.device_put(labels)}
-    spec = alg.task.spec
-    workers_, plan = jax.jit(alg.distribute)(state)
-    sample = jax.jit(lambda key: alg.sampler.sample(key, spec.group_sizes, w))
-    ex = jax.jit(lambda p, part: istjax.extract(p, part, spec))
-    mg = jax.jit(lambda p, sub, part: istjax.merge(p, sub, part, spec))
-    t = measure.interleaved({
-        "round": lambda: alg.round(state, batch), "partition": lambda: sample(state.key),
-        "extract": lambda: ex(state.params, plan.partition),
-        "merge": lambda: mg(state.params, workers_.params, plan.partition)}, s["reps"])
-    parts = t["partition"].median + t["extract"].median + t["merge"].median
-    return {"W": w, "K": k, "round_s": t["round"].median, "partition_s": t["partition"].median,
-            "extract_s": t["extract"].median, "merge_s": t["merge"].median,
-            "overhead_share_parts": parts / t["round"].median, "timings": {n: v.as_dict() for n, v in t.items()}}
+    return measure.round_overhead(alg, state, batch, s["reps"])
 
 
 def run(quick: bool) -> dict[str, Any]:
