@@ -67,12 +67,15 @@ def test_sharded_scores_equal_the_whole_logits_ties_included():
     labels = _labels(rng)
     p = 2
 
+    weights = xmc_loss.LabelWeights(rng.uniform(1.0, 5.0, size=12))
+
     def shard_scores(z_Bxc):
         first = jax.lax.axis_index(WORKERS) * 6
-        return tp.sharded_scores(z_Bxc, labels, first, tp.lax_collectives(p), 12)
+        return tp.sharded_scores(z_Bxc, labels, first, tp.lax_collectives(p), 12, "softmax", weights)
 
     values, aux = jax.vmap(shard_scores, axis_name=WORKERS)(_shards(logits, p))
-    want, want_aux = xmc_loss.scores(logits, labels)
+    want, want_aux = xmc_loss.scores(logits, labels, "softmax", weights)
+    assert "psp_at_5_numerator" in want_aux
     np.testing.assert_allclose(values, np.full(p, want), rtol=1e-6)
     assert set(aux) == set(want_aux)
     for k, v in want_aux.items():
@@ -91,6 +94,23 @@ def test_cut_and_join_are_inverse():
 def _task(hidden=8, classes=6, features=12, loss="softmax"):
     model = SparseMLP(hidden=(hidden,), num_classes=classes, num_features=features, loss=loss)
     return istjax.classifier(model, jnp.zeros((2, 5, 2), jnp.float32), num_classes=classes)
+
+
+def test_a_shards_fresh_state_is_its_cut_of_the_whole_fresh_state():
+    """`TensorPieces.init` (what each MPI rank runs) builds the shard's optimizer state from its own parameters,
+    never the whole model's, and equals cutting the whole fresh state."""
+    import optax
+
+    alg = tp.tensor_parallel_pieces(_task(), optax.adam(1e-2), num_workers=2, local_steps=2, batch_size=4)
+    whole = alg.init(jax.random.key(3))
+    for index in range(2):
+        want, got = alg.tensor.cut(whole, index), alg.tensor.init(jax.random.key(3), index)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves((got.params, got.opt_state, got.key)),
+                        jax.tree.leaves((want.params, want.opt_state, want.key))):
+            a, b = (jax.random.key_data(a), jax.random.key_data(b)) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) \
+                else (a, b)
+            np.testing.assert_array_equal(a, b)
 
 
 def _batches(rng, w=2, k=3, b=4, features=12, classes=6):

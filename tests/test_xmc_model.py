@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import istjax
-from istjax.core import subnet
+from istjax.core import contract, subnet
 from istjax.core.errors import ArgError
 from istjax.data import load_dataset, xmc
 from istjax.launch.config import build
@@ -144,6 +144,35 @@ def test_on_device_ranking_scores_equal_the_host_metrics():
     np.testing.assert_allclose(got["ndcg_at_5"], metrics.ndcg_at_k(top, labels, 5), rtol=1e-5)
 
 
+def test_psp_at_k_over_batches_equals_the_host_metric_of_the_whole_split():
+    """PSP@k is a ratio of two sums over the split: the evaluation's example-weighted means of its parts over
+    unequal batches, divided (`contract.ratios`), equal pyxclib's ratio on all points at once."""
+    rng = np.random.default_rng(5)
+    n, classes = 90, 30
+    logits = rng.normal(size=(n, classes)).astype(np.float32)
+    labels = np.full((n, 6), -1, np.int32)
+    for i in range(n):
+        k = rng.integers(0, 7)  # some points without labels: they add 0 to both sums
+        labels[i, :k] = rng.choice(classes, size=k, replace=False)
+    counts = np.bincount(labels[labels >= 0], minlength=classes) + rng.integers(0, 5, classes)
+    p = metrics.propensities(counts, 500)
+    weights = xmc_loss.LabelWeights(1.0 / p)
+    top = np.argsort(-logits, axis=1, kind="stable")[:, :5]
+    chunks = np.array_split(np.arange(n), [17, 50])  # unequal batches: a mean of per-batch ratios would differ
+    parts = [(xmc_loss.scores(jnp.asarray(logits[c]), jnp.asarray(labels[c]), "softmax", weights)[1], len(c))
+             for c in chunks]
+    means = {name: sum(float(aux[name]) * m for aux, m in parts) / n for name in parts[0][0]}
+    got = contract.ratios(means)
+    assert not any(name.endswith(("_numerator", "_denominator")) for name in got)
+    for k in (1, 3, 5):
+        np.testing.assert_allclose(got[f"psp_at_{k}"], metrics.psp_at_k(top, labels, p, k), rtol=1e-5)
+    per_batch = np.mean([float(aux["psp_at_3_numerator"]) / float(aux["psp_at_3_denominator"]) for aux, _ in parts])
+    assert abs(per_batch - got["psp_at_3"]) > 1e-4  # the check can fail: the naive mean of ratios is another number
+    with pytest.raises(ArgError, match="label_weights"):
+        xmc_loss.LabelWeights(np.array([1.0, -2.0]))
+    assert hash(weights) == hash(xmc_loss.LabelWeights(1.0 / p)) and "L=30" in repr(weights)
+
+
 def test_num_features_comes_from_the_data_and_a_mismatched_pairing_is_refused():
     model = build_model("sparse_mlp", {"hidden": (16,)}, num_classes=6, num_feature_ids=12)
     assert model.num_features == 12
@@ -174,6 +203,9 @@ def test_istjax_train_runs_ist_on_sparse_data_and_records_precision_at_k(tmp_pat
     assert 1.0 >= last["test_precision_at_1"] >= last["test_precision_at_3"] >= last["test_precision_at_5"] > 0
     # Learned: 50 labels with 4 a point; chance P@1 is about 0.08 (power-law: most frequent label ~ 0.35).
     assert last["test_precision_at_1"] > 0.5 and records[0]["test_loss"] > last["test_loss"]
+    # PSP@k from the training labels' propensities (the data's label_weights), exact over the split.
+    assert 0 < last["test_psp_at_1"] <= 1 and 0 < last["test_psp_at_5"] <= 1
+    assert not any(k.endswith(("_numerator", "_denominator")) for k in last)
 
 
 def test_the_dataset_registry_loads_the_training_views():

@@ -13,7 +13,9 @@ NAMES = {"ist": "IST (sharded)", "data_parallel": "data parallel", "local_sgd": 
 
 
 def _metric(r: dict, name: str) -> str:
-    return format_mean_std(r.get(f"{name}_mean"), r.get(f"{name}_std"), len(r["seeds"])) if r["fits"] else "-"
+    if not r["fits"] or r.get(f"{name}_mean") is None:  # PSP@k: not in runs older than the metric
+        return "-"
+    return format_mean_std(r[f"{name}_mean"], r.get(f"{name}_std"), len(r["seeds"]))
 
 
 def _why(r: dict) -> str:
@@ -28,12 +30,13 @@ def _debian(d):
     rows = sorted(d["rows"], key=lambda r: (list(NAMES).index(r["algorithm"]), r["ranks"], r["hidden"]))
     body = markdown_table(
         ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "cgroup peak", "P@1", "P@3", "P@5", "nDCG@5",
-         "bytes per worker per round"],
+         "PSP@1", "PSP@5", "time per sample", "bytes per worker per round"],
         [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]), cell(r["fits"]),
           nbytes(r["peak_rss_bytes"]) if r.get("peak_rss_bytes") else "-",
           nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
           _metric(r, "precision_at_1"), _metric(r, "precision_at_3"), _metric(r, "precision_at_5"),
-          _metric(r, "ndcg_at_5"),
+          _metric(r, "ndcg_at_5"), _metric(r, "psp_at_1"), _metric(r, "psp_at_5"),
+          f"{r['time_per_sample_s'] * 1e6:.0f} µs" if r.get("time_per_sample_s") else "-",
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
          for r in rows])
     misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: {_why(r)}"

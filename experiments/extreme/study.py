@@ -15,7 +15,8 @@ rank killed, the job ended, no hang). Arms:
 
 Every arm sees the same samples (``num_rounds x W x K x B``) with the config's recipe
 (``experiments/configs/xmc_debian_ist.py``: Adam 1e-3, K = 10, B = 128). Per run the study records the run's
-summary, its last evaluation's P@1/P@3/P@5 and nDCG@5, and each rank's peak resident memory (VmHWM) and peak
+summary, its last evaluation's P@1/P@3/P@5, nDCG@5 and PSP@1/3/5 (inverse propensities of the training
+labels, A = 0.55, B = 1.5; `istjax.xmc.metrics`), and each rank's peak resident memory (VmHWM) and peak
 cgroup usage (what the kernel charges against the limit: VmHWM also counts shared library pages the cgroup
 charged to whichever group touched them first). The results file (``experiments/extreme/results/debian.json``) has, besides the study runner's
 record (`istjax.launch.study`), ``rows``: one per (algorithm, hidden, ranks) with ``fits`` (every seed trained
@@ -48,7 +49,7 @@ OUT = ROOT / "experiments" / "extreme" / "results" / "debian.json"
 FIGURE = ROOT / "docs" / "figures" / "extreme_debian.png"
 MODES = {"ist": "sharded", "data_parallel": "parameter_server", "local_sgd": "parameter_server",
          "tensor_parallel": "sharded"}
-METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_5")
+METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_5", "psp_at_1", "psp_at_3", "psp_at_5")
 OBSERVED_ROUNDS = 3  # rounds of the run without the prediction that shows what the kernel does at the limit
 
 

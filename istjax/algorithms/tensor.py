@@ -28,7 +28,7 @@ oracle of the tests).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -138,10 +138,12 @@ def sharded_multilabel_loss(logits_Bxc: jax.Array, labels_BxL: jax.Array, first:
 
 
 def sharded_scores(logits_Bxc: jax.Array, labels_BxL: jax.Array, first: jax.Array, c: Collectives,
-                   num_classes: int, loss: str = "softmax") -> tuple[jax.Array, dict]:
+                   num_classes: int, loss: str = "softmax",
+                   label_weights: Optional[xmc_loss.LabelWeights] = None) -> tuple[jax.Array, dict]:
     """`istjax.xmc.loss.scores` of the whole logits from this shard's block: the loss (`sharded_multilabel_loss`)
-    and P@1/3/5, nDCG@5 from each shard's top k, all-gathered (``P * k`` candidates a point), of which the top k are
-    the whole logits' (exact, ties to the lower label id as ``lax.top_k``)."""
+    and P@1/3/5, nDCG@5 (and PSP@k's parts with ``label_weights``) from each shard's top k, all-gathered (``P * k``
+    candidates a point), of which the top k are the whole logits' (exact, ties to the lower label id as
+    ``lax.top_k``)."""
     d = differentiable(c)
     value = sharded_multilabel_loss(logits_Bxc, labels_BxL, first, d, num_classes, loss)
     k = min(max(xmc_loss.KS), logits_Bxc.shape[1])
@@ -153,7 +155,8 @@ def sharded_scores(logits_Bxc: jax.Array, labels_BxL: jax.Array, first: jax.Arra
     match = labels_BxL[:, :, None] == cand_i[:, None, :]  # [B, L, P * k]
     absent = cand_i.shape[1] + jnp.arange(labels_BxL.shape[1])[None, :]
     position = jnp.where(jnp.any(match, axis=2), jnp.argmax(match, axis=2), absent)
-    ranking = xmc_loss.ranking_scores(cand_v, jnp.where(labels_BxL >= 0, position, -1))
+    weights = None if label_weights is None else label_weights.of(labels_BxL)  # each true label's, renamed alike
+    ranking = xmc_loss.ranking_scores(cand_v, jnp.where(labels_BxL >= 0, position, -1), weights_BxL=weights)
     return value, {"accuracy": ranking["precision_at_1"], **ranking}
 
 
@@ -195,6 +198,8 @@ class TensorPieces(NamedTuple):
 
     Attributes:
       num_shards: P (= W).
+      init: ``(key, index) -> TrainState``: shard ``index``'s part of the fresh state ``Algorithm.init(key)``,
+        its optimizer state made from the shard's parameters (no rank ever holds the whole optimizer state).
       cut: ``(state, index) -> TrainState``: shard ``index``'s part of a whole state.
       join: ``TrainState -> TrainState``: the whole state from one whose params and optimizer state are every
         shard's stacked on a leading `[P]` axis (`join`).
@@ -205,6 +210,7 @@ class TensorPieces(NamedTuple):
     """
 
     num_shards: int
+    init: Callable
     cut: Callable
     join: Callable
     train: Callable
@@ -306,7 +312,8 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
         del model_state, shared
         index = c.index()
         logits = shard_logits(params, batch["x"], differentiable(c))
-        value, aux = sharded_scores(logits, label_sets(batch["y"]), index * width, c, classes, loss_name or "softmax")
+        value, aux = sharded_scores(logits, label_sets(batch["y"]), index * width, c, classes, loss_name or "softmax",
+                                    getattr(task.module, "label_weights", None))
         return value, (aux if multi else {"accuracy": aux["accuracy"]})  # `istjax.core.task.scores`' keys
 
     def cut_state(state: TrainState, index) -> TrainState:
@@ -315,8 +322,13 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
     def join_state(stacked: TrainState) -> TrainState:
         return stacked._replace(params=join(stacked.params), opt_state=join(stacked.opt_state))
 
+    def init_shard(key, index) -> TrainState:  # = cut_state(init_state(task, optimizer, True)(key), index)
+        key, init_key = jax.random.split(key)
+        params = cut(task.init(init_key), index, p)
+        return TrainState(params, task.init_state(init_key), optimizer.init(params), key, jnp.zeros((), jnp.int32))
+
     per_step = step_bytes(num_workers * batch_size, hidden, p)
-    pieces = TensorPieces(p, cut_state, join_state, train, evaluate, lambda n: step_bytes(n, hidden, p))
+    pieces = TensorPieces(p, init_shard, cut_state, join_state, train, evaluate, lambda n: step_bytes(n, hidden, p))
 
     def distribute(state):  # every shard's part, stacked [P]: the oracle's and the whole-state view
         shards = jax.vmap(lambda i: cut_state(state, i))(jnp.arange(p))

@@ -49,6 +49,9 @@ Optional (`OPTIONAL`):
     the training loss and the test metrics of the module's output against a batch's labels (a scalar each), in
     place of softmax cross-entropy on integer labels and ``accuracy``; ``accuracy`` must be among the metrics (the
     number training records and targets read). `istjax.models.SparseMLP`: a multi-label loss, ``accuracy`` = P@1.
+    A metric that is a ratio of sums over the whole split (PSP@k) is returned as its two parts' batch means,
+    ``<name>_numerator`` and ``<name>_denominator``; an evaluation reports ``<name>``, the ratio of their means
+    over its batches (`ratios`).
 ``owner_whole_groups() -> (group, ...)``
     the neuron groups ``owner_logits`` accepts held whole by every owner rather than sharded (ResIST's dealt first
     blocks); without it, every group must be held in shards for the sharded mode to evaluate in place.
@@ -63,7 +66,7 @@ from istjax.core.errors import ArgError
 
 __all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "has_subnet", "eval_module", "tied_axes",
            "batch_statistics_at_test", "batch_statistics_fix", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
-           "owner_logits", "owner_statistics", "owner_whole_groups", "scores"]
+           "owner_logits", "owner_statistics", "owner_whole_groups", "scores", "RATIO_PARTS", "ratios"]
 
 
 @runtime_checkable
@@ -209,6 +212,25 @@ def first_block_groups(model) -> dict:
     """A depth-split ResNet's one-block groups (``{}`` when it declares none)."""
     method = _method(model, "first_block_groups")
     return method() if method is not None else {}
+
+
+RATIO_PARTS = ("_numerator", "_denominator")
+
+
+def ratios(means: Mapping[str, float]) -> dict[str, float]:
+    """``means`` with each ``<name>_numerator`` / ``<name>_denominator`` pair replaced by ``<name>``, their ratio
+    (0 when the denominator is 0): how an evaluation (`istjax.launch.driver.Evaluator`) turns the means over its
+    batches into PSP@k over the split."""
+    num, den = RATIO_PARTS
+    out = {}
+    for name, value in means.items():
+        if name.endswith(num) and name[:-len(num)] + den in means:
+            base = name[:-len(num)]
+            d = float(means[base + den])
+            out[base] = float(value) / d if d > 0 else 0.0
+        elif not (name.endswith(den) and name[:-len(den)] + num in means):
+            out[name] = value
+    return out
 
 
 def scores(model):

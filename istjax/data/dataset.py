@@ -56,6 +56,10 @@ class Dataset(NamedTuple):
         pairs with ids in ``[0, num_feature_ids)`` (a model's ``num_features``
         field is filled from it), and ``y`` label sets ``[N, L]`` padded with -1;
         None for dense data.
+      label_weights: sparse multi-label data only: ``[num_classes]`` inverse
+        propensities of the training labels (Jain et al. 2016,
+        :func:`istjax.xmc.metrics.propensities`), the weights of PSP@k; None
+        otherwise.
     """
 
     name: str
@@ -66,6 +70,7 @@ class Dataset(NamedTuple):
     num_classes: int
     shared: Optional[dict] = None
     num_feature_ids: Optional[int] = None
+    label_weights: Optional[np.ndarray] = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

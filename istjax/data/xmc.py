@@ -46,6 +46,7 @@ from istjax.core.streams import check_positive as _check_positive
 from istjax.core.streams import check_seed
 from istjax.data.dataset import Dataset, _cache_dir, _damaged_file, _read_cache, _write_cache
 from istjax.data.images import DataNotFoundError
+from istjax.xmc.metrics import propensities
 
 __all__ = [
     "XMC_DATASETS",
@@ -881,7 +882,9 @@ def as_dataset(data: XMCDataset, *, nnz: int = 256, max_labels: Optional[int] = 
     """``data`` as an :class:`istjax.data.Dataset` the whole library trains on (``istjax train``, every algorithm
     and runtime): ``x [N, nnz, 2]`` (:func:`feature_pairs`), ``y [N, max_labels] int32`` label sets padded with
     -1 (:func:`pack_labels`; default: :func:`bucket` of the longest set of either split, so both share one width),
-    ``num_classes`` the number of labels and ``num_feature_ids`` the number of features (the embedding bag's rows).
+    ``num_classes`` the number of labels, ``num_feature_ids`` the number of features (the embedding bag's rows) and
+    ``label_weights`` the training labels' inverse propensities (:func:`istjax.xmc.metrics.propensities` with its
+    default A = 0.55, B = 1.5; PSP@k's weights).
 
     Rows with more than ``nnz`` features keep their ``nnz`` largest (``log`` is told how many, per split). The
     features are not standardised (tf-idf rows are already scaled); the labels are sets, so the model's scores
@@ -898,8 +901,9 @@ def as_dataset(data: XMCDataset, *, nnz: int = 256, max_labels: Optional[int] = 
         splits[split] = (pairs, pack_labels(part, np.arange(part.num_points), max_labels=width))
     (train_x, train_y), (test_x, test_y) = splits["train"], splits["test"]
     _freeze(train_x, train_y, test_x, test_y)
+    weights = 1.0 / propensities(data.train.label_counts(), max(2, data.train.num_points))
     return Dataset(data.name.replace("-", "_"), train_x, train_y, test_x, test_y, int(data.train.num_labels),
-                   num_feature_ids=int(data.train.num_features))
+                   num_feature_ids=int(data.train.num_features), label_weights=weights.astype(np.float32))
 
 
 def load_debian_deps_dataset(data_dir: Optional[PathLike] = None, nnz: int = 256,

@@ -144,7 +144,8 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, tr
                    log: Optional[Callable[[str], None]] = None) -> "Evaluator":
     """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model, plus
     ``test_<metric>`` and ``train_<metric>`` for every other metric the task's evaluation returns (a multi-label
-    model's ``precision_at_k``, `istjax.xmc.loss`).
+    model's ``precision_at_k``, `istjax.xmc.loss`; a metric returned as ``<name>_numerator`` and
+    ``<name>_denominator`` is reported as ``<name>``, the ratio of their means over the split: ``psp_at_k``).
 
     The model runs in test mode (`istjax.Task.evaluate`: running statistics where the model keeps them, and any
     test-time transform it declares). The test set is evaluated whole; the training set's first ``train_examples``
@@ -205,8 +206,9 @@ class Evaluator:
             results = jax.device_get([(self._scores(state, x, y), n) for x, y, n in chunks])
             total = sum(n for _, n in results)
             out[f"{split}_loss"] = float(sum(float(l) * n for (l, _), n in results) / total)
-            for name in results[0][0][1]:  # every metric, example-weighted: "accuracy" first
-                out[f"{split}_{name}"] = float(sum(float(aux[name]) * n for (_, aux), n in results) / total)
+            means = {name: float(sum(float(aux[name]) * n for (_, aux), n in results) / total)
+                     for name in results[0][0][1]}  # every metric, example-weighted: "accuracy" first
+            out.update({f"{split}_{name}": v for name, v in contract.ratios(means).items()})  # PSP@k's parts
         return out
 
 

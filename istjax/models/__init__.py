@@ -42,6 +42,7 @@ from istjax.models.mlp import batch_norm as batch_norm
 from istjax.models.resist import DepthResNet as DepthResNet
 from istjax.models.resnet import PreActResNet as PreActResNet
 from istjax.models.resnet import ResNet as ResNet
+from istjax.xmc.loss import LabelWeights
 from istjax.models.vgg import VGG as VGG
 from istjax.models.xmc import SparseMLP as SparseMLP
 
@@ -59,7 +60,7 @@ MODELS: Registry[type[nn.Module]] = Registry(
 BUILTIN = frozenset(MODELS.names())  # the models istjax ships
 
 # Fields the library fills in from the data, never from the config.
-_FROM_DATA = ("num_classes",)
+_FROM_DATA = ("num_classes", "label_weights")
 _FLAX_FIELDS = ("parent", "name")
 
 
@@ -112,10 +113,11 @@ def _fields_of(cls: type[nn.Module]) -> dict[str, Any]:
 
 
 def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, module: str = "",
-                num_feature_ids: Optional[int] = None) -> nn.Module:
+                num_feature_ids: Optional[int] = None, label_weights: Optional[Any] = None) -> nn.Module:
     """The module ``name`` (loaded from ``module`` when given) with ``fields`` (a config's ``model`` section minus
     ``name`` and ``module``). ``num_feature_ids`` (sparse data's, `istjax.data.Dataset.num_feature_ids`) fills a
-    ``num_features`` field the config leaves unset (`SparseMLP`'s embedding-bag rows).
+    ``num_features`` field the config leaves unset (`SparseMLP`'s embedding-bag rows); ``label_weights`` (sparse
+    data's inverse propensities, `istjax.data.Dataset.label_weights`) a ``label_weights`` field (its PSP@k).
 
     Raises ValueError naming the field, the value and the fix for an unknown model or fields (every one the model
     lacks, at once), or a value the module itself rejects; nothing is traced.
@@ -136,6 +138,8 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
                        f"command line --config.model.name replaces the file's model fields).")
     if num_feature_ids is not None and "num_features" in known and "num_features" not in values:
         values["num_features"] = int(num_feature_ids)
+    if label_weights is not None and any(f.name == "label_weights" for f in dataclasses.fields(cls)):
+        values["label_weights"] = LabelWeights(label_weights)
     try:
         return cls(**values, num_classes=int(num_classes))
     except ArgError:

@@ -13,6 +13,7 @@ state and evaluates single examples.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Optional
 
 import flax.linen as nn
 import jax
@@ -42,6 +43,8 @@ class SparseMLP(nn.Module):
         has when the pieces are written back (without normalisation, a network assembled from W sub-networks sums
         W times the units each was trained with).
       full_hidden: the full network's widths, set by `subnet` (leave it empty).
+      label_weights: each label's inverse propensity (`istjax.xmc.loss.LabelWeights`), filled from sparse data's
+        ``label_weights`` when istjax builds the model: the evaluation then reports PSP@1/3/5 besides P@k.
     """
 
     hidden: Sequence[int] = (512,)
@@ -51,6 +54,7 @@ class SparseMLP(nn.Module):
     use_bias: bool = True
     rescale: bool = True
     full_hidden: Sequence[int] = ()
+    label_weights: Optional[xmc_loss.LabelWeights] = None
 
     def __post_init__(self):
         hidden = layers.pos_ints("SparseMLP", "hidden", self.hidden, "e.g. hidden=(512,).")
@@ -66,6 +70,10 @@ class SparseMLP(nn.Module):
             raise ArgError("full_hidden", full, f"SparseMLP.full_hidden={full!r} for hidden={hidden!r}:",
                            "leave it empty (subnet sets it).")
         object.__setattr__(self, "full_hidden", full)
+        if self.label_weights is not None and not isinstance(self.label_weights, xmc_loss.LabelWeights):
+            raise ArgError("label_weights", type(self.label_weights).__name__,
+                           "SparseMLP.label_weights must be an istjax.xmc.loss.LabelWeights;",
+                           "pass LabelWeights(data.label_weights), or leave it None (no PSP@k).")
         if not is_pos_int(self.num_features):  # last: the data fills it, so a field above is the likelier mistake
             raise ArgError("num_features", self.num_features,
                            f"SparseMLP.num_features={self.num_features!r}: the embedding bag needs the number of "
@@ -91,8 +99,9 @@ class SparseMLP(nn.Module):
         return x * (self.full_hidden[i] / self.hidden[i])
 
     def scores(self, logits_BxC: jax.Array, labels_BxL: jax.Array):
-        """The model contract's ``scores``: ``self.loss`` and P@1/3/5, nDCG@5 of label sets (`istjax.xmc.loss`)."""
-        return xmc_loss.scores(logits_BxC, labels_BxL, self.loss)
+        """The model contract's ``scores``: ``self.loss`` and P@1/3/5, nDCG@5 of label sets, PSP@1/3/5 with
+        ``label_weights`` (`istjax.xmc.loss`)."""
+        return xmc_loss.scores(logits_BxC, labels_BxL, self.loss, self.label_weights)
 
     # Evaluation from an owner's slice of every hidden layer (the sharded MPI mode): the embedding bag on the owner's
     # columns gives its units, each dense layer's partial sums are reduced (`istjax.models.owner_forward`).

@@ -824,7 +824,7 @@ def _tensor(rt: MPIRuntime):
             return None
         return pieces.join(TrainState(got[0], state.model_state, got[1], state.key, state.round))
 
-    rt.init = jax.jit(lambda key: pieces.cut(alg.init(key), rt.rank))
+    rt.init = jax.jit(lambda key: pieces.init(key, rt.rank))  # the shard's state only (`TensorPieces.init`)
     rt.round, rt.gather = round_fn, gather
     rt.evaluate = functools.partial(pieces.evaluate, coll)
 

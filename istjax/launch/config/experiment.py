@@ -121,7 +121,8 @@ def _task(config, dataset, c: Collector):
     num_classes = 2 if dataset is FAILED else int(dataset.num_classes)
     feature_ids = 1 if dataset is FAILED else dataset.num_feature_ids  # a placeholder, like num_classes, so the
     module = c.step(lambda: models.build_model(config.model.name, model_fields(config), num_classes=num_classes,
-                                               module=model_module(config), num_feature_ids=feature_ids),
+                                               module=model_module(config), num_feature_ids=feature_ids,
+                                               label_weights=None if dataset is FAILED else dataset.label_weights),
                     fields, "")  # model's own fields are checked even when the data failed
     task = c.step(lambda: make_task(config, dataset, module), fields,
                   f"model.name={config.model.name!r} on data.name={config.data.name!r}", inputs=(module, dataset))
