@@ -86,3 +86,42 @@ def test_the_page_table_lists_misfits_with_the_kernels_line(planned):
     text = report._debian(doc)
     assert "| IST (sharded) | 2 | 1,024 | yes | 1.0 GiB | - | 0.500 (1 seed) |" in text
     assert "data parallel, 2 ranks, H = 1024: rank 0 killed" in text
+
+
+def test_bytes_a_sample_and_the_crossover_k_by_hand():
+    """IST's round over K x B samples against tensor parallel's 7 H floats a sample (all shards, both ways), with the
+    crossover K where IST's bytes a sample fall below; measured where a cell trained."""
+    from experiments.extreme import report
+
+    shape = {"features": 90, "labels": 10, "local_steps": 2, "batch_size": 4}
+    rows = [{"algorithm": "ist", "ranks": 2, "hidden": 8, "label": "ist_p2_h8", "fits": True,
+             "bytes_per_worker_per_round": 1000.0},
+            {"algorithm": "tensor_parallel", "ranks": 2, "hidden": 8, "label": "tp", "fits": True,
+             "bytes_per_worker_per_round": 500.0}]
+    runs = [{"label": "ist_p2_h8", "samples_seen": 160, "rounds": 10}, {"label": "tp", "samples_seen": 160,
+                                                                          "rounds": 10}]
+    (r,) = report.bytes_rows({"shape": shape, "rows": rows, "runs": runs})
+    ist_round = 2 * 4 * ((90 + 10) * 4 + 4 + 10)  # a worker's 4 units' bag columns and rows, biases, output bias
+    assert r["ist_analytic"] == ist_round / (2 * 4)
+    # A shard's step of 2 examples at H = 8: sends 2*8/2 + 2*8 + 6, receives 2*2*8 + 6 floats; x 2 shards / 2 examples.
+    assert r["tp_analytic"] == 4 * ((8 + 16 + 6) + (32 + 6))
+    assert r["ist_measured"] == 1000.0 * 2 / 16 and r["tp_measured"] == 500.0 * 2 / 16
+    assert r["crossover_k"] == -(-ist_round // (4 * r["tp_analytic"]))
+    assert ist_round / (r["crossover_k"] * 4) < r["tp_analytic"] <= ist_round / ((r["crossover_k"] - 1) * 4)
+
+
+def test_the_network_study_cells_train_equal_samples_and_stop_at_the_target(tmp_path):
+    from experiments.extreme import network
+
+    ist = network.cell(512, 2, "100mbit", "ist", 40, target=0.5, samples=204800)
+    tp = network.cell(512, 2, "100mbit", "tensor_parallel", 10, target=0.5, samples=204800)
+    assert "--config.num_rounds=20" in ist.overrides and "--config.num_rounds=80" in tp.overrides
+    for c in (ist, tp):
+        assert {"--config.stop_at_target=True", "--config.target_accuracy=0.5", "--config.runtime.mode=sharded",
+                "--config.eval_every=1"} <= set(c.overrides)
+    runs = [{"link": "100mbit", "algorithm": "ist", "local_steps": 40, "seed": s, "time_to_target_s": t,
+             "samples_to_target": 1000, "time_per_round_s": 2.0, "bytes_sent_per_worker_per_round": 7}
+            for s, t in ((0, 10.0), (1, 14.0), (2, None))]
+    (row,) = network.summarise(runs)
+    assert row["reached"] == 2 and row["seconds_to_target"] == pytest.approx(12.0) and row["seeds"] == [0, 1, 2]
+    assert row["seconds_to_target_std"] == pytest.approx(2 ** 0.5 * 2)

@@ -4,7 +4,11 @@ experiments.extreme.study``). Registered in `experiments.tables` when `experimen
 
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 from experiments.tables import cell, markdown_table, nbytes, scalar, table
+from istjax.algorithms.tensor import step_bytes
 from istjax.launch.metrics import format_mean_std
 
 DEBIAN = "experiments/extreme/results/debian.json"
@@ -46,6 +50,64 @@ def _debian(d):
     return "\n\n".join([head, body] + (["Cells that do not fit:\n\n" + "\n".join(misfits)] if misfits else []))
 
 
+def _ist_round_bytes(shape: dict, hidden: int, workers: int) -> int:
+    """A worker's IST round, both ways: its bag columns and their biases, its output-layer rows and the whole output
+    bias (`SparseMLP` at ``H / W`` units), float32."""
+    h = hidden // workers
+    return 2 * 4 * ((shape["features"] + shape["labels"]) * h + h + shape["labels"])
+
+
+def _tp_sample_bytes(hidden: int, shards: int) -> float:
+    """Tensor parallel's bytes a sample, all shards, both ways (`istjax.algorithms.tensor.step_bytes`)."""
+    step = step_bytes(shards, hidden, shards)  # a shard's step of P examples (integer H / P per example)
+    return float(step.sent + step.received)  # x P shards / P examples
+
+
+def _measured_sample_bytes(d, r: dict) -> Optional[float]:
+    """All ranks' measured bytes (both ways) over the samples of a round, or None where the cell did not train."""
+    run = next((x for x in d["runs"] if x["label"] == r["label"]), None)
+    if run is None or not r.get("bytes_per_worker_per_round"):
+        return None
+    return r["bytes_per_worker_per_round"] * r["ranks"] / (run["samples_seen"] / run["rounds"])
+
+
+def bytes_rows(d) -> list[dict]:
+    """Per H: IST's and tensor parallel's bytes a sample (analytic and measured) and the crossover K above which
+    IST moves fewer (its round's bytes are spread over the K x B samples a worker trains)."""
+    shape, out = d["shape"], []
+    k, b = shape["local_steps"], shape["batch_size"]
+    for hidden in sorted({r["hidden"] for r in d["rows"] if r["algorithm"] == "tensor_parallel"}):
+        ist = next((r for r in d["rows"] if r["algorithm"] == "ist" and r["hidden"] == hidden and r["ranks"] == 2),
+                   None)
+        tp = next(r for r in d["rows"] if r["algorithm"] == "tensor_parallel" and r["hidden"] == hidden)
+        ist_round = _ist_round_bytes(shape, hidden, 2)
+        tp_sample = _tp_sample_bytes(hidden, tp["ranks"])
+        out.append({"hidden": hidden, "ist_analytic": ist_round / (k * b),
+                    "ist_measured": _measured_sample_bytes(d, ist) if ist else None,
+                    "tp_analytic": tp_sample, "tp_measured": _measured_sample_bytes(d, tp),
+                    "crossover_k": math.ceil(ist_round / (b * tp_sample))})
+    return out
+
+
+@table("extreme_bytes", DEBIAN)
+def _bytes(d):
+    rows = bytes_rows(d)
+    shape = d["shape"]
+
+    def size(v):
+        return nbytes(v, binary=False) if v else "-"
+
+    body = markdown_table(
+        ["H", "IST analytic", "IST measured", "tensor parallel analytic", "tensor parallel measured",
+         "crossover K"],
+        [[cell(r["hidden"]), size(r["ist_analytic"]), size(r["ist_measured"]), size(r["tp_analytic"]),
+          size(r["tp_measured"]), cell(r["crossover_k"])] for r in rows])
+    return (f"Bytes a sample (all ranks, both directions) on 2 ranks, IST at K = {shape['local_steps']} local steps of "
+            f"B = {shape['batch_size']} ({shape['features']:,} features, {shape['labels']:,} labels); measured: what "
+            f"the MPI runtime counted in the compiled round; crossover K: the local steps above which IST would move "
+            f"fewer bytes a sample than tensor parallel.\n\n" + body)
+
+
 def _largest(d, algorithm: str) -> dict:
     fitting = [r for r in d["rows"] if r["algorithm"] == algorithm and r["fits"]]
     return max(fitting, key=lambda r: r["hidden"])
@@ -70,3 +132,29 @@ NO_RESCALE = "experiments/extreme/results/debian_no_rescale.json"
 scalar("extreme.no_rescale.ist_largest_p1", NO_RESCALE, lambda d: _metric(_largest(d, "ist"), "precision_at_1"))
 scalar("extreme.no_rescale.commit", NO_RESCALE, lambda d: sorted({r["commit"][:7] for r in d["runs"]
                                                                   if r["label"].startswith("ist")})[0])
+
+# Time to a P@1 target on shaped links (`python -m experiments.extreme.network`).
+NETWORK = "experiments/extreme/results/network.json"
+
+
+def _seconds(r: dict) -> str:
+    if not r["reached"]:
+        return f"not reached ({len(r['seeds'])} seeds)"
+    text = format_mean_std(r["seconds_to_target"], r["seconds_to_target_std"], r["reached"], digits=1)
+    return text + (f", {len(r['seeds']) - r['reached']} of {len(r['seeds'])} not reached"
+                   if r["reached"] < len(r["seeds"]) else "")
+
+
+@table("extreme_network", NETWORK)
+def _network(d):
+    body = markdown_table(
+        ["link", "algorithm", "K", "seconds to target", "samples to target", "seconds a round",
+         "bytes a worker sends a round"],
+        [[r["link"], NAMES[r["algorithm"]], cell(r["local_steps"]), _seconds(r),
+          cell(round(r["samples_to_target"])) if r.get("samples_to_target") else "-",
+          f"{r['time_per_round_s']:.2f}" if r.get("time_per_round_s") else "-",
+          nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
+         for r in d["summary"]])
+    return (f"xmc-debian-deps, H = {d['hidden']}, {d['ranks']} ranks on shaped links, to test P@1 >= {d['target']} "
+            f"(training seconds: compilation and evaluation excluded; at most {d['samples']:,} samples a run), "
+            f"mean ± std over the seeds that reached it.\n\n" + body)

@@ -194,6 +194,21 @@ def _peak(records: Sequence[dict]) -> Optional[int]:
     return max(values, default=None)
 
 
+def shape(planned: Sequence[study_lib.Planned]) -> dict[str, int]:
+    """What the bytes a sample costs depend on: the data's features and labels, the runs' K and B (the config's,
+    read from a finished run), for `experiments.extreme.report`'s analytic bytes per sample."""
+    from istjax.data import xmc
+
+    data = xmc.load_xmc_debian_deps()
+    out = {"features": int(data.train.num_features), "labels": int(data.train.num_labels)}
+    for p in planned:
+        config = p.run_dir / "config.json"
+        if config.exists():
+            c = json.loads(config.read_text())
+            return {**out, "local_steps": int(c["local_steps"]), "batch_size": int(c["batch_size"])}
+    return out
+
+
 def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
     """P@1 against H per arm (mean and the seeds' spread), the widths that did not fit the cap marked on the axis."""
     import matplotlib
@@ -270,7 +285,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def write(*_):
         runs = [r for p in every if (r := record(p)) is not None]
         doc = study_lib.results("extreme", command, every, runs, started)
-        doc.update(cap_bytes=cap, cap=format_size(cap), data="xmc_debian_deps", rows=rows(cells_, every, runs))
+        doc.update(cap_bytes=cap, cap=format_size(cap), data="xmc_debian_deps", shape=shape(every),
+                   rows=rows(cells_, every, runs))
         study_lib.write_json(args.out, doc)
         if any(r["fits"] for r in doc["rows"]):
             plot(doc, pathlib.Path(args.figure))

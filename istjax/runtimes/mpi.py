@@ -672,8 +672,10 @@ def _as_state(tree: dict, like: TrainState) -> TrainState:
 
 
 def _sharded_init(alg, layout) -> Callable:
-    """``key -> TrainState`` holding this rank's part. One jit: XLA computes only this rank's slice of every owned
-    initialiser (the full leaves are never outputs)."""
+    """``key -> TrainState`` holding this rank's part, in one jit whose outputs are only this rank's slices. XLA does
+    not narrow the initialisers to the slice, though: each full leaf is generated inside the program (measured, a
+    `lecun_normal` leaf sliced to half its columns: about 4x the full leaf of temporary memory), so initialisation
+    briefly needs the whole model's leaves on every rank, as `istjax.algorithms.tensor`'s does (docs/extreme.md)."""
     subnet = alg.subnet
 
     def owned(k):

@@ -1,0 +1,150 @@
+"""Time to a P@1 target on shaped links: sharded IST against tensor parallelism on xmc-debian-deps.
+
+Tensor parallelism moves about ``7 x H`` activations a sample (all shards, both ways; `istjax.algorithms.tensor.
+step_bytes`) whatever the number of labels; IST moves each worker's ``(features + labels) x H / W`` weights both
+ways once a round of ``K x B`` samples a worker. Which one reaches a P@1 target sooner on a slow link is measured
+here, not assumed: every (link, arm, seed) trains under `experiments.network.slow_net` (P network namespaces joined
+by veth links shaped with ``tc`` to the link's rate) through the time-to-accuracy study's `launch` (``istjax train``
+under ``mpiexec`` on the namespaces), evaluates every round and stops at the first evaluation at or above
+``--target``; its ``time_to_target_s`` counts training only (compilation and evaluation excluded, as in
+`experiments.network.time_to_accuracy`). Arms (``--arms``, comma-separated):
+
+* ``ist:K``: sharded IST, W = P workers, K local steps of B = 128 (the extreme study's recipe,
+  ``experiments/configs/xmc_debian_ist.py``);
+* ``tensor_parallel:K``: tensor parallel on P shards, K steps a round (a round is only the unit of evaluation: the
+  activations move every step), each step on all W x B = P x 128 examples.
+
+Every run may train up to ``--samples`` samples (``num_rounds`` from the arm's samples a round). Results:
+``experiments/extreme/results/network.json`` (the runs, each with its commit; per link and arm the seconds to the
+target over the seeds), rendered by `experiments.extreme.report` into ``docs/extreme.md``.
+
+Command (as root, from the repository root)::
+
+    ISTJAX_DATA_DIR=../shared/data python -m experiments.extreme.network --hidden 512 --links 1gbit,100mbit \\
+        --arms ist:10,ist:40,tensor_parallel:10 --seeds 0,1,2 --target 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from experiments.extreme.study import CONFIG
+from experiments.grid import seed_list
+from experiments.network import slow_net
+from experiments.network import time_to_accuracy as tta
+from istjax.launch import study as study_lib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = ROOT / "experiments" / "extreme" / "results" / "network.json"
+BATCH = 128
+ALGORITHMS = ("ist", "tensor_parallel")
+
+
+def cell(hidden: int, ranks: int, link: str, algorithm: str, local_steps: int, *, target: float,
+         samples: int) -> study_lib.Cell:
+    """One (link, arm) of the study: the extreme config at ``hidden`` on ``ranks`` MPI ranks (sharded), evaluated
+    every round, stopping at ``target``, for at most ``samples`` samples."""
+    rounds = math.ceil(samples / (ranks * local_steps * BATCH))
+    overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", "--config.runtime.mode=sharded",
+                 f"--config.num_workers={ranks}", f"--config.sampler.num_owners={ranks}",
+                 f"--config.model.hidden=({hidden},)", f"--config.local_steps={local_steps}",
+                 f"--config.batch_size={BATCH}", f"--config.target_accuracy={target}",
+                 "--config.stop_at_target=True", "--config.eval_every=1", "--config.eval_train_examples=1000",
+                 f"--config.num_rounds={rounds}", f"--config.checkpoint_every={rounds}")
+    return study_lib.Cell(f"h{hidden}-r{ranks}-{link}-{algorithm}-k{local_steps}", CONFIG, overrides,
+                          {"model": f"h{hidden}", "ranks": ranks, "link": link, "algorithm": algorithm,
+                           "hidden": hidden, "local_steps": local_steps, "batch_size": BATCH})
+
+
+def record(p: study_lib.Planned) -> Optional[dict[str, Any]]:
+    """The time-to-accuracy study's row of the run (`experiments.network.time_to_accuracy.row`) with the arm's K."""
+    r = tta.row(p)
+    if r is None:
+        return None
+    return {**r, **{k: p.cell.info[k] for k in ("hidden", "local_steps", "batch_size")}}
+
+
+def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (link, algorithm, K): the seconds to the target over the seeds that reached it (mean, std), how many
+    did, the mean seconds a round and the bytes a worker moves a round (what the links carried)."""
+    out = []
+    keys = sorted({(r["link"], r["algorithm"], r["local_steps"]) for r in runs},
+                  key=lambda k: (slow_net.Link(k[0]).bits_per_second(), k[1], k[2]))
+    for link, algorithm, k in keys:
+        mine = [r for r in runs if (r["link"], r["algorithm"], r["local_steps"]) == (link, algorithm, k)]
+        reached = [r["time_to_target_s"] for r in mine if r.get("time_to_target_s")]
+        mean, std = study_lib.mean_std(reached)
+        round_s = study_lib.mean_std(r["time_per_round_s"] for r in mine if r.get("time_per_round_s"))[0]
+        out.append({"link": link, "algorithm": algorithm, "local_steps": k, "seeds": sorted(r["seed"] for r in mine),
+                    "reached": len(reached), "seconds_to_target": mean, "seconds_to_target_std": std,
+                    "samples_to_target": study_lib.mean_std(r["samples_to_target"] for r in mine
+                                                            if r.get("samples_to_target"))[0],
+                    "time_per_round_s": round_s,
+                    "bytes_per_worker_per_round": next((r["bytes_sent_per_worker_per_round"] for r in mine
+                                                        if r.get("bytes_sent_per_worker_per_round")), None)})
+    return out
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--links", default="1gbit,100mbit", help="comma-separated link rates (tc units)")
+    ap.add_argument("--arms", default="ist:10,ist:40,tensor_parallel:10", help="algorithm:K, comma-separated")
+    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2])
+    ap.add_argument("--target", type=float, default=0.5, help="test P@1 to reach")
+    ap.add_argument("--samples", type=int, default=204800, help="the most samples a run trains")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
+    ap.add_argument("--workdir", default="runs/extreme-network")
+    ap.add_argument("--out", default=str(OUT))
+    return ap.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    why = slow_net.missing_privileges()
+    if why:
+        print(f"extreme network study: {why}", file=sys.stderr)
+        return 2
+    arms = [(a, int(k)) for a, _, k in (s.partition(":") for s in args.arms.split(","))]
+    for a, _ in arms:
+        if a not in ALGORITHMS:
+            print(f"--arms: {a!r} is not one of {ALGORITHMS}", file=sys.stderr)
+            return 2
+    links = args.links.split(",")
+    for rate in links:
+        slow_net.Link(rate)  # validates the units before anything runs
+    cells = [cell(args.hidden, args.ranks, link, a, k, target=args.target, samples=args.samples)
+             for link in links for a, k in arms]
+    given = sys.argv[1:] if argv is None else list(argv)
+    command = "python -m experiments.extreme.network " + " ".join(a for a in given if not a.startswith("--out"))
+    started = study_lib.time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    every = study_lib.plan(cells, args.seeds, args.workdir, root=ROOT)
+    tags = iter(range(10 ** 6))
+
+    def train(p: study_lib.Planned) -> Optional[str]:
+        print(f"== {p.cell.label} seed {p.seed}", flush=True)
+        return tta.launch(p, timeout=args.timeout, tag=f"xn{next(tags) % 1000}")
+
+    def write(*_):
+        runs = [r for p in every if (r := record(p)) is not None]
+        doc = study_lib.results("extreme_network", command, every, runs, started)
+        doc.update(target=args.target, hidden=args.hidden, ranks=args.ranks, samples=args.samples,
+                   summary=summarise(runs))
+        study_lib.write_json(args.out, doc)
+
+    study_lib.run_study("extreme_network", cells, args.seeds, args.workdir, root=ROOT, train=train, record=record,
+                        after_run=write)
+    write()
+    print(json.dumps(summarise([r for p in every if (r := record(p)) is not None]), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
