@@ -108,8 +108,31 @@ def _bytes(d):
             f"fewer bytes a sample than tensor parallel.\n\n" + body)
 
 
-def _largest(d, algorithm: str) -> dict:
-    fitting = [r for r in d["rows"] if r["algorithm"] == algorithm and r["fits"]]
+@table("extreme_gap", DEBIAN)
+def _gap(d):
+    """IST's approximation cost: its P@1 and PSP@1 beside tensor parallel's (exact full-model training) at each H
+    both train, same ranks and samples; the difference of the means with the two spreads."""
+    def at(algorithm, hidden):
+        return next((r for r in d["rows"] if r["algorithm"] == algorithm and r["hidden"] == hidden
+                     and r["ranks"] == 2 and r["fits"]), None)
+
+    lines = []
+    for hidden in sorted({r["hidden"] for r in d["rows"] if r["algorithm"] == "tensor_parallel"}):
+        ist, tp = at("ist", hidden), at("tensor_parallel", hidden)
+        if ist is None or tp is None:
+            lines.append([cell(hidden), _metric(ist, "precision_at_1") if ist else "-",
+                          _metric(tp, "precision_at_1") if tp else "does not fit", "-", "-"])
+            continue
+        lines.append([cell(hidden), _metric(ist, "precision_at_1"), _metric(tp, "precision_at_1"),
+                      f"{ist['precision_at_1_mean'] - tp['precision_at_1_mean']:+.3f}",
+                      f"{ist['psp_at_1_mean'] - tp['psp_at_1_mean']:+.3f}"
+                      if ist.get("psp_at_1_mean") is not None and tp.get("psp_at_1_mean") is not None else "-"])
+    return markdown_table(["H", "IST P@1", "tensor parallel P@1", "IST - tensor parallel, P@1", "the same, PSP@1"],
+                          lines)
+
+
+def _largest(d, algorithm: str, ranks: int = 2) -> dict:
+    fitting = [r for r in d["rows"] if r["algorithm"] == algorithm and r["fits"] and r["ranks"] == ranks]
     return max(fitting, key=lambda r: r["hidden"])
 
 
@@ -122,6 +145,9 @@ scalar("extreme.cap", DEBIAN, lambda d: d["cap"])
 scalar("extreme.dp_largest", DEBIAN, lambda d: _largest(d, "data_parallel")["hidden"])
 scalar("extreme.ist_largest", DEBIAN, lambda d: _largest(d, "ist")["hidden"])
 scalar("extreme.ist_largest_p1", DEBIAN, lambda d: _metric(_largest(d, "ist"), "precision_at_1"))
+scalar("extreme.tp_largest", DEBIAN, lambda d: _largest(d, "tensor_parallel")["hidden"])
+scalar("extreme.ist4_largest", DEBIAN, lambda d: _largest(d, "ist", 4)["hidden"])
+scalar("extreme.ist4_largest_p1", DEBIAN, lambda d: _metric(_largest(d, "ist", 4), "precision_at_1"))
 scalar("extreme.replicated_best_p1", DEBIAN, lambda d: _metric(_best(d, ("data_parallel", "local_sgd")),
                                                                "precision_at_1"))
 scalar("extreme.replicated_best", DEBIAN, lambda d: "{} at H = {}".format(
@@ -158,3 +184,26 @@ def _network(d):
     return (f"xmc-debian-deps, H = {d['hidden']}, {d['ranks']} ranks on shaped links, to test P@1 >= {d['target']} "
             f"(training seconds: compilation and evaluation excluded; at most {d['samples']:,} samples a run), "
             f"mean ± std over the seeds that reached it.\n\n" + body)
+
+# XLA's accounting of the programs a rank runs (`python -m experiments.extreme.memory`).
+MEMORY = "experiments/extreme/results/memory.json"
+
+
+@table("extreme_memory", MEMORY)
+def _memory(d):
+    body = markdown_table(
+        ["H", "the model (float32)", "program", "points", "temporaries", "outputs"],
+        [[cell(r["hidden"]), nbytes(r["model_bytes"]), r["program"], cell(r["points"]) if r.get("points") else "-",
+          nbytes(r["temp_bytes"]), nbytes(r["output_bytes"])] for r in d["rows"]])
+    return (f"`compile().memory_analysis()` on xmc-debian-deps' shape ({d['features']:,} features, {d['labels']:,} "
+            f"labels, {d['slots']} slots a point), JAX {d['jax']}.\n\n" + body)
+
+
+def _memory_row(d, hidden: int, program: str, points: Optional[int] = None) -> dict:
+    return next(r for r in d["rows"] if r["hidden"] == hidden and r["program"] == program
+                and (points is None or r.get("points") == points))
+
+
+scalar("extreme.memory.eval_512", MEMORY, lambda d: nbytes(_memory_row(d, 512, "evaluate", 1000)["temp_bytes"]))
+scalar("extreme.memory.state_512", MEMORY, lambda d: nbytes(4 * _memory_row(d, 512, "evaluate", 1000)["model_bytes"]))
+scalar("extreme.memory.step_512", MEMORY, lambda d: nbytes(_memory_row(d, 512, "train step")["temp_bytes"]))

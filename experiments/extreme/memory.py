@@ -1,0 +1,89 @@
+"""Where a rank's memory goes in the extreme study: XLA's own accounting of the programs a rank runs.
+
+For each hidden width, on xmc-debian-deps' shape (31,435 features, 15,186 labels, 256 ``(id, value)`` slots a
+point), ``compile().memory_analysis()`` of (nothing is trained, nothing is allocated but compiled programs):
+
+* ``evaluate``: the full model's test-time scores of one evaluation chunk (``eval_batch_size`` points, 1,000 in
+  the study, and 250): the embedding bag gathers a ``[n, slots, H]`` block before it sums it;
+* ``train step``: the gradient of the full model's loss on one batch of B = 128;
+* ``init``: the initialiser of the bag's kernel ``[F, H]``, whole and sliced to half its columns (what a rank of
+  the sharded mode or of tensor parallelism keeps): XLA generates the whole leaf either way.
+
+Writes ``experiments/extreme/results/memory.json``, rendered by `experiments.extreme.report` in
+``docs/extreme.md``. Command (about a minute)::
+
+    python -m experiments.extreme.memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from istjax.core.task import classifier
+from istjax.launch import study as study_lib
+from istjax.launch.provenance import code_version
+from istjax.models import SparseMLP
+from istjax.models.embedding_bag import EmbeddingBag
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = ROOT / "experiments" / "extreme" / "results" / "memory.json"
+FEATURES, LABELS, SLOTS, LABEL_SLOTS = 31435, 15186, 256, 32
+
+
+def _analysis(fn, *args) -> dict[str, int]:
+    m = jax.jit(fn).lower(*args).compile().memory_analysis()
+    return {"temp_bytes": int(m.temp_size_in_bytes), "argument_bytes": int(m.argument_size_in_bytes),
+            "output_bytes": int(m.output_size_in_bytes)}
+
+
+def _batch(n: int) -> dict[str, jax.ShapeDtypeStruct]:
+    return {"x": jax.ShapeDtypeStruct((n, SLOTS, 2), jnp.float32),
+            "y": jax.ShapeDtypeStruct((n, LABEL_SLOTS), jnp.int32)}
+
+
+def measure(hidden: int, eval_sizes: Sequence[int], batch_size: int) -> list[dict[str, Any]]:
+    """The rows of one width (module docstring)."""
+    model = SparseMLP(hidden=(hidden,), num_classes=LABELS, num_features=FEATURES)
+    task = classifier(model, jnp.zeros((2, SLOTS, 2), jnp.float32), num_classes=LABELS)
+    params = jax.eval_shape(task.init, jax.random.key(0))
+    model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
+    rows = [{"program": "evaluate", "points": n, **_analysis(lambda p, b: task.evaluate(p, {}, b), params, _batch(n))}
+            for n in eval_sizes]
+    loss = task.train_loss(None)
+    rows.append({"program": "train step", "points": batch_size,
+                 **_analysis(jax.grad(lambda p, b: loss(p, {}, b)[0]), params, _batch(batch_size))})
+    init = EmbeddingBag.__dataclass_fields__["kernel_init"].default  # the bag's own initialiser
+    shape = (FEATURES, hidden)
+    rows.append({"program": "init bag kernel, whole", **_analysis(lambda k: init(k, shape), jax.random.key(0))})
+    rows.append({"program": "init bag kernel, half its columns",
+                 **_analysis(lambda k: init(k, shape)[:, : hidden // 2], jax.random.key(0))})
+    return [{"hidden": hidden, "model_bytes": int(model_bytes), **r} for r in rows]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--widths", default="256,512,1024")
+    ap.add_argument("--eval-sizes", default="1000,250")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    rows = [r for h in args.widths.split(",")
+            for r in measure(int(h), [int(n) for n in args.eval_sizes.split(",")], args.batch_size)]
+    given = sys.argv[1:] if argv is None else list(argv)
+    doc = {"command": " ".join(["python -m experiments.extreme.memory", *given]), "code": code_version(),
+           "jax": jax.__version__, "slots": SLOTS, "features": FEATURES, "labels": LABELS, "rows": rows}
+    study_lib.write_json(args.out, doc)
+    for r in rows:
+        print(r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
