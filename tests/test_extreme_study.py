@@ -137,3 +137,17 @@ def test_the_memory_accounting_sees_the_bags_gathered_block_and_the_whole_initia
     assert big >= 400 * memory.SLOTS * 16 * 4 and 3.5 < big / small < 4.5
     whole, half = rows[("init bag kernel, whole", None)], rows[("init bag kernel, half its columns", None)]
     assert half["output_bytes"] * 2 == whole["output_bytes"] and half["temp_bytes"] >= whole["temp_bytes"]
+
+
+def test_a_cell_at_the_edge_of_the_cap_says_how_many_seeds_trained(planned):
+    from experiments.extreme import report
+
+    cells, plan = planned
+    by = {(p.cell.label, p.seed): p for p in plan}
+    _write(by[("ist_p2_h1024", 0)], p1=0.5, limit=_limit(True, GiB))
+    _write(by[("ist_p2_h1024", 1)], limit=_limit(False, GiB))
+    runs = [r for p in plan if (r := study.record(p)) is not None]
+    row = next(r for r in study.rows(cells, plan, runs) if r["label"] == "ist_p2_h1024")
+    assert not row["fits"] and row["seeds"] == [0] and row["attempted"] == 2 and row["observed"] == "rank 0 killed"
+    text = report._debian({"cap": "1.00 GiB", "rows": [row]})
+    assert "| IST (sharded) | 2 | 1,024 | no (1 of 2 seeds trained) |" in text and "H = 1024: rank 0 killed" in text

@@ -22,6 +22,13 @@ def _metric(r: dict, name: str) -> str:
     return format_mean_std(r[f"{name}_mean"], r.get(f"{name}_std"), len(r["seeds"]))
 
 
+def _fits(r: dict) -> str:
+    """``yes``, ``no``, or ``no (1 of 3 seeds trained)`` for a cell at the edge of the cap."""
+    if r["fits"] or not r["seeds"]:
+        return cell(r["fits"])
+    return f"no ({len(r['seeds'])} of {r.get('attempted', '?')} seeds trained)"
+
+
 def _why(r: dict) -> str:
     """A cell that does not fit: the kernel's line (the run without the prediction, or the run itself)."""
     if r["fits"]:
@@ -35,7 +42,7 @@ def _debian(d):
     body = markdown_table(
         ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "cgroup peak", "P@1", "P@3", "P@5", "nDCG@5",
          "PSP@1", "PSP@5", "time per sample", "bytes per worker per round"],
-        [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]), cell(r["fits"]),
+        [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]), _fits(r),
           nbytes(r["peak_rss_bytes"]) if r.get("peak_rss_bytes") else "-",
           nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
           _metric(r, "precision_at_1"), _metric(r, "precision_at_3"), _metric(r, "precision_at_5"),

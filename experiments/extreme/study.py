@@ -164,7 +164,7 @@ def rows(cells_: Sequence[study_lib.Cell], planned: Sequence[study_lib.Planned],
         if not mine and not limits_:
             continue
         row = {**cell.info, "label": cell.label, "fits": bool(mine) and len(mine) == len(limits_),
-               "seeds": [r["seed"] for r in mine],
+               "seeds": [r["seed"] for r in mine], "attempted": len(limits_),
                "peak_rss_bytes": max((r["peak_rss_bytes"] or 0 for r in mine), default=None) or _peak(limits_),
                "cgroup_peak_bytes": max((v for r in mine for v in (r.get("rank_peak_bytes") or {}).values()),
                                         default=None)}
@@ -176,7 +176,7 @@ def rows(cells_: Sequence[study_lib.Cell], planned: Sequence[study_lib.Planned],
             row["bytes_per_worker_per_round"] = mine[0]["bytes_per_worker_per_round"]
             row["samples_seen"] = mine[0]["samples_seen"]
         killed = [lim["run"]["summary"] for lim in limits_ if lim["run"]["returncode"] != 0]
-        if killed and not mine:
+        if killed:  # every seed killed, or some (a cell at the edge of the cap)
             row["observed"] = killed[0]
         refused = [lim for lim in limits_ if "predicted" in lim]
         if refused:
