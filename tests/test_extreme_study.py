@@ -151,3 +151,18 @@ def test_a_cell_at_the_edge_of_the_cap_says_how_many_seeds_trained(planned):
     assert not row["fits"] and row["seeds"] == [0] and row["attempted"] == 2 and row["observed"] == "rank 0 killed"
     text = report._debian({"cap": "1.00 GiB", "rows": [row]})
     assert "| IST (sharded) | 2 | 1,024 | no (1 of 2 seeds trained) |" in text and "H = 1024: rank 0 killed" in text
+
+
+def test_the_target_is_met_only_by_a_width_p_times_wider_that_scores_higher():
+    from experiments.extreme import report
+
+    def row(algorithm, ranks, hidden, p1):
+        return {"algorithm": algorithm, "ranks": ranks, "hidden": hidden, "fits": True, "precision_at_1_mean": p1}
+
+    rows = [row("data_parallel", 2, 256, 0.58), row("local_sgd", 2, 512, 0.53), row("ist", 2, 1024, 0.57),
+            row("ist", 4, 2048, 0.61), row("ist", 4, 512, 0.50)]
+    assert report._target({"rows": rows}, 4) == "met"
+    assert report._target({"rows": rows}, 2) == "missed (P@1)"
+    rows[3] = row("ist", 4, 512, 0.70)
+    rows.pop()
+    assert report._target({"rows": rows}, 4) == "missed (width)"

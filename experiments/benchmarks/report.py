@@ -13,6 +13,7 @@ BENCH_H100 = "experiments/benchmarks/results_h100.json"
 BENCH_GPU = "experiments/benchmarks/results_gpu.json"
 CONV, CONV_GPU = "experiments/benchmarks/results_conv.json", "experiments/benchmarks/results_conv_gpu.json"
 GRAPH, GRAPH_GPU = "experiments/benchmarks/results_graph.json", "experiments/benchmarks/results_graph_gpu.json"
+XMC = "experiments/benchmarks/results_xmc.json"
 
 
 def study(d: dict, key: str, **match) -> list[dict]:
@@ -254,6 +255,14 @@ def _graph(d):
 table("conv_cpu", CONV)(_conv)
 table("conv_gpu", CONV_GPU)(_conv)
 table("graph_cpu", GRAPH)(_graph)
+
+
+def _xmc(d):
+    from experiments.benchmarks import xmc
+    return xmc.markdown(d).strip()
+
+
+table("xmc_cpu", XMC)(_xmc)
 
 
 def _conv_target(d, what):

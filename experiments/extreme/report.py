@@ -214,3 +214,18 @@ def _memory_row(d, hidden: int, program: str, points: Optional[int] = None) -> d
 scalar("extreme.memory.eval_512", MEMORY, lambda d: nbytes(_memory_row(d, 512, "evaluate", 1000)["temp_bytes"]))
 scalar("extreme.memory.state_512", MEMORY, lambda d: nbytes(4 * _memory_row(d, 512, "evaluate", 1000)["model_bytes"]))
 scalar("extreme.memory.step_512", MEMORY, lambda d: nbytes(_memory_row(d, 512, "train step")["temp_bytes"]))
+
+
+def _target(d, ranks: int) -> str:
+    """The issue's target on ``ranks`` ranks: IST's widest width at least P times data parallel's and its P@1 mean
+    above the best data parallel or local SGD reaches at any width (``met``; else ``missed`` and which half)."""
+    ist, dp = _largest(d, "ist", ranks), _largest(d, "data_parallel")
+    best = _best(d, ("data_parallel", "local_sgd"))
+    wide, better = ist["hidden"] >= ranks * dp["hidden"], ist["precision_at_1_mean"] > best["precision_at_1_mean"]
+    if wide and better:
+        return "met"
+    return "missed (" + " and ".join(w for w, bad in (("width", not wide), ("P@1", not better)) if bad) + ")"
+
+
+scalar("extreme.target_p2", DEBIAN, lambda d: _target(d, 2))
+scalar("extreme.target_p4", DEBIAN, lambda d: _target(d, 4))
