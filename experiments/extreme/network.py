@@ -9,8 +9,12 @@ under ``mpiexec`` on the namespaces), evaluates every round and stops at the fir
 ``--target``; its ``time_to_target_s`` counts training only (compilation and evaluation excluded, as in
 `experiments.network.time_to_accuracy`). Arms (``--arms``, comma-separated):
 
-* ``ist:K``: sharded IST, W = P workers, K local steps of B = 128 (the extreme study's recipe,
-  ``experiments/configs/xmc_debian_ist.py``);
+* ``ist:K``: IST, W = P workers, K local steps of B = 128 (the extreme study's recipe,
+  ``experiments/configs/xmc_debian_ist.py``), on the MPI runtime's parameter-server mode: its rounds move the same
+  sub-networks over the link as the sharded mode's, but its evaluation runs on the root's whole model, where the
+  sharded mode's evaluation in place reduces every owner's partial logits, ``[points, labels]`` floats, across the
+  ranks (60 MB a chunk of 1,000 points at 15,186 labels: about a minute an evaluation on 100 Mbit/s, measured,
+  which would make every run of the study several times longer, though it is not training time);
 * ``tensor_parallel:K``: tensor parallel on P shards, K steps a round (a round is only the unit of evaluation: the
   activations move every step), each step on all W x B = P x 128 examples.
 
@@ -51,7 +55,8 @@ def cell(hidden: int, ranks: int, link: str, algorithm: str, local_steps: int, *
     """One (link, arm) of the study: the extreme config at ``hidden`` on ``ranks`` MPI ranks (sharded), evaluated
     every round, stopping at ``target``, for at most ``samples`` samples."""
     rounds = math.ceil(samples / (ranks * local_steps * BATCH))
-    overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", "--config.runtime.mode=sharded",
+    mode = "parameter_server" if algorithm == "ist" else "sharded"  # tensor parallel: always in shards
+    overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", f"--config.runtime.mode={mode}",
                  f"--config.num_workers={ranks}", f"--config.sampler.num_owners={ranks}",
                  f"--config.model.hidden=({hidden},)", f"--config.local_steps={local_steps}",
                  f"--config.batch_size={BATCH}", f"--config.target_accuracy={target}",
