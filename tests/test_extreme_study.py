@@ -167,3 +167,18 @@ def test_the_target_is_met_only_by_a_width_p_times_wider_that_scores_higher():
     rows[3] = row("ist", 4, 512, 0.70)
     rows.pop()
     assert report._target({"rows": rows}, 4) == "missed (width)"
+
+
+def test_the_network_studys_record_and_results_document(tmp_path):
+    """A finished run's record carries the cell's label (the study runner's results need it) and its K."""
+    from experiments.extreme import network
+
+    c = network.cell(512, 2, "1gbit", "tensor_parallel", 10, target=0.5, samples=25600)
+    (p,) = study_lib.plan([c], [0], tmp_path, root=network.ROOT)
+    net, job = network.tta._files(p)
+    p.run_dir.mkdir(parents=True)
+    study_lib.write_json(job, {"returncode": 0, "job_wall_s": 5.0, "error": None})
+    study_lib.write_json(p.run_dir / "summary.json", {**_summary(0.55), "time_to_target_s": 3.0})
+    r = network.record(p)
+    assert r["label"] == c.label and r["local_steps"] == 10 and r["time_to_target_s"] == 3.0
+    assert r["commit"] == "abc" and r["clean"] and network.summarise([r])[0]["reached"] == 1

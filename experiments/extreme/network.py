@@ -13,8 +13,9 @@ under ``mpiexec`` on the namespaces), evaluates every round and stops at the fir
   ``experiments/configs/xmc_debian_ist.py``), on the MPI runtime's parameter-server mode: its rounds move the same
   sub-networks over the link as the sharded mode's, but its evaluation runs on the root's whole model, where the
   sharded mode's evaluation in place reduces every owner's partial logits, ``[points, labels]`` floats, across the
-  ranks (60 MB a chunk of 1,000 points at 15,186 labels: about a minute an evaluation on 100 Mbit/s, measured,
-  which would make every run of the study several times longer, though it is not training time);
+  ranks (60 MB a chunk of 1,000 points at 15,186 labels, 11 chunks: about a minute an evaluation on 100 Mbit/s, as
+  a first run of this study showed; excluded from the training time, it would still make every run several times
+  longer);
 * ``tensor_parallel:K``: tensor parallel on P shards, K steps a round (a round is only the unit of evaluation: the
   activations move every step), each step on all W x B = P x 128 examples.
 
@@ -72,7 +73,7 @@ def record(p: study_lib.Planned) -> Optional[dict[str, Any]]:
     r = tta.row(p)
     if r is None:
         return None
-    return {**r, **{k: p.cell.info[k] for k in ("hidden", "local_steps", "batch_size")}}
+    return {**r, "label": p.cell.label, **{k: p.cell.info[k] for k in ("hidden", "local_steps", "batch_size")}}
 
 
 def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -139,9 +140,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def write(*_):
         runs = [r for p in every if (r := record(p)) is not None]
-        doc = study_lib.results("extreme_network", command, every, runs, started)
-        doc.update(target=args.target, hidden=args.hidden, ranks=args.ranks, samples=args.samples,
-                   summary=summarise(runs))
+        doc = {"study": "extreme_network", "command": command, "started": started,
+               "written": study_lib.time.strftime("%Y-%m-%dT%H:%M:%S%z"), "target": args.target,
+               "hidden": args.hidden, "ranks": args.ranks, "samples": args.samples,
+               "cells": {c.label: list(c.overrides) for c in cells}, "summary": summarise(runs), "runs": runs}
         study_lib.write_json(args.out, doc)
 
     study_lib.run_study("extreme_network", cells, args.seeds, args.workdir, root=ROOT, train=train, record=record,
