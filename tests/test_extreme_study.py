@@ -128,16 +128,19 @@ def test_the_network_study_cells_train_equal_samples_and_stop_at_the_target(tmp_
     assert row["seconds_to_target_std"] == pytest.approx(2 ** 0.5 * 2)
 
 
-def test_the_memory_accounting_sees_the_bags_gathered_block_and_the_whole_initialised_leaf():
+def test_the_memory_accounting_sees_the_bags_gathered_block_and_what_an_initialiser_makes():
     """`experiments.extreme.memory`: the evaluation's temporaries grow with the chunk (the bag's [n, slots, H]
-    block), and slicing an initialised leaf does not shrink what XLA generates."""
+    block); slicing flax's initialised leaf does not shrink what XLA generates, a tiled leaf's half drawn alone
+    needs no more than about itself."""
     from experiments.extreme import memory
 
     rows = {(r["program"], r.get("points")): r for r in memory.measure(16, [400, 100], 32)}
     big, small = rows[("evaluate", 400)]["temp_bytes"], rows[("evaluate", 100)]["temp_bytes"]
     assert big >= 400 * memory.SLOTS * 16 * 4 and 3.5 < big / small < 4.5
-    whole, half = rows[("init bag kernel, whole", None)], rows[("init bag kernel, half its columns", None)]
+    whole, half = rows[("init bag kernel, flax, whole", None)], rows[("init bag kernel, flax, half its columns", None)]
     assert half["output_bytes"] * 2 == whole["output_bytes"] and half["temp_bytes"] >= whole["temp_bytes"]
+    alone = rows[("init bag kernel, tiled, half its columns drawn alone", None)]
+    assert alone["output_bytes"] == half["output_bytes"] and alone["temp_bytes"] <= 1.25 * alone["output_bytes"]
 
 
 def test_a_cell_at_the_edge_of_the_cap_says_how_many_seeds_trained(planned):

@@ -6,8 +6,9 @@ point), ``compile().memory_analysis()`` of (nothing is trained, nothing is alloc
 * ``evaluate``: the full model's test-time scores of one evaluation chunk (``eval_batch_size`` points, 1,000 in
   the study, and 250): the embedding bag gathers a ``[n, slots, H]`` block before it sums it;
 * ``train step``: the gradient of the full model's loss on one batch of B = 128;
-* ``init``: the initialiser of the bag's kernel ``[F, H]``, whole and sliced to half its columns (what a rank of
-  the sharded mode or of tensor parallelism keeps): XLA generates the whole leaf either way.
+* ``init``: the initialiser of the bag's kernel ``[F, H]``: flax's ``normal`` whole and sliced to half its columns
+  (XLA generates the whole leaf either way), and the library's `istjax.core.tiled_init` whole and as half its columns
+  drawn alone (what a rank of the sharded mode or of tensor parallelism draws).
 
 Writes ``experiments/extreme/results/memory.json``, rendered by `experiments.extreme.report` in
 ``docs/extreme.md``. Command (about a minute)::
@@ -23,9 +24,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+import istjax.core.tiled_init as tiled_init
 from istjax.core.task import classifier
 from istjax.launch import study as study_lib
 from istjax.launch.provenance import code_version
@@ -59,11 +62,18 @@ def measure(hidden: int, eval_sizes: Sequence[int], batch_size: int) -> list[dic
     loss = task.train_loss(None)
     rows.append({"program": "train step", "points": batch_size,
                  **_analysis(jax.grad(lambda p, b: loss(p, {}, b)[0]), params, _batch(batch_size))})
-    init = EmbeddingBag.__dataclass_fields__["kernel_init"].default  # the bag's own initialiser
-    shape = (FEATURES, hidden)
-    rows.append({"program": "init bag kernel, whole", **_analysis(lambda k: init(k, shape), jax.random.key(0))})
-    rows.append({"program": "init bag kernel, half its columns",
-                 **_analysis(lambda k: init(k, shape)[:, : hidden // 2], jax.random.key(0))})
+    flax_init, init = nn.initializers.normal(1.0), EmbeddingBag.__dataclass_fields__["kernel_init"].default
+    shape, key = (FEATURES, hidden), jax.random.key(0)
+
+    def half_drawn_alone(k):
+        with tiled_init.deferred():
+            return tiled_init.block(init(k, shape), 1, 0, hidden // 2)
+
+    rows.append({"program": "init bag kernel, flax, whole", **_analysis(lambda k: flax_init(k, shape), key)})
+    rows.append({"program": "init bag kernel, flax, half its columns",
+                 **_analysis(lambda k: flax_init(k, shape)[:, : hidden // 2], key)})
+    rows.append({"program": "init bag kernel, tiled, whole", **_analysis(lambda k: init(k, shape), key)})
+    rows.append({"program": "init bag kernel, tiled, half its columns drawn alone", **_analysis(half_drawn_alone, key)})
     return [{"hidden": hidden, "model_bytes": int(model_bytes), **r} for r in rows]
 
 

@@ -36,6 +36,7 @@ import optax
 
 from istjax.algorithms.base import Algorithm, apply_update, bind, init_state
 from istjax.core.collectives import Collectives, lax_collectives
+import istjax.core.tiled_init as tiled_init
 from istjax.core.comm import CommBytes
 from istjax.core.errors import ArgError
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, round_keys
@@ -166,12 +167,13 @@ def sharded_scores(logits_Bxc: jax.Array, labels_BxL: jax.Array, first: jax.Arra
 
 def cut(tree: PyTree, index, num_shards: int) -> PyTree:
     """Shard ``index``'s part of ``tree`` (parameters, an elementwise optimizer's state): block ``index`` of every
-    leaf's last axis; scalars (a step count) whole."""
+    leaf's last axis; scalars (a step count) whole. Inside `istjax.core.tiled_init.deferred`, a leaf drawn by a
+    `istjax.core.tiled_init.Tiled` initialiser is redrawn as the block alone."""
     def one(x):
         if jnp.ndim(x) == 0:
             return x
         width = x.shape[-1] // num_shards
-        return jax.lax.dynamic_slice_in_dim(x, index * width, width, axis=x.ndim - 1)
+        return tiled_init.block(x, x.ndim - 1, index * width, width)
 
     return jax.tree.map(one, tree)
 
@@ -324,7 +326,8 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
 
     def init_shard(key, index) -> TrainState:  # = cut_state(init_state(task, optimizer, True)(key), index)
         key, init_key = jax.random.split(key)
-        params = cut(task.init(init_key), index, p)
+        with tiled_init.deferred():  # a tiled leaf's block drawn alone: the whole model is never made
+            params = cut(task.init(init_key), index, p)
         return TrainState(params, task.init_state(init_key), optimizer.init(params), key, jnp.zeros((), jnp.int32))
 
     per_step = step_bytes(num_workers * batch_size, hidden, p)

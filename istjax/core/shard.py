@@ -44,6 +44,7 @@ from istjax.core.partition import Partition
 from istjax.core.spec import GroupAxis, LeafSpec
 from istjax.core.state import broadcast_workers
 from istjax.core.subnet import extract_leaf, merge_leaf
+from istjax.core.tiled_init import block
 
 __all__ = ["Layout", "owner_distribute", "worker_assemble", "worker_return", "owner_collect", "unshard",
            "OWNED", "HELD_WHOLE", "SHARED"]
@@ -84,7 +85,9 @@ class Layout:
         return HELD_WHOLE if self.axis(leaf) is None else OWNED
 
     def shard(self, leaf: LeafSpec, x: jax.Array, owner: Optional[int] = None) -> jax.Array:
-        """Owner ``owner``'s (default: this one's) part of the full leaf ``x``; ``x`` itself when it is not owned."""
+        """Owner ``owner``'s (default: this one's) part of the full leaf ``x``; ``x`` itself when it is not owned.
+        Inside `istjax.core.tiled_init.deferred`, a leaf drawn by a `istjax.core.tiled_init.Tiled` initialiser is
+        redrawn as the part alone (`istjax.core.tiled_init.block`), so the whole leaf is never made."""
         a = self.axis(leaf)
         if a is None:
             return x
@@ -92,6 +95,8 @@ class Layout:
         t = leaf.axes[a].tiles
         size = x.shape[a] // t
         s = size // self.num_owners
+        if t == 1:
+            return block(x, a, o * s, s)
         tiles = x.reshape(x.shape[:a] + (t, size) + x.shape[a + 1:])
         part = jax.lax.slice_in_dim(tiles, o * s, (o + 1) * s, axis=a + 1)
         return part.reshape(x.shape[:a] + (t * s,) + x.shape[a + 1:])

@@ -17,6 +17,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+import istjax.core.tiled_init as tiled_init
+
 __all__ = ["EmbeddingBag", "bag"]
 
 
@@ -36,14 +38,15 @@ class EmbeddingBag(nn.Module):
       names: the logical names of the kernel's axes, ``(input, output)``; the bias carries the output's.
       use_bias: add a bias.
       kernel_init: the kernel's initializer (default ``N(0, 1)``: a unit-norm row, as tf-idf rows are, gives
-        unit-variance outputs).
+        unit-variance outputs; drawn tile by tile, `istjax.core.tiled_init`, so a rank holding a block of the
+        columns draws only that block).
     """
 
     features: int
     num_embeddings: int
     names: tuple[str, str] = ("input", "hidden_0")
     use_bias: bool = True
-    kernel_init: nn.initializers.Initializer = nn.initializers.normal(stddev=1.0)
+    kernel_init: nn.initializers.Initializer = tiled_init.normal(stddev=1.0)
 
     @nn.compact
     def __call__(self, x_BxNx2: jax.Array) -> jax.Array:

@@ -18,6 +18,7 @@ from typing import Optional
 import flax.linen as nn
 import jax
 
+import istjax.core.tiled_init as tiled_init
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
 from istjax.core.errors import ArgError
@@ -110,7 +111,7 @@ class SparseMLP(nn.Module):
     @nn.compact
     def __call__(self, x_BxNx2: jax.Array, train: bool = True) -> jax.Array:
         del train  # no dropout, no statistics
-        init = nn.initializers.lecun_normal()
+        init = tiled_init.lecun_normal()  # LeCun's, drawn tile by tile: a rank draws only its block
         x = self._scaled(nn.relu(EmbeddingBag(self.hidden[0], self.num_features, ("input", "hidden_0"),
                                               self.use_bias, name="bag")(x_BxNx2)), 0)
         names_in = "hidden_0"

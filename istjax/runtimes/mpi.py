@@ -78,6 +78,7 @@ from istjax.core.errors import ArgError
 from istjax.core import contract
 from istjax.core.collectives import Collectives
 from istjax.core import shard as shard_lib
+from istjax.core import tiled_init
 from istjax.core.partition import owner_counts
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
 from istjax.core.spec import path_str
@@ -673,14 +674,15 @@ def _as_state(tree: dict, like: TrainState) -> TrainState:
 
 def _sharded_init(alg, layout) -> Callable:
     """``key -> TrainState`` holding this rank's part, in one jit whose outputs are only this rank's slices. XLA does
-    not narrow the initialisers to the slice, though: each full leaf is generated inside the program (measured, a
-    `lecun_normal` leaf sliced to half its columns: about 4x the full leaf of temporary memory), so initialisation
-    briefly needs the whole model's leaves on every rank, as `istjax.algorithms.tensor`'s does (docs/extreme.md)."""
+    not narrow an initialiser to a slice of its output (`istjax.core.tiled_init`), so a leaf drawn by a
+    `istjax.core.tiled_init.Tiled` initialiser (`istjax.models.SparseMLP`'s) is redrawn as this rank's block alone
+    and the whole leaf is never made; any other leaf is generated whole inside the program, then sliced."""
     subnet = alg.subnet
 
     def owned(k):
-        full = alg.init(k)
-        return _as_state(jax.tree.map(layout.shard, subnet.spec.leaves, subnet.held(full)), full)
+        with tiled_init.deferred():
+            full = alg.init(k)
+            return _as_state(jax.tree.map(layout.shard, subnet.spec.leaves, subnet.held(full)), full)
 
     return jax.jit(owned)
 
