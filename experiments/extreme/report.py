@@ -193,6 +193,45 @@ def _network(d):
             f"(training seconds: compilation and evaluation excluded; at most {d['samples']:,} samples a run), "
             f"mean ± std over the seeds that reached it.\n\n" + body)
 
+# Amazon-670k's shape on synthetic data: who fits the cap, and IST's rounds at widths no other arm holds.
+AMAZON = "experiments/extreme/results/amazon_shape.json"
+
+
+@table("extreme_amazon", AMAZON)
+def _amazon(d):
+    rows = sorted(d["rows"], key=lambda r: (list(NAMES).index(r["algorithm"]), r["ranks"], r["hidden"]))
+    shape = d["shape"]
+
+    def params(h: int) -> str:
+        return f"{(shape['features'] + shape['labels'] + 1) * h / 1e6:,.0f} M"
+
+    body = markdown_table(
+        ["algorithm", "ranks", "H", "parameters", "fits", "peak RSS per rank", "cgroup peak", "time per round",
+         "bytes per worker per round"],
+        [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]), params(r["hidden"]), _fits(r),
+          nbytes(r["peak_rss_bytes"]) if r.get("peak_rss_bytes") else "-",
+          nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
+          f"{r['time_per_round_s']:.1f} s" if r.get("time_per_round_s") else "-",
+          nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
+         for r in rows])
+    misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: "
+               f"{r.get('predicted') or 'did not train'}; without the check: {r.get('observed') or '-'}"
+               for r in rows if not r["fits"]]
+    head = (f"Synthetic data at Amazon-670k's shape ({shape['features']:,} features, {shape['labels']:,} labels), "
+            f"every rank limited to {d['cap']}, {cell(shape['local_steps'])} local steps of "
+            f"{cell(shape['batch_size'])} a round, one seed (memory and time, not accuracy).")
+    return "\n\n".join([head, body] + (["Cells that do not fit:\n\n" + "\n".join(misfits)] if misfits else []))
+
+
+def _largest_amazon(d, algorithm: str, ranks: int) -> str:
+    fit = [r for r in d["rows"] if (r["algorithm"], r["ranks"]) == (algorithm, ranks) and r["fits"]]
+    return cell(max(r["hidden"] for r in fit)) if fit else "none"
+
+
+for _alg, _ranks in (("ist", 2), ("ist", 4), ("data_parallel", 2), ("local_sgd", 2), ("tensor_parallel", 4)):
+    scalar(f"extreme.amazon.largest_{_alg}_p{_ranks}", AMAZON, lambda d, a=_alg, p=_ranks: _largest_amazon(d, a, p))
+
+
 # XLA's accounting of the programs a rank runs (`python -m experiments.extreme.memory`).
 MEMORY = "experiments/extreme/results/memory.json"
 

@@ -53,8 +53,10 @@ METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_5", "p
 OBSERVED_ROUNDS = 3  # rounds of the run without the prediction that shows what the kernel does at the limit
 
 
-def cells(arms: Sequence[tuple[str, int]], widths: Sequence[int], cap: int, rounds: int) -> list[study_lib.Cell]:
-    """One cell per arm and width (labels ``<algorithm>_p<P>_h<H>``), the cap in bytes on every rank."""
+def cells(arms: Sequence[tuple[str, int]], widths: Sequence[int], cap: int, rounds: int,
+          config: str = CONFIG) -> list[study_lib.Cell]:
+    """One cell per arm and width (labels ``<algorithm>_p<P>_h<H>``) of ``config``, the cap in bytes on every
+    rank."""
     out = []
     for algorithm, ranks in arms:
         for hidden in widths:
@@ -63,7 +65,7 @@ def cells(arms: Sequence[tuple[str, int]], widths: Sequence[int], cap: int, roun
                          f"--config.sampler.num_owners={ranks}", f"--config.model.hidden=({hidden},)",
                          f"--config.num_rounds={rounds}", f"--config.eval_every={max(1, rounds // 2)}",
                          f"--config.checkpoint_every={rounds}", f"--config.runtime.memory_limit={cap}")
-            out.append(study_lib.Cell(f"{algorithm}_p{ranks}_h{hidden}", CONFIG, overrides,
+            out.append(study_lib.Cell(f"{algorithm}_p{ranks}_h{hidden}", config, overrides,
                                       {"algorithm": algorithm, "hidden": hidden, "ranks": ranks}))
     return out
 
@@ -173,6 +175,7 @@ def rows(cells_: Sequence[study_lib.Cell], planned: Sequence[study_lib.Planned],
         if mine:
             row["time_per_sample_s"] = study_lib.mean_std(
                 r["time_per_round_s"] / (r["samples_seen"] / r["rounds"]) for r in mine)[0]
+            row["time_per_round_s"] = study_lib.mean_std(r["time_per_round_s"] for r in mine)[0]
             row["bytes_per_worker_per_round"] = mine[0]["bytes_per_worker_per_round"]
             row["samples_seen"] = mine[0]["samples_seen"]
         killed = [lim["run"]["summary"] for lim in limits_ if lim["run"]["returncode"] != 0]
@@ -197,16 +200,23 @@ def _peak(records: Sequence[dict]) -> Optional[int]:
 def shape(planned: Sequence[study_lib.Planned]) -> dict[str, int]:
     """What the bytes a sample costs depend on: the data's features and labels, the runs' K and B (the config's,
     read from a finished run), for `experiments.extreme.report`'s analytic bytes per sample."""
-    from istjax.data import xmc
-
-    data = xmc.load_xmc_debian_deps()
-    out = {"features": int(data.train.num_features), "labels": int(data.train.num_labels)}
     for p in planned:
         config = p.run_dir / "config.json"
         if config.exists():
             c = json.loads(config.read_text())
-            return {**out, "local_steps": int(c["local_steps"]), "batch_size": int(c["batch_size"])}
-    return out
+            return {**_data_shape(c["data"]), "local_steps": int(c["local_steps"]), "batch_size": int(c["batch_size"])}
+    return {}
+
+
+def _data_shape(data: dict) -> dict[str, int]:
+    """The features and labels of a run's data: the Debian set's from its files, synthetic data's from its
+    arguments."""
+    if data["name"] == "xmc_synthetic":
+        return {"features": int(data["kwargs"]["num_features"]), "labels": int(data["kwargs"]["num_labels"])}
+    from istjax.data import xmc
+
+    train = xmc.load_xmc_debian_deps().train
+    return {"features": int(train.num_features), "labels": int(train.num_labels)}
 
 
 def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
@@ -247,6 +257,7 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m experiments.extreme.study", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cap", default="1.9GiB", help="memory limit per rank (cgroup and runtime.memory_limit)")
+    ap.add_argument("--config", default=CONFIG, help="the config every cell trains (its data, K, B, rounds' eval)")
     ap.add_argument("--widths", default="128,256,512,1024", help="hidden widths")
     ap.add_argument("--arms", default="ist:2,data_parallel:2,local_sgd:2", help="algorithm:ranks, comma-separated")
     ap.add_argument("--seeds", default="0,1,2")
@@ -255,7 +266,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--workdir", default="runs/extreme")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--only", default="", help="comma-separated cell labels to train (the file keeps every cell)")
-    ap.add_argument("--figure", default=str(FIGURE), help="the P@1-against-H figure, drawn after every run")
+    ap.add_argument("--figure", default=str(FIGURE),
+                    help="the P@1-against-H figure, drawn after every run ('': none)")
     ap.add_argument("--replot", action="store_true", help="only redraw the figure from the results file --out")
     ap.add_argument("--rewrite", action="store_true",
                     help="train nothing: rewrite the results file and the figure from the runs in --workdir")
@@ -264,7 +276,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    if args.replot:
+    if args.replot and args.figure:
         print(plot(json.loads(pathlib.Path(args.out).read_text()), pathlib.Path(args.figure)))
         return 0
     why = limits.missing_privileges()
@@ -273,7 +285,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     cap = parse_bytes(args.cap, "cap")
     arms = [(a, int(p)) for a, _, p in (s.partition(":") for s in args.arms.split(","))]
-    cells_ = cells(arms, [int(w) for w in args.widths.split(",")], cap, args.rounds)
+    cells_ = cells(arms, [int(w) for w in args.widths.split(",")], cap, args.rounds, args.config)
     seeds = [int(s) for s in args.seeds.split(",")]
     mpiexec = str(pathlib.Path(sys.executable).parent / "mpiexec")
     given = sys.argv[1:] if argv is None else list(argv)
@@ -285,10 +297,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def write(*_):
         runs = [r for p in every if (r := record(p)) is not None]
         doc = study_lib.results("extreme", command, every, runs, started)
-        doc.update(cap_bytes=cap, cap=format_size(cap), data="xmc_debian_deps", shape=shape(every),
+        doc.update(cap_bytes=cap, cap=format_size(cap), config=args.config, shape=shape(every),
                    rows=rows(cells_, every, runs))
         study_lib.write_json(args.out, doc)
-        if any(r["fits"] for r in doc["rows"]):
+        if args.figure and any(r["fits"] for r in doc["rows"]):
             plot(doc, pathlib.Path(args.figure))
 
     if args.rewrite:
