@@ -214,8 +214,12 @@ def _amazon(d):
           f"{r['time_per_round_s']:.1f} s" if r.get("time_per_round_s") else "-",
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
          for r in rows])
-    misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: "
-               f"{r.get('predicted') or 'did not train'}; without the check: {r.get('observed') or '-'}"
+    def why(r: dict) -> str:  # refused by the prediction (then run without it), or passed it and was killed
+        if r.get("predicted"):
+            return f"refused: {r['predicted']}; without the check: {r.get('observed') or '-'}"
+        return f"passed the prediction, then {r.get('observed') or 'did not train'}"
+
+    misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: {why(r)}"
                for r in rows if not r["fits"]]
     head = (f"Synthetic data at Amazon-670k's shape ({shape['features']:,} features, {shape['labels']:,} labels), "
             f"every rank limited to {d['cap']}, {cell(shape['local_steps'])} local steps of "
