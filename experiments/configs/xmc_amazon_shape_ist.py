@@ -9,7 +9,7 @@ What it shows is memory and time per round, not accuracy: a few rounds on 4,096 
 limit per rank). At H = 512 the model has 413 M parameters (1.54 GiB in float32); the sharded mode on 4 processes
 gives each a quarter, and each draws only its quarter (`istjax.core.tiled_init`).
 
-Command (about 16 GiB of memory in all)::
+Command (about 20 GiB of memory in all: four ranks of about 5 GiB, `docs/extreme.md`)::
 
     mpiexec -n 4 istjax train --config=experiments/configs/xmc_amazon_shape_ist.py --config.runtime.name=mpi \\
         --config.runtime.mode=sharded --workdir=runs/xmc_amazon_shape
