@@ -214,6 +214,7 @@ def _amazon(d):
           f"{r['time_per_round_s']:.1f} s" if r.get("time_per_round_s") else "-",
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
          for r in rows])
+
     def why(r: dict) -> str:  # refused by the prediction (then run without it), or passed it and was killed
         if r.get("predicted"):
             return f"refused: {r['predicted']}; without the check: {r.get('observed') or '-'}"

@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import optax
 
 from istjax.algorithms.base import Algorithm, apply_update, bind, init_state
+from istjax.core import tiled_init
 from istjax.core.collectives import Collectives, lax_collectives
-import istjax.core.tiled_init as tiled_init
 from istjax.core.comm import CommBytes
 from istjax.core.errors import ArgError
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, round_keys
