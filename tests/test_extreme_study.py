@@ -51,6 +51,19 @@ def test_cells_carry_the_cap_the_mode_and_equal_samples(planned):
         "algorithm": "data_parallel", "hidden": 256, "ranks": 2}
 
 
+def test_samples_give_every_arm_the_same_samples_whatever_its_ranks():
+    """``--samples``: 4 ranks (W = 4) train half the rounds of 2 ranks; a count that is not whole rounds is refused
+    with the multiple to use; ``rounds`` and ``samples`` exclude each other."""
+    cells = study.cells([("ist", 2), ("ist", 4), ("tensor_parallel", 2)], [512], cap=GiB, samples=102_400)
+    rounds = {c.label: next(o for o in c.overrides if o.startswith("--config.num_rounds=")) for c in cells}
+    assert rounds == {"ist_p2_h512": "--config.num_rounds=40", "ist_p4_h512": "--config.num_rounds=20",
+                      "tensor_parallel_p2_h512": "--config.num_rounds=40"}  # Debian config: K = 10, B = 128
+    with pytest.raises(ValueError, match="use a multiple of 5120"):
+        study.cells([("ist", 4)], [512], cap=GiB, samples=102_400 + 2560)
+    with pytest.raises(ValueError, match="one of rounds"):
+        study.cells([("ist", 2)], [512], cap=GiB, rounds=4, samples=102_400)
+
+
 def test_rows_say_what_fit_with_peaks_and_precision_over_seeds(planned):
     cells, plan = planned
     by = {(p.cell.label, p.seed): p for p in plan}

@@ -195,6 +195,48 @@ def test_refusals_name_the_fix():
         tp.tensor_parallel_pieces(task, optax.sgd(0.1), num_workers=2, local_steps=1, batch_size=4)
 
 
+@pytest.mark.parametrize("p", [2, 3])
+def test_ist_owners_evaluated_by_label_blocks_equal_the_whole_model_and_the_partial_sums(p):
+    """`istjax.algorithms.exchange.owner_evaluate` for IST's sharded SparseMLP (owners simulated with ``vmap``): the
+    output layer's rows moved to label blocks and scored as tensor parallel does equal the whole model's evaluation
+    and the owner pass that reduces every owner's partial logits; labels the owners do not divide fall back to the
+    partial sums, and a model other than a one-hidden-layer SparseMLP is not evaluated by labels."""
+    from istjax.algorithms import exchange
+    from istjax.core import shard
+
+    hidden = 6 * p  # p owners x p workers divide it
+    task = _task(hidden=hidden, classes=6)
+    weights = xmc_loss.LabelWeights(np.linspace(1.0, 4.0, 6))
+    task = istjax.classifier(task.module.clone(label_weights=weights), jnp.zeros((2, 5, 2), jnp.float32),
+                             num_classes=6)
+    params = jax.tree.map(lambda v: v + 0.1, task.init(jax.random.key(4)))  # nonzero biases too
+    alg = istjax.ist(task, optax.sgd(0.1), num_workers=p, local_steps=1, sampler=istjax.stratified(num_owners=p))
+    leaves = alg.subnet.spec.leaves["params"]
+    sizes = dict(task.spec.group_sizes)
+    layouts = [shard.Layout(p, o, p, sizes, frozenset(sizes)) for o in range(p)]
+    mine = jax.tree.map(lambda *parts: jnp.stack(parts),
+                        *[jax.tree.map(lay.shard, leaves, params) for lay in layouts])
+    assert mine["dense_out"]["kernel"].shape == (p, hidden // p, 6) and mine["dense_out"]["bias"].shape == (p, 6)
+    test = jax.tree.map(lambda v: v[0, 0], _batches(np.random.default_rng(5), b=9, classes=6))
+    want_loss, want_aux = task.evaluate(params, {}, test)
+    c = tp.lax_collectives(p)
+    for lay in layouts:
+        assert exchange.owner_evaluate(task, lay, c).func.__name__ == "by_labels"
+    got_loss, got_aux = jax.vmap(lambda prm: exchange.owner_evaluate(task, layouts[0], c)(prm, {}, test),
+                                 axis_name=WORKERS)(mine)
+    sums = jax.vmap(lambda o, prm: task.owner.evaluate(prm, {}, test, owner=o, num_owners=p, reduce=c.all_sum),
+                    axis_name=WORKERS)(jnp.arange(p), mine)
+    assert set(got_aux) == set(want_aux) == set(sums[1]) and "psp_at_1_numerator" in want_aux
+    for got in ((got_loss, got_aux), sums):
+        np.testing.assert_allclose(got[0], np.full(p, want_loss), rtol=2e-5)
+        for k, v in want_aux.items():
+            np.testing.assert_allclose(got[1][k], np.full(p, v), rtol=2e-5, err_msg=k)
+    odd = _task(hidden=hidden, classes=7)  # 7 labels: no equal blocks, the partial sums
+    lay = shard.Layout(p, 0, p, dict(odd.spec.group_sizes), frozenset(odd.spec.group_sizes))
+    assert tp.owner_evaluate(odd, p) is None and exchange.owner_evaluate(odd, lay, c) is not None
+    assert tp.owner_evaluate(_mlp_task(), 2) is None
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed")
 def test_tensor_parallel_under_mpiexec_equals_single_process_training():

@@ -13,7 +13,8 @@ rank killed, the job ended, no hang). Arms:
   labels by blocks, activations exchanged every step): exact full-model training on W = P workers' batches, the
   model in shards like IST's.
 
-Every arm sees the same samples (``num_rounds x W x K x B``) with the config's recipe
+Every arm sees the same samples (``--samples``: ``num_rounds x W x K x B`` with ``num_rounds`` set per arm; or
+``--rounds``, the same rounds for every arm, for a study of memory and time) with the config's recipe
 (``experiments/configs/xmc_debian_ist.py``: Adam 1e-3, K = 10, B = 128). Per run the study records the run's
 summary, its last evaluation's P@1/P@3/P@5, nDCG@5 and PSP@1/3/5 (inverse propensities of the training
 labels, A = 0.55, B = 1.5; `istjax.xmc.metrics`), and each rank's peak resident memory (VmHWM) and peak
@@ -26,7 +27,7 @@ within the limit), ``peak_rss_bytes`` (the largest rank's peak over seeds), ``pr
 Command (as root, from the repository root)::
 
     ISTJAX_DATA_DIR=../shared/data python -m experiments.extreme.study --cap 1.9GiB --widths 128,256,512,1024 \\
-        --arms ist:2,data_parallel:2,local_sgd:2,tensor_parallel:2 --seeds 0,1,2 --rounds 40
+        --arms ist:2,data_parallel:2,local_sgd:2,tensor_parallel:2,ist:4 --seeds 0,1,2 --samples 102400
 """
 
 from __future__ import annotations
@@ -50,21 +51,42 @@ FIGURE = ROOT / "docs" / "figures" / "extreme_debian.png"
 MODES = {"ist": "sharded", "data_parallel": "parameter_server", "local_sgd": "parameter_server",
          "tensor_parallel": "sharded"}
 METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_5", "psp_at_1", "psp_at_3", "psp_at_5")
+SAMPLES = 102_400  # the default samples a run (40 rounds of 2 x 10 x 128 with the Debian config on 2 ranks)
 OBSERVED_ROUNDS = 3  # rounds of the run without the prediction that shows what the kernel does at the limit
 
 
-def cells(arms: Sequence[tuple[str, int]], widths: Sequence[int], cap: int, rounds: int,
-          config: str = CONFIG) -> list[study_lib.Cell]:
+def arm_rounds(config: str, ranks: int, *, rounds: Optional[int] = None, samples: Optional[int] = None) -> int:
+    """An arm's rounds: ``rounds`` for every arm, or ``samples / (P x K x B)`` (``K``, ``B`` the config's) so that
+    every arm sees the same samples whatever its number of workers W = P; a ValueError when P x K x B does not
+    divide ``samples``."""
+    if (rounds is None) == (samples is None):
+        raise ValueError("give one of rounds (the same rounds for every arm) or samples (the same samples)")
+    if samples is None:
+        return rounds
+    from istjax.launch.args import load_config
+
+    c = load_config(str(ROOT / config))
+    per_round = ranks * int(c.local_steps) * int(c.batch_size)
+    if samples % per_round:
+        raise ValueError(f"--samples {samples} is not a whole number of rounds of {ranks} x {c.local_steps} x "
+                         f"{c.batch_size} = {per_round} samples (P x K x B on {ranks} ranks); use a multiple of "
+                         f"{per_round}.")
+    return samples // per_round
+
+
+def cells(arms: Sequence[tuple[str, int]], widths: Sequence[int], cap: int, rounds: Optional[int] = None,
+          config: str = CONFIG, *, samples: Optional[int] = None) -> list[study_lib.Cell]:
     """One cell per arm and width (labels ``<algorithm>_p<P>_h<H>``) of ``config``, the cap in bytes on every
-    rank."""
+    rank, each training ``rounds`` rounds or ``samples`` samples (`arm_rounds`)."""
     out = []
     for algorithm, ranks in arms:
+        rounds_ = arm_rounds(config, ranks, rounds=rounds, samples=samples)
         for hidden in widths:
             overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi",
                          f"--config.runtime.mode={MODES[algorithm]}", f"--config.num_workers={ranks}",
                          f"--config.sampler.num_owners={ranks}", f"--config.model.hidden=({hidden},)",
-                         f"--config.num_rounds={rounds}", f"--config.eval_every={max(1, rounds // 2)}",
-                         f"--config.checkpoint_every={rounds}", f"--config.runtime.memory_limit={cap}")
+                         f"--config.num_rounds={rounds_}", f"--config.eval_every={max(1, rounds_ // 2)}",
+                         f"--config.checkpoint_every={rounds_}", f"--config.runtime.memory_limit={cap}")
             out.append(study_lib.Cell(f"{algorithm}_p{ranks}_h{hidden}", config, overrides,
                                       {"algorithm": algorithm, "hidden": hidden, "ranks": ranks}))
     return out
@@ -261,7 +283,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--widths", default="128,256,512,1024", help="hidden widths")
     ap.add_argument("--arms", default="ist:2,data_parallel:2,local_sgd:2", help="algorithm:ranks, comma-separated")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--rounds", type=int, default=50, help="rounds of W x K x B samples (equal for every arm)")
+    span = ap.add_mutually_exclusive_group()
+    span.add_argument("--samples", type=int, default=None,
+                      help="samples every arm trains (rounds of P x K x B each; default 102,400)")
+    span.add_argument("--rounds", type=int, default=None,
+                      help="rounds every arm trains, whatever its samples a round (memory and time studies)")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per run before it is killed")
     ap.add_argument("--workdir", default="runs/extreme")
     ap.add_argument("--out", default=str(OUT))
@@ -285,7 +311,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     cap = parse_bytes(args.cap, "cap")
     arms = [(a, int(p)) for a, _, p in (s.partition(":") for s in args.arms.split(","))]
-    cells_ = cells(arms, [int(w) for w in args.widths.split(",")], cap, args.rounds, args.config)
+    samples = None if args.rounds is not None else (args.samples or SAMPLES)
+    try:
+        cells_ = cells(arms, [int(w) for w in args.widths.split(",")], cap, args.rounds, args.config, samples=samples)
+    except ValueError as e:
+        print(f"extreme study: {e}", file=sys.stderr)
+        return 2
     seeds = [int(s) for s in args.seeds.split(",")]
     mpiexec = str(pathlib.Path(sys.executable).parent / "mpiexec")
     given = sys.argv[1:] if argv is None else list(argv)

@@ -141,10 +141,14 @@ class OwnerSide(NamedTuple):
         TrainState``: `istjax.core.shard.owner_collect` and the pieces' ``finish``; under ``model_state="recompute"``
         the statistics are recomputed from this owner's slice (`istjax.OwnerPass.recompute_state`) on ``first``,
         every worker's first batch `[W, B, ...]`, with ``reduce`` the sum across owners.
+      evaluate: ``(layout, collectives) -> (params, model_state, batch, shared=None) -> (loss, aux)``, the whole
+        network's evaluation from this owner's part with the runtime's `istjax.core.collectives.Collectives`, or
+        None when the model cannot be evaluated from its parts (`istjax.algorithms.exchange.owner_evaluate`).
     """
 
     distribute: Callable[..., tuple[Any, Any]]
     collect: Callable[..., TrainState]
+    evaluate: Optional[Callable[..., Optional[Callable]]] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,18 +18,22 @@ Both read the same plan and spec, so a round over the whole model and its round 
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, Optional
 
 import jax
 
+from istjax.algorithms.tensor import owner_evaluate as by_label_blocks
 from istjax.algorithms.base import Algorithm, OwnerSide, SubnetPieces, recompute_from
 from istjax.core import partition as partition_lib
 from istjax.core import shard
+from istjax.core.collectives import Collectives
 from istjax.core.comm import subnet_bytes
 from istjax.core.subnet import extract, merge
 from istjax.core.task import Task
 
-__all__ = ["whole_round", "owner_side", "subnet_algorithm"]
+__all__ = ["whole_round", "owner_evaluate", "owner_side", "subnet_algorithm"]
 
 
 def whole_round(task: Task, pieces: SubnetPieces):
@@ -61,7 +65,25 @@ def owner_side(task: Task, pieces: SubnetPieces) -> OwnerSide:
                                    disjoint)
         return pieces.finish(state, tree, round_plan, _owner_recompute(task, layout, first, shared, reduce))
 
-    return OwnerSide(distribute, collect)
+    return OwnerSide(distribute, collect, functools.partial(owner_evaluate, task))
+
+
+def owner_evaluate(task: Task, layout: shard.Layout, c: Collectives) -> Optional[Callable]:
+    """``(params, model_state, batch, shared=None) -> (loss, aux)``: the whole network's evaluation from this owner's
+    part, with no weight gathered to one rank. A one-hidden-layer `istjax.models.SparseMLP` whose labels the owners
+    divide is evaluated by label blocks (`istjax.algorithms.tensor.owner_evaluate`: the output layer's rows
+    exchanged for a label block once, then per batch ``[B, H]`` hidden units and each rank's top k); any other model
+    with ``owner_logits`` runs its forward pass from the owner's slice with each layer's partial sums reduced
+    (`istjax.core.task.OwnerPass.evaluate`: ``[B, C]`` floats a batch for the output layer). None when neither
+    applies (a group held whole that the model's owner pass does not take whole)."""
+    if set(layout.group_sizes) <= layout.owned:
+        by_labels = by_label_blocks(task, layout.num_owners)
+        if by_labels is not None:
+            return functools.partial(by_labels, c)
+    owner = task.owner
+    if owner is not None and owner.evaluate is not None and set(layout.group_sizes) - layout.owned <= owner.whole:
+        return functools.partial(owner.evaluate, owner=layout.owner, num_owners=layout.num_owners, reduce=c.all_sum)
+    return None
 
 
 def _owner_recompute(task: Task, layout: shard.Layout, first: Any, shared: Any, reduce: Any):

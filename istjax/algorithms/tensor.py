@@ -44,8 +44,9 @@ from istjax.core.task import Task
 from istjax.models.embedding_bag import bag
 from istjax.xmc import loss as xmc_loss
 
-__all__ = ["Collectives", "TensorPieces", "cut", "differentiable", "join", "lax_collectives", "shard_logits",
-           "sharded_multilabel_loss", "sharded_scores", "step_bytes", "tensor_parallel", "tensor_parallel_pieces"]
+__all__ = ["Collectives", "TensorPieces", "cut", "differentiable", "from_owner_rows", "join", "lax_collectives",
+           "owner_evaluate", "shard_logits", "sharded_multilabel_loss", "sharded_scores", "step_bytes",
+           "tensor_parallel", "tensor_parallel_pieces"]
 
 PyTree = Any
 # The first layer of a one-hidden-layer network, by its parameters' name: SparseMLP's embedding bag on (id, value)
@@ -159,6 +160,60 @@ def sharded_scores(logits_Bxc: jax.Array, labels_BxL: jax.Array, first: jax.Arra
     weights = None if label_weights is None else label_weights.of(labels_BxL)  # each true label's, renamed alike
     ranking = xmc_loss.ranking_scores(cand_v, jnp.where(labels_BxL >= 0, position, -1), weights_BxL=weights)
     return value, {"accuracy": ranking["precision_at_1"], **ranking}
+
+
+def _shard_evaluate(task: Task, classes: int, loss_name: Optional[str], num_shards: int) -> Callable:
+    """``(c, params, model_state, batch, shared=None) -> (loss, aux)``: `istjax.core.task.Task.evaluate` of the whole
+    network from shard ``c.index()`` of its parameters (every shard gets the same result); ``loss_name`` None:
+    integer labels, a label set of one."""
+    width, multi = classes // num_shards, loss_name is not None
+
+    def evaluate(c: Collectives, params, model_state, batch, shared=None):
+        del model_state, shared
+        labels = batch["y"] if multi else batch["y"][:, None]
+        logits = shard_logits(params, batch["x"], differentiable(c))
+        value, aux = sharded_scores(logits, labels, c.index() * width, c, classes, loss_name or "softmax",
+                                    getattr(task.module, "label_weights", None))
+        return value, (aux if multi else {"accuracy": aux["accuracy"]})  # `istjax.core.task.scores`' keys
+
+    return evaluate
+
+
+def from_owner_rows(params: PyTree, c: Collectives) -> PyTree:
+    """Shard ``c.index()`` of tensor parallel's split from the same rank's part of IST's sharded split
+    (`istjax.core.shard.Layout`: owner p holds hidden units block p, i.e. the first layer's columns p, as here, and
+    the output layer's rows p, ``[H / P, C]``, with its bias whole): the output layer's label block ``[H, C / P]``
+    from one all-to-all (a rank sends ``(P - 1) / P`` of its rows, receives as many), its bias's block sliced."""
+    out, p = params[OUT], c.size
+    rows, classes = out["kernel"].shape
+    width = classes // p
+    blocks_Pxhxc = jnp.transpose(out["kernel"].reshape(rows, p, width), (1, 0, 2))  # block q goes to rank q
+    mine = {"kernel": c.all_to_all(blocks_Pxhxc).reshape(p * rows, width)}  # owner q's rows at q * h .. (q+1) h - 1
+    if "bias" in out:
+        mine["bias"] = jax.lax.dynamic_slice_in_dim(out["bias"], c.index() * width, width)
+    return {**params, OUT: mine}
+
+
+def owner_evaluate(task: Task, num_owners: int) -> Optional[Callable]:
+    """``(c, params, model_state, batch, shared=None) -> (loss, aux)``: the evaluation of a `istjax.models.SparseMLP`
+    with one hidden layer held by ``num_owners`` IST owners (every hidden unit in shards), by label blocks: its
+    parameters moved into tensor parallel's split once (`from_owner_rows`), then per batch the hidden units
+    all-gathered (``[B, H]``) and each rank's top k merged, as tensor parallel evaluates (`sharded_scores`): no
+    ``[B, C]`` logits cross the link, where reducing every owner's partial logits moves ``B x C`` floats a batch.
+    None for any other model, or labels that ``num_owners`` does not divide."""
+    abstract = jax.eval_shape(task.init, jax.random.key(0))
+    if "bag" not in abstract:
+        return None
+    try:
+        _, classes, loss_name = _check(task, abstract, num_owners, 1, 1)
+    except ArgError:
+        return None
+    evaluate = _shard_evaluate(task, classes, loss_name, num_owners)
+
+    def by_labels(c: Collectives, params, model_state, batch, shared=None):
+        return evaluate(c, from_owner_rows(params, c), model_state, batch, shared)
+
+    return by_labels
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -310,13 +365,7 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
         return TrainState(last.params, last.model_state, last.opt_state, round_keys(state.key)[0],
                           state.round + 1), metrics_K
 
-    def evaluate(c: Collectives, params, model_state, batch, shared=None):
-        del model_state, shared
-        index = c.index()
-        logits = shard_logits(params, batch["x"], differentiable(c))
-        value, aux = sharded_scores(logits, label_sets(batch["y"]), index * width, c, classes, loss_name or "softmax",
-                                    getattr(task.module, "label_weights", None))
-        return value, (aux if multi else {"accuracy": aux["accuracy"]})  # `istjax.core.task.scores`' keys
+    evaluate = _shard_evaluate(task, classes, loss_name, p)
 
     def cut_state(state: TrainState, index) -> TrainState:
         return state._replace(params=cut(state.params, index, p), opt_state=cut(state.opt_state, index, p))

@@ -201,9 +201,9 @@ class MPIRuntime:
       gradient_buffers: data parallel's per-step all-reduce: ``"leaves"`` (one per parameter leaf, each posted as
         soon as its gradient is computed) or ``"one"`` (the gradients concatenated into one buffer after the whole
         backward pass); `GRADIENT_BUFFERS`.
-      evaluate: sharded mode, a model with ``owner_logits`` and every neuron group held in shards: the task's
-        evaluation from this rank's part (`istjax.core.task.OwnerPass.evaluate`; activations all-reduced, no weight moves);
-        None otherwise (`RuntimeHandle.evaluate`).
+      evaluate: sharded mode: the task's evaluation from this rank's part (`istjax.algorithms.exchange.owner_evaluate`:
+        a one-hidden-layer SparseMLP by label blocks, any other model with ``owner_logits`` by reduced partial sums;
+        no rank gathers the model); None when the model cannot be evaluated from its parts (`RuntimeHandle.evaluate`).
       phases: set to a dict to profile the parameter-server round: seconds per phase (``batches``, ``distribute``,
         ``scatter``, ``local``, ``gather``, ``collect``, ``metrics``) are added to it, each phase waited for
         (`jax.block_until_ready`) so it is timed alone; None (the default) adds no waits.
@@ -750,9 +750,8 @@ def _sharded(rt: MPIRuntime):
         return state, _finish(rt, traffic, metrics, rt.comm)
 
     rt.init, rt.round, rt.gather = _sharded_init(alg, layout), round_fn, _sharded_gather(alg, layout, x)
-    if owner is not None and owner.evaluate is not None and set(layout.group_sizes) - layout.owned <= owner.whole:
-        rt.evaluate = functools.partial(owner.evaluate, owner=layout.owner, num_owners=layout.num_owners,
-                                        reduce=x.allreduce_traced)
+    if side.evaluate is not None:
+        rt.evaluate = side.evaluate(layout, _mpi_collectives(rt.comm, rt.rank))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ K = 2 local Adam steps (moments carried with their parameters) and SGD, for 2 ro
   (parameters, optimizer state);
 * measured bytes per worker equal the analytic ones;
 * no rank holds more than 1/N of the embedding bag or of the output layer;
-* the model is evaluated in place (partial sums of the output layer reduced; no gather) with the gathered model's
-  loss and P@1/3/5, on every rank.
+* the model is evaluated in place, with no gather, with the gathered model's loss and P@1/3/5 on every rank: by
+  label blocks (the runtime's evaluation: the output layer's rows exchanged for a label block, then hidden units and
+  top-k candidates) and by partial sums of the output layer reduced (the owner pass).
 
 Every rank asserts; rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tests/test_xmc_model.py.
 """
@@ -91,13 +92,19 @@ for name, (optimizer, carry) in cases.items():
     loss, aux = jax.jit(alg.runtime.evaluate)(state.params, state.model_state, test, None)
     every = M._world().allgather((float(loss), float(aux["precision_at_1"]), float(aux["precision_at_5"])))
     assert len(set(every)) == 1, every
+    # The same from every owner's partial logits reduced (the owner pass every other model uses).
+    reduce = M._mpi_collectives(M._world(), ME).all_sum
+    sums_loss, sums_aux = jax.jit(lambda prm, t: task.owner.evaluate(prm, {}, t, owner=ME, num_owners=N,
+                                                                     reduce=reduce))(state.params, test)
     if ME == 0:
         ref_loss, ref_aux = plain.task.evaluate(whole.params, whole.model_state, test)
-        np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
-        for k in ("precision_at_1", "precision_at_3", "precision_at_5"):
-            assert float(aux[k]) == float(ref_aux[k]), (k, aux[k], ref_aux[k])
+        for got_loss, got_aux in ((loss, aux), (sums_loss, sums_aux)):
+            np.testing.assert_allclose(float(got_loss), float(ref_loss), rtol=1e-5)
+            for k in ("precision_at_1", "precision_at_3", "precision_at_5"):
+                assert float(got_aux[k]) == float(ref_aux[k]), (k, got_aux[k], ref_aux[k])
     say(f"OK sharded xmc {name} on {N} ranks, W={W}: == simulate (params, optimizer state); measured bytes {got} "
-        f"== analytic; each rank holds 1/{N} of the bag and the output layer; evaluated in place == gathered, "
+        f"== analytic; each rank holds 1/{N} of the bag and the output layer; evaluated in place (label blocks, "
+        f"partial sums) == gathered, "
         f"loss {float(loss):.6f} P@1 {float(aux['precision_at_1']):.3f}")
 M._world().Barrier()
 say("ALL OK")
