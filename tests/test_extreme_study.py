@@ -132,7 +132,7 @@ def test_the_network_study_cells_train_equal_samples_and_stop_at_the_target(tmp_
     for c in (ist, tp):
         assert {"--config.stop_at_target=True", "--config.target_accuracy=0.5", "--config.eval_every=1"} <= set(
             c.overrides)
-    assert "--config.runtime.mode=parameter_server" in ist.overrides and "--config.runtime.mode=sharded" in tp.overrides
+    assert "--config.runtime.mode=sharded" in ist.overrides and "--config.runtime.mode=sharded" in tp.overrides
     runs = [{"link": "100mbit", "algorithm": "ist", "local_steps": 40, "seed": s, "time_to_target_s": t,
              "samples_to_target": 1000, "time_per_round_s": 2.0, "bytes_sent_per_worker_per_round": 7}
             for s, t in ((0, 10.0), (1, 14.0), (2, None))]

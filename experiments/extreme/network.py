@@ -9,13 +9,11 @@ under ``mpiexec`` on the namespaces), evaluates every round and stops at the fir
 ``--target``; its ``time_to_target_s`` counts training only (compilation and evaluation excluded, as in
 `experiments.network.time_to_accuracy`). Arms (``--arms``, comma-separated):
 
-* ``ist:K``: IST, W = P workers, K local steps of B = 128 (the extreme study's recipe,
-  ``experiments/configs/xmc_debian_ist.py``), on the MPI runtime's parameter-server mode: its rounds move the same
-  sub-networks over the link as the sharded mode's, but its evaluation runs on the root's whole model, where the
-  sharded mode's evaluation in place reduces every owner's partial logits, ``[points, labels]`` floats, across the
-  ranks (60 MB a chunk of 1,000 points at 15,186 labels, 11 chunks: about a minute an evaluation on 100 Mbit/s, as
-  a first run of this study showed; excluded from the training time, it would still make every run several times
-  longer);
+* ``ist:K``: sharded IST (no rank holds the whole model), W = P workers, K local steps of B = 128 (the extreme
+  study's recipe, ``experiments/configs/xmc_debian_ist.py``); a round's all-to-all moves each worker's sub-network
+  both ways at once, and its evaluation runs in place by label blocks (`istjax.algorithms.tensor.owner_evaluate`:
+  the output layer's rows exchanged once, then ``[points, H]`` hidden units and each rank's top 5, not
+  ``[points, labels]`` partial logits);
 * ``tensor_parallel:K``: tensor parallel on P shards, K steps a round (a round is only the unit of evaluation: the
   activations move every step), each step on all W x B = P x 128 examples.
 
@@ -26,7 +24,7 @@ target over the seeds), rendered by `experiments.extreme.report` into ``docs/ext
 Command (as root, from the repository root)::
 
     ISTJAX_DATA_DIR=../shared/data python -m experiments.extreme.network --hidden 512 --links 1gbit,100mbit \\
-        --arms ist:10,ist:40,tensor_parallel:10 --seeds 0,1,2 --target 0.5
+        --arms ist:40,ist:80,tensor_parallel:10 --seeds 0,1,2 --target 0.5
 """
 
 from __future__ import annotations
@@ -56,8 +54,7 @@ def cell(hidden: int, ranks: int, link: str, algorithm: str, local_steps: int, *
     """One (link, arm) of the study: the extreme config at ``hidden`` on ``ranks`` MPI ranks (sharded), evaluated
     every round, stopping at ``target``, for at most ``samples`` samples."""
     rounds = math.ceil(samples / (ranks * local_steps * BATCH))
-    mode = "parameter_server" if algorithm == "ist" else "sharded"  # tensor parallel: always in shards
-    overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", f"--config.runtime.mode={mode}",
+    overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", "--config.runtime.mode=sharded",
                  f"--config.num_workers={ranks}", f"--config.sampler.num_owners={ranks}",
                  f"--config.model.hidden=({hidden},)", f"--config.local_steps={local_steps}",
                  f"--config.batch_size={BATCH}", f"--config.target_accuracy={target}",
@@ -102,7 +99,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--links", default="1gbit,100mbit", help="comma-separated link rates (tc units)")
-    ap.add_argument("--arms", default="ist:10,ist:40,tensor_parallel:10", help="algorithm:K, comma-separated")
+    ap.add_argument("--arms", default="ist:40,ist:80,tensor_parallel:10", help="algorithm:K, comma-separated")
     ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2])
     ap.add_argument("--target", type=float, default=0.5, help="test P@1 to reach")
     ap.add_argument("--samples", type=int, default=204800, help="the most samples a run trains")

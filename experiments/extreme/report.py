@@ -168,7 +168,14 @@ scalar("extreme.no_rescale.commit", NO_RESCALE, lambda d: sorted({r["commit"][:7
 
 # Time to a P@1 target on shaped links (`python -m experiments.extreme.network`).
 NETWORK = "experiments/extreme/results/network.json"
-NETWORK_NAMES = {"ist": "IST (parameter server)", "tensor_parallel": "tensor parallel"}  # network.py's modes
+
+
+def _network_name(d: dict, algorithm: str) -> str:
+    """The arm's name with the MPI mode its cells ran in (read from the file's cells)."""
+    modes = {o.split("=", 1)[1] for label, overrides in d["cells"].items() if f"-{algorithm}-k" in label
+             for o in overrides if o.startswith("--config.runtime.mode=")}
+    name = {"ist": "IST", "tensor_parallel": "tensor parallel"}[algorithm]
+    return name if algorithm != "ist" else f"{name} ({' / '.join(sorted(modes)).replace('_', ' ')})"
 
 
 def _seconds(r: dict) -> str:
@@ -184,7 +191,7 @@ def _network(d):
     body = markdown_table(
         ["link", "algorithm", "K", "seconds to target", "samples to target", "seconds a round",
          "bytes a worker sends a round"],
-        [[r["link"], NETWORK_NAMES[r["algorithm"]], cell(r["local_steps"]), _seconds(r),
+        [[r["link"], _network_name(d, r["algorithm"]), cell(r["local_steps"]), _seconds(r),
           cell(round(r["samples_to_target"])) if r.get("samples_to_target") else "-",
           f"{r['time_per_round_s']:.2f}" if r.get("time_per_round_s") else "-",
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
