@@ -24,7 +24,7 @@ target over the seeds), rendered by `experiments.extreme.report` into ``docs/ext
 Command (as root, from the repository root)::
 
     ISTJAX_DATA_DIR=../shared/data python -m experiments.extreme.network --hidden 512 --links 1gbit,100mbit \\
-        --arms ist:40,ist:80,tensor_parallel:10 --seeds 0,1,2 --target 0.5
+        --arms ist:40,ist:80,ist:160,tensor_parallel:10 --seeds 0,1,2 --target 0.5
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--links", default="1gbit,100mbit", help="comma-separated link rates (tc units)")
-    ap.add_argument("--arms", default="ist:40,ist:80,tensor_parallel:10", help="algorithm:K, comma-separated")
+    ap.add_argument("--arms", default="ist:40,ist:80,ist:160,tensor_parallel:10", help="algorithm:K, comma-separated")
     ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2])
     ap.add_argument("--target", type=float, default=0.5, help="test P@1 to reach")
     ap.add_argument("--samples", type=int, default=204800, help="the most samples a run trains")
