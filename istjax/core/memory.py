@@ -17,8 +17,10 @@ when that exceeds the cap (`check_memory`). The prediction (`predict`) has three
   temp_size_in_bytes`` (the new state and metrics, less what is written in place of a donated argument, plus XLA's
   scratch). ``argument_size_in_bytes`` is *not* added: the step's arguments are the state (counted as ``state``) and
   the data (resident already, in ``baseline``). A runtime whose round is several device steps around MPI calls has
-  no single compiled step before its first round: ``step`` is then 0 and the prediction a lower bound, which the
-  study's OS limit (`experiments.extreme.limits`) backs with an observed failure.
+  no single compiled step before its first round; it may estimate its round itself (`RuntimeHandle.round_memory`:
+  the MPI runtime's sharded mode compiles its local phase ahead and adds the round's exchange buffers, tensor
+  parallel compiles its round), else ``step`` is 0 and the prediction a lower bound. Either way the study's OS limit
+  (`experiments.extreme.limits`) backs it with an observed failure.
 
 Sizes are bytes; `parse_bytes` reads the config's ``"1.5GiB"`` spelling.
 """
@@ -112,23 +114,29 @@ class MemoryPrediction(NamedTuple):
     state: int
     step: int
     exact: bool
+    step_what: str = "the compiled round's outputs and temporaries"
 
     @property
     def total(self) -> int:
         return self.baseline + self.state + self.step
 
     def describe(self) -> str:
-        step = f"the compiled round's outputs and temporaries {format_size(self.step)}" if self.exact else \
+        step = f"{self.step_what} {format_size(self.step)}" if self.exact else \
             "the round's buffers not counted (compiled in its first round)"
         return (f"{'' if self.exact else 'at least '}{format_size(self.total)}: the process before any state "
                 f"{format_size(self.baseline)}, this rank's state {format_size(self.state)}, {step}")
 
 
-def predict(held: Any, memory: Any = None, *, baseline: Optional[int] = None) -> MemoryPrediction:
+def predict(held: Any, memory: Any = None, *, baseline: Optional[int] = None,
+            round_bytes: Optional[int] = None) -> MemoryPrediction:
     """The prediction for a rank that will hold ``held`` (its `TrainState` share, arrays or shapes) and run a step
-    with ``memory`` (its ``memory_analysis()``, None when not compiled yet). ``baseline``: `resident_bytes` now,
-    at least `BARE_JAX_BYTES`, when not given."""
+    with ``memory`` (its ``memory_analysis()``, None when not compiled yet), or a round the runtime estimates itself
+    (``round_bytes``: its compiled device steps and exchange buffers beyond the state, `istjax.runtimes.RuntimeHandle.
+    round_memory`). ``baseline``: `resident_bytes` now, at least `BARE_JAX_BYTES`, when not given."""
     base = max(resident_bytes(), BARE_JAX_BYTES) if baseline is None else int(baseline)
+    if round_bytes is not None:
+        return MemoryPrediction(base, tree_bytes(held), int(round_bytes), True,
+                                "the round's compiled device steps and exchange buffers")
     return MemoryPrediction(base, tree_bytes(held), step_bytes(memory), memory is not None)
 
 

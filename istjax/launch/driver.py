@@ -485,24 +485,29 @@ def check_memory_cap(run: Run) -> None:
     Each rank predicts its own share (`istjax.core.memory.predict`): the process as it is now (interpreter, JAX, the
     data, the compiled step), the state its runtime gives it (`jax.eval_shape` of its ``init``: a sharded rank's slice, nothing on a
     parameter-server worker rank), and, where the round is one fused step, that step compiled on those shapes and
-    its memory analysis (one extra compilation, paid only with a cap set). The ranks share their verdicts, so all
-    stop together. A no-op without a cap."""
+    its memory analysis (one extra compilation, paid only with a cap set), or the runtime's own estimate of a
+    round of several device steps (`RuntimeHandle.round_memory`). The ranks share their verdicts, so all stop
+    together. A no-op without a cap."""
     limit = memory_lib.parse_bytes(run.config.runtime.memory_limit)
     if not limit:
         return
     alg, handle = run.algorithm, run.algorithm.runtime
     held = jax.eval_shape(alg.init, jax.random.key(int(run.config.seed)))
-    memory = None
+    memory = round_bytes = None
     if handle.fusable:
         step = make_train_step(alg, run.batch_fn, fuse=True)
         memory = step.lower(held, step_inputs(run)).compile().memory_analysis()
+    elif handle.round_memory is not None:  # a round of several device steps around MPI calls: its own estimate
+        batches = jax.eval_shape(run.batch_fn.apply, run.batch_fn.data, held.round)
+        round_bytes = handle.round_memory(held, batches, run.dataset.shared)
     # Measured after the compilation: XLA keeps ~120 MiB of it resident (tiny digits MLP: 370 MiB after the build,
     # 489 after compiling the step, 525 after a round, 536 after an evaluation), and still before any state.
     baseline = max(memory_lib.resident_bytes(), memory_lib.BARE_JAX_BYTES)
     what = f"rank {handle.rank} of {handle.size}" if handle.size > 1 else "this process"
     collector = Collector(run.config)
-    collector.step(lambda: memory_lib.check_memory(memory_lib.predict(held, memory, baseline=baseline), limit,
-                                                   what=what), {"memory_limit": "runtime.memory_limit"}, "")
+    predicted = memory_lib.predict(held, memory, baseline=baseline, round_bytes=round_bytes)
+    collector.step(lambda: memory_lib.check_memory(predicted, limit, what=what),
+                   {"memory_limit": "runtime.memory_limit"}, "")
     problems = [p for rank_problems in handle.allgather(collector.problems) for p in rank_problems]
     if problems:
         raise ConfigError(problems)

@@ -50,6 +50,9 @@ class RuntimeHandle(NamedTuple):
         process holds, for a runtime that keeps the state sharded and can evaluate it in place (collective: every
         process calls it and gets the same result; nothing is gathered); None: gather the state to the primary
         process, which evaluates it with ``task.evaluate``.
+      round_memory: ``(state, batches, shared) -> bytes`` (shapes in, nothing allocated but compiled programs): what
+        a round allocates beyond the state this process holds, for a runtime whose round is not one fused step
+        (`istjax.core.memory.predict`'s ``round_bytes``); None: not estimated.
     """
 
     name: str
@@ -61,6 +64,7 @@ class RuntimeHandle(NamedTuple):
     size: int = 1
     allgather: Callable[[Any], list] = lambda value: [value]
     evaluate: Optional[Callable[..., Any]] = None
+    round_memory: Optional[Callable[..., int]] = None
 
     @property
     def primary(self) -> bool:

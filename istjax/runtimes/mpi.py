@@ -76,6 +76,7 @@ import numpy as np
 
 from istjax.core.errors import ArgError
 from istjax.core import contract
+from istjax.core import memory as memory_lib
 from istjax.core.collectives import Collectives
 from istjax.core import shard as shard_lib
 from istjax.core import tiled_init
@@ -223,6 +224,7 @@ class MPIRuntime:
     largest_array_bytes: int = 0
     phases: Optional[dict] = None
     evaluate: Optional[Callable] = None
+    round_memory: Optional[Callable] = None
 
     def _phase(self, name: str, t0: float, *outs) -> float:
         """Adds the time since ``t0`` to phase ``name`` (after waiting for ``outs``) when profiling; the new t0."""
@@ -249,7 +251,7 @@ class MPIRuntime:
                    or self.algorithm.exchange == "activations")  # tensor parallel: always in shards
         return RuntimeHandle(name="mpi", fusable=False, gather=self.gather,
                              agree=self.agree, whole_state=not sharded, rank=self.rank, size=self.size,
-                             allgather=self.comm.allgather, evaluate=self.evaluate)
+                             allgather=self.comm.allgather, evaluate=self.evaluate, round_memory=self.round_memory)
 
     def as_algorithm(self):
         """The algorithm with this runtime's ``init``, ``round`` and handle: a drop-in for code that takes one."""
@@ -749,7 +751,23 @@ def _sharded(rt: MPIRuntime):
         spares.keep(received=received, returned=returned, sums=totals)
         return state, _finish(rt, traffic, metrics, rt.comm)
 
+    def round_memory(state, batches, shared=None) -> int:
+        """What ``round_fn`` allocates beyond ``state`` (shapes): the largest of its local phase (the compiled lane
+        step's outputs and temporaries beside what arrived) and its end (every buffer ``round_fn`` still holds when
+        ``collect`` writes the new state); the batches and the received/returned/summed buffers counted as new, as
+        in the first round."""
+        round_plan, pieces, local = jax.eval_shape(outbound, state)
+        sub = jax.eval_shape(assemble, pieces, local)
+        trained, metrics = jax.eval_shape(train, sub, batches, shared, state.round)
+        back, whole, sums = jax.eval_shape(give_back, subnet.held(trained))
+        compiled = train.lower(sub, batches, shared, state.round).compile()
+        arrived = memory_lib.tree_bytes((batches, pieces, local, pieces, sub))  # sent, kept, received, assembled
+        after = memory_lib.tree_bytes((metrics, back, back, whole, sums, sums, state)) + \
+            rt.size * memory_lib.tree_bytes(whole)  # returned = back, totals = sums, gathered, the new state
+        return arrived + max(memory_lib.step_bytes(compiled.memory_analysis()), after)
+
     rt.init, rt.round, rt.gather = _sharded_init(alg, layout), round_fn, _sharded_gather(alg, layout, x)
+    rt.round_memory = round_memory
     if side.evaluate is not None:
         rt.evaluate = side.evaluate(layout, _mpi_collectives(rt.comm, rt.rank))
 
@@ -827,8 +845,11 @@ def _tensor(rt: MPIRuntime):
             return None
         return pieces.join(TrainState(got[0], state.model_state, got[1], state.key, state.round))
 
+    def round_memory(state, batches, shared=None) -> int:  # one compiled program: its outputs and temporaries
+        return memory_lib.step_bytes(train.lower(state, batches).compile().memory_analysis())
+
     rt.init = jax.jit(lambda key: pieces.init(key, rt.rank))  # the shard's state only (`TensorPieces.init`)
-    rt.round, rt.gather = round_fn, gather
+    rt.round, rt.gather, rt.round_memory = round_fn, gather, round_memory
     rt.evaluate = functools.partial(pieces.evaluate, coll)
 
 

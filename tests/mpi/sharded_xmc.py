@@ -78,6 +78,10 @@ for name, (optimizer, carry) in cases.items():
     for r in range(2):
         state, metrics = alg.round(state, batch(r))
         ref, _ = plain.round(ref, batch(r))
+    # The runtime's estimate of a round beyond the state (`RuntimeHandle.round_memory`, the memory cap's), from
+    # shapes: at least the sub-networks this rank's workers receive and send back.
+    estimate = alg.runtime.round_memory(*jax.eval_shape(lambda: (state, batch(r))))
+    assert estimate >= (W // N) * (alg.comm.received + alg.comm.sent), (estimate, tuple(alg.comm))
     got = (metrics["measured_bytes_received"], metrics["measured_bytes_sent"])
     assert got == (alg.comm.received, alg.comm.sent), (name, got, tuple(alg.comm))
     mine = state.params  # this rank's shard of every owned leaf
