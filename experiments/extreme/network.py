@@ -12,8 +12,8 @@ under ``mpiexec`` on the namespaces), evaluates every round and stops at the fir
 * ``ist:K``: sharded IST (no rank holds the whole model), W = P workers, K local steps of B = 128 (the extreme
   study's recipe, ``experiments/configs/xmc_debian_ist.py``); a round's all-to-all moves each worker's sub-network
   both ways at once, and its evaluation runs in place by label blocks (`istjax.algorithms.tensor.owner_evaluate`:
-  the output layer's rows exchanged once, then ``[points, H]`` hidden units and each rank's top 5, not
-  ``[points, labels]`` partial logits);
+  the output layer's rows exchanged for a label block per evaluated chunk, ``[points, H]`` hidden units and each
+  rank's top 5, not ``[points, labels]`` partial logits);
 * ``tensor_parallel:K``: tensor parallel on P shards, K steps a round (a round is only the unit of evaluation: the
   activations move every step), each step on all W x B = P x 128 examples.
 

@@ -72,7 +72,7 @@ def owner_evaluate(task: Task, layout: shard.Layout, c: Collectives) -> Optional
     """``(params, model_state, batch, shared=None) -> (loss, aux)``: the whole network's evaluation from this owner's
     part, with no weight gathered to one rank. A one-hidden-layer `istjax.models.SparseMLP` whose labels the owners
     divide is evaluated by label blocks (`istjax.algorithms.tensor.owner_evaluate`: the output layer's rows
-    exchanged for a label block once, then per batch ``[B, H]`` hidden units and each rank's top k); any other model
+    exchanged for a label block, then ``[B, H]`` hidden units and each rank's top k, per batch); any other model
     with ``owner_logits`` runs its forward pass from the owner's slice with each layer's partial sums reduced
     (`istjax.core.task.OwnerPass.evaluate`: ``[B, C]`` floats a batch for the output layer). None when neither
     applies (a group held whole that the model's owner pass does not take whole)."""

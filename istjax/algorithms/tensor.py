@@ -197,7 +197,8 @@ def from_owner_rows(params: PyTree, c: Collectives) -> PyTree:
 def owner_evaluate(task: Task, num_owners: int) -> Optional[Callable]:
     """``(c, params, model_state, batch, shared=None) -> (loss, aux)``: the evaluation of a `istjax.models.SparseMLP`
     with one hidden layer held by ``num_owners`` IST owners (every hidden unit in shards), by label blocks: its
-    parameters moved into tensor parallel's split once (`from_owner_rows`), then per batch the hidden units
+    parameters moved into tensor parallel's split (`from_owner_rows`, in every call: once per evaluated chunk;
+    fewer floats than the chunk's ``[B, C]`` logits whenever ``B > H / P``), then the hidden units
     all-gathered (``[B, H]``) and each rank's top k merged, as tensor parallel evaluates (`sharded_scores`): no
     ``[B, C]`` logits cross the link, where reducing every owner's partial logits moves ``B x C`` floats a batch.
     None for any other model, or labels that ``num_owners`` does not divide."""
