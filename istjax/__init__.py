@@ -23,6 +23,7 @@ from istjax.algorithms.ist import ist as ist
 from istjax.algorithms.replicated import data_parallel as data_parallel
 from istjax.algorithms.tensor import tensor_parallel as tensor_parallel
 from istjax.algorithms.replicated import local_sgd as local_sgd
+from istjax.algorithms.replicated import diloco as diloco
 from istjax.algorithms.resist import resist as resist
 from istjax.core.comm import CommBytes as CommBytes
 from istjax.core.errors import ArgError as ArgError
@@ -96,6 +97,7 @@ __all__ = [
     "classifier",
     "data_parallel",
     "default_config",
+    "diloco",
     "extract",
     "extract_tree",
     "ist",

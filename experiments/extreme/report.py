@@ -36,8 +36,13 @@ def _why(r: dict) -> str:
     return r.get("observed") or r.get("predicted") or "did not train"
 
 
-@table("extreme_debian", DEBIAN)
-def _debian(d):
+def _data_name(d) -> str:
+    """The data set the study ran on, read from its first cell's resolved config."""
+    return next(iter(d["configs"].values()))["resolved"]["data"]["name"].replace("_", "-")
+
+
+def _study(d):
+    """Every cell of a study (``python -m experiments.extreme.study``): fit under the cap, memory, P@k, PSP@k, speed."""
     rows = sorted(d["rows"], key=lambda r: (list(NAMES).index(r["algorithm"]), r["ranks"], r["hidden"]))
     body = markdown_table(
         ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "cgroup peak", "P@1", "P@3", "P@5", "nDCG@5",
@@ -52,8 +57,11 @@ def _debian(d):
          for r in rows])
     misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: {_why(r)}"
                for r in rows if not r["fits"]]
-    head = (f"xmc-debian-deps, every rank limited to {d['cap']} (its own cgroup; `runtime.memory_limit` the same), "
-            f"{cell(rows[0].get('samples_seen'))} samples per run (every arm the same), mean ± std over seeds.")
+    shape = d["shape"]
+    samples = next((r.get("samples_seen") for r in rows if r.get("samples_seen")), None)
+    head = (f"{_data_name(d)} ({shape['features']:,} features, {shape['labels']:,} labels), every rank limited to "
+            f"{d['cap']} (its own cgroup; `runtime.memory_limit` the same), {cell(samples)} samples per run (every "
+            f"arm the same), mean ± std over seeds.")
     return "\n\n".join([head, body] + (["Cells that do not fit:\n\n" + "\n".join(misfits)] if misfits else []))
 
 
@@ -115,7 +123,6 @@ def _bytes(d):
             f"fewer bytes a sample than tensor parallel.\n\n" + body)
 
 
-@table("extreme_gap", DEBIAN)
 def _gap(d):
     """IST's approximation cost: its P@1 and PSP@1 beside tensor parallel's (exact full-model training) at each H
     both train, same ranks and samples; the difference of the means with the two spreads."""
@@ -147,18 +154,6 @@ def _best(d, algorithms) -> dict:
     return max((r for r in d["rows"] if r["algorithm"] in algorithms and r["fits"]),
                key=lambda r: r["precision_at_1_mean"])
 
-
-scalar("extreme.cap", DEBIAN, lambda d: d["cap"])
-scalar("extreme.dp_largest", DEBIAN, lambda d: _largest(d, "data_parallel")["hidden"])
-scalar("extreme.ist_largest", DEBIAN, lambda d: _largest(d, "ist")["hidden"])
-scalar("extreme.ist_largest_p1", DEBIAN, lambda d: _metric(_largest(d, "ist"), "precision_at_1"))
-scalar("extreme.tp_largest", DEBIAN, lambda d: _largest(d, "tensor_parallel")["hidden"])
-scalar("extreme.ist4_largest", DEBIAN, lambda d: _largest(d, "ist", 4)["hidden"])
-scalar("extreme.ist4_largest_p1", DEBIAN, lambda d: _metric(_largest(d, "ist", 4), "precision_at_1"))
-scalar("extreme.replicated_best_p1", DEBIAN, lambda d: _metric(_best(d, ("data_parallel", "local_sgd")),
-                                                               "precision_at_1"))
-scalar("extreme.replicated_best", DEBIAN, lambda d: "{} at H = {}".format(
-    NAMES[_best(d, ("data_parallel", "local_sgd"))["algorithm"]], _best(d, ("data_parallel", "local_sgd"))["hidden"]))
 
 # The same study before `SparseMLP.rescale` existed (its IST cells: sub-networks without the H / h scaling).
 NO_RESCALE = "experiments/extreme/results/debian_no_rescale.json"
@@ -279,5 +274,31 @@ def _target(d, ranks: int) -> str:
     return "missed (" + " and ".join(w for w, bad in (("width", not wide), ("P@1", not better)) if bad) + ")"
 
 
-scalar("extreme.target_p2", DEBIAN, lambda d: _target(d, 2))
-scalar("extreme.target_p4", DEBIAN, lambda d: _target(d, 4))
+SYNTHETIC = "experiments/extreme/results/synthetic.json"  # synthetic data sized for this machine
+
+
+def _register_study(tables: str, gap: str, prefix: str, source: str) -> None:
+    """The study's tables (every cell; IST beside tensor parallel) and its headline figures (``{prefix}.*``), the
+    same for every data set the study ran on."""
+    table(tables, source)(_study)
+    table(gap, source)(_gap)
+    replicated = ("data_parallel", "local_sgd")
+    for name, fn in {
+        "cap": lambda d: d["cap"],
+        "dp_largest": lambda d: _largest(d, "data_parallel")["hidden"],
+        "ist_largest": lambda d: _largest(d, "ist")["hidden"],
+        "ist_largest_p1": lambda d: _metric(_largest(d, "ist"), "precision_at_1"),
+        "tp_largest": lambda d: _largest(d, "tensor_parallel")["hidden"],
+        "ist4_largest": lambda d: _largest(d, "ist", 4)["hidden"],
+        "ist4_largest_p1": lambda d: _metric(_largest(d, "ist", 4), "precision_at_1"),
+        "replicated_best_p1": lambda d: _metric(_best(d, replicated), "precision_at_1"),
+        "replicated_best": lambda d: "{} at H = {}".format(NAMES[_best(d, replicated)["algorithm"]],
+                                                           _best(d, replicated)["hidden"]),
+        "target_p2": lambda d: _target(d, 2),
+        "target_p4": lambda d: _target(d, 4),
+    }.items():
+        scalar(f"{prefix}.{name}", source, fn)
+
+
+_register_study("extreme_debian", "extreme_gap", "extreme", DEBIAN)
+_register_study("extreme_synthetic", "extreme_synthetic_gap", "extreme.synthetic", SYNTHETIC)

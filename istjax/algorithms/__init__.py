@@ -1,7 +1,7 @@
 """Algorithms: factories returning an `Algorithm` of pure pieces (see `istjax.algorithms.base`).
 
 * `istjax.algorithms.ist`: Independent Subnetwork Training (arXiv 1910.02120).
-* `istjax.algorithms.replicated`: the data-parallel and local-SGD baselines.
+* `istjax.algorithms.replicated`: the data-parallel, local-SGD and DiLoCo baselines.
 * `istjax.algorithms.tensor`: tensor (model) parallelism, every layer split across MPI processes (Megatron).
 * `istjax.algorithms.resist`: ResIST, IST over the depth of a ResNet (arXiv 2107.00961).
 * `istjax.algorithms.reference`: the plain Python-loop rounds every runtime is tested against.
@@ -15,6 +15,7 @@ from istjax.algorithms.base import apply_update as apply_update
 from istjax.algorithms.base import local_train as local_train
 from istjax.algorithms.ist import ist as ist
 from istjax.algorithms.replicated import data_parallel as data_parallel
+from istjax.algorithms.replicated import diloco as diloco
 from istjax.algorithms.replicated import local_sgd as local_sgd
 from istjax.algorithms.resist import resist as resist
 from istjax.algorithms.tensor import tensor_parallel as tensor_parallel
@@ -40,6 +41,9 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                                     "gradients averaged every step"),
     "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state"),
                                 "whole replicas trained K steps, then averaged"),
+    "diloco": AlgorithmEntry(diloco, ("outer_learning_rate", "outer_momentum", "optimizer_state", "model_state"),
+                             "DiLoCo: whole replicas trained K steps, their average change applied by an outer "
+                             "Nesterov step"),
     "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "min_depth", "test_scale", "num_owners"),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
     "tensor_parallel": AlgorithmEntry(tensor_parallel, ("batch_size",),
@@ -48,4 +52,4 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Exchange", "apply_update",
-           "data_parallel", "ist", "local_sgd", "local_train", "resist", "tensor_parallel"]
+           "data_parallel", "diloco", "ist", "local_sgd", "local_train", "resist", "tensor_parallel"]

@@ -173,6 +173,9 @@ class Algorithm:
         subnetworks and can run sharded; None otherwise.
       tensor: the pieces of an algorithm that exchanges activations (`istjax.algorithms.tensor.TensorPieces`: a
         shard's round and evaluation against collectives the runtime supplies); None otherwise.
+      outer_optimizer: an algorithm that exchanges replicas and applies their average change through an optimizer
+        of its own (DiLoCo's outer Nesterov step; its state is the global state's ``opt_state``); None when the
+        replicas' mean is the new model.
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -195,6 +198,7 @@ class Algorithm:
     subnet: Optional[SubnetPieces] = None
     owner_side: Optional[OwnerSide] = None
     tensor: Any = None
+    outer_optimizer: Optional[optax.GradientTransformation] = None
 
     def __post_init__(self):  # the declarations are checked where they are made
         try:

@@ -23,7 +23,7 @@ from istjax.core import partition as partition_lib
 from istjax.core.schedule import at_round
 from istjax.core.spec import SubnetSpec, spec_like_params
 from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys, worker_init
-from istjax.core.task import Task
+from istjax.core.task import Task, scaled_for_test
 
 __all__ = ["ist", "ist_pieces", "held_spec"]
 
@@ -55,6 +55,7 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     sampler = sampler or partition_lib.uniform()
     _check_groups(task)
     slots = sampler.slots(task.spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
+    task = scaled_for_test(task, slots)  # a module that scales its partitioned branches at test time
     loss = task.train_loss(slots)
     carry = optimizer_state == "carry"
 

@@ -189,16 +189,20 @@ def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     for w in range(W):
         start = WorkerState(state.params, state.model_state, at_round(alg.optimizer.init(state.params), state.round))
         results.append(_train_one(step, start, jax.tree.map(lambda b: b[w], batches), K, shared))
-    params = _mean([r.params for r in results])
+    params, opt_state = _mean([r.params for r in results]), ()
+    if alg.outer_optimizer is not None:  # DiLoCo: the replicas' average change through the outer optimizer
+        outer_grad = jax.tree.map(lambda p, m: p - m, state.params, params)
+        updates, opt_state = alg.outer_optimizer.update(outer_grad, state.opt_state, state.params)
+        params = jax.tree.map(lambda p, u: p + u, state.params, updates)
     model_state = _policy(alg, params, _mean([r.model_state for r in results]), batches, shared)
-    return TrainState(params, model_state, (), key, state.round + 1)
+    return TrainState(params, model_state, opt_state, key, state.round + 1)
 
 
 def reference_round(algorithm: Algorithm, state: TrainState, batches: PyTree, shared: Any = None) -> TrainState:
     """One round of ``algorithm`` computed with plain loops.
 
     Covers every exchange an algorithm declares: ``"subnetworks"`` (IST, any sampler, optimizer state reset),
-    ``"gradients"`` (data parallel) and ``"replicas"`` (local SGD, optimizer state reset).
+    ``"gradients"`` (data parallel) and ``"replicas"`` (local SGD, optimizer state reset; DiLoCo's outer step).
     """
     if algorithm.exchange in ("subnetworks", "replicas") and algorithm.carries_optimizer_state:
         raise NotImplementedError(f"the reference {algorithm.exchange} round resets the optimizer state every round; "

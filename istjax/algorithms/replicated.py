@@ -1,4 +1,5 @@
-"""The baselines every worker trains the whole model in: data parallel and local SGD.
+"""The baselines every worker trains the whole model in: data parallel, local SGD and DiLoCo (local SGD with an
+outer Nesterov step).
 
 Rounds of all algorithms consume the same `[W, K, B]` batches, so budgets compare directly.
 """
@@ -14,12 +15,13 @@ import optax
 from istjax.algorithms.base import (Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train,
                                     recompute_from)
 from istjax.core.comm import replicated_bytes
+from istjax.core.errors import ArgError
 from istjax.core.schedule import at_round
 from istjax.core.state import (WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, round_keys,
                                worker_init, worker_mean)
 from istjax.core.task import Task
 
-__all__ = ["data_parallel", "local_sgd"]
+__all__ = ["data_parallel", "diloco", "local_sgd", "outer_optimizer", "outer_step"]
 
 
 def _next_key(state):
@@ -118,3 +120,77 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
                           comm=comm, task=task, optimizer=optimizer, exchange="replicas",
                           carries_optimizer_state=carry, model_state_policy=model_state)
     return bind(algorithm, backend, **backend_options)
+
+
+def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
+           outer_learning_rate: float = 0.7, outer_momentum: float = 0.9, optimizer_state: str = "reset",
+           model_state: str = "carry", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+    """DiLoCo (Douillard et al. 2023): local SGD whose replicas' average is taken by an outer optimizer.
+
+    Every worker trains the whole model for K steps with the inner ``optimizer`` (any optax transformation; the
+    paper's AdamW), from a fresh inner state each round; then the outer gradient, the global parameters minus the
+    workers' mean, is applied by SGD with Nesterov momentum (``outer_learning_rate``, ``outer_momentum``; the
+    paper's 0.7 and 0.9), whose state travels with the global model. With W = 1, ``outer_learning_rate=1`` and
+    ``outer_momentum=0`` this is plain training of one model (the tests check it). Each round moves the same bytes
+    as local SGD: the model to each worker and back.
+    """
+    check_common(task, num_workers, local_steps, optimizer_state, model_state)
+    _check_outer(outer_learning_rate, outer_momentum, optimizer_state)
+    loss = task.train_loss(None)
+    outer = outer_optimizer(outer_learning_rate, outer_momentum)
+
+    def init(key):
+        fresh = init_state(task, optimizer, False)(key)
+        return fresh._replace(opt_state=outer.init(fresh.params))
+
+    def distribute(state):
+        params = broadcast_workers(state.params, num_workers)
+        return (WorkerState(params, broadcast_workers(state.model_state, num_workers),
+                            worker_init(optimizer, params, state.round)), RoundPlan(_next_key(state), None))
+
+    def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally
+        del axis_name, reduce
+        return local_train(loss, optimizer, worker, batches_K, shared)
+
+    def collect(state, workers, plan, batches=None, shared=None):
+        params, outer_state = outer_step(outer, state.params, worker_mean(workers.params, like=state.params),
+                                         state.opt_state)
+        return finish_round(model_state, state, params, worker_mean(workers.model_state, like=state.model_state),
+                            outer_state, plan.key, recompute_from(task, batches, shared))
+
+    abstract_params = jax.eval_shape(task.init, jax.random.key(0))
+    abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
+    comm = replicated_bytes((abstract_params, abstract_state), times=1)
+    algorithm = Algorithm(init=init, round=None, distribute=distribute, local=local, collect=collect, name="diloco",
+                          num_workers=num_workers, local_steps=local_steps, comm=comm, task=task, optimizer=optimizer,
+                          exchange="replicas", carries_optimizer_state=False, model_state_policy=model_state,
+                          outer_optimizer=outer)
+    return bind(algorithm, backend, **backend_options)
+
+
+def outer_optimizer(learning_rate: float, momentum: float) -> optax.GradientTransformation:
+    """DiLoCo's outer optimizer: SGD with Nesterov momentum (plain SGD when ``momentum`` is 0)."""
+    return optax.sgd(learning_rate, momentum=momentum or None, nesterov=bool(momentum))
+
+
+def outer_step(outer: optax.GradientTransformation, params, mean_params, outer_state):
+    """One outer step: the outer gradient ``params - mean_params`` (the replicas' average change, negated) through
+    ``outer``. Returns the new parameters and outer state."""
+    delta = jax.tree.map(lambda p, m: (p - m).astype(p.dtype), params, mean_params)
+    updates, outer_state = outer.update(delta, outer_state, params)
+    return optax.apply_updates(params, updates), outer_state
+
+
+def _check_outer(learning_rate, momentum, optimizer_state: str) -> None:
+    for name, v, low in (("outer_learning_rate", learning_rate, "> 0"), ("outer_momentum", momentum, "in [0, 1)")):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (v > 0 if name == "outer_learning_rate"
+                                                                          else 0 <= v < 1)
+        if not ok:
+            raise ArgError(name, v, f"diloco({name}={v!r}): must be a number {low};",
+                           "the paper uses outer_learning_rate=0.7, outer_momentum=0.9.",
+                           f"e.g. --config.algorithm.{name}={0.7 if name == 'outer_learning_rate' else 0.9}.")
+    if optimizer_state != "reset":
+        raise ArgError("optimizer_state", optimizer_state,
+                       "diloco(optimizer_state='carry'): the outer optimizer's state is what travels with the global "
+                       "model; the inner optimizer starts fresh every round here.",
+                       "Use optimizer_state='reset'.", "Use --config.algorithm.optimizer_state=reset.")

@@ -208,6 +208,12 @@ def owner_statistics(model):
     return _method(model, "owner_statistics")
 
 
+def scaled_for_test(model):
+    """The module's ``scaled_for_test(fractions)`` (bound), or None: its test-time network given the fraction of each
+    neuron group a worker trains (`istjax.models.Transformer` with ``scaling="test"``)."""
+    return _method(model, "scaled_for_test")
+
+
 def first_block_groups(model) -> dict:
     """A depth-split ResNet's one-block groups (``{}`` when it declares none)."""
     method = _method(model, "first_block_groups")

@@ -72,7 +72,9 @@ def forward_failed(model: nn.Module, example_x: Any, error: BaseException) -> Mo
 
 
 def check_output(model: nn.Module, out: Any, example_x: Any, num_classes: Optional[int]) -> None:
-    """``out`` (abstract) must be ``[batch, num_classes]`` logits, ``batch`` the example input's leading axis."""
+    """``out`` (abstract) must be ``[batch, num_classes]`` logits, ``batch`` the example input's leading axis; a model
+    that scores its own logits (a ``scores`` method: a language model's per-position logits) may return
+    ``[batch, ..., num_classes]``."""
     name = type(model).__name__
     leaves = jax.tree.leaves(out)
     if len(leaves) != 1:
@@ -82,18 +84,19 @@ def check_output(model: nn.Module, out: Any, example_x: Any, num_classes: Option
     example_shape = tuple(np.shape(jax.tree.leaves(example_x)[0]))
     batch = example_shape[0]
     want = f"[{batch}, {num_classes if num_classes is not None else 'num_classes'}]"
-    if len(shape) != 2 or shape[0] != batch:
+    per_position = len(shape) > 2 and shape[0] == batch and callable(getattr(model, "scores", None))
+    if (len(shape) != 2 and not per_position) or shape[0] != batch:
         if len(example_shape) == 1 and len(shape) < 2:  # the leading axis was read as features, not examples
             raise ModelCheckError(f"{name} returns shape {shape} for your example input: {_unbatched(example_x)}.")
         raise ModelCheckError(
             f"{name} returns shape {shape} for an example batch of {batch}; it must return logits of shape {want}: "
             f"one row per example, one column per class (flatten or pool spatial axes before the last Dense, and "
             f"do not squeeze the class axis).")
-    if num_classes is not None and shape[1] != num_classes:
+    if num_classes is not None and shape[-1] != num_classes:  # [batch, ..., classes]: a model scoring its own logits
         raise ModelCheckError(
-            f"{name} returns {shape[1]} logits per example but the data has {num_classes} classes; give it "
+            f"{name} returns {shape[-1]} logits per example but the data has {num_classes} classes; give it "
             f"num_classes={num_classes} (istjax fills the num_classes field from the data; a model that hard-codes "
-            f"its output width must match it). Labels outside [0, {shape[1]}) give a NaN loss.")
+            f"its output width must match it). Labels outside [0, {shape[-1]}) give a NaN loss.")
 
 
 def _normalised(jaxpr) -> Optional[str]:

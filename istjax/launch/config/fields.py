@@ -55,7 +55,7 @@ def default_config() -> ml_collections.ConfigDict:
 def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     """What is trained: the algorithm (`istjax.algorithms.ALGORITHMS`) and the options its factories take."""
     c.algorithm = ml_collections.ConfigDict()
-    c.algorithm.name = "ist"  # "ist" | "data_parallel" | "local_sgd" | "resist" (model.name="depth_resnet") |
+    c.algorithm.name = "ist"  # "ist" | "data_parallel" | "local_sgd" | "diloco" | "resist" (model.name="depth_resnet") |
     # "tensor_parallel" (runtime.name="mpi"; one hidden layer: sparse_mlp, or mlp without BatchNorm)
     c.algorithm.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with params
     # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
@@ -65,6 +65,9 @@ def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     # scaling of partitioned residual branches at test time.
     c.algorithm.min_depth = 0
     c.algorithm.test_scale = True
+    # DiLoCo: the outer optimizer (SGD with Nesterov momentum) on the replicas' average change; the paper's values.
+    c.algorithm.outer_learning_rate = 0.7
+    c.algorithm.outer_momentum = 0.9
 
 
 def _sampler_section(c: ml_collections.ConfigDict) -> None:
