@@ -96,7 +96,7 @@ def test_the_page_table_lists_misfits_with_the_kernels_line(planned):
     _write(by[("data_parallel_p2_h1024", 0)], limit=_limit(False, 0))
     runs = [r for p in plan if (r := study.record(p)) is not None]
     doc = {"cap": "1.00 GiB", "rows": study.rows(cells, plan, runs)}
-    text = report._debian(doc)
+    text = report._study(doc)
     assert "| IST (sharded) | 2 | 1,024 | yes | 1.0 GiB | - | 0.500 (1 seed) |" in text
     assert "data parallel, 2 ranks, H = 1024: rank 0 killed" in text
 
@@ -166,7 +166,7 @@ def test_a_cell_at_the_edge_of_the_cap_says_how_many_seeds_trained(planned):
     runs = [r for p in plan if (r := study.record(p)) is not None]
     row = next(r for r in study.rows(cells, plan, runs) if r["label"] == "ist_p2_h1024")
     assert not row["fits"] and row["seeds"] == [0] and row["attempted"] == 2 and row["observed"] == "rank 0 killed"
-    text = report._debian({"cap": "1.00 GiB", "rows": [row]})
+    text = report._study({"cap": "1.00 GiB", "rows": [row]})
     assert "| IST (sharded) | 2 | 1,024 | no (1 of 2 seeds trained) |" in text and "H = 1024: rank 0 killed" in text
 
 

@@ -37,8 +37,10 @@ def _why(r: dict) -> str:
 
 
 def _data_name(d) -> str:
-    """The data set the study ran on, read from its first cell's resolved config."""
-    return next(iter(d["configs"].values()))["resolved"]["data"]["name"].replace("_", "-")
+    """The data set the study ran on, read from its first cell's resolved config (its shape when recorded)."""
+    configs, shape = d.get("configs") or {}, d.get("shape") or {}
+    name = next(iter(configs.values()))["resolved"]["data"]["name"].replace("_", "-") if configs else "the data"
+    return name + (f" ({shape['features']:,} features, {shape['labels']:,} labels)" if "labels" in shape else "")
 
 
 def _study(d):
@@ -57,9 +59,8 @@ def _study(d):
          for r in rows])
     misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: {_why(r)}"
                for r in rows if not r["fits"]]
-    shape = d["shape"]
     samples = next((r.get("samples_seen") for r in rows if r.get("samples_seen")), None)
-    head = (f"{_data_name(d)} ({shape['features']:,} features, {shape['labels']:,} labels), every rank limited to "
+    head = (f"{_data_name(d)}, every rank limited to "
             f"{d['cap']} (its own cgroup; `runtime.memory_limit` the same), {cell(samples)} samples per run (every "
             f"arm the same), mean ± std over seeds.")
     return "\n\n".join([head, body] + (["Cells that do not fit:\n\n" + "\n".join(misfits)] if misfits else []))

@@ -251,12 +251,13 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     arms = sorted({(r["algorithm"], r["ranks"]) for r in doc["rows"]})
     misfits = []
-    for algorithm, ranks in arms:
+    for i, (algorithm, ranks) in enumerate(arms):  # distinct markers: equal arms (data and tensor parallel) overlap
         mine = sorted((r for r in doc["rows"] if (r["algorithm"], r["ranks"]) == (algorithm, ranks)),
                       key=lambda r: r["hidden"])
         fit = [r for r in mine if r["fits"]]
         line = ax.errorbar([r["hidden"] for r in fit], [r["precision_at_1_mean"] for r in fit],
-                           yerr=[r["precision_at_1_std"] or 0 for r in fit], marker="o", capsize=3,
+                           yerr=[r["precision_at_1_std"] or 0 for r in fit], marker="osD^v"[i % 5], capsize=3,
+                           markersize=9 - 1.2 * i, fillstyle="none" if i % 2 else "full",
                            label=f"{algorithm.replace('_', ' ')}, {ranks} ranks")
         misfits.append(([r["hidden"] for r in mine if not r["fits"]], line[0].get_color()))
     bottom, top = ax.get_ylim()
@@ -266,7 +267,11 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("hidden units H (x on the axis: does not fit the cap)")
     ax.set_ylabel("test P@1")
-    ax.set_title(f"xmc-debian-deps, {doc['cap']} per rank")
+    shape = doc.get("shape", {})
+    data = next(iter(doc["configs"].values()))["resolved"]["data"]["name"] if doc.get("configs") else ""
+    name = (f"synthetic ({shape['features']:,} features, {shape['labels']:,} labels)" if data == "xmc_synthetic"
+            else "xmc-debian-deps")
+    ax.set_title(f"{name}, {doc['cap']} per rank")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
