@@ -187,6 +187,8 @@ class Transformer(nn.Module):
                 raise ArgError(field, getattr(self, field), f"Transformer.{field}={getattr(self, field)!r}: must be "
                                                             f"a positive integer,", "e.g. num_layers=4, embed_dim=128, context=64.")
         layers.check_choice("Transformer", "split", self.split, SPLITS)
+        if self.scaling is None:  # --config.model.scaling=none reads as None
+            object.__setattr__(self, "scaling", "none")
         layers.check_choice("Transformer", "scaling", self.scaling, SCALINGS)
         layers.check_choice("Transformer", "positions", self.positions, POSITIONS)
         heads = self._per_layer("num_heads", self.num_heads)

@@ -1,0 +1,138 @@
+"""The transformer study of docs/transformers.md: IST by width (three scalings) and by depth against data parallel,
+local SGD and DiLoCo on Shakespeare's plays, W = 2 and 4, the same samples for every cell, three seeds.
+
+Every cell trains `experiments/configs/shakespeare_transformer.py` (4 layers, 4 heads, width 128, context 64; Adam
+2e-3, K = 10 local steps of B = 32 windows) for ``--samples`` windows (rounds = samples / (W x K x B)), evaluated on
+512 held-out windows of whole plays; after every run ``experiments/text/results/study.json`` is rewritten: per cell
+the validation loss (nats per character) over seeds (``val_loss_mean``), the bytes a worker moves a round, and each
+run's curve of validation loss against rounds, samples and wall time::
+
+    python -m experiments.text.study                  # every cell, seeds 0,1,2 (about an hour on 2 cores)
+    python -m experiments.text.study --only ist_width_train_w2 --seeds 0
+    python -m experiments.text.study --plot           # redraw docs/figures/transformers.png from the file
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from experiments.grid import REPO, Cell, parser
+from istjax.launch.study import Planned, run_record, run_study
+
+CONFIG = "experiments/configs/shakespeare_transformer.py"
+OUT = REPO / "experiments" / "text" / "results" / "study.json"
+FIGURE = REPO / "docs" / "figures" / "transformers.png"
+K, B = 10, 32
+NAMES = {"ist": "IST", "data_parallel": "data parallel", "local_sgd": "local SGD", "diloco": "DiLoCo"}
+
+
+def cells(samples: int, workers: Sequence[int] = (2, 4)) -> list[Cell]:
+    """Per W: IST by width with no / training-time / test-time scaling, IST by depth (test-time scaling, ResIST's),
+    and the three baselines, each for ``samples`` windows."""
+    out = []
+    for w in workers:
+        rounds = samples // (w * K * B)
+        if rounds * w * K * B != samples:
+            raise SystemExit(f"--samples {samples} is not a whole number of rounds at W = {w} (W x K x B = "
+                             f"{w * K * B}); use a multiple of {4 * K * B}.")
+        base = (f"--config.num_workers={w}", f"--config.local_steps={K}", f"--config.batch_size={B}",
+                f"--config.num_rounds={rounds}", f"--config.eval_every={max(1, rounds // 4)}",
+                f"--config.checkpoint_every={rounds}")
+
+        def cell(label, algorithm, split="width", scaling="train", **info):
+            return Cell(f"{label}_w{w}", CONFIG, base + (f"--config.algorithm.name={algorithm}",
+                                                        f"--config.model.split={split}",
+                                                        f"--config.model.scaling={scaling}"),
+                        {"split": split if algorithm == "ist" else None,
+                         "scaling": scaling if algorithm == "ist" else None, **info})
+
+        out += [cell("ist_width_none", "ist", scaling="none"),
+                cell("ist_width_train", "ist", scaling="train"),
+                cell("ist_width_test", "ist", scaling="test"),
+                cell("ist_depth_test", "ist", split="depth", scaling="test"),
+                cell("data_parallel", "data_parallel"),
+                cell("local_sgd", "local_sgd"),
+                cell("diloco", "diloco")]
+    return out
+
+
+def record(p: Planned) -> Optional[dict[str, Any]]:
+    """`run_record` plus the run's validation curve (``metrics.jsonl``: every evaluation's round, samples, wall time
+    and validation loss)."""
+    r = run_record(p)
+    if r is None:
+        return None
+    curve = []
+    for line in (p.run_dir / "metrics.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        if "test_loss" in m:
+            curve.append({k: m[k] for k in ("round", "samples_seen", "wall_time_s", "test_loss")})
+    return {**r, "val_loss": r["test_loss"], "curve": curve}
+
+
+def finish(out: pathlib.Path) -> None:
+    """Adds each row's validation loss over seeds (``val_loss_mean``, ``val_loss_std``, nats per character)."""
+    from istjax.launch.study import mean_std
+
+    doc = json.loads(out.read_text())
+    for row in doc["rows"]:
+        mine = [r for r in doc["runs"] if r["label"] == row["label"]]
+        row["val_loss_mean"], row["val_loss_std"] = mean_std(r["val_loss"] for r in mine)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def plot(out: pathlib.Path = OUT, figure: pathlib.Path = FIGURE) -> pathlib.Path:
+    """Validation loss against samples, one panel per W, each cell's mean curve over its seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    doc = json.loads(out.read_text())
+    workers = sorted({r["num_workers"] for r in doc["rows"]})
+    if not workers:
+        return figure
+    fig, axes = plt.subplots(1, len(workers), figsize=(5.2 * len(workers), 3.8), squeeze=False, sharey=True)
+    for ax, w in zip(axes[0], workers):
+        for row in (r for r in doc["rows"] if r["num_workers"] == w):
+            curves = [r["curve"] for r in doc["runs"] if r["label"] == row["label"]]
+            n = min(len(c) for c in curves)
+            x = [c["samples_seen"] * 64 / 1e6 for c in curves[0][:n]]
+            y = np.mean([[c["test_loss"] for c in cv[:n]] for cv in curves], axis=0)
+            ax.plot(x, y, marker="o", markersize=3, label=row["label"].rsplit("_w", 1)[0].replace("_", " "))
+        ax.set_title(f"W = {w}")
+        ax.set_xlabel("characters trained (millions)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("validation loss (nats per character)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(figure, dpi=110)
+    plt.close(fig)
+    return figure
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = parser("python -m experiments.text.study", __doc__.split("\n\n")[0], ["study"])
+    p.add_argument("--samples", type=int, default=19200, help="windows of 64 characters every cell trains")
+    p.add_argument("--out", type=pathlib.Path, default=OUT)
+    args = p.parse_args(argv)
+    if args.plot:
+        print(plot(args.out))
+        return 0
+    workdir = args.workdir or REPO / "runs" / "text"
+    command = "python -m experiments.text.study " + " ".join(sys.argv[1:] if argv is None else argv)
+    outcome = run_study("text", cells(args.samples), args.seeds, workdir, out=args.out, command=command.strip(),
+                        root=REPO, only=[s for s in args.only.split(",") if s], record=record,
+                        cache=pathlib.Path(workdir) / ".jax_cache",
+                        after_run=lambda run, error: (finish(args.out), plot(args.out)))
+    return 1 if outcome.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
