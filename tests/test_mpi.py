@@ -144,3 +144,16 @@ def test_benchmark_worker_profiles_ist_and_times_the_allreduce():
     assert all(p["local"] > 0 for p in phases)
     dp = rows["data_parallel"]
     assert dp["allreduce_bytes"] >= 4 * (16 * 32 + 32 * 35) and dp["allreduce_vs_plain"] > 0 and dp["standalone_vs_plain"] > 0  # at least the kernels
+
+
+@pytest.mark.slow
+def test_transformer_on_mpi_equals_one_process():
+    """mpiexec -n 2: IST by width and by depth (parameter server and sharded) and DiLoCo on the transformer equal
+    the plain reference round; the sharded mode evaluates in place with the gathered model's loss and accuracy."""
+    out = _mpiexec(2, "transformer.py", timeout=900)
+    assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    for check in ("ist width (training-time scaling) parameter_server", "ist width (training-time scaling) sharded",
+                  "ist depth (test-time scaling) parameter_server", "ist depth (test-time scaling) sharded",
+                  "diloco parameter_server"):
+        assert f"OK {check} on 2 ranks: == the plain reference round" in out.stdout, check
+    assert out.stdout.count("evaluated in place (no gather) == the gathered model's evaluation") == 2
