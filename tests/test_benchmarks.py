@@ -183,6 +183,20 @@ def test_xmc_benchmark_runs_at_quick_size(tmp_path):
     assert (tmp_path / "x.md").read_text().startswith("XMC benchmarks (quick)")
 
 
+@pytest.mark.slow
+def test_transformer_benchmark_runs_at_quick_size(tmp_path):
+    """The transformer benchmark end to end at its CI size: the three goals judged from the measured ratios, and
+    the per-array yardstick that explains extract + merge beside the copy of one array."""
+    from experiments.benchmarks import transformer
+
+    out = transformer.main(["--quick", "--out", str(tmp_path / "t.json")])
+    lp, em, ro = out["local"], out["extract_merge"], out["round_overhead"]
+    assert [t["met"] for t in out["targets"]] == [lp["phase_vs_matmuls"] >= 0.6, em["extract_merge_vs_copy"] >= 0.5,
+                                                  ro["overhead_share_parts"] <= 0.1]
+    assert em["leaves"] > 10 and em["copy_leaves_s"] > 0 and ro["round_s"] > ro["merge_s"] > 0
+    assert (tmp_path / "t.md").read_text().startswith("Transformer benchmarks (quick)")
+
+
 def test_mpi_vs_simulate_and_overhead_share_from_profiled_phases():
     """The MPI goals of study 4: samples/s over the simulate row of the same algorithm and W, and the largest share
     of a rank's profiled round outside the local steps and the exchanges."""

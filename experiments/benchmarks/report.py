@@ -14,6 +14,7 @@ BENCH_GPU = "experiments/benchmarks/results_gpu.json"
 CONV, CONV_GPU = "experiments/benchmarks/results_conv.json", "experiments/benchmarks/results_conv_gpu.json"
 GRAPH, GRAPH_GPU = "experiments/benchmarks/results_graph.json", "experiments/benchmarks/results_graph_gpu.json"
 XMC = "experiments/benchmarks/results_xmc.json"
+TRANSFORMER = "experiments/benchmarks/results_transformer.json"
 
 
 def study(d: dict, key: str, **match) -> list[dict]:
@@ -347,3 +348,11 @@ def _headline_conv(d):
             f"({flat['target']}) is {'met' if flat['met'] else 'not met'} "
             f"({fixed(_conv_goal(d, 'extract + merge / copy of the same 62 arrays (ResNet-18 shape'))} of a copy of "
             f"the same 62 arrays)")
+
+
+def _transformer(d):
+    from experiments.benchmarks import transformer
+    return transformer.markdown(d).strip()
+
+
+table("transformer_cpu", TRANSFORMER)(_transformer)

@@ -1,0 +1,191 @@
+"""Transformer benchmarks: IST's local phase against its matmuls, extract + merge against a copy, the round overhead.
+
+Run from the repository root::
+
+    .venv/bin/python -m experiments.benchmarks.transformer            # full, a few minutes on 2 CPU cores
+    .venv/bin/python -m experiments.benchmarks.transformer --quick    # CI-size smoke run
+
+Workload: `experiments/configs/shakespeare_transformer.py`'s model (`istjax.models.Transformer`, 4 layers, 4 heads,
+width 128, 512 feed-forward units, context 64, split by width), B = 32 windows, W = 2 workers. Studies (issue 34's
+speed goals):
+
+1. a worker's local phase (K Adam steps of its sub-transformer: half the heads and units of every layer) against the
+   matmuls of those K steps timed alone on preallocated inputs (every projection, the attention's two batched
+   matmuls and the head, forward and both backward products): goal >= 0.6 of their rate;
+2. extract + merge against a plain copy of the bytes they write (the sub-networks' and the new global model's):
+   goal >= 0.5 of the copy's rate;
+3. partition + extract + merge as a share of an IST round at K = 20 (simulate runtime): goal <= 10 %.
+
+Ratios of medians measured interleaved in one process (`measure.interleaved`); results go to ``--out`` (default
+``experiments/benchmarks/results_transformer.json`` and ``.md``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import istjax
+from experiments.benchmarks import measure
+from experiments.benchmarks import run as suite
+from istjax.algorithms.base import local_train
+from istjax.core.state import WorkerState
+from istjax.launch.provenance import code_version
+from istjax.models import Transformer
+
+FULL = dict(layers=4, embed=128, heads=4, mlp=512, context=64, vocab=84, batch=32, workers=2, k=20, reps=5)
+QUICK = dict(layers=2, embed=32, heads=4, mlp=64, context=16, vocab=84, batch=8, workers=2, k=4, reps=2)
+
+
+def _task(s: dict) -> istjax.Task:
+    model = Transformer(num_classes=s["vocab"], num_layers=s["layers"], embed_dim=s["embed"], num_heads=s["heads"],
+                        mlp_dim=s["mlp"], context=s["context"])
+    return istjax.classifier(model, jnp.zeros((2, s["context"]), jnp.int32), num_classes=s["vocab"])
+
+
+def _batches(s: dict, shape: tuple[int, ...], seed: int = 0) -> dict:
+    x = np.random.default_rng(seed).integers(0, s["vocab"], size=shape + (s["context"] + 1,))
+    return {"x": jax.device_put(x[..., :-1].astype(np.int32)), "y": jax.device_put(x[..., 1:].astype(np.int32))}
+
+
+def _step_matmuls(s: dict, heads: int, units: int):
+    """The matmuls of one training step of a sub-transformer with ``heads`` heads and ``units`` feed-forward units a
+    layer, on preallocated inputs: ``(fn, args)``. Per layer: the query/key/value and output projections, the
+    attention's scores and weighted values, the feed-forward in and out; then the head; each forward and its two
+    backward products (weight and input gradients; the input gradient of the first layer's projections included:
+    the embedding's gradient needs it)."""
+    rng = np.random.default_rng(3)
+    n, t, d, k = s["batch"] * s["context"], s["context"], s["embed"], s["embed"] // s["heads"]
+    shapes = [(d, 3 * heads * k), (heads * k, d), (d, units), (units, d)] * s["layers"] + [(d, s["vocab"])]
+    dense = [(jax.device_put(rng.standard_normal((n, i), np.float32)),
+              jax.device_put(rng.standard_normal((i, o), np.float32)),
+              jax.device_put(rng.standard_normal((n, o), np.float32))) for i, o in shapes]
+    bh = s["batch"] * heads
+    att = [tuple(jax.device_put(rng.standard_normal(shape, np.float32)) for shape in
+                 ((bh, t, k), (bh, t, k), (bh, t, t))) for _ in range(s["layers"])]
+
+    def fn(dense, att):
+        out = []
+        for x, w, g in dense:
+            out += [x @ w, x.T @ g, g @ w.T]
+        for q, kk, p in att:  # scores q k^T and p v, forward and backward (p stands for the weights and their grad)
+            out += [jnp.einsum("btk,bsk->bts", q, kk), jnp.einsum("bts,bsk->btk", p, kk),
+                    jnp.einsum("bts,btk->bsk", p, q), jnp.einsum("bts,bsk->btk", p, q),
+                    jnp.einsum("bts,btk->bsk", p, kk), jnp.einsum("bts,btk->bsk", p, q)]
+        return out
+
+    return jax.jit(fn), (dense, att)
+
+
+def local_phase(s: dict) -> dict[str, Any]:
+    """One worker's K local steps (its sub-transformer, Adam) against the same K steps' matmuls alone."""
+    task = _task(s)
+    w = s["workers"]
+    alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=s["k"])
+    state = jax.jit(alg.init)(jax.random.key(0))
+    workers, _ = jax.jit(alg.distribute)(state)
+    one = jax.tree.map(lambda a: a[0], workers)
+    slots = alg.sampler.slots(task.spec.group_sizes, w)
+    loss = task.train_loss(slots)
+    opt = optax.adam(1e-3)
+    batches = _batches(s, (s["k"], s["batch"]))
+    phase = jax.jit(lambda worker, b: local_train(loss, opt, worker, b))
+    start = WorkerState(one.params, one.model_state, opt.init(one.params))
+    mm, args = _step_matmuls(s, s["heads"] // w, s["mlp"] // w)
+
+    def k_matmuls():
+        out = None
+        for _ in range(s["k"]):
+            out = mm(*args)
+        return out
+
+    t = measure.interleaved({"phase": lambda: phase(start, batches), "matmuls": k_matmuls}, s["reps"])
+    return {"K": s["k"], "phase_s": t["phase"].median, "matmuls_s": t["matmuls"].median,
+            "phase_vs_matmuls": t["matmuls"].median / t["phase"].median,
+            "timings": {k: v.as_dict() for k, v in t.items()}}
+
+
+def extract_merge(s: dict) -> dict[str, Any]:
+    """extract + merge against a copy of the bytes they write: the W sub-networks and the new global model."""
+    task = _task(s)
+    spec, w = task.spec, s["workers"]
+    params = jax.jit(task.init)(jax.random.key(0))
+    p = jax.jit(lambda k: istjax.uniform().sample(k, spec.group_sizes, w))(jax.random.key(1))
+    ex = jax.jit(lambda params, p: istjax.extract(params, p, spec))
+    mg = jax.jit(lambda params, sub, p: istjax.merge(params, sub, p, spec))
+    sub = ex(params, p)
+    cp = measure.copy_fn()
+    written = measure.tree_bytes(sub) + measure.tree_bytes(params)
+    buf = jax.device_put(np.zeros((written // 4,), np.float32))
+    tree_cp = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))  # the same leaves, one copy each
+    t = measure.interleaved({"extract": lambda: ex(params, p), "merge": lambda: mg(params, sub, p),
+                             "copy": lambda: cp(buf), "copy_leaves": lambda: tree_cp((sub, params))}, s["reps"])
+    both = t["extract"].median + t["merge"].median
+    return {"bytes_written": written, "leaves": len(jax.tree.leaves((sub, params))), "extract_s": t["extract"].median,
+            "merge_s": t["merge"].median, "copy_s": t["copy"].median, "copy_leaves_s": t["copy_leaves"].median,
+            "extract_merge_vs_copy": t["copy"].median / both,
+            "extract_merge_vs_copy_leaves": t["copy_leaves"].median / both,
+            "timings": {k: v.as_dict() for k, v in t.items()}}
+
+
+def round_overhead(s: dict) -> dict[str, Any]:
+    task = _task(s)
+    alg = istjax.ist(task, optax.adam(1e-3), num_workers=s["workers"], local_steps=s["k"])
+    state = jax.jit(alg.init)(jax.random.key(0))
+    return measure.round_overhead(alg, state, _batches(s, (s["workers"], s["k"], s["batch"])), s["reps"])
+
+
+def run(quick: bool) -> dict[str, Any]:
+    s = QUICK if quick else FULL
+    t0 = time.time()
+    out: dict[str, Any] = {"code": code_version(), "machine": suite.machine(), "quick": quick, "sizes": s}
+    print("1. local phase vs its matmuls", flush=True)
+    out["local"] = local_phase(s)
+    print("2. extract + merge vs copy", flush=True)
+    out["extract_merge"] = extract_merge(s)
+    print("3. IST round overhead", flush=True)
+    out["round_overhead"] = round_overhead(s)
+    lp, em, ro = out["local"], out["extract_merge"], out["round_overhead"]
+    out["targets"] = [
+        {"goal": "a worker's local phase / its matmuls alone", "measured": lp["phase_vs_matmuls"], "target": ">= 0.6",
+         "met": lp["phase_vs_matmuls"] >= 0.6},
+        {"goal": "extract + merge / a copy of the bytes they write", "measured": em["extract_merge_vs_copy"],
+         "target": ">= 0.5", "met": em["extract_merge_vs_copy"] >= 0.5},
+        {"goal": f"partition + extract + merge share of an IST round (K = {ro['K']})",
+         "measured": ro["overhead_share_parts"], "target": "<= 0.1", "met": ro["overhead_share_parts"] <= 0.1}]
+    out["wall_s"] = time.time() - t0
+    return out
+
+
+def markdown(out: dict[str, Any]) -> str:
+    m, s = out["machine"], out["sizes"]
+    lines = [f"Transformer benchmarks ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, jax "
+             f"{m.get('jax', '')}, {out['wall_s']:.0f} s; {s['layers']} layers, {s['heads']} heads, width "
+             f"{s['embed']}, {s['mlp']} feed-forward units, context {s['context']}, B = {s['batch']}, "
+             f"W = {s['workers']}", "", "| goal | measured | target | met |", "|---|---|---|---|"]
+    lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
+              for r in out["targets"]]
+    lp, em, ro = out["local"], out["extract_merge"], out["round_overhead"]
+    lines += ["", f"Local phase (K = {lp['K']}) {lp['phase_s'] * 1e3:.1f} ms, its matmuls {lp['matmuls_s'] * 1e3:.1f} "
+                  f"ms. Extract {em['extract_s'] * 1e3:.2f} ms, merge {em['merge_s'] * 1e3:.2f} ms, a copy of the "
+                  f"{em['bytes_written'] / 1e6:.1f} MB they write {em['copy_s'] * 1e3:.2f} ms as one array, "
+                  f"{em['copy_leaves_s'] * 1e3:.2f} ms as their {em['leaves']} arrays (extract + merge at "
+                  f"{em['extract_merge_vs_copy_leaves']:.2f} of that). IST round at W = "
+                  f"{ro['W']}, K = {ro['K']}: {ro['round_s'] * 1e3:.1f} ms; partition {ro['partition_s'] * 1e3:.2f} "
+                  f"ms, extract {ro['extract_s'] * 1e3:.2f} ms, merge {ro['merge_s'] * 1e3:.2f} ms."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    return measure.family_main(argv, name="transformer", doc=__doc__, run=run, markdown=markdown)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
