@@ -10,6 +10,7 @@ run's curve of validation loss against rounds, samples and wall time::
     python -m experiments.text.study                  # every cell, seeds 0,1,2 (about an hour on 2 cores)
     python -m experiments.text.study --only ist_width_train_w2 --seeds 0
     python -m experiments.text.study --plot           # redraw docs/figures/transformers.png from the file
+    python -m experiments.text.study --text           # a generated text from every cell's seed-0 model
 """
 
 from __future__ import annotations
@@ -85,6 +86,37 @@ def finish(out: pathlib.Path) -> None:
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+PROMPT = "\nFirst Citizen:\n"  # no play's first line: every model is prompted alike
+TEXT_LENGTH = 240
+
+
+def samples(out: pathlib.Path, workdir: pathlib.Path, seed: int = 0) -> dict[str, str]:
+    """A generated text from each cell's run of ``seed`` (its last checkpoint, its test-time network,
+    `istjax.models.transformer.generate` at temperature 0.8 from `PROMPT` with key 0), written into the results
+    file under ``samples``."""
+    import jax
+
+    from istjax.data.text import Vocabulary
+    from istjax.launch.driver import restore_run
+    from istjax.models.transformer import generate
+
+    doc = json.loads(out.read_text())
+    texts = {}
+    for row in doc["rows"]:
+        run_dir = workdir / row["label"] / f"s{seed}"
+        if not (run_dir / "summary.json").exists():
+            continue
+        _, experiment, state, _ = restore_run(run_dir)
+        vocab = Vocabulary(experiment.dataset.vocabulary)
+        ids = generate(experiment.algorithm.task.eval_module, state.params, vocab.encode(PROMPT), TEXT_LENGTH,
+                       jax.random.key(0))
+        texts[row["label"]] = PROMPT + vocab.decode(ids)
+        print(f"{row['label']}:{texts[row['label']]}\n", flush=True)
+    doc["samples"] = {"seed": seed, "prompt": PROMPT, "temperature": 0.8, "texts": texts}
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return texts
+
+
 def plot(out: pathlib.Path = OUT, figure: pathlib.Path = FIGURE) -> pathlib.Path:
     """Validation loss against samples, one panel per W, each cell's mean curve over its seeds."""
     import matplotlib
@@ -121,11 +153,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = parser("python -m experiments.text.study", __doc__.split("\n\n")[0], ["study"])
     p.add_argument("--samples", type=int, default=19200, help="windows of 64 characters every cell trains")
     p.add_argument("--out", type=pathlib.Path, default=OUT)
+    p.add_argument("--text", action="store_true", help="train nothing: write a generated text from every cell's "
+                                                        "first-seed run into the results file")
     args = p.parse_args(argv)
     if args.plot:
         print(plot(args.out))
         return 0
     workdir = args.workdir or REPO / "runs" / "text"
+    if args.text:
+        samples(args.out, workdir, args.seeds[0])
+        return 0
     command = "python -m experiments.text.study " + " ".join(sys.argv[1:] if argv is None else argv)
     outcome = run_study("text", cells(args.samples), args.seeds, workdir, out=args.out, command=command.strip(),
                         root=REPO, only=[s for s in args.only.split(",") if s], record=record,

@@ -130,6 +130,7 @@ class Task:
     num_classes: Optional[int] = None  # the data's classes `classifier` checked the module's output against
     owner: Optional[OwnerPass] = None
     no_groups_reason: str = ""  # why the spec has no neuron group, when it has none (for IST's refusal)
+    eval_module: Any = None  # the Flax module `evaluate` runs (the test-time network: scaled branches, say)
 
     @classmethod
     def from_loss(cls, init: Callable[[jax.Array], PyTree], loss_fn: Callable[[Units], LossFn],
@@ -375,6 +376,7 @@ def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]
     recompute_state = None if fresh is None else _recomputer(call, fresh, collections)
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
+                eval_module=eval_model,
                 example_x=example_x, num_classes=num_classes, owner=_owner_pass(eval_model, fresh, score),
                 no_groups_reason="" if spec.group_sizes else model_checks.no_groups_reason(model, abstract["params"],
                                                                                             rules))

@@ -65,7 +65,7 @@ from istjax.launch.lock import LOCK_FILE, WorkdirLock, lock_workdir
 from istjax.launch.metrics import (MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
                                       truncate_metrics, write_atomic)
 
-__all__ = ["train_and_evaluate", "evaluate_run", "build", "make_train_step", "make_evaluator", "TrainingError",
+__all__ = ["train_and_evaluate", "evaluate_run", "restore_run", "build", "make_train_step", "make_evaluator", "TrainingError",
            "EnvironmentFailure", "Interrupted", "ConfigError", "RUN_FILES", "ALGORITHMS"]
 
 # What a run directory holds (removed by ``overwrite``).
@@ -654,11 +654,11 @@ def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: in
     return summary
 
 
-def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = None,
-                 model_module: Optional[str] = None) -> dict[str, Any]:
-    """Evaluates a saved run without training: its own config, its newest checkpoint that verifies (or step
-    ``checkpoint``), on one process. Returns ``{"round", "checkpoint", test/train loss and accuracy}``.
-    ``model_module`` names the model's class for a run whose config does not record ``model.module``.
+def restore_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = None,
+                model_module: Optional[str] = None):
+    """A saved run rebuilt on one process: ``(config, experiment, state, step)`` from its own config and its newest
+    checkpoint that verifies (or step ``checkpoint``). ``model_module`` names the model's class for a run whose
+    config does not record ``model.module``.
 
     Raises:
       ConfigError: no run in ``workdir``, or no usable checkpoint (naming what was found).
@@ -672,7 +672,7 @@ def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = Non
         with config.model.unlocked():
             config.model.module = model_module
     experiment = build(config)
-    dataset, task, algorithm = experiment.dataset, experiment.task, experiment.algorithm
+    task, algorithm = experiment.task, experiment.algorithm
     like = jax.jit(init_state(task, algorithm.optimizer, algorithm.carries_optimizer_state))(
         jax.random.key(int(config.seed)))
     with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
@@ -693,7 +693,20 @@ def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = Non
                 raise ConfigError([f"checkpoint {ckpt.directory / str(checkpoint)} does not restore or verify "
                                    f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})."]) from e
             step = checkpoint
-    evaluate = make_evaluator(task, dataset, batch_size=int(config.eval_batch_size),
+    return config, experiment, state, step
+
+
+def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = None,
+                 model_module: Optional[str] = None) -> dict[str, Any]:
+    """Evaluates a saved run without training (`restore_run`): its own config, its newest checkpoint that verifies
+    (or step ``checkpoint``), on one process. Returns ``{"round", "checkpoint", test/train loss and accuracy}``.
+
+    Raises:
+      ConfigError: no run in ``workdir``, or no usable checkpoint (naming what was found).
+    """
+    workdir = pathlib.Path(workdir).absolute()
+    config, experiment, state, step = restore_run(workdir, checkpoint=checkpoint, model_module=model_module)
+    evaluate = make_evaluator(experiment.task, experiment.dataset, batch_size=int(config.eval_batch_size),
                               train_examples=int(config.eval_train_examples))
     return {"round": int(jax.device_get(state.round)), "checkpoint": str(workdir / "checkpoints" / str(step)),
             **evaluate(state)}

@@ -38,7 +38,7 @@ from istjax.models.cnn import is_pos_int
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
 
-__all__ = ["Transformer", "lm_scores"]
+__all__ = ["Transformer", "generate", "lm_scores"]
 
 SPLITS = ("width", "depth")
 SCALINGS = ("none", "train", "test")
@@ -52,6 +52,27 @@ def lm_scores(logits_BxTxV: jax.Array, labels_BxT: jax.Array) -> tuple[jax.Array
     loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, labels_BxT))
     accuracy = jnp.mean((jnp.argmax(logits_BxTxV, axis=-1) == labels_BxT).astype(jnp.float32))
     return loss, {"accuracy": accuracy}
+
+
+def generate(model: "Transformer", params, prompt_ids, length: int, key: jax.Array,
+             temperature: float = 0.8) -> list[int]:
+    """``length`` characters after ``prompt_ids``, each drawn from the softmax of the model's logits over
+    ``temperature``, the model reading the last ``model.context`` characters. The window is right-padded to the
+    context (causal attention: padding after a position never reaches it), so one program serves every step."""
+    if not 0 < temperature:
+        raise ArgError("temperature", temperature, f"temperature={temperature!r}:", "give a number > 0.")
+    ids = [int(i) for i in prompt_ids]
+    if not ids:
+        raise ArgError("prompt_ids", prompt_ids, "generate() needs a prompt of at least one character;", "")
+    c = model.context
+    logits_at = jax.jit(lambda p, x, t: jax.lax.dynamic_index_in_dim(
+        model.apply({"params": p}, x, train=False)[0], t, keepdims=False))
+    for k in jax.random.split(key, length):
+        window = ids[-c:]
+        x = jnp.asarray([window + [0] * (c - len(window))], jnp.int32)
+        logits = logits_at(params, x, len(window) - 1)
+        ids.append(int(jax.random.categorical(k, logits / temperature)))
+    return ids[len(prompt_ids):]
 
 
 def _rotary(x_BxTxHxK: jax.Array) -> jax.Array:

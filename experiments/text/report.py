@@ -1,0 +1,103 @@
+"""The transformer study's tables: ``experiments/text/results/study.json`` (``python -m experiments.text.study``).
+Registered in `experiments.tables` when `experiments.report` imports this module."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from experiments.tables import cell, markdown_table, nbytes, scalar, table
+from istjax.launch.metrics import format_mean_std
+
+STUDY = "experiments/text/results/study.json"
+NAMES = {"ist": "IST", "data_parallel": "data parallel", "local_sgd": "local SGD", "diloco": "DiLoCo"}
+TOLERANCE = 0.05  # the issue's: IST within 0.05 nats per character of local SGD and of DiLoCo
+BYTES_GOAL = {2: 0.6, 4: 0.35}  # the issue's: IST's bytes a round over local SGD's, at most
+
+
+def _what(r: dict) -> str:
+    if r["algorithm"] != "ist":
+        return NAMES[r["algorithm"]]
+    scaling = {"none": "no scaling", "train": "training-time scaling", "test": "test-time scaling"}[r["scaling"]]
+    return f"IST by {r['split']}, {scaling}"
+
+
+def _row(d, label: str) -> Optional[dict]:
+    return next((r for r in d["rows"] if r["label"] == label), None)
+
+
+def _loss(r: Optional[dict]) -> str:
+    if r is None or r.get("val_loss_mean") is None:
+        return "-"
+    return format_mean_std(r["val_loss_mean"], r.get("val_loss_std"), len(r["seeds"]))
+
+
+def _bytes_ratio(d, r: dict) -> Optional[float]:
+    ls = _row(d, f"local_sgd_w{r['num_workers']}")
+    return r["bytes_per_worker_per_round"] / ls["bytes_per_worker_per_round"] if ls else None
+
+
+@table("text_study", STUDY)
+def _study(d):
+    rows = sorted(d["rows"], key=lambda r: (r["num_workers"], r["algorithm"] != "ist", r["label"]))
+    body = markdown_table(
+        ["W", "algorithm", "validation loss (nats/char)", "bytes a worker moves a round", "over local SGD's",
+         "seconds a round"],
+        [[cell(r["num_workers"]), _what(r), _loss(r), nbytes(r["bytes_per_worker_per_round"], binary=False),
+          f"{_bytes_ratio(d, r):.2f}" if _bytes_ratio(d, r) is not None else "-",
+          f"{r['time_per_round_s_mean']:.2f}"] for r in rows])
+    first = rows[0]
+    return (f"Shakespeare's plays (held-out plays), {cell(first['samples_seen'])} windows of 64 characters per run "
+            f"(every cell the same), mean ± std over seeds; bytes both ways, the analytic count the runtime "
+            f"reports; seconds a round on this machine's two cores (simulate runtime: the W workers share them).\n\n"
+            + body)
+
+
+def best_ist(d, w: int, split: str = "width") -> Optional[dict]:
+    """The IST cell at W = ``w`` with the lowest mean validation loss (over its scalings) for ``split``."""
+    mine = [r for r in d["rows"] if r["algorithm"] == "ist" and r["num_workers"] == w and r["split"] == split
+            and r.get("val_loss_mean") is not None]
+    return min(mine, key=lambda r: r["val_loss_mean"]) if mine else None
+
+
+def _target(d, w: int) -> str:
+    """The issue's accuracy target at W = ``w``: IST's best within TOLERANCE of local SGD's and of DiLoCo's mean."""
+    ist = best_ist(d, w)
+    others = [r for r in (_row(d, f"local_sgd_w{w}"), _row(d, f"diloco_w{w}")) if r is not None]
+    if ist is None or len(others) < 2:
+        return "not measured"
+    gaps = {NAMES[r["algorithm"]]: ist["val_loss_mean"] - r["val_loss_mean"] for r in others}
+    missed = [f"{k} by {v:+.3f}" for k, v in gaps.items() if v > TOLERANCE]
+    return "met" if not missed else "missed (" + ", ".join(missed) + ")"
+
+
+def _bytes_target(d, w: int) -> str:
+    ist = best_ist(d, w)
+    ratio = _bytes_ratio(d, ist) if ist else None
+    if ratio is None:
+        return "not measured"
+    return f"{ratio:.2f} ({'met' if ratio <= BYTES_GOAL[w] else 'missed'}: at most {BYTES_GOAL[w]})"
+
+
+for _w in (2, 4):
+    scalar(f"text.target_w{_w}", STUDY, lambda d, w=_w: _target(d, w))
+    scalar(f"text.bytes_w{_w}", STUDY, lambda d, w=_w: _bytes_target(d, w))
+    scalar(f"text.best_ist_w{_w}", STUDY, lambda d, w=_w: (lambda r: f"{_what(r)}, {_loss(r)}" if r else "-")(
+        best_ist(d, w)))
+    scalar(f"text.local_sgd_w{_w}", STUDY, lambda d, w=_w: _loss(_row(d, f"local_sgd_w{w}")))
+    scalar(f"text.diloco_w{_w}", STUDY, lambda d, w=_w: _loss(_row(d, f"diloco_w{w}")))
+    scalar(f"text.data_parallel_w{_w}", STUDY, lambda d, w=_w: _loss(_row(d, f"data_parallel_w{w}")))
+    scalar(f"text.depth_w{_w}", STUDY, lambda d, w=_w: _loss(best_ist(d, w, "depth")))
+
+
+@table("text_samples", STUDY)
+def _samples(d):
+    s = d.get("samples")
+    if not s:
+        return "(no generated texts in the results file yet: `python -m experiments.text.study --text`)"
+    parts = [f"Each cell's seed-{s['seed']} model, prompted with {s['prompt']!r}, temperature {s['temperature']} "
+             f"(`python -m experiments.text.study --text`):"]
+    for label, text in s["texts"].items():
+        r = _row(d, label)
+        parts.append(f"**{_what(r)}, W = {r['num_workers']}** (validation loss {_loss(r)}):\n\n```text\n"
+                     f"{text.strip()}\n```")
+    return "\n\n".join(parts)
