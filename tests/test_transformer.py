@@ -162,7 +162,7 @@ def test_depth_subnetwork_equals_the_full_network_with_the_absent_blocks_skipped
            rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("split", ["width", "depth"])
+@pytest.mark.parametrize("split", ["width", pytest.param("depth", marks=pytest.mark.slow)])
 def test_ist_round_equals_the_reference_loop(split):
     task = _task(_model(split=split, scaling="train"))
     alg = istjax.ist(task, optax.adam(1e-2), num_workers=2, local_steps=K)
@@ -226,6 +226,7 @@ def test_diloco_outer_step_is_nesterov_momentum_on_the_average_change_by_hand():
 
 
 @pytest.mark.parametrize("name", ["ist", "diloco"])
+@pytest.mark.slow
 def test_simulate_equals_devices(name):
     task = _task(_model())
     make = getattr(istjax, name)
