@@ -200,6 +200,19 @@ def test_diloco_with_one_worker_and_outer_sgd_at_rate_one_is_plain_training():
         s1, _ = di.round(s1, b)
         s2, _ = local.round(s2, b)
     _close(s1.params, s2.params, rtol=1e-5, atol=1e-5)  # p - (p - m) is m up to rounding
+    # With a stateless inner optimizer (plain SGD), rounds are invisible: 2 rounds of K steps are 2K plain steps.
+    from istjax.algorithms.base import local_train
+    from istjax.core.state import WorkerState
+
+    sgd = optax.sgd(0.1)
+    di = istjax.diloco(task, sgd, num_workers=1, local_steps=K, outer_learning_rate=1.0, outer_momentum=0.0)
+    start = di.init(jax.random.key(0))
+    s1, b = start, [_batches(1, seed=r) for r in range(2)]
+    for r in range(2):
+        s1, _ = di.round(s1, b[r])
+    steps = jax.tree.map(lambda *x: jnp.concatenate([v[0] for v in x]), *b)
+    plain, _ = local_train(task.train_loss(None), sgd, WorkerState(start.params, {}, sgd.init(start.params)), steps)
+    _close(s1.params, plain.params, rtol=1e-5, atol=1e-5)
 
 
 def test_diloco_outer_step_is_nesterov_momentum_on_the_average_change_by_hand():
