@@ -85,6 +85,12 @@ def _rotary(x_BxTxHxK: jax.Array) -> jax.Array:
     return jnp.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
 
 
+def _layer_norm(name: str) -> nn.LayerNorm:
+    """A LayerNorm over the residual stream (logical axis ``"embed"``, never partitioned)."""
+    return nn.LayerNorm(name=name, scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))
+
+
 def _param(module: nn.Module, name: str, shape: tuple, names: tuple, init=_INIT):
     return module.param(name, nn.with_logical_partitioning(init, names), shape)
 
@@ -153,8 +159,7 @@ class _Block(nn.Module):
     @nn.compact
     def __call__(self, x_BxTxD: jax.Array, _=None):
         d = x_BxTxD.shape[-1]
-        norm = lambda name: nn.LayerNorm(name=name, scale_init=nn.with_logical_partitioning(  # noqa: E731
-            nn.initializers.ones, ("embed",)), bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))
+        norm = _layer_norm
         bias = lambda name: _param(self, name, (d,), ("embed",), nn.initializers.zeros)[None, None, :]  # noqa: E731
         a = _Attention(self.heads, self.head_dim, self.heads_group, self.fused_qkv, self.rotary, name="attn")(
             norm("ln_attn")(x_BxTxD))
@@ -205,8 +210,9 @@ class Transformer(nn.Module):
     def __post_init__(self):
         for field in ("num_layers", "embed_dim", "context"):
             if not is_pos_int(getattr(self, field)):
-                raise ArgError(field, getattr(self, field), f"Transformer.{field}={getattr(self, field)!r}: must be "
-                                                            f"a positive integer,", "e.g. num_layers=4, embed_dim=128, context=64.")
+                raise ArgError(field, getattr(self, field),
+                               f"Transformer.{field}={getattr(self, field)!r}: must be a positive integer,",
+                               "e.g. num_layers=4, embed_dim=128, context=64.")
         layers.check_choice("Transformer", "split", self.split, SPLITS)
         if self.scaling is None:  # --config.model.scaling=none reads as None
             object.__setattr__(self, "scaling", "none")
@@ -342,8 +348,7 @@ class Transformer(nn.Module):
         if self.positions == "learned":
             x = x + _param(self, "positions", (self.context, self.embed_dim), ("positions", "embed"))[None, :t]
         x = self.body(x, train)
-        x = nn.LayerNorm(name="ln_final", scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(x)
+        x = _layer_norm("ln_final")(x)
         return nn.Dense(self.num_classes, name="head",
                         kernel_init=nn.with_logical_partitioning(_INIT, ("embed", "classes")),
                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)
