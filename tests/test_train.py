@@ -96,6 +96,7 @@ def test_end_to_end_metrics_schema(tmp_path):
 @pytest.mark.parametrize("algorithm,extra", [
     ("ist", {"optimizer": "momentum", "algorithm.optimizer_state": "carry"}),
     ("data_parallel", {"optimizer": "momentum"}),
+    ("diloco", {}),  # the outer optimizer's momentum is the checkpointed optimizer state
 ])
 def test_interrupt_and_resume_is_bitwise(tmp_path, algorithm, extra):
     full = tiny_config(**{"algorithm.name": algorithm}, **extra)

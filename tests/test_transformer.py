@@ -284,6 +284,8 @@ def test_bad_transformer_input_is_refused_naming_the_field_and_the_fix():
         Transformer(num_classes=V, embed_dim=16, num_heads=4, head_dim=3, positions="rotary")
     with pytest.raises(ArgError, match="num_heads"):
         Transformer(num_classes=V, num_layers=2, num_heads=(2, 2, 2))
+    with pytest.raises(ArgError, match="differs between layers"):
+        Transformer(num_classes=V, num_layers=2, embed_dim=16, num_heads=(2, 4))
     with pytest.raises(ArgError, match="scaling"):
         Transformer(num_classes=V, scaling="sometimes")
     with pytest.raises(Exception, match="context"):  # a window longer than the positions
@@ -316,6 +318,15 @@ def test_a_text_file_is_read_defensively(tmp_path):
         load_text(str(latin))
     with pytest.raises(ArgError, match="context"):
         windows(np.arange(5), 8)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    with pytest.raises(ArgError, match="holds no text"):
+        load_text(str(empty), vocabulary="own")
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes("\ufeff".encode("utf-8") + good.read_bytes())
+    assert load_text(str(bom), context=8, num_val_windows=0).train_x.shape == data.train_x.shape
+    with pytest.raises(ArgError, match="val_fraction"):
+        load_text(str(good), context=64, val_fraction=0.05)
 
 
 def test_shakespeare_is_split_by_play_with_84_characters():

@@ -98,6 +98,8 @@ def _samples(d):
              f"(`python -m experiments.text.study --text`):"]
     for label, text in s["texts"].items():
         r = _row(d, label)
+        if r is None:  # a sample of a cell the study no longer has
+            continue
         parts.append(f"**{_what(r)}, W = {r['num_workers']}** (validation loss {_loss(r)}):\n\n```text\n"
                      f"{text.strip()}\n```")
     return "\n\n".join(parts)

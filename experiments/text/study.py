@@ -133,6 +133,8 @@ def plot(out: pathlib.Path = OUT, figure: pathlib.Path = FIGURE) -> pathlib.Path
     for ax, w in zip(axes[0], workers):
         for row in (r for r in doc["rows"] if r["num_workers"] == w):
             curves = [r["curve"] for r in doc["runs"] if r["label"] == row["label"]]
+            if not curves:
+                continue
             n = min(len(c) for c in curves)
             x = [c["samples_seen"] * 64 / 1e6 for c in curves[0][:n]]
             y = np.mean([[c["test_loss"] for c in cv[:n]] for cv in curves], axis=0)

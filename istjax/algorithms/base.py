@@ -300,6 +300,23 @@ def init_state(task: Task, optimizer: optax.GradientTransformation, carry_optimi
     return init
 
 
+def with_outer(init: Callable[[jax.Array], TrainState],
+               outer: Optional[optax.GradientTransformation]) -> Callable[[jax.Array], TrainState]:
+    """``init`` whose global ``opt_state`` is ``outer``'s state of the parameters, for an algorithm with an outer
+    optimizer (DiLoCo); ``init`` itself without one."""
+    if outer is None:
+        return init
+    return lambda key: (lambda s: s._replace(opt_state=outer.init(s.params)))(init(key))
+
+
+def whole_state_init(algorithm: Algorithm) -> Callable[[jax.Array], TrainState]:
+    """``key -> TrainState``: the whole global state ``algorithm`` starts from on one process, whatever part of it
+    a runtime holds here (the layout of its checkpoints): parameters, model state, and the optimizer state it
+    carries (the outer optimizer's, for an algorithm that has one)."""
+    return with_outer(init_state(algorithm.task, algorithm.optimizer, algorithm.carries_optimizer_state),
+                      algorithm.outer_optimizer)
+
+
 def bind(algorithm: Algorithm, backend: Any, **options: Any) -> Algorithm:
     """``algorithm`` with ``init``, ``round`` and ``runtime`` from ``backend`` (a runtime name or `Runtime`)."""
     import istjax.runtimes as runtimes  # the registry; runtimes never import algorithms

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import optax
 
 from istjax.algorithms.base import (Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train,
-                                    recompute_from)
+                                    recompute_from, with_outer)
 from istjax.core.comm import replicated_bytes
 from istjax.core.errors import ArgError
 from istjax.core.schedule import at_round
@@ -139,10 +139,6 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     loss = task.train_loss(None)
     outer = outer_optimizer(outer_learning_rate, outer_momentum)
 
-    def init(key):
-        fresh = init_state(task, optimizer, False)(key)
-        return fresh._replace(opt_state=outer.init(fresh.params))
-
     def distribute(state):
         params = broadcast_workers(state.params, num_workers)
         return (WorkerState(params, broadcast_workers(state.model_state, num_workers),
@@ -161,7 +157,8 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
     comm = replicated_bytes((abstract_params, abstract_state), times=1)
-    algorithm = Algorithm(init=init, round=None, distribute=distribute, local=local, collect=collect, name="diloco",
+    algorithm = Algorithm(init=with_outer(init_state(task, optimizer, False), outer), round=None,
+                          distribute=distribute, local=local, collect=collect, name="diloco",
                           num_workers=num_workers, local_steps=local_steps, comm=comm, task=task, optimizer=optimizer,
                           exchange="replicas", carries_optimizer_state=False, model_state_policy=model_state,
                           outer_optimizer=outer)

@@ -130,7 +130,7 @@ def load_shakespeare(*, context: int = 64, val_plays: Sequence[str] = VALIDATION
     """
     context = _check_context(context)
     plays = shakespeare_plays()
-    val = tuple(val_plays)
+    val = (val_plays,) if isinstance(val_plays, str) else tuple(val_plays)  # one play named alone
     unknown = sorted(set(val) - set(plays))
     if unknown or not val or len(set(val)) == len(plays):
         raise ArgError("val_plays", list(val_plays), f"val_plays={list(val_plays)!r}: "
@@ -171,8 +171,10 @@ def _read_text(path: str) -> str:
         raise ArgError("path", path, f"{path}: {size:,} bytes, more than the {MAX_TEXT_BYTES:,} a text data set may "
                                      f"hold;", "use a smaller file or a sample of it.")
     raw = open(path, "rb").read()
+    if not raw.strip():
+        raise ArgError("path", path, f"{path}: the file holds no text;", "give a UTF-8 text file with some text.")
     try:
-        return raw.decode("utf-8").replace("\r\n", "\n")
+        return raw.decode("utf-8-sig").replace("\r\n", "\n")  # a byte-order mark is not text
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise ArgError("path", path, f"{path}, line {line} (byte {e.start}): not UTF-8 ({e.reason});",
@@ -185,6 +187,10 @@ def _dataset(name: str, train_ids: np.ndarray, val_ids: np.ndarray, vocab: Vocab
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ArgError(field, v, f"{field}={v!r}:", "give a count >= 0 (0: every window).")
     tx, ty = windows(train_ids, context, int(num_train))
+    if len(val_ids) <= context:
+        raise ArgError("val_fraction", len(val_ids), f"the validation split holds {len(val_ids)} characters, too few "
+                                                     f"for one window of context={context} and its next character;",
+                       "use a larger val_fraction, a shorter context, or more text.")
     vx, vy = windows(val_ids, context, int(num_val))
     for a in (tx, ty, vx, vy):
         a.setflags(write=False)

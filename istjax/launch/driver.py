@@ -51,7 +51,7 @@ import numpy as np
 import istjax.data as data_lib
 import istjax.launch.config as config_lib
 from istjax.algorithms import ALGORITHMS
-from istjax.algorithms.base import Algorithm, init_state
+from istjax.algorithms.base import Algorithm, whole_state_init
 from istjax.core import contract
 from istjax.core import memory as memory_lib
 from istjax.core.state import TrainState
@@ -458,7 +458,7 @@ def initial_state(run: Run, *, resume: bool) -> TrainState:
     key = jax.random.key(int(run.config.seed))
     state = alg.init(key)
     if alg.runtime.whole_state:
-        like = jax.jit(init_state(alg.task, alg.optimizer, alg.carries_optimizer_state))(key)  # the layout
+        like = jax.jit(whole_state_init(alg))(key)  # the layout
         restored = run.checkpointer.restore_latest(like, log=run.log)
         del like
     else:  # this rank's shard is the layout of its part of a sharded checkpoint
@@ -673,8 +673,7 @@ def restore_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = None
             config.model.module = model_module
     experiment = build(config)
     task, algorithm = experiment.task, experiment.algorithm
-    like = jax.jit(init_state(task, algorithm.optimizer, algorithm.carries_optimizer_state))(
-        jax.random.key(int(config.seed)))
+    like = jax.jit(whole_state_init(algorithm))(jax.random.key(int(config.seed)))
     with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
         steps = ckpt.steps()
         if not steps:

@@ -20,7 +20,8 @@ sums than the full network. ``"none"``: no correction. ``"train"``: a sub-networ
 branch's output (attention, feed-forward; by depth, both branches of each block) by 1/p while it trains (EST,
 HeteroFL: inverted dropout), the full network runs as it is. ``"test"``: training is unscaled, and the test-time
 network multiplies each partitioned branch by p, the fraction a worker trains (dropout's original scaling, ResIST's
-1/S), set by `scaled_for_test` from the sampler's slots.
+1/S), set by `scaled_for_test` from the sampler's slots. Both use a worker's slots over the group's size, exact when
+W divides every group (or the sampler overlaps); with padding (``uniform_pad``) the slots count the padding too.
 """
 
 from __future__ import annotations
@@ -248,6 +249,10 @@ class Transformer(nn.Module):
         k = self.head_dim
         if k == 0:
             full = tuple(self.full_heads) or heads
+            if len(set(full)) > 1:
+                raise ArgError("head_dim", k, f"Transformer(num_heads={full}): head_dim=0 means embed_dim / num_heads, "
+                                              f"which differs between layers here;",
+                               "give head_dim explicitly (every layer's heads share it).")
             if any(self.embed_dim % h for h in full):
                 raise ArgError("head_dim", k, f"Transformer(embed_dim={self.embed_dim}, num_heads={full}): head_dim=0 "
                                               f"means embed_dim / num_heads, which is not a whole number;",
