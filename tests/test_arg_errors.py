@@ -39,8 +39,14 @@ def _bad_value(default):
     return None  # a field whose default is None (inner, image_shape, ...): no generic bad value
 
 
+# Fields whose 0 is a valid setting (head_dim=0: embed_dim / num_heads; full_layers=0: not a sub-network): their
+# bad value is a negative one.
+ZERO_IS_VALID = {("transformer", "head_dim"), ("transformer", "full_layers")}
+
+
 def _cases():
-    return [(name, field, _bad_value(default)) for name in sorted(models.BUILTIN)
+    return [(name, field, -1 if (name, field) in ZERO_IS_VALID else _bad_value(default))
+            for name in sorted(models.BUILTIN)
             for field, default in models.model_fields(name).items() if _bad_value(default) is not None]
 
 

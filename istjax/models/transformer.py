@@ -227,6 +227,9 @@ class Transformer(nn.Module):
         object.__setattr__(self, "full_heads", tuple(self.full_heads))
         object.__setattr__(self, "full_mlp", tuple(self.full_mlp))
         object.__setattr__(self, "test_fractions", tuple(tuple(p) for p in self.test_fractions))
+        if isinstance(self.full_layers, bool) or not isinstance(self.full_layers, int) or self.full_layers < 0:
+            raise ArgError("full_layers", self.full_layers, f"Transformer.full_layers={self.full_layers!r}:",
+                           "leave it 0 (subnet sets it).")
         if not isinstance(self.fused_qkv, bool):
             raise ArgError("fused_qkv", self.fused_qkv, f"Transformer.fused_qkv={self.fused_qkv!r}:", "True or False.")
         if self.split == "depth" and (len(set(heads)) > 1 or len(set(mlp)) > 1):
