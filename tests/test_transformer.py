@@ -343,3 +343,27 @@ def test_shakespeare_is_split_by_play_with_84_characters():
     np.testing.assert_array_equal(data.test_x[:, 1:], data.test_y[:, :-1])
     with pytest.raises(ArgError, match="no play named"):
         load_shakespeare(val_plays=("hamlet", "the_two_noble_kinsmen"))
+
+
+def test_the_network_race_reads_time_to_a_loss_target_from_each_runs_curve(tmp_path):
+    """experiments.text.network: the seconds at the first evaluation at or below the target, per run; per arm the
+    mean and spread over the seeds that reached it."""
+    import json
+
+    from experiments.text import network
+    from istjax.launch import study as study_lib
+
+    c = network.cell(2, "100mbit", "ist", samples=1280, eval_every=1)
+    assert "--config.num_rounds=2" in c.overrides and c.info["ranks"] == 2
+    runs = []
+    for seed, losses in ((0, (3.0, 2.6, 2.4)), (1, (3.1, 2.8, 2.65)), (2, (3.2, 3.0, 2.9))):
+        p = study_lib.Planned(c, seed, tmp_path / f"s{seed}", None)
+        p.run_dir.mkdir()
+        (p.run_dir / "metrics.jsonl").write_text("".join(
+            json.dumps({"round": i + 1, "wall_time_s": 10.0 * (i + 1), "samples_seen": 640 * (i + 1),
+                        "test_loss": v}) + "\n" for i, v in enumerate(losses)))
+        study_lib.write_json(p.run_dir.with_name(p.run_dir.name + ".job.json"), {"returncode": 0, "job_wall_s": 1.0})
+        runs.append(network.record(p, target=2.7))
+    assert [r["seconds_to_target"] for r in runs] == [20.0, 30.0, None]
+    (row,) = network.summarise(runs)
+    assert row["reached"] == 2 and row["seconds_to_target"] == 25.0 and row["seeds"] == [0, 1, 2]

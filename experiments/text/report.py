@@ -103,3 +103,44 @@ def _samples(d):
         parts.append(f"**{_what(r)}, W = {r['num_workers']}** (validation loss {_loss(r)}):\n\n```text\n"
                      f"{text.strip()}\n```")
     return "\n\n".join(parts)
+
+
+# Time to a validation-loss target on a shaped link (`python -m experiments.text.network`).
+NETWORK = "experiments/text/results/network.json"
+
+
+def _seconds(r: dict) -> str:
+    if not r["reached"]:
+        return f"not reached ({len(r['seeds'])} seeds)"
+    text = format_mean_std(r["seconds_to_target"], r["seconds_to_target_std"], r["reached"], digits=1)
+    return text + (f", {len(r['seeds']) - r['reached']} of {len(r['seeds'])} not reached"
+                   if r["reached"] < len(r["seeds"]) else "")
+
+
+@table("text_network", NETWORK)
+def _network(d):
+    body = markdown_table(
+        ["link", "algorithm", "seconds to target", "seconds a round", "bytes a worker sends a round"],
+        [[r["link"], NAMES[r["algorithm"]], _seconds(r),
+          f"{r['time_per_round_s']:.2f}" if r.get("time_per_round_s") else "-",
+          nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
+         for r in d["summary"]])
+    return (f"The transformer on {d['ranks']} MPI processes in network namespaces, one worker each, to validation "
+            f"loss <= {d['target']} nats per character (training seconds: compilation and evaluation excluded; at "
+            f"most {d['samples']:,} windows a run), mean ± std over the seeds that reached it.\n\n" + body)
+
+
+def _race(d, other: str) -> str:
+    """IST's seconds to the target against ``other``'s on the slowest link (means over the seeds that reached it)."""
+    rows = {r["algorithm"]: r for r in d["summary"]}
+    ist, them = rows.get("ist"), rows.get(other)
+    if not ist or not them or not ist["reached"]:
+        return "not measured"
+    if not them["reached"]:
+        return f"IST reached it; {NAMES[other]} did not"
+    ratio = them["seconds_to_target"] / ist["seconds_to_target"]
+    return f"{ratio:.1f}x sooner" if ratio > 1 else f"{1 / ratio:.1f}x later"
+
+
+scalar("text.network.ist_vs_data_parallel", NETWORK, lambda d: _race(d, "data_parallel"))
+scalar("text.network.ist_vs_diloco", NETWORK, lambda d: _race(d, "diloco"))
