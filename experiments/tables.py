@@ -177,6 +177,16 @@ def results_table(name: str, source: str, columns: Sequence[str | tuple[str, Cal
     return register(name, (source,), render)
 
 
+def seconds_to_target(r: dict[str, Any]) -> str:
+    """A race's cell: the mean seconds to the target over the seeds that reached it (``seconds_to_target``,
+    ``seconds_to_target_std``, ``reached`` of ``seeds``), and how many did not."""
+    if not r["reached"]:
+        return f"not reached ({len(r['seeds'])} seeds)"
+    text = format_mean_std(r["seconds_to_target"], r["seconds_to_target_std"], r["reached"], digits=1)
+    return text + (f", {len(r['seeds']) - r['reached']} of {len(r['seeds'])} not reached"
+                   if r["reached"] < len(r["seeds"]) else "")
+
+
 def mib(b: float) -> str:
     return f"{b / 2 ** 20:.1f}"
 

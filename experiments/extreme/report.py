@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from experiments.tables import cell, markdown_table, nbytes, scalar, table
+from experiments.tables import cell, markdown_table, nbytes, scalar, seconds_to_target, table
 from istjax.algorithms.tensor import step_bytes
 from istjax.launch.metrics import format_mean_std
 
@@ -174,20 +174,12 @@ def _network_name(d: dict, algorithm: str) -> str:
     return name if algorithm != "ist" else f"{name} ({' / '.join(sorted(modes)).replace('_', ' ')})"
 
 
-def _seconds(r: dict) -> str:
-    if not r["reached"]:
-        return f"not reached ({len(r['seeds'])} seeds)"
-    text = format_mean_std(r["seconds_to_target"], r["seconds_to_target_std"], r["reached"], digits=1)
-    return text + (f", {len(r['seeds']) - r['reached']} of {len(r['seeds'])} not reached"
-                   if r["reached"] < len(r["seeds"]) else "")
-
-
 @table("extreme_network", NETWORK)
 def _network(d):
     body = markdown_table(
         ["link", "algorithm", "K", "seconds to target", "samples to target", "seconds a round",
          "bytes a worker sends a round"],
-        [[r["link"], _network_name(d, r["algorithm"]), cell(r["local_steps"]), _seconds(r),
+        [[r["link"], _network_name(d, r["algorithm"]), cell(r["local_steps"]), seconds_to_target(r),
           cell(round(r["samples_to_target"])) if r.get("samples_to_target") else "-",
           f"{r['time_per_round_s']:.2f}" if r.get("time_per_round_s") else "-",
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]

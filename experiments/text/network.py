@@ -32,6 +32,7 @@ from experiments.network import slow_net
 from experiments.network import time_to_accuracy as tta
 from experiments.text.study import B, CONFIG, K
 from istjax.launch import study as study_lib
+from istjax.launch.metrics import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "experiments" / "text" / "results" / "network.json"
@@ -55,13 +56,9 @@ def record(p: study_lib.Planned, target: float) -> Optional[dict[str, Any]]:
     r = tta.row(p)
     if r is None:
         return None
-    curve = []
-    metrics = p.run_dir / "metrics.jsonl"
-    if metrics.exists():
-        for line in metrics.read_text().splitlines():
-            m = json.loads(line)
-            if m.get("test_loss") is not None and m.get("wall_time_s") is not None:
-                curve.append((m["wall_time_s"], m["samples_seen"], m["test_loss"]))
+    curve = [(m["wall_time_s"], m["samples_seen"], m["test_loss"])
+             for m in (read_metrics(p.run_dir) if (p.run_dir / "metrics.jsonl").exists() else [])
+             if m.get("test_loss") is not None and m.get("wall_time_s") is not None]
     hit = next((c for c in curve if c[2] <= target), None)
     return {**r, "label": p.cell.label, "loss_curve": curve, "seconds_to_target": hit and hit[0],
             "samples_to_target": hit and hit[1]}

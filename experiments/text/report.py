@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from experiments.tables import cell, markdown_table, nbytes, scalar, table
+from experiments.tables import cell, markdown_table, nbytes, scalar, seconds_to_target, table
 from istjax.launch.metrics import format_mean_std
 
 STUDY = "experiments/text/results/study.json"
@@ -109,19 +109,11 @@ def _samples(d):
 NETWORK = "experiments/text/results/network.json"
 
 
-def _seconds(r: dict) -> str:
-    if not r["reached"]:
-        return f"not reached ({len(r['seeds'])} seeds)"
-    text = format_mean_std(r["seconds_to_target"], r["seconds_to_target_std"], r["reached"], digits=1)
-    return text + (f", {len(r['seeds']) - r['reached']} of {len(r['seeds'])} not reached"
-                   if r["reached"] < len(r["seeds"]) else "")
-
-
 @table("text_network", NETWORK)
 def _network(d):
     body = markdown_table(
         ["link", "algorithm", "seconds to target", "seconds a round", "bytes a worker sends a round"],
-        [[r["link"], NAMES[r["algorithm"]], _seconds(r),
+        [[r["link"], NAMES[r["algorithm"]], seconds_to_target(r),
           f"{r['time_per_round_s']:.2f}" if r.get("time_per_round_s") else "-",
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
          for r in d["summary"]])

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from experiments.grid import REPO, Cell, parser
+from istjax.launch.metrics import read_metrics
 from istjax.launch.study import Planned, run_record, run_study
 
 CONFIG = "experiments/configs/shakespeare_transformer.py"
@@ -67,11 +68,8 @@ def record(p: Planned) -> Optional[dict[str, Any]]:
     r = run_record(p)
     if r is None:
         return None
-    curve = []
-    for line in (p.run_dir / "metrics.jsonl").read_text().splitlines():
-        m = json.loads(line)
-        if "test_loss" in m:
-            curve.append({k: m[k] for k in ("round", "samples_seen", "wall_time_s", "test_loss")})
+    curve = [{k: m[k] for k in ("round", "samples_seen", "wall_time_s", "test_loss")} for m in read_metrics(p.run_dir)
+             if "test_loss" in m]
     return {**r, "val_loss": r["test_loss"], "curve": curve}
 
 
