@@ -11,6 +11,13 @@ run's curve of validation loss against rounds, samples and wall time::
     python -m experiments.text.study --only ist_width_train_w2 --seeds 0
     python -m experiments.text.study --plot           # redraw docs/figures/transformers.png from the file
     python -m experiments.text.study --text           # a generated text from every cell's seed-0 model
+    python -m experiments.text.study --mpi parameter_server,sharded --workers 2 \\
+        --only ist_width_test_w2,ist_depth_test_w2 --out experiments/text/results/mpi.json
+
+``--mpi MODES`` trains the cells on the MPI runtime instead, one ``mpiexec -n W`` launch a run, in each named mode
+(labels ``<cell>_<mode>``; the sharded mode evaluates in place, no process gathering the model, and deals the
+groups with the stratified sampler, each rank owning a fixed 1/W of them): the same cells trained by processes that
+exchange over MPI.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ OUT = REPO / "experiments" / "text" / "results" / "study.json"
 FIGURE = REPO / "docs" / "figures" / "transformers.png"
 K, B = 10, 32
 NAMES = {"ist": "IST", "data_parallel": "data parallel", "local_sgd": "local SGD", "diloco": "DiLoCo"}
+
+
+MPI_MODES = ("parameter_server", "sharded")
 
 
 def cells(samples: int, workers: Sequence[int] = (2, 4)) -> list[Cell]:
@@ -60,6 +70,33 @@ def cells(samples: int, workers: Sequence[int] = (2, 4)) -> list[Cell]:
                 cell("local_sgd", "local_sgd"),
                 cell("diloco", "diloco")]
     return out
+
+
+def on_mpi(cells_: Sequence[Cell], modes: Sequence[str]) -> list[Cell]:
+    """Each cell once per MPI mode: ``runtime.name=mpi``, ``runtime.mode=<mode>``, label ``<cell>_<mode>``."""
+    bad = [m for m in modes if m not in MPI_MODES]
+    if bad:
+        raise SystemExit(f"--mpi {','.join(modes)}: {bad[0]!r} is not a mode; use some of {','.join(MPI_MODES)}.")
+    def mode(c: Cell, m: str) -> tuple[str, ...]:
+        extra = ("--config.runtime.name=mpi", f"--config.runtime.mode={m}")
+        if m == "sharded":  # each rank owns a fixed 1/W of every group: the stratified sampler deals them
+            extra += ("--config.sampler.name=stratified", f"--config.sampler.num_owners={_workers(c)}")
+        return c.overrides + extra
+
+    return [Cell(f"{c.label}_{m}", c.config, mode(c, m), {**c.info, "runtime": "mpi", "mode": m})
+            for m in modes for c in cells_]
+
+
+def mpi_trainer():
+    """`run_study`'s ``train`` for MPI cells: ``mpiexec -n W istjax train ...`` (one process a worker)."""
+    from istjax.launch.study import child_trainer
+
+    mpiexec = str(pathlib.Path(sys.executable).parent / "mpiexec")
+    return child_trainer(lambda p: [mpiexec, "-n", str(_workers(p.cell))], root=REPO, timeout=1800)
+
+
+def _workers(cell: Cell) -> int:
+    return int(next(o for o in cell.overrides if o.startswith("--config.num_workers=")).split("=")[1])
 
 
 def record(p: Planned) -> Optional[dict[str, Any]]:
@@ -153,6 +190,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = parser("python -m experiments.text.study", __doc__.split("\n\n")[0], ["study"])
     p.add_argument("--samples", type=int, default=19200, help="windows of 64 characters every cell trains")
     p.add_argument("--out", type=pathlib.Path, default=OUT)
+    p.add_argument("--workers", default="2,4", help="comma-separated W (default 2,4)")
+    p.add_argument("--mpi", default="", help="comma-separated MPI modes (parameter_server, sharded): train the "
+                                             "cells under mpiexec in each instead of the simulate runtime")
     p.add_argument("--text", action="store_true", help="train nothing: write a generated text from every cell's "
                                                         "first-seed run into the results file")
     args = p.parse_args(argv)
@@ -164,12 +204,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         samples(args.out, workdir, args.seeds[0])
         return 0
     command = "python -m experiments.text.study " + " ".join(sys.argv[1:] if argv is None else argv)
-    outcome = run_study("text", cells(args.samples), args.seeds, workdir, out=args.out, command=command.strip(),
-                        root=REPO, only=[s for s in args.only.split(",") if s], record=record,
-                        cache=pathlib.Path(workdir) / ".jax_cache",
-                        after_run=lambda run, error: (finish(args.out), plot(args.out)))
+    todo = cells(args.samples, [int(w) for w in args.workers.split(",") if w])
+    only = [s for s in args.only.split(",") if s]
+    modes = [m for m in args.mpi.split(",") if m]
+    if modes:  # --only names the simulate cells; each is trained in every mode
+        todo = on_mpi([c for c in todo if not only or c.label in only], modes)
+        only = []
+    redraw = (lambda: None) if modes else (lambda: plot(args.out))  # the figure draws the simulate study
+    outcome = run_study("text", todo, args.seeds, workdir, out=args.out, command=command.strip(),
+                        root=REPO, only=only, record=record, cache=pathlib.Path(workdir) / ".jax_cache",
+                        train=mpi_trainer() if modes else None,
+                        after_run=lambda run, error: (finish(args.out), redraw()))
     finish(args.out)  # the runner's last rewrite of the file
-    plot(args.out)
+    redraw()
     return 1 if outcome.failed else 0
 
 
