@@ -98,8 +98,10 @@ def test_an_old_flat_config_json_reads_into_the_sections():
     assert config_lib.from_dict(config_lib.to_dict(c)) == c
     # Compared under the nested names, the old file and today's config differ only in fields the old file lacks.
     diffs = config_lib.differences(OLD_FLAT, config_lib.to_dict(c))
-    # (its top-level fields, and data.module, runtime.memory_limit and DiLoCo's outer optimizer, added since)
-    added = ("data.module:", "runtime.memory_limit:", "algorithm.outer_learning_rate:", "algorithm.outer_momentum:")
+    # (its top-level fields, and data.module, runtime.memory_limit, DiLoCo's outer optimizer and the loss split,
+    # added since)
+    added = ("data.module:", "runtime.memory_limit:", "algorithm.outer_learning_rate:", "algorithm.outer_momentum:",
+             "runtime.loss_split:")
     assert diffs and all(": '<absent>' -> " in d and ("." not in d.split(":")[0] or d.startswith(added))
                          for d in diffs), diffs
 

@@ -84,8 +84,51 @@ def _step_matmuls(s: dict, heads: int, units: int):
     return jax.jit(fn), (dense, att)
 
 
+def _step_elementwise(s: dict, heads: int, units: int):
+    """The work of one training step of the same sub-transformer that is not a matmul, on preallocated inputs, each
+    forward with its backward (`jax.vjp`): ``(fn, args)`` whose outputs are ``{part: arrays}``. Per layer: two
+    LayerNorms over ``[B, T, D]``, the causal mask and softmax over ``[B, heads, T, T]``, GELU over
+    ``[B, T, units]``; then the final LayerNorm, the cross-entropy over ``[B, T, vocab]`` and the embedding's gather
+    and its gradient's scatter-add. (Adam's update is timed as the local phase under plain SGD instead.)"""
+    rng = np.random.default_rng(4)
+    b, t, d, v, layers = s["batch"], s["context"], s["embed"], s["vocab"], s["layers"]
+
+    def put(*shape):
+        return jax.device_put(rng.standard_normal(shape, np.float32))
+
+    def layer_norm(x):
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-6)
+
+    def softmax(scores):
+        mask = jnp.tril(jnp.ones((t, t), bool))
+        return jax.nn.softmax(jnp.where(mask, scores, -1e9), axis=-1)
+
+    def cross_entropy(logits, y):
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    def vjp(f, *xs):
+        y, back = jax.vjp(f, *xs)
+        return back(jax.tree.map(jnp.ones_like, y))
+
+    table = put(v, d)
+    args = {"layer_norm": [put(b, t, d) for _ in range(2 * layers + 1)],
+            "softmax": [put(b, heads, t, t) for _ in range(layers)],
+            "gelu": [put(b, t, units) for _ in range(layers)],
+            "cross_entropy": (put(b, t, v), jax.device_put(rng.integers(0, v, (b, t)).astype(np.int32))),
+            "embedding": (table, jax.device_put(rng.integers(0, v, (b, t)).astype(np.int32)))}
+    parts = {"layer_norm": lambda xs: [vjp(layer_norm, x) for x in xs],
+             "softmax": lambda xs: [vjp(softmax, x) for x in xs],
+             "gelu": lambda xs: [vjp(jax.nn.gelu, x) for x in xs],
+             "cross_entropy": lambda a: vjp(lambda z: cross_entropy(z, a[1]), a[0]),
+             "embedding": lambda a: vjp(lambda w: jnp.take(w, a[1], axis=0), a[0])}
+    return {k: (jax.jit(f), args[k]) for k, f in parts.items()}
+
+
 def local_phase(s: dict) -> dict[str, Any]:
-    """One worker's K local steps (its sub-transformer, Adam) against the same K steps' matmuls alone."""
+    """One worker's K local steps (its sub-transformer, Adam) against the same K steps' matmuls alone; beside them,
+    where the rest goes: the same K steps under plain SGD (the difference is Adam's update) and each non-matmul
+    part of a step timed alone (`_step_elementwise`), K times."""
     task = _task(s)
     w = s["workers"]
     alg = istjax.ist(task, optax.adam(1e-3), num_workers=w, local_steps=s["k"])
@@ -98,17 +141,28 @@ def local_phase(s: dict) -> dict[str, Any]:
     batches = _batches(s, (s["k"], s["batch"]))
     phase = jax.jit(lambda worker, b: local_train(loss, opt, worker, b))
     start = WorkerState(one.params, one.model_state, opt.init(one.params))
+    sgd = optax.sgd(1e-3)
+    sgd_phase = jax.jit(lambda worker, b: local_train(loss, sgd, worker, b))
+    sgd_start = WorkerState(one.params, one.model_state, sgd.init(one.params))
     mm, args = _step_matmuls(s, s["heads"] // w, s["mlp"] // w)
+    rest = _step_elementwise(s, s["heads"] // w, s["mlp"] // w)
 
-    def k_matmuls():
-        out = None
-        for _ in range(s["k"]):
-            out = mm(*args)
-        return out
+    def k_times(fn, *a):
+        def go():
+            out = None
+            for _ in range(s["k"]):
+                out = fn(*a)
+            return out
+        return go
 
-    t = measure.interleaved({"phase": lambda: phase(start, batches), "matmuls": k_matmuls}, s["reps"])
+    t = measure.interleaved({"phase": lambda: phase(start, batches), "phase_sgd": lambda: sgd_phase(sgd_start, batches),
+                             "matmuls": k_times(mm, *args), **{k: k_times(f, a) for k, (f, a) in rest.items()}},
+                            s["reps"])
+    parts = {"matmuls": t["matmuls"].median, **{k: t[k].median for k in rest},
+             "adam_update": t["phase"].median - t["phase_sgd"].median}
     return {"K": s["k"], "phase_s": t["phase"].median, "matmuls_s": t["matmuls"].median,
             "phase_vs_matmuls": t["matmuls"].median / t["phase"].median,
+            "parts_s": parts, "unaccounted_s": t["phase"].median - sum(parts.values()),
             "timings": {k: v.as_dict() for k, v in t.items()}}
 
 
@@ -173,6 +227,12 @@ def markdown(out: dict[str, Any]) -> str:
     lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
               for r in out["targets"]]
     lp, em, ro = out["local"], out["extract_merge"], out["round_overhead"]
+    if "parts_s" in lp:
+        lines += ["", f"Where the local phase's {lp['phase_s'] * 1e3:.0f} ms go (K = {lp['K']}; each part timed alone, "
+                      "K times):", "", "| part | ms | share of the phase |", "|---|---|---|"]
+        lines += [f"| {k.replace('_', ' ')} | {v * 1e3:.1f} | {v / lp['phase_s']:.2f} |" for k, v in lp["parts_s"].items()]
+        lines += [f"| not accounted for (fusion, dispatch, the rest) | {lp['unaccounted_s'] * 1e3:.1f} | "
+                  f"{lp['unaccounted_s'] / lp['phase_s']:.2f} |"]
     lines += ["", f"Local phase (K = {lp['K']}) {lp['phase_s'] * 1e3:.1f} ms, its matmuls {lp['matmuls_s'] * 1e3:.1f} "
                   f"ms. Extract {em['extract_s'] * 1e3:.2f} ms, merge {em['merge_s'] * 1e3:.2f} ms, a copy of the "
                   f"{em['bytes_written'] / 1e6:.1f} MB they write {em['copy_s'] * 1e3:.2f} ms as one array, "

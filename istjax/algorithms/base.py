@@ -59,7 +59,7 @@ from istjax.core.comm import CommBytes
 from istjax.core.partition import Sampler
 from istjax.core.spec import SubnetSpec
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState
-from istjax.core.task import Task
+from istjax.core.task import MIN_BATCH_STATISTICS_SPLIT, Task
 
 __all__ = [
     "Algorithm",
@@ -73,6 +73,7 @@ __all__ = [
     "local_train",
     "finish_round",
     "recompute_from",
+    "loss_split",
     "check_common",
     "init_state",
     "bind",
@@ -176,6 +177,9 @@ class Algorithm:
       outer_optimizer: an algorithm that exchanges replicas and applies their average change through an optimizer
         of its own (DiLoCo's outer Nesterov step; its state is the global state's ``opt_state``); None when the
         replicas' mean is the new model.
+      split: ``(state, workers, batches, shared=None) -> metrics``, the round's loss split (`loss_split`: the
+        workers' own loss, the collected model's in training and test mode, on the batches each worker trained
+        last), which a runtime adds to the round's metrics; None for none.
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -199,6 +203,7 @@ class Algorithm:
     owner_side: Optional[OwnerSide] = None
     tensor: Any = None
     outer_optimizer: Optional[optax.GradientTransformation] = None
+    split: Optional[Callable[..., dict]] = None
 
     def __post_init__(self):  # the declarations are checked where they are made
         try:
@@ -265,6 +270,47 @@ def recompute_from(task: Task, batches: PyTree = None,
         return None
     first_NxB = jax.tree.map(lambda b: b[:, 0], batches)
     return lambda params, model_state: task.recompute_state(params, model_state, first_NxB, shared)
+
+
+def loss_split(task: Task, worker_loss: Callable) -> Callable[..., dict]:
+    """``split(state, workers, batches, shared=None) -> metrics``: where a round's training loss went, on the batch
+    each worker trained last (``batches`` leaves `[W, K, B, ...]`; its `[W, B, ...]` slice ``K - 1``):
+
+    ``worker_train_loss``
+        the workers' own loss after their K steps (``worker_loss``: the network each trained, a sub-network for
+        IST, in training mode), mean over workers;
+    ``merged_train_loss``
+        the collected model ``state`` on the same batches in training mode (`Task.train_loss` at full width: batch
+        statistics, no sub-network scaling), mean over workers;
+    ``merged_test_loss``
+        the same in test mode (`Task.evaluate`: running statistics, the test-time network), where the task
+        evaluates a batch of this size (a model normalising with test-batch statistics may refuse it: then absent);
+    ``merge_cost``
+        ``merged_train_loss - worker_train_loss``: what collecting the workers' models lost of what they fitted
+        (exactly 0 for one IST worker: the merged model is its model).
+
+    The workers run one after another (`jax.lax.map`), as the evaluation of W small batches does not gain from
+    being vectorised on a CPU and holds one worker's activations at a time."""
+    merged_loss = task.train_loss(None)
+
+    def split(state: TrainState, workers: WorkerState, batches: PyTree, shared: Any = None) -> dict:
+        last = jax.tree.map(lambda b: b[:, -1], batches)
+        size = jax.tree.leaves(last["x"])[0].shape[1]
+        test = size >= min(task.min_eval_batch, MIN_BATCH_STATISTICS_SPLIT)
+
+        def one(args):
+            worker, batch = args
+            own = worker_loss(worker.params, worker.model_state, batch, shared)[0]
+            merged = merged_loss(state.params, state.model_state, batch, shared)[0]
+            tested = task.evaluate(state.params, state.model_state, batch, shared)[0] if test else merged
+            return own, merged, tested
+
+        own, merged, tested = jax.lax.map(one, (workers, last))
+        out = {"worker_train_loss": jnp.mean(own), "merged_train_loss": jnp.mean(merged),
+               "merge_cost": jnp.mean(merged) - jnp.mean(own)}
+        return {**out, "merged_test_loss": jnp.mean(tested)} if test else out
+
+    return split
 
 
 def check_common(task: Task, num_workers, local_steps, optimizer_state: str, model_state: str) -> None:

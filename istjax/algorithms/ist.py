@@ -16,7 +16,7 @@ import jax
 import optax
 
 from istjax.algorithms.base import (Algorithm, SubnetPieces, bind, check_common, finish_round, init_state,
-                                    local_train)
+                                    local_train, loss_split)
 from istjax.algorithms.exchange import subnet_algorithm
 from istjax.core.errors import ArgError
 from istjax.core import partition as partition_lib
@@ -66,7 +66,8 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     pieces = ist_pieces(task, optimizer, sampler, num_workers, carry=carry, model_state=model_state)
     algorithm = subnet_algorithm(task, pieces, init=init_state(task, optimizer, carry), num_workers=num_workers,
                                  local=local, name="ist", local_steps=local_steps, optimizer=optimizer,
-                                 carries_optimizer_state=carry, model_state_policy=model_state)
+                                 carries_optimizer_state=carry, model_state_policy=model_state,
+                                 split=loss_split(task, loss))
     return bind(algorithm, backend, **backend_options)
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import optax
 
 from istjax.algorithms.base import (Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train,
-                                    recompute_from, with_outer)
+                                    loss_split, recompute_from, with_outer)
 from istjax.core.comm import replicated_bytes
 from istjax.core.errors import ArgError
 from istjax.core.schedule import at_round
@@ -80,7 +80,8 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
     algorithm = Algorithm(init=init_state(task, optimizer, True), round=None, distribute=distribute, local=local,
                           collect=collect, name="data_parallel", num_workers=num_workers, local_steps=local_steps,
                           comm=comm, task=task, optimizer=optimizer, local_fused=local_fused,
-                          exchange="gradients", carries_optimizer_state=True, model_state_policy=model_state)
+                          exchange="gradients", carries_optimizer_state=True, model_state_policy=model_state,
+                          split=loss_split(task, loss))
     return bind(algorithm, backend, **backend_options)
 
 
@@ -118,7 +119,8 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
     algorithm = Algorithm(init=init_state(task, optimizer, carry), round=None, distribute=distribute, local=local,
                           collect=collect, name="local_sgd", num_workers=num_workers, local_steps=local_steps,
                           comm=comm, task=task, optimizer=optimizer, exchange="replicas",
-                          carries_optimizer_state=carry, model_state_policy=model_state)
+                          carries_optimizer_state=carry, model_state_policy=model_state,
+                          split=loss_split(task, loss))
     return bind(algorithm, backend, **backend_options)
 
 
@@ -161,7 +163,7 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
                           distribute=distribute, local=local, collect=collect, name="diloco",
                           num_workers=num_workers, local_steps=local_steps, comm=comm, task=task, optimizer=optimizer,
                           exchange="replicas", carries_optimizer_state=False, model_state_policy=model_state,
-                          outer_optimizer=outer)
+                          outer_optimizer=outer, split=loss_split(task, loss))
     return bind(algorithm, backend, **backend_options)
 
 

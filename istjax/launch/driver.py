@@ -564,6 +564,32 @@ def _evaluated(run: Run, state: TrainState, evaluate) -> Optional[dict]:
     return None if whole is None else evaluate(whole)
 
 
+SPLIT = ("worker_train_loss", "merged_train_loss", "merged_test_loss", "merge_cost")  # `istjax.algorithms.loss_split`
+
+
+class _SplitWindow:
+    """The round's loss split (`istjax.algorithms.base.loss_split`) averaged over the rounds since the last
+    record: one batch per worker a round is noisy; the record carries the mean and ``split_rounds``, how many."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.rounds = 0
+
+    def add(self, metrics: dict) -> None:
+        got = {k: float(metrics[k]) for k in SPLIT if k in metrics}
+        if got:
+            self.rounds += 1
+            for k, v in got.items():
+                self.sums[k] = self.sums.get(k, 0.0) + v
+
+    def take(self) -> dict[str, float]:
+        out = {k: v / self.rounds for k, v in self.sums.items()}
+        if out:
+            out["split_rounds"] = self.rounds
+        self.sums, self.rounds = {}, 0
+        return out
+
+
 def _record(run: Run, state: TrainState, metrics: dict, done: int, evaluate) -> Optional[dict]:
     """The evaluation record after round ``done`` (every process takes part; the primary's is the record)."""
     c = run.config
@@ -589,6 +615,7 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
     bar = tqdm(total=n, initial=start, unit="round", dynamic_ncols=True, file=sys.stderr,
                disable=not (is_primary() and c.progress), desc=f"{alg.name} W={w}")
     inputs = step_inputs(run)
+    split = _SplitWindow()
     try:
         with _stop_on_signals(run.log) as stop:
             for r in range(start, n):
@@ -598,6 +625,7 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
                 run.wall += time.perf_counter() - t0
                 _check_finite(run, state, metrics, r)
                 state = new_state
+                split.add(metrics)
                 sent, received = _round_bytes(metrics, alg)
                 run.bytes_total += w * (sent + received)
                 done = r + 1
@@ -605,7 +633,9 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
                 record = None
                 if done % int(c.eval_every) == 0 or done == n:
                     record = _record(run, state, metrics, done, evaluate)
+                    window = split.take()
                     if record is not None:
+                        record.update(window)
                         records.append(record)
                         writer.write(record)
                         postfix["test_acc"] = f"{record['test_accuracy']:.4f}"
@@ -771,6 +801,7 @@ def _summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib
         "bytes_sent_per_worker_per_round": last.get("bytes_sent_per_worker", float(algorithm.comm.sent)),
         "bytes_received_per_worker_per_round": last.get("bytes_received_per_worker",
                                                         float(algorithm.comm.received)),
+        **{k: last[k] for k in SPLIT if k in last},  # the last window's loss split
         "bytes_total": bytes_total, "workdir": str(workdir),
         "code": provenance.code_version(), "machine": provenance.machine(),  # what trained it, as it trained
     }

@@ -17,6 +17,15 @@ The schema of a record (`RECORD_FIELDS` always present; others may be added)::
     bytes_total                bytes moved so far by all workers, both directions
     algorithm, num_workers     what produced it
 
+The round's loss split (`istjax.algorithms.base.loss_split`; runtimes ``simulate`` and ``devices`` with
+``runtime.loss_split``), each the mean over the ``split_rounds`` rounds since the previous record, on the batch every
+worker trained last:
+
+    worker_train_loss          the workers' own loss after their K steps (IST: their sub-networks), training mode
+    merged_train_loss          the collected model on the same batches, training mode (batch statistics)
+    merged_test_loss           the same in test mode (running statistics, the test-time network)
+    merge_cost                 merged_train_loss - worker_train_loss: what collecting lost of what the workers fitted
+
 Only the primary process writes (`istjax.core.process.is_primary`, the one answer to which process that is): under
 ``mpiexec`` every rank runs the driver, rank 0 records.
 """

@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 
 from istjax.core.process import is_primary
-from istjax.core.state import WORKERS, first_worker
+from istjax.core.state import WORKERS, first_worker, summarize
 
-__all__ = ["Runtime", "RuntimeHandle", "WORKER_MAPS", "check_batches", "check_worker_map", "communicates",
+__all__ = ["Runtime", "RuntimeHandle", "WORKER_MAPS", "check_batches", "check_worker_map", "communicates", "end_round",
            "map_workers", "local_handle"]
 
 PyTree = Any
@@ -98,6 +98,19 @@ class Runtime(NamedTuple):
     config_options: tuple[str, ...] = ()
     multi_process: bool = False
     check_launch: Callable[..., None] = lambda num_workers, **options: None
+
+
+def end_round(algorithm, state, workers, plan, metrics_WxK: dict, batches: Any, shared: Any = None, *,
+              loss_split: bool = True, split_batches: Any = None) -> tuple[Any, dict]:
+    """The end of a round every one-program runtime shares: ``collect`` the workers into the next state, summarise
+    their metrics (`istjax.core.state.summarize`) and, with ``loss_split``, add the round's loss split
+    (``algorithm.split``, on ``split_batches``, default ``batches``: leaves `[W, k, B, ...]` whose last step is each
+    worker's last batch)."""
+    new = algorithm.collect(state, workers, plan, batches, shared)
+    metrics = summarize(metrics_WxK)
+    if loss_split and algorithm.split is not None:
+        metrics.update(algorithm.split(new, workers, batches if split_batches is None else split_batches, shared))
+    return new, metrics
 
 
 def check_batches(batches: Any, num_workers: int, local_steps: int, example_x: Any = None) -> None:

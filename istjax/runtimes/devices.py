@@ -22,8 +22,8 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from istjax.core.state import summarize
-from istjax.runtimes.base import Runtime, check_batches, communicates, local_handle, map_workers
+from istjax.runtimes.base import (Runtime, check_batches, communicates, end_round, local_handle,
+                                  map_workers)
 
 __all__ = ["DEVICES", "RUNTIME", "build", "devices_used", "make_mesh"]
 
@@ -43,7 +43,7 @@ def make_mesh(num_workers: int, devices=None) -> jax.sharding.Mesh:
     return jax.make_mesh((len(devs),), (DEVICES,), axis_types=(jax.sharding.AxisType.Explicit,), devices=devs)
 
 
-def build(algorithm, devices=None, worker_map: str = "auto"):
+def build(algorithm, devices=None, worker_map: str = "auto", loss_split: bool = True):
     """``algorithm`` with its worker stage split across local devices.
 
     Args:
@@ -52,6 +52,8 @@ def build(algorithm, devices=None, worker_map: str = "auto"):
       devices: the devices to use (default: ``jax.local_devices()``); W / D workers per device.
       worker_map: how a device runs its workers (`istjax.runtimes.base.map_workers`): ``"vmap"``,
         ``"sequential"`` or ``"auto"``.
+      loss_split: add the round's loss split to its metrics (``algorithm.split``; a config's
+        ``runtime.loss_split``), on every worker's last batch brought to every device.
 
     Returns:
       The algorithm; ``round.mesh`` is the mesh it runs on and ``round.compiled`` the jitted function (inputs
@@ -76,8 +78,12 @@ def build(algorithm, devices=None, worker_map: str = "auto"):
         workers, metrics = staged(workers, batches, shared)
         # Merge scatters into replicated arrays: bring the workers' results back to every device first.
         workers, metrics = jax.reshard((workers, metrics), replicated)
+        last = None
+        if loss_split and algorithm.split is not None:  # every worker's last batch, on every device
+            last = jax.reshard(jax.tree.map(lambda b: b[:, -1:], batches), replicated)
         batches = jax.reshard(batches, replicated) if algorithm.model_state_policy == "recompute" else batches
-        return algorithm.collect(state, workers, plan, batches, shared), summarize(metrics)
+        return end_round(algorithm, state, workers, plan, metrics, batches, shared, loss_split=loss_split,
+                         split_batches=last)
 
     compiled = jax.jit(round_fn)
 
@@ -93,4 +99,4 @@ def build(algorithm, devices=None, worker_map: str = "auto"):
 
 
 RUNTIME = Runtime("devices", build, "workers split across the local devices: jit + shard_map over a 1-D mesh, "
-                                    "W/D workers mapped per device")
+                                    "W/D workers mapped per device", config_options=("loss_split",))

@@ -13,17 +13,18 @@ import dataclasses
 
 import jax
 
-from istjax.core.state import summarize
-from istjax.runtimes.base import Runtime, check_batches, communicates, local_handle, map_workers
+from istjax.runtimes.base import (Runtime, check_batches, communicates, end_round, local_handle,
+                                  map_workers)
 
 __all__ = ["RUNTIME", "build"]
 
 
-def build(algorithm, worker_map: str = "auto"):
+def build(algorithm, worker_map: str = "auto", loss_split: bool = True):
     """``algorithm`` with a single-device, single-jit ``round`` (see the module docstring).
 
     ``worker_map``: how the workers' local phases run on the device (`istjax.runtimes.base.map_workers`):
-    ``"vmap"``, ``"sequential"`` or ``"auto"``.
+    ``"vmap"``, ``"sequential"`` or ``"auto"``. ``loss_split``: add the round's loss split to its metrics
+    (``algorithm.split``, `istjax.algorithms.base.loss_split`; a config's ``runtime.loss_split``).
     """
     w, k = algorithm.num_workers, algorithm.local_steps
     local_all = algorithm.local_fused or map_workers(algorithm.local, w, worker_map=worker_map,
@@ -32,7 +33,7 @@ def build(algorithm, worker_map: str = "auto"):
     def round_fn(state, batches, shared=None):
         workers, plan = algorithm.distribute(state)
         workers, metrics = local_all(workers, batches, shared)
-        return algorithm.collect(state, workers, plan, batches, shared), summarize(metrics)
+        return end_round(algorithm, state, workers, plan, metrics, batches, shared, loss_split=loss_split)
 
     compiled = jax.jit(round_fn)
 
@@ -44,4 +45,4 @@ def build(algorithm, worker_map: str = "auto"):
     return dataclasses.replace(algorithm, round=round, runtime=local_handle("simulate"))
 
 
-RUNTIME = Runtime("simulate", build, "all workers on one device, vmapped, one jit")
+RUNTIME = Runtime("simulate", build, "all workers on one device, vmapped, one jit", config_options=("loss_split",))

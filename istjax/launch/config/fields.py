@@ -23,7 +23,8 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 # Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
 # more rounds). Every other field must match the checkpoint's config exactly.
 RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "max_to_keep", "eval_batch_size",
-                      "eval_train_examples", "target_accuracy", "stop_at_target", "progress", "runtime.memory_limit")
+                      "eval_train_examples", "target_accuracy", "stop_at_target", "progress", "runtime.memory_limit",
+                      "runtime.loss_split")
 
 
 class ConfigError(ValueError):
@@ -130,6 +131,10 @@ def _runtime_section(c: ml_collections.ConfigDict) -> None:
     c.runtime = ml_collections.ConfigDict()
     c.runtime.name = "simulate"  # any name in istjax.runtimes.names() ("mpi": under mpiexec)
     c.runtime.mode = "parameter_server"  # runtime "mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
+    # Runtimes "simulate" and "devices": every round also reports where its loss went (istjax.algorithms.loss_split:
+    # the workers' own loss after their K steps, the merged model's on the same batches, train and test mode) in
+    # metrics.jsonl; False saves its forward passes. The MPI runtime does not compute it.
+    c.runtime.loss_split = True
     # Each process's memory cap, every runtime: bytes (an int) or a size ("800MiB", "1.5GiB", "2GB"); 0: no cap. Before
     # the first round every rank predicts what it will hold (its state share, the compiled round's outputs and
     # temporaries, the process so far) and refuses with both numbers when that is over the cap (istjax.core.memory).
