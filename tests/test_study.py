@@ -53,6 +53,24 @@ def test_a_killed_study_resumes_and_reuses_its_finished_runs(tmp_path):
     assert len(trained) == 2 and json.loads(out.read_text())["rows"] == doc["rows"]
 
 
+def test_a_study_on_a_new_machine_keeps_the_runs_its_file_holds(tmp_path):
+    """The run directories are gone (another session's machine): the runs the results file holds are neither
+    retrained nor dropped; a cell whose overrides changed is trained afresh."""
+    import shutil
+
+    out, trained = tmp_path / "results.json", []
+    study.run_study("tiny", [CELL], [0], tmp_path / "runs", out=out, root=REPO, train=_counting_trainer(trained))
+    shutil.rmtree(tmp_path / "runs")
+    first = json.loads(out.read_text())
+    study.run_study("tiny", [CELL], [0, 1], tmp_path / "runs2", out=out, root=REPO, train=_counting_trainer(trained))
+    doc = json.loads(out.read_text())
+    assert trained == [("ist", 0), ("ist", 1)]  # seed 0 kept from the file, seed 1 trained
+    assert doc["runs"][0] == first["runs"][0] and doc["rows"][0]["seeds"] == [0, 1]
+    changed = CELL._replace(overrides=CELL.overrides + ("--config.batch_size=16",))
+    assert study.kept_records(out, [changed]) == {}
+    assert set(study.kept_records(out, [CELL])) == {("ist", 0), ("ist", 1)}
+
+
 def _git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
 

@@ -62,7 +62,7 @@ from istjax.launch.checkpoint import Checkpointer, CheckpointWriteError, ShardCo
 from istjax.launch.config import ConfigError, Experiment, build
 from istjax.launch.config.collect import Collector
 from istjax.launch.lock import LOCK_FILE, WorkdirLock, lock_workdir
-from istjax.launch.metrics import (MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
+from istjax.launch.metrics import (SPLIT, MetricWriter, format_bytes, is_primary, peak_rss_mib, read_metrics,
                                       truncate_metrics, write_atomic)
 
 __all__ = ["train_and_evaluate", "evaluate_run", "restore_run", "build", "make_train_step", "make_evaluator", "TrainingError",
@@ -562,9 +562,6 @@ def _evaluated(run: Run, state: TrainState, evaluate) -> Optional[dict]:
         return results if is_primary() else None
     whole = handle.gather(state)
     return None if whole is None else evaluate(whole)
-
-
-SPLIT = ("worker_train_loss", "merged_train_loss", "merged_test_loss", "merge_cost")  # `istjax.algorithms.loss_split`
 
 
 class _SplitWindow:

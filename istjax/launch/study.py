@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Optional
 
+from istjax.launch.metrics import SPLIT
+
 __all__ = ["Cell", "Planned", "Outcome", "mean_std", "nested", "flat", "plan", "finished", "train_in_process",
            "child_command", "child_trainer", "run_record", "aggregate", "results", "write_json", "run_study"]
 
@@ -192,7 +194,17 @@ def run_record(p: Planned) -> Optional[dict[str, Any]]:
             "bytes_per_worker_per_round": s["bytes_sent_per_worker_per_round"] + s[
                 "bytes_received_per_worker_per_round"],
             "algorithm": s["algorithm"], "num_workers": s["num_workers"],
+            **{k: s[k] for k in SPLIT if k in s},  # the last evaluation window's loss split, where the run had one
             "commit": code.get("commit"), "clean": code.get("clean"), "machine": s.get("machine")}
+
+
+def _split_means(runs: Sequence[dict[str, Any]]) -> dict[str, Optional[float]]:
+    """``<key>_mean`` and ``<key>_std`` over seeds of each loss-split number every run has (`SPLIT`)."""
+    out: dict[str, Optional[float]] = {}
+    for k in SPLIT:
+        if runs and all(r.get(k) is not None for r in runs):
+            out[f"{k}_mean"], out[f"{k}_std"] = mean_std(r[k] for r in runs)
+    return out
 
 
 def aggregate(cells: Sequence[Cell], runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -215,6 +227,7 @@ def aggregate(cells: Sequence[Cell], runs: Sequence[dict[str, Any]]) -> list[dic
                      "rounds": first["rounds"], "samples_seen": first["samples_seen"],
                      "bytes_per_worker_per_round": first["bytes_per_worker_per_round"],
                      "time_per_round_s_mean": mean_std(r["time_per_round_s"] for r in mine)[0],
+                     **_split_means(mine),
                      "config": _config_name(cell), "overrides": list(cell.overrides),
                      "commits": sorted({str(r.get("commit")) for r in mine})})
     return rows
@@ -252,6 +265,21 @@ def results(study: str, command: str, planned: Sequence[Planned], runs: Sequence
             "rows": aggregate(cells, runs), "runs": list(runs)}
 
 
+def kept_records(out: os.PathLike, cells: Sequence[Cell]) -> dict[tuple[str, Optional[int]], dict[str, Any]]:
+    """``{(label, seed): record}``: the runs an earlier `run_study` wrote into ``out`` for cells whose config file
+    and overrides are still these ``cells``'. A study that outlives its machine (runs trained over several
+    sessions, their run directories gone) keeps them: `run_study` neither retrains them nor drops them from the
+    file. Each record carries the commit and machine that trained it."""
+    try:
+        doc = json.loads(pathlib.Path(out).read_text())
+    except (OSError, ValueError):
+        return {}
+    same = {c.label for c in cells
+            if (doc.get("configs", {}).get(c.label) or {}).get("overrides") == list(c.overrides)
+            and doc["configs"][c.label].get("config") == _config_name(c)}
+    return {(r["label"], r.get("seed")): r for r in doc.get("runs", []) if r.get("label") in same}
+
+
 def write_json(out: os.PathLike, doc: Any) -> pathlib.Path:
     """Writes ``doc`` to ``out`` whole, atomically (a reader never sees half a file)."""
     out = pathlib.Path(out)
@@ -287,13 +315,16 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
     """
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     planned = plan(cells, seeds, workdir, root=root, only=only, layout=layout)
-    todo = planned if overwrite else [p for p in planned if not finished(p.config, p.run_dir)]
-    _say(f"{study}: {len(planned)} run(s), {len(planned) - len(todo)} finished before, {len(todo)} to train")
+    kept = {} if overwrite or out is None else kept_records(out, cells)
+    todo = planned if overwrite else [p for p in planned if not finished(p.config, p.run_dir)
+                                      and (p.cell.label, p.seed) not in kept]
+    _say(f"{study}: {len(planned)} run(s), {len(planned) - len(todo)} finished before"
+         f"{f' ({len(kept)} kept from {out})' if kept else ''}, {len(todo)} to train")
     every = plan(cells, seeds, workdir, root=root, layout=layout) if only else planned
     failed: dict[str, str] = {}
 
     def collect() -> list[dict[str, Any]]:
-        records = [r for p in every if (r := record(p)) is not None]
+        records = [r for p in every if (r := record(p) or kept.get((p.cell.label, p.seed))) is not None]
         if out is not None:
             write_json(out, results(study, command, every, records, started))
         return records
