@@ -101,7 +101,7 @@ def test_an_old_flat_config_json_reads_into_the_sections():
     # (its top-level fields, and data.module, runtime.memory_limit, DiLoCo's outer optimizer and the loss split,
     # added since)
     added = ("data.module:", "runtime.memory_limit:", "algorithm.outer_learning_rate:", "algorithm.outer_momentum:",
-             "runtime.loss_split:")
+             "runtime.loss_split:", "algorithm.recompute_batches:")
     assert diffs and all(": '<absent>' -> " in d and ("." not in d.split(":")[0] or d.startswith(added))
                          for d in diffs), diffs
 

@@ -136,3 +136,24 @@ def _race(d, other: str) -> str:
 
 scalar("text.network.ist_vs_data_parallel", NETWORK, lambda d: _race(d, "data_parallel"))
 scalar("text.network.ist_vs_diloco", NETWORK, lambda d: _race(d, "diloco"))
+
+
+# The study's IST cells on the MPI runtime (`python -m experiments.text.study --mpi parameter_server,sharded`).
+MPI = "experiments/text/results/mpi.json"
+MODES = {"parameter_server": "parameter server", "sharded": "sharded (stratified sampler, evaluated in place)"}
+
+
+@table("text_mpi", MPI)
+def _mpi(d):
+    import json
+    import pathlib
+
+    simulate = json.loads((pathlib.Path(__file__).resolve().parents[2] / STUDY).read_text())
+    rows = sorted(d["rows"], key=lambda r: (r["num_workers"], r["mode"], r["split"]))
+    body = markdown_table(
+        ["W", "cell", "runtime", "validation loss (nats/char)", "same cell, simulate", "seconds a round"],
+        [[cell(r["num_workers"]), _what(r), f"MPI, {MODES[r['mode']]}", _loss(r),
+          _loss(_row(simulate, r["label"].removesuffix(f"_{r['mode']}"))),
+          f"{r['time_per_round_s_mean']:.2f}"] for r in rows])
+    return (f"The study's IST cells trained by `mpiexec -n W` processes (one worker each; {cell(rows[0]['samples_seen'])} "
+            f"windows a run, the seeds of the simulate study), mean ± std over seeds.\n\n" + body)

@@ -35,16 +35,18 @@ class AlgorithmEntry(NamedTuple):
 
 
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
-    "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state"),
+    "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches"),
                           "Independent Subnetwork Training: neurons split among workers every round"),
-    "data_parallel": AlgorithmEntry(data_parallel, ("model_state",),
+    "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches"),
                                     "gradients averaged every step"),
-    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state"),
+    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches"),
                                 "whole replicas trained K steps, then averaged"),
-    "diloco": AlgorithmEntry(diloco, ("outer_learning_rate", "outer_momentum", "optimizer_state", "model_state"),
+    "diloco": AlgorithmEntry(diloco, ("outer_learning_rate", "outer_momentum", "optimizer_state", "model_state",
+                                     "recompute_batches"),
                              "DiLoCo: whole replicas trained K steps, their average change applied by an outer "
                              "Nesterov step"),
-    "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "min_depth", "test_scale", "num_owners"),
+    "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "recompute_batches", "min_depth",
+                                      "test_scale", "num_owners"),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
     "tensor_parallel": AlgorithmEntry(tensor_parallel, ("batch_size",),
                                       "every layer split across the MPI processes, activations exchanged every step "

@@ -58,7 +58,7 @@ from istjax.core.errors import ArgError
 from istjax.core.comm import CommBytes
 from istjax.core.partition import Sampler
 from istjax.core.spec import SubnetSpec
-from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState
+from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, recompute_batches
 from istjax.core.task import MIN_BATCH_STATISTICS_SPLIT, Task
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "local_train",
     "finish_round",
     "recompute_from",
+    "recompute_batches",
     "loss_split",
     "check_common",
     "init_state",
@@ -180,6 +181,8 @@ class Algorithm:
       split: ``(state, workers, batches, shared=None) -> metrics``, the round's loss split (`loss_split`: the
         workers' own loss, the collected model's in training and test mode, on the batches each worker trained
         last), which a runtime adds to the round's metrics; None for none.
+      recompute_batches: under ``model_state="recompute"``, each worker's first this many batches of the round are
+        what the statistics are recomputed from (`recompute_batches`).
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -204,6 +207,7 @@ class Algorithm:
     tensor: Any = None
     outer_optimizer: Optional[optax.GradientTransformation] = None
     split: Optional[Callable[..., dict]] = None
+    recompute_batches: int = 1
 
     def __post_init__(self):  # the declarations are checked where they are made
         try:
@@ -262,13 +266,14 @@ def finish_round(policy: str, state: TrainState, params, model_state, opt_state,
     return TrainState(params, model_state, opt_state, key, state.round + 1)
 
 
-def recompute_from(task: Task, batches: PyTree = None,
-                   shared: Any = None) -> Optional[Callable[[PyTree, PyTree], PyTree]]:
-    """``(params, model_state) -> model_state``: the task's statistics of a merged model on the round's first batch
-    of every worker (``batches`` leaves `[W, K, B, ...]`); None without batches or a task that cannot recompute."""
+def recompute_from(task: Task, batches: PyTree = None, shared: Any = None,
+                   steps: int = 1) -> Optional[Callable[[PyTree, PyTree], PyTree]]:
+    """``(params, model_state) -> model_state``: the task's statistics of a merged model on the first ``steps``
+    batches of every worker in the round (``batches`` leaves `[W, K, B, ...]`, `recompute_batches`); None without
+    batches or a task that cannot recompute."""
     if batches is None or task.recompute_state is None:
         return None
-    first_NxB = jax.tree.map(lambda b: b[:, 0], batches)
+    first_NxB = recompute_batches(batches, steps)
     return lambda params, model_state: task.recompute_state(params, model_state, first_NxB, shared)
 
 
@@ -313,7 +318,8 @@ def loss_split(task: Task, worker_loss: Callable) -> Callable[..., dict]:
     return split
 
 
-def check_common(task: Task, num_workers, local_steps, optimizer_state: str, model_state: str) -> None:
+def check_common(task: Task, num_workers, local_steps, optimizer_state: str, model_state: str,
+                 recompute_batches: int = 1) -> None:
     """Raises a ValueError naming the argument and the fix for anything an algorithm cannot run with."""
     if not isinstance(num_workers, int) or num_workers < 1:
         raise ArgError("num_workers", num_workers, f"num_workers={num_workers!r}: need a positive integer.", "")
@@ -328,10 +334,23 @@ def check_common(task: Task, num_workers, local_steps, optimizer_state: str, mod
         raise ArgError("model_state", model_state, f"model_state={model_state!r}: unknown;",
                        f"choose one of {MODEL_STATE_POLICIES} (carry: running statistics travel with the parameters; "
                        f"recompute: recomputed on the merged model after every round).")
+    _check_recompute_batches(recompute_batches, local_steps, model_state)
     if model_state == "recompute" and task.recompute_state is None and task.has_state:
         raise ArgError("model_state", model_state, "model_state='recompute' needs a task that can recompute its "
                        "statistics (a classifier of a module with a bn_momentum field, e.g. istjax.models.CNN);",
                        "use model_state='carry'.", "use --config.algorithm.model_state=carry.")
+
+
+def _check_recompute_batches(n, local_steps: int, model_state: str) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= local_steps:
+        raise ArgError("recompute_batches", n, f"recompute_batches={n!r}: need an integer from 1 to "
+                       f"local_steps={local_steps} (each worker's first that many batches of the round);",
+                       "e.g. 1, or local_steps for all of them.", "e.g. --config.algorithm.recompute_batches=1.")
+    if n != 1 and model_state != "recompute":
+        raise ArgError("recompute_batches", n, f"recompute_batches={n} says how many batches the statistics are "
+                       f"recomputed from, but model_state={model_state!r} recomputes none, so it would change "
+                       "nothing;", "use model_state='recompute' or drop it.",
+                       "add --config.algorithm.model_state=recompute or drop it.")
 
 
 def init_state(task: Task, optimizer: optax.GradientTransformation, carry_optimizer: bool):

@@ -36,8 +36,9 @@ from istjax.core.task import Task
 __all__ = ["whole_round", "owner_evaluate", "owner_side", "subnet_algorithm"]
 
 
-def whole_round(task: Task, pieces: SubnetPieces):
-    """``(distribute, collect)``, the `Algorithm` pieces of a round over the whole model (module docstring)."""
+def whole_round(task: Task, pieces: SubnetPieces, recompute_batches: int = 1):
+    """``(distribute, collect)``, the `Algorithm` pieces of a round over the whole model (module docstring);
+    ``recompute_batches``: how many of each worker's batches a ``"recompute"`` policy reads (`recompute_from`)."""
     spec = pieces.spec
     disjoint = partition_lib.disjoint_groups(pieces.sampler, spec.group_sizes)
 
@@ -47,7 +48,7 @@ def whole_round(task: Task, pieces: SubnetPieces):
 
     def collect(state, workers, round_plan, batches=None, shared=None):
         tree = merge(pieces.held(state), pieces.held(workers), round_plan.partition, spec, disjoint=disjoint)
-        return pieces.finish(state, tree, round_plan, recompute_from(task, batches, shared))
+        return pieces.finish(state, tree, round_plan, recompute_from(task, batches, shared, recompute_batches))
 
     return distribute, collect
 
@@ -100,7 +101,7 @@ def subnet_algorithm(task: Task, pieces: SubnetPieces, *, init, num_workers: int
     """The `Algorithm` of ``pieces``: ``distribute`` and ``collect`` over the whole model, the `OwnerSide`, the bytes
     a worker moves (its share of the held tree, `istjax.core.comm.subnet_bytes`); ``fields`` the rest (``local``,
     ``name``, ``local_steps``, ``optimizer``, the declarations)."""
-    distribute, collect = whole_round(task, pieces)
+    distribute, collect = whole_round(task, pieces, fields.get("recompute_batches", 1))
     held = jax.eval_shape(lambda k: pieces.held(init(k)), jax.random.key(0))
     slots = pieces.sampler.slots(pieces.spec.group_sizes, num_workers)
     return Algorithm(init=init, round=None, distribute=distribute, collect=collect, num_workers=num_workers,

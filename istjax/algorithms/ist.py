@@ -30,7 +30,7 @@ __all__ = ["ist", "ist_pieces", "held_spec"]
 
 def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
         sampler: Optional[partition_lib.Sampler] = None, optimizer_state: str = "reset",
-        model_state: str = "carry", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+        model_state: str = "carry", recompute_batches: int = 1, backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """Independent Subnetwork Training.
 
     Each round: split the round key, sample a partition of every neuron group among ``num_workers`` workers, extract
@@ -48,10 +48,12 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
         global optimizer state is extracted and merged with the parameters).
       model_state: ``"carry"`` (running statistics extracted and merged like the parameters they belong to) or
         ``"recompute"`` (recomputed on the merged model after every round).
+      recompute_batches: with ``model_state="recompute"``, the statistics come from each worker's first this many
+        batches of the round (W x this many batches; default 1).
       backend: a runtime name (``"simulate"``, ``"devices"``, ``"mpi"``) or an `istjax.runtimes.Runtime`.
       **backend_options: passed to the runtime (e.g. ``mode="sharded"`` for ``"mpi"``).
     """
-    check_common(task, num_workers, local_steps, optimizer_state, model_state)
+    check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
     sampler = sampler or partition_lib.uniform()
     _check_groups(task)
     slots = sampler.slots(task.spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
@@ -67,7 +69,7 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     algorithm = subnet_algorithm(task, pieces, init=init_state(task, optimizer, carry), num_workers=num_workers,
                                  local=local, name="ist", local_steps=local_steps, optimizer=optimizer,
                                  carries_optimizer_state=carry, model_state_policy=model_state,
-                                 split=loss_split(task, loss))
+                                 split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
 
 

@@ -29,6 +29,7 @@ def _next_key(state):
 
 
 def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
+                  recompute_batches: int = 1,
                   model_state: str = "carry", backend: Union[str, Any] = "simulate",
                   **backend_options: Any) -> Algorithm:
     """Synchronous data-parallel training: every step, workers average their gradients and apply one update.
@@ -37,7 +38,7 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
     replicas stay identical. Model state (BatchNorm running statistics, updated on each worker's own batches) is
     averaged at the end of the round.
     """
-    check_common(task, num_workers, local_steps, "carry", model_state)
+    check_common(task, num_workers, local_steps, "carry", model_state, recompute_batches)
     loss = task.train_loss(None)
 
     def distribute(state):
@@ -71,7 +72,7 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
         first = first_worker(workers)  # params and optimizer states agree by construction
         model_state = worker_mean(workers.model_state, like=state.model_state)
         return finish_round(model_state_policy, state, first.params, model_state, first.opt_state, plan.key,
-                            recompute_from(task, batches, shared))
+                            recompute_from(task, batches, shared, recompute_batches))
 
     model_state_policy = model_state
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
@@ -81,16 +82,17 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
                           collect=collect, name="data_parallel", num_workers=num_workers, local_steps=local_steps,
                           comm=comm, task=task, optimizer=optimizer, local_fused=local_fused,
                           exchange="gradients", carries_optimizer_state=True, model_state_policy=model_state,
-                          split=loss_split(task, loss))
+                          split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
 
 
 def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
+              recompute_batches: int = 1,
               optimizer_state: str = "reset", model_state: str = "carry", backend: Union[str, Any] = "simulate",
               **backend_options: Any) -> Algorithm:
     """Local SGD: every worker trains the full model for K steps, then the models (their model states and, with
     ``optimizer_state="carry"``, the optimizer states) are averaged."""
-    check_common(task, num_workers, local_steps, optimizer_state, model_state)
+    check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
     loss = task.train_loss(None)
     carry = optimizer_state == "carry"
 
@@ -109,7 +111,7 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
         opt_state = worker_mean(workers.opt_state, like=state.opt_state) if carry else ()
         return finish_round(model_state_policy, state, worker_mean(workers.params, like=state.params),
                             worker_mean(workers.model_state, like=state.model_state), opt_state, plan.key,
-                            recompute_from(task, batches, shared))
+                            recompute_from(task, batches, shared, recompute_batches))
 
     model_state_policy = model_state
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
@@ -120,11 +122,12 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
                           collect=collect, name="local_sgd", num_workers=num_workers, local_steps=local_steps,
                           comm=comm, task=task, optimizer=optimizer, exchange="replicas",
                           carries_optimizer_state=carry, model_state_policy=model_state,
-                          split=loss_split(task, loss))
+                          split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
 
 
 def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
+           recompute_batches: int = 1,
            outer_learning_rate: float = 0.7, outer_momentum: float = 0.9, optimizer_state: str = "reset",
            model_state: str = "carry", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """DiLoCo (Douillard et al. 2023): local SGD whose replicas' average is taken by an outer optimizer.
@@ -136,7 +139,7 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     ``outer_momentum=0`` this is plain training of one model (the tests check it). Each round moves the same bytes
     as local SGD: the model to each worker and back.
     """
-    check_common(task, num_workers, local_steps, optimizer_state, model_state)
+    check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
     _check_outer(outer_learning_rate, outer_momentum, optimizer_state)
     loss = task.train_loss(None)
     outer = outer_optimizer(outer_learning_rate, outer_momentum)
@@ -154,7 +157,7 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
         params, outer_state = outer_step(outer, state.params, worker_mean(workers.params, like=state.params),
                                          state.opt_state)
         return finish_round(model_state, state, params, worker_mean(workers.model_state, like=state.model_state),
-                            outer_state, plan.key, recompute_from(task, batches, shared))
+                            outer_state, plan.key, recompute_from(task, batches, shared, recompute_batches))
 
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
@@ -163,7 +166,7 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
                           distribute=distribute, local=local, collect=collect, name="diloco",
                           num_workers=num_workers, local_steps=local_steps, comm=comm, task=task, optimizer=optimizer,
                           exchange="replicas", carries_optimizer_state=False, model_state_policy=model_state,
-                          outer_optimizer=outer, split=loss_split(task, loss))
+                          outer_optimizer=outer, split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
 
 

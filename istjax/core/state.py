@@ -23,6 +23,7 @@ __all__ = [
     "WorkerState",
     "RoundPlan",
     "summarize",
+    "recompute_batches",
     "NonFiniteLoss",
     "check_finite",
     "worker_mean",
@@ -84,6 +85,12 @@ def worker_init(optimizer, params_W: PyTree, round_index) -> PyTree:
     this is written: algorithms call it in ``distribute``, runtimes that rebuild it on a worker instead of sending it
     (`istjax.runtimes.mpi`) call it there."""
     return at_round(jax.vmap(optimizer.init)(params_W), round_index)
+
+
+def recompute_batches(batches: PyTree, steps: int = 1) -> PyTree:
+    """The batches the ``"recompute"`` policy reads: each worker's first ``steps`` of the round, as N = W x steps
+    batches (leaves `[W, K, B, ...]` -> `[W * steps, B, ...]`; ``steps=1``: every worker's first batch)."""
+    return jax.tree.map(lambda b: b[:, :steps].reshape((-1,) + b.shape[2:]), batches)
 
 
 def summarize(metrics_WxK: dict) -> dict:

@@ -83,7 +83,7 @@ from istjax.core import tiled_init
 from istjax.core.partition import owner_counts
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
 from istjax.core.spec import path_str
-from istjax.core.state import TrainState, WorkerState, round_keys, summarize
+from istjax.core.state import TrainState, WorkerState, recompute_batches, round_keys, summarize
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
 __all__ = ["MODES", "GRADIENT_BUFFERS", "RUNTIME", "MPIRuntime", "mpi_runtime", "build", "check_fit", "rank", "size",
@@ -433,9 +433,10 @@ def _full_batches(batches, rt):
 
 
 def _first_batches(batches, rt):
-    """Every worker's first batch `[W, B, ...]` (``recompute`` statistics): sliced when this rank was given all W
-    workers' batches, else this rank's L rows all-gathered (data, not model: not counted as exchanged bytes)."""
-    first = jax.tree.map(lambda b: b[:, 0], batches)
+    """Every worker's first ``recompute_batches`` batches, `[W * n, B, ...]` (``recompute`` statistics,
+    `istjax.algorithms.base.recompute_batches`): sliced when this rank was given all W workers' batches, else this
+    rank's L workers' all-gathered (data, not model: not counted as exchanged bytes)."""
+    first = recompute_batches(batches, rt.algorithm.recompute_batches)
     if _full_batches(batches, rt) is not None:
         return first
     every = rt.comm.allgather(jax.tree.map(np.asarray, first))

@@ -62,6 +62,9 @@ def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
     # channels they belong to) | "recompute" (recomputed on the merged model after every round).
     c.algorithm.model_state = "carry"
+    # "recompute": each worker's first recompute_batches batches of the round (1 to local_steps) are what the
+    # statistics are recomputed from.
+    c.algorithm.recompute_batches = 1
     # ResIST: each worker's minimum number of blocks per partitioned stage (0: dealt without overlap) and the 1/S
     # scaling of partitioned residual branches at test time.
     c.algorithm.min_depth = 0
