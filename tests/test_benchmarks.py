@@ -197,6 +197,19 @@ def test_transformer_benchmark_runs_at_quick_size(tmp_path):
     assert (tmp_path / "t.md").read_text().startswith("Transformer benchmarks (quick)")
 
 
+def test_loss_split_benchmark_times_the_same_round_with_and_without_it(tmp_path):
+    """The loss split's cost at CI size: every row times the same config's round both ways, and its share is
+    computed from those two medians."""
+    from experiments.benchmarks import loss_split
+
+    out = loss_split.main(["--quick", "--out", str(tmp_path / "s.json")])
+    assert [(r["algorithm"], r["W"]) for r in out["rows"]] == [("ist", 2), ("local_sgd", 2)]
+    for r in out["rows"]:
+        assert r["with_s"] > 0 and r["without_s"] > 0
+        assert r["share"] == (r["with_s"] - r["without_s"]) / r["with_s"]
+    assert (tmp_path / "s.md").read_text().startswith("The loss split's cost (quick)")
+
+
 def test_mpi_vs_simulate_and_overhead_share_from_profiled_phases():
     """The MPI goals of study 4: samples/s over the simulate row of the same algorithm and W, and the largest share
     of a rank's profiled round outside the local steps and the exchanges."""
