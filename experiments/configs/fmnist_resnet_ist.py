@@ -39,7 +39,10 @@ def get_config(arg=None):
                                          "widths": (64, 128, 256, 512), "width_multiplier": 1 / 8,
                                          "channel_partition": "all" if before else "inner",
                                          "activation_scale": "none" if before else "train",
-                                         "test_keep": 1.0})
+                                         "test_keep": 1.0,
+                                         # "running" statistics (recomputed or carried, below) or "batch" (batch
+                                         # statistics at test time too; evaluated in batches of >= 256)
+                                         "batch_norm": "running"})
     c.num_workers = 2
     c.local_steps = 10 if before else 20
     c.batch_size = 32

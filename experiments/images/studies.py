@@ -138,19 +138,48 @@ def _ablation_cells() -> list[Cell]:
 DECOMPOSE_SAMPLES = (163_840, 81_920, 40_960)
 
 
+# Channel IST's variants at the largest budget (label suffix: overrides, group, what it is).
+DECOMPOSE_VARIANTS = (
+    ("bn_many", ("--config.algorithm.recompute_batches=20",), "statistics",
+     "statistics recomputed from every batch of the round (W x 20 x 32 images)"),
+    ("bn_batch", ("--config.model.batch_norm=batch",), "statistics", "batch statistics at test time"),
+    ("bn_carry", ("--config.algorithm.model_state=carry",), "statistics", "per-worker statistics merged (carried)"),
+    ("layout_all", ("--config.model.channel_partition=all",), "layout", "every conv's channels (the paper's layout)"),
+    ("K10", ("--config.local_steps=10",), "settings", "K = 10 (twice the rounds)"),
+    ("lr0.1", ("--config.learning_rate=0.1",), "settings", "learning rate 0.1"),
+    ("momentum_carried", ("--config.algorithm.optimizer_state=carry",), "settings", "momentum carried"),
+    ("no_rescale", ("--config.model.activation_scale=none",), "settings", "no train-time rescaling"),
+)
+
+
 def _decompose_cells() -> list[Cell]:
     """Channel IST (fmnist_resnet_ist.py's defaults, 1/8 width) against data parallel and local SGD at W = 2 and 4,
-    the same samples in all at each budget; every run records the round's loss split (the workers' own loss, the
-    merged model's on the same batches in training and test mode), which names where IST's gap goes."""
+    the same samples in all at each budget; then, at the largest budget, channel IST's variants
+    (`DECOMPOSE_VARIANTS`: BatchNorm statistics handled four ways, the paper's layout, the settings adopted from the
+    small grid re-checked). Every run records the round's loss split (the workers' own loss, the merged model's on
+    the same batches in training and test mode), which names where IST's gap goes."""
     config = "experiments/configs/fmnist_resnet_ist.py"
+
+    def rounds(samples, w, k=20):
+        return samples // (w * k * 32)
+
     cells = []
     for samples in DECOMPOSE_SAMPLES:
         for w in (2, 4):
-            rounds = samples // (w * 20 * 32)
             for a in ("ist", "data_parallel", "local_sgd"):
                 cells.append(Cell(f"{a}_W{w}_{samples // 1000}k", config,
-                                  (f"--config.algorithm.name={a}", f"--config.num_workers={w}", *_budget(rounds)),
-                                  {"what": f"{a}, W = {w}, {samples:,} samples", "budget": samples}))
+                                  (f"--config.algorithm.name={a}", f"--config.num_workers={w}",
+                                   *_budget(rounds(samples, w))),
+                                  {"what": f"{a}, W = {w}, {samples:,} samples", "budget": samples, "group": "main"}))
+    samples = DECOMPOSE_SAMPLES[0]
+    for suffix, overrides, group, what in DECOMPOSE_VARIANTS:
+        for w in (2, 4):
+            k = 10 if suffix == "K10" else 20
+            cells.append(Cell(f"ist_W{w}_{samples // 1000}k_{suffix}", config,
+                              ("--config.algorithm.name=ist", f"--config.num_workers={w}",
+                               *_budget(rounds(samples, w, k)), *overrides),
+                              {"what": f"ist, W = {w}: {what}", "budget": samples, "group": group,
+                               "base": f"ist_W{w}_{samples // 1000}k"}))
     return cells
 
 
