@@ -208,3 +208,16 @@ def test_report_provenance_fails_on_a_number_from_a_dirty_tree_run(tmp_path, mon
     (docs / "page.md").unlink()  # only the clean run's number is left in the pages
     assert report.main(["--check", "--root", str(tree)]) == 0
     assert "every number rests on runs from a clean commit" in capsys.readouterr().out
+
+
+def test_paired_difference_by_hand():
+    """Seeds 0-2 in both (seed 3 only in a): differences 0.1, 0.3, 0.2, mean 0.2, std 0.1, 95 % half-width
+    t(0.975, 2) * 0.1 / sqrt(3) = 4.3027 * 0.057735 = 0.24841."""
+    a = [{"seed": s, "acc": v} for s, v in enumerate([0.6, 0.8, 0.7, 0.9])]
+    b = [{"seed": s, "acc": v} for s, v in enumerate([0.5, 0.5, 0.5])]
+    d = study.paired_difference(a, b, "acc")
+    assert d["seeds"] == [0, 1, 2]
+    assert d["mean"] == pytest.approx(0.2) and d["std"] == pytest.approx(0.1)
+    assert d["high"] - d["mean"] == pytest.approx(0.24841, abs=1e-4) and d["low"] == pytest.approx(0.2 - 0.24841,
+                                                                                                  abs=1e-4)
+    assert study.paired_difference(a[:1], b, "acc") is None  # one common seed: no spread, no interval

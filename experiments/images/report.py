@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from experiments.tables import (accuracy, algorithm_name, fixed, headline_row, label_accuracy, markdown_table, nbytes,
-                               result_rows, results_table, scalar, spread, table)
+from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
+                               nbytes, result_rows, results_table, scalar, spread, table)
+from istjax.launch.metrics import format_mean_std
 
 DIAGNOSIS = "experiments/images/results/diagnosis.json"
 
@@ -196,3 +197,65 @@ def _headline_ablation(d):
     rises = all(b["test_accuracy_mean"] > a["test_accuracy_mean"] for a, b in zip(rows, rows[1:]))
     return (f"{ours} (mean of {n} seeds; the paper, CIFAR-10: {paper}); "
             + ("every step helps, as in the paper" if rises else "not every step helps here (docs/images.md says why)"))
+
+
+# The decomposition (issue 35): `python -m experiments.images.studies decompose --seeds 0,1,2,3,4`.
+DECOMPOSE = "experiments/images/results/decompose.json"
+
+
+def _runs(d, label: str) -> list[dict[str, Any]]:
+    return [r for r in d["runs"] if r["label"] == label]
+
+
+def _paired_points(d, a: str, b: str) -> str:
+    """``a``'s test accuracy minus ``b``'s in points, paired by seed: mean [95 % interval] (n seeds)."""
+    from istjax.launch.study import paired_difference
+
+    p = paired_difference(_runs(d, a), _runs(d, b), "test_accuracy")
+    if p is None:
+        return "-"
+    return f"{100 * p['mean']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}] ({len(p['seeds'])})"
+
+
+def _split(r: dict[str, Any], key: str) -> str:
+    mean = r.get(f"{key}_mean")
+    return "-" if mean is None else format_mean_std(mean, r.get(f"{key}_std"), len(r["seeds"]), digits=3)
+
+
+@table("images_decompose", DECOMPOSE)
+def _images_decompose(d):
+    rows = [r for r in result_rows(d) if "base" not in r]  # the main grid (a variant names its base cell)
+    rows.sort(key=lambda r: (-r["budget"], r["num_workers"], r["algorithm"] != "ist", r["algorithm"]))
+
+    def vs(r, other):
+        if r["algorithm"] != "ist":
+            return ""
+        return _paired_points(d, r["label"], r["label"].replace("ist_", f"{other}_", 1))
+
+    body = markdown_table(
+        ["samples", "W", "algorithm", "test accuracy", "IST minus data parallel (points)", "IST minus local SGD",
+         "workers' own train loss", "merged, same batches, train mode", "merged, test mode", "merge cost"],
+        [[cell(r["budget"]), r["num_workers"], algorithm_name(r["algorithm"]), accuracy(r),
+          vs(r, "data_parallel"), vs(r, "local_sgd"), _split(r, "worker_train_loss"),
+          _split(r, "merged_train_loss"), _split(r, "merged_test_loss"), _split(r, "merge_cost")] for r in rows])
+    return ("ResNet-18 layout at 1/8 width on Fashion-MNIST, the same samples in all at each budget (rounds x W x "
+            "K = 20 x B = 32), mean ± std over seeds; differences paired by seed, mean [95 % t interval] (seeds). "
+            "The loss split is the last evaluation window's mean over rounds, on the batch each worker trained last "
+            "(`istjax.algorithms.loss_split`; the merge cost is merged minus the workers' own, train mode).\n\n"
+            + body)
+
+
+@table("images_decompose_variants", DECOMPOSE)
+def _images_decompose_variants(d):
+    rows = [r for r in result_rows(d) if "base" in r]
+    base = {r["label"]: r for r in result_rows(d)}
+    if not rows:
+        return "(no variant has finished a run yet: `python -m experiments.images.studies decompose`)"
+    body = markdown_table(
+        ["W", "group", "channel IST with", "test accuracy", "minus the defaults (points)", "workers' own train loss",
+         "merge cost"],
+        [[r["num_workers"], r["group"], r["what"].split(": ", 1)[-1], accuracy(r),
+          _paired_points(d, r["label"], r["base"]) if r["base"] in base else "-", _split(r, "worker_train_loss"),
+          _split(r, "merge_cost")] for r in sorted(rows, key=lambda r: (r["num_workers"], r["group"], r["label"]))])
+    return (f"Channel IST's variants at {cell(rows[0]['budget'])} samples against the config's defaults at the same "
+            f"budget, paired by seed, mean [95 % t interval] (seeds).\n\n" + body)

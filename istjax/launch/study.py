@@ -198,6 +198,25 @@ def run_record(p: Planned) -> Optional[dict[str, Any]]:
             "commit": code.get("commit"), "clean": code.get("clean"), "machine": s.get("machine")}
 
 
+def paired_difference(runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[str, Any]], key: str,
+                      level: float = 0.95) -> Optional[dict[str, Any]]:
+    """``a - b`` of ``key`` over the seeds both have (run records with ``seed``): the mean of the per-seed
+    differences, their sample standard deviation and Student's t interval at ``level`` (n - 1 degrees of freedom),
+    or None with fewer than two common seeds. Pairing by seed removes what the seed does to both (its data order,
+    its initialisation) from the comparison."""
+    from scipy import stats
+
+    b = {r["seed"]: r[key] for r in runs_b if r.get(key) is not None}
+    diffs = [(r["seed"], r[key] - b[r["seed"]]) for r in runs_a if r.get(key) is not None and r["seed"] in b]
+    if len(diffs) < 2:
+        return None
+    values = [d for _, d in diffs]
+    mean, std = mean_std(values)
+    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * std / len(values) ** 0.5
+    return {"mean": mean, "std": std, "low": mean - half, "high": mean + half, "level": level,
+            "seeds": [s for s, _ in diffs], "differences": values}
+
+
 def _split_means(runs: Sequence[dict[str, Any]]) -> dict[str, Optional[float]]:
     """``<key>_mean`` and ``<key>_std`` over seeds of each loss-split number every run has (`SPLIT`)."""
     out: dict[str, Optional[float]] = {}
