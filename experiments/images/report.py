@@ -224,7 +224,8 @@ def _split(r: dict[str, Any], key: str) -> str:
 
 @table("images_decompose", DECOMPOSE)
 def _images_decompose(d):
-    rows = [r for r in result_rows(d) if "base" not in r]  # the main grid (a variant names its base cell)
+    # the main grid: a variant names its base cell, ResIST's cells are in their own table
+    rows = [r for r in result_rows(d) if "base" not in r and r.get("group") != "resist"]
     rows.sort(key=lambda r: (-r["budget"], r["num_workers"], r["algorithm"] != "ist", r["algorithm"]))
 
     def vs(r, other):
@@ -247,7 +248,7 @@ def _images_decompose(d):
 
 @table("images_decompose_variants", DECOMPOSE)
 def _images_decompose_variants(d):
-    rows = [r for r in result_rows(d) if "base" in r]
+    rows = [r for r in result_rows(d) if "base" in r and r.get("group") != "resist"]
     base = {r["label"]: r for r in result_rows(d)}
     if not rows:
         return "(no variant has finished a run yet: `python -m experiments.images.studies decompose`)"
@@ -259,3 +260,27 @@ def _images_decompose_variants(d):
           _split(r, "merge_cost")] for r in sorted(rows, key=lambda r: (r["num_workers"], r["group"], r["label"]))])
     return (f"Channel IST's variants at {cell(rows[0]['budget'])} samples against the config's defaults at the same "
             f"budget, paired by seed, mean [95 % t interval] (seeds).\n\n" + body)
+
+
+@table("images_decompose_resist", DECOMPOSE)
+def _images_decompose_resist(d):
+    rows = [r for r in result_rows(d) if r.get("group") == "resist"]
+    if not rows:
+        return "(no ResIST cell has finished a run yet: `python -m experiments.images.studies decompose`)"
+
+    def vs(r):
+        if r["algorithm"] != "resist":
+            return ""
+        if "base" in r:
+            return f"{_paired_points(d, r['label'], r['base'])} vs ResIST's defaults"
+        return f"{_paired_points(d, r['label'], r['label'].replace('resist_', 'resist_local_sgd_', 1))} vs local SGD"
+
+    body = markdown_table(
+        ["W", "cell", "test accuracy", "paired difference (points)", "workers' own train loss",
+         "merged, same batches, train mode", "merged, test mode", "merge cost"],
+        [[r["num_workers"], r["what"].split(", ", 2)[-1] if "base" in r else algorithm_name(r["algorithm"]),
+          accuracy(r), vs(r), _split(r, "worker_train_loss"), _split(r, "merged_train_loss"),
+          _split(r, "merged_test_loss"), _split(r, "merge_cost")]
+         for r in sorted(rows, key=lambda r: (r["num_workers"], r["algorithm"], r["label"]))])
+    return (f"ResIST (fmnist_resist.py) against local SGD, {cell(rows[0]['budget'])} samples in all at each W, mean ± "
+            f"std over seeds; differences paired by seed, mean [95 % t interval] (seeds).\n\n" + body)

@@ -180,6 +180,28 @@ def _decompose_cells() -> list[Cell]:
                                *_budget(rounds(samples, w, k)), *overrides),
                               {"what": f"ist, W = {w}: {what}", "budget": samples, "group": group,
                                "base": f"ist_W{w}_{samples // 1000}k"}))
+    return cells + _decompose_resist_cells()
+
+
+RESIST_SAMPLES = 128_000  # in all: 200 rounds x W = 2 x K = 10 x B = 32 (fmnist_resist.py's budget at W = 2)
+
+
+def _decompose_resist_cells() -> list[Cell]:
+    """ResIST (fmnist_resist.py) against local SGD at W = 2 and 4 with the same samples in all, and ResIST with
+    momentum carried across repartitions at both W (the earlier study ran it at W = 2 only)."""
+    config = "experiments/configs/fmnist_resist.py"
+    cells = []
+    for w in (2, 4):
+        budget = _budget(RESIST_SAMPLES // (w * 10 * 32))
+        for a, label in (("resist", f"resist_W{w}"), ("local_sgd", f"resist_local_sgd_W{w}")):
+            cells.append(Cell(label, config, (f"--config.algorithm.name={a}", f"--config.num_workers={w}", *budget),
+                              {"what": f"{a}, W = {w}, {RESIST_SAMPLES:,} samples", "budget": RESIST_SAMPLES,
+                               "group": "resist"}))
+        cells.append(Cell(f"resist_W{w}_momentum_carried", config,
+                          ("--config.algorithm.name=resist", f"--config.num_workers={w}", *budget,
+                           "--config.algorithm.optimizer_state=carry"),
+                          {"what": f"resist, W = {w}: momentum carried", "budget": RESIST_SAMPLES, "group": "resist",
+                           "base": f"resist_W{w}"}))
     return cells
 
 
