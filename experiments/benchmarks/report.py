@@ -356,3 +356,15 @@ def _transformer(d):
 
 
 table("transformer_cpu", TRANSFORMER)(_transformer)
+
+
+LOSS_SPLIT = "experiments/benchmarks/results_loss_split.json"
+
+
+def _loss_split(d):
+    from experiments.benchmarks import loss_split
+    return loss_split.markdown(d).strip()
+
+
+table("loss_split_cost", LOSS_SPLIT)(_loss_split)
+scalar("loss_split.largest_share", LOSS_SPLIT, lambda d: f"{max(r['share'] for r in d['rows']):.3f}")
