@@ -225,7 +225,7 @@ def _split(r: dict[str, Any], key: str) -> str:
 @table("images_decompose", DECOMPOSE)
 def _images_decompose(d):
     # the main grid: a variant names its base cell, ResIST's cells are in their own table
-    rows = [r for r in result_rows(d) if "base" not in r and r.get("group") != "resist"]
+    rows = [r for r in result_rows(d) if "base" not in r and r.get("group") not in ("resist", "ablation")]
     rows.sort(key=lambda r: (-r["budget"], r["num_workers"], r["algorithm"] != "ist", r["algorithm"]))
 
     def vs(r, other):
@@ -248,7 +248,7 @@ def _images_decompose(d):
 
 @table("images_decompose_variants", DECOMPOSE)
 def _images_decompose_variants(d):
-    rows = [r for r in result_rows(d) if "base" in r and r.get("group") != "resist"]
+    rows = [r for r in result_rows(d) if "base" in r and r.get("group") not in ("resist", "ablation")]
     base = {r["label"]: r for r in result_rows(d)}
     if not rows:
         return "(no variant has finished a run yet: `python -m experiments.images.studies decompose`)"
@@ -284,3 +284,26 @@ def _images_decompose_resist(d):
          for r in sorted(rows, key=lambda r: (r["num_workers"], r["algorithm"], r["label"]))])
     return (f"ResIST (fmnist_resist.py) against local SGD, {cell(rows[0]['budget'])} samples in all at each W, mean ± "
             f"std over seeds; differences paired by seed, mean [95 % t interval] (seeds).\n\n" + body)
+
+
+@table("images_decompose_ablation", DECOMPOSE)
+def _images_decompose_ablation(d):
+    rows = sorted((r for r in result_rows(d) if r.get("group") == "ablation"), key=lambda r: (r["step"], r["label"]))
+    if not rows:
+        return "(no ablation step has finished a run yet: `python -m experiments.images.studies decompose`)"
+    carried = {r["step"]: r["label"] for r in rows if "base" not in r}
+
+    def vs(r):
+        if "base" in r:
+            return f"{_paired_points(d, r['label'], r['base'])} vs carried"
+        before = carried.get(r["step"] - 1)
+        return f"{_paired_points(d, r['label'], before)} vs step {r['step'] - 1}" if before else ""
+
+    body = markdown_table(
+        ["step", "test accuracy", "paired difference (points)", "workers' own train loss",
+         "merged, train mode", "merged, test mode", "merge cost"],
+        [[r["what"], accuracy(r), vs(r), _split(r, "worker_train_loss"), _split(r, "merged_train_loss"),
+          _split(r, "merged_test_loss"), _split(r, "merge_cost")] for r in rows])
+    return ("ResIST's ablation in the paper's order (fmnist_resist_ablation.py, 150 rounds, W = 2), each step with "
+            "the statistics carried as the config has them and steps 1-3 with them recomputed on the merged network; "
+            "mean ± std over seeds, differences paired by seed, mean [95 % t interval] (seeds).\n\n" + body)

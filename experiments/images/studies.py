@@ -122,6 +122,25 @@ def _resist_cells() -> list[Cell]:
     ]
 
 
+def _decompose_ablation_cells() -> list[Cell]:
+    """ResIST's five ablation steps with the loss split (statistics carried, as the config), and steps 1-3 again
+    with the statistics recomputed on the merged network (steps 4-5 scale branches at test time, which recomputed
+    statistics of the unscaled network do not describe: refused). A 40-round probe of step 1 with the split showed
+    its workers training (their own loss falling) while the merged model's test-mode loss was near 100: the
+    carried statistics, not the training, failed there."""
+    cells = []
+    for i, step in enumerate(ABLATION_STEPS, 1):
+        config = f"experiments/configs/fmnist_resist_ablation.py:{step}"
+        cells.append(Cell(f"ablation_{i}_{step}", config, _budget(ABLATION_ROUNDS),
+                          {"what": f"{i}. {step}, statistics carried", "group": "ablation", "step": i}))
+        if i <= 3:
+            cells.append(Cell(f"ablation_{i}_{step}_recomputed", config,
+                              (*_budget(ABLATION_ROUNDS), "--config.algorithm.model_state=recompute"),
+                              {"what": f"{i}. {step}, statistics recomputed", "group": "ablation", "step": i,
+                               "base": f"ablation_{i}_{step}"}))
+    return cells
+
+
 PAPER_ABLATION = (66.3, 68.3, 84.3, 91.5, 92.0)  # ResIST, arXiv 2107.00961: CIFAR-10 test accuracy per step
 ABLATION_STEPS = ("naive", "share_strided", "one_section", "test_scale", "preactivation")  # as the config's STEPS
 
@@ -180,7 +199,7 @@ def _decompose_cells() -> list[Cell]:
                                *_budget(rounds(samples, w, k)), *overrides),
                               {"what": f"ist, W = {w}: {what}", "budget": samples, "group": group,
                                "base": f"ist_W{w}_{samples // 1000}k"}))
-    return cells + _decompose_resist_cells()
+    return cells + _decompose_resist_cells() + _decompose_ablation_cells()
 
 
 RESIST_SAMPLES = 128_000  # in all: 200 rounds x W = 2 x K = 10 x B = 32 (fmnist_resist.py's budget at W = 2)
