@@ -35,7 +35,10 @@ def test_mpi_equals_simulate_bytes_and_sharded_memory(n, w, extra):
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     for check in ("sharded memory", "ist sharded: measured", "ist parameter_server: measured",
                   "per-leaf bytes dense_0 1/W, dense_1 1/W^2", "ist: simulate ==", "data_parallel: simulate ==",
-                  "local_sgd: simulate ==", "gradient_buffers='one' == 'leaves'"):
+                  "local_sgd: simulate ==", "gradient_buffers='one' == 'leaves'",
+                  "ist: loss split on mpi parameter_server == simulate",
+                  "local_sgd: loss split on mpi parameter_server == simulate",
+                  "data_parallel: loss split on mpi parameter_server == simulate"):
         assert check in out.stdout, check
 
 

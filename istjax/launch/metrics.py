@@ -17,8 +17,8 @@ The schema of a record (`RECORD_FIELDS` always present; others may be added)::
     bytes_total                bytes moved so far by all workers, both directions
     algorithm, num_workers     what produced it
 
-The round's loss split (`istjax.algorithms.base.loss_split`; runtimes ``simulate`` and ``devices`` with
-``runtime.loss_split``), each the mean over the ``split_rounds`` rounds since the previous record, on the batch every
+The round's loss split (`istjax.algorithms.base.loss_split`, with ``runtime.loss_split``; every runtime but MPI's
+sharded mode), each the mean over the ``split_rounds`` rounds since the previous record, on the batch every
 worker trained last:
 
     worker_train_loss          the workers' own loss after their K steps (IST: their sub-networks), training mode

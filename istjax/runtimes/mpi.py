@@ -208,6 +208,7 @@ class MPIRuntime:
       phases: set to a dict to profile the parameter-server round: seconds per phase (``batches``, ``distribute``,
         ``scatter``, ``local``, ``gather``, ``collect``, ``metrics``) are added to it, each phase waited for
         (`jax.block_until_ready`) so it is timed alone; None (the default) adds no waits.
+      loss_split: whether the round adds the loss split to its metrics (`mpi_runtime`).
     """
 
     algorithm: Any
@@ -225,6 +226,7 @@ class MPIRuntime:
     phases: Optional[dict] = None
     evaluate: Optional[Callable] = None
     round_memory: Optional[Callable] = None
+    loss_split: bool = True
 
     def _phase(self, name: str, t0: float, *outs) -> float:
         """Adds the time since ``t0`` to phase ``name`` (after waiting for ``outs``) when profiling; the new t0."""
@@ -262,13 +264,13 @@ class MPIRuntime:
             self.largest_array_bytes = max(self.largest_array_bytes, int(x.size) * x.dtype.itemsize)
 
 
-def build(algorithm, mode: str = "parameter_server", comm=None):
+def build(algorithm, mode: str = "parameter_server", comm=None, loss_split: bool = True):
     """``algorithm`` bound to the MPI processes of this job (the `Runtime` entry point)."""
-    return mpi_runtime(algorithm, mode=mode, comm=comm).as_algorithm()
+    return mpi_runtime(algorithm, mode=mode, comm=comm, loss_split=loss_split).as_algorithm()
 
 
 def check_launch(num_workers: int, *, mode: str = "parameter_server", comm=None,
-                 gradient_buffers: str = "leaves") -> int:
+                 gradient_buffers: str = "leaves", loss_split: bool = True) -> int:
     """What the MPI runtime refuses before any algorithm is built: an unknown mode or gradient buffering, a job of
     one process, and W not a multiple of the process count (`check_fit`). Returns ``L = W / N``, the workers per
     process. `mpi_runtime` calls it first; a config's build calls it before building the algorithm."""
@@ -291,7 +293,7 @@ def check_launch(num_workers: int, *, mode: str = "parameter_server", comm=None,
 
 
 def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
-                gradient_buffers: str = "leaves") -> MPIRuntime:
+                gradient_buffers: str = "leaves", loss_split: bool = True) -> MPIRuntime:
     """Runs ``algorithm`` (any runtime's; its pieces are what is used) on the MPI processes of this job.
 
     Validates everything on every rank before compiling: the mode, that W is a multiple of the process count, and
@@ -302,6 +304,10 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
       mode: ``"parameter_server"`` or ``"sharded"``.
       comm: an mpi4py communicator (default ``COMM_WORLD``).
       gradient_buffers: ``"leaves"`` or ``"one"``: how data parallel's gradients are all-reduced (`MPIRuntime`).
+      loss_split: add the round's loss split (``algorithm.split``) to its metrics: in the parameter-server mode
+        rank 0 computes it after ``collect`` from the gathered workers and every worker's last batch; with replicas
+        each rank from its own workers, averaged across ranks. The sharded mode does not compute it (no rank holds
+        the merged model).
     """
     lanes = check_launch(algorithm.num_workers, mode=mode, comm=comm, gradient_buffers=gradient_buffers)
     builders = {("subnetworks", "parameter_server"): _server, ("subnetworks", "sharded"): _sharded,
@@ -320,7 +326,7 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
     n, r = comm.Get_size(), comm.Get_rank()
     abort_on_error()
     rt = MPIRuntime(algorithm=algorithm, mode=mode, rank=r, size=n, workers_per_rank=lanes, comm=comm,
-                    gradient_buffers=gradient_buffers)
+                    gradient_buffers=gradient_buffers, loss_split=loss_split)
     builders[algorithm.exchange, mode](rt)
     return rt
 
@@ -472,6 +478,33 @@ def _finish(rt: MPIRuntime, traffic: Traffic, metrics, comm) -> dict:
     return out
 
 
+def _split_fn(rt: MPIRuntime, as_workers: Callable) -> Optional[Callable]:
+    """The jitted loss split ``(state, workers, last_batches, shared) -> metrics`` of this runtime's algorithm
+    (``algorithm.split``, the workers first made a `WorkerState` by ``as_workers``); None when it is off."""
+    alg = rt.algorithm
+    if not rt.loss_split or alg.split is None:
+        return None
+    return jax.jit(lambda state, workers, last, shared: alg.split(state, as_workers(workers), last, shared))
+
+
+def _last_batches(full, mine, rt):
+    """Every worker's last batch of the round, `[W, 1, B, ...]`: sliced from ``full`` when this rank was given all
+    W workers' batches, else this rank's rows all-gathered (collective; data, not model: not counted as exchanged
+    bytes)."""
+    if full is not None:
+        return jax.tree.map(lambda b: b[:, -1:], full)
+    every = rt.comm.allgather(jax.tree.map(lambda b: np.asarray(b[:, -1:]), mine))
+    return jax.tree.map(lambda *rows: jnp.asarray(np.concatenate(rows)), *every)
+
+
+def _own_last(batches, rt):
+    """This rank's L workers' last batch of the round, `[L, 1, B, ...]`, from all W workers' batches or its own."""
+    lanes = rt.workers_per_rank
+    if {x.shape[0] for x in jax.tree.leaves(batches)} != {lanes}:
+        batches = jax.tree.map(lambda b: b[rt.rank * lanes:(rt.rank + 1) * lanes], batches)
+    return jax.tree.map(lambda b: b[:, -1:], batches)
+
+
 def _exchanged(alg) -> tuple[Callable, Optional[Callable]]:
     """``(held, start)``: what crosses MPI of the workers' states and how a worker starts from it, the algorithm's
     own pieces (`istjax.Algorithm.subnet`: IST's held tree, without a reset optimizer state, which ``start``
@@ -509,6 +542,7 @@ def _server(rt: MPIRuntime):
 
     collect = jax.jit(lambda state, tree, plan, batches, shared: alg.collect(
         state, WorkerState(**{"opt_state": (), **tree}), plan, batches, shared))
+    split = _split_fn(rt, lambda tree: WorkerState(**{"opt_state": (), **tree}))
 
     def init(key):
         state = jax.jit(alg.init)(key)
@@ -540,12 +574,15 @@ def _server(rt: MPIRuntime):
         t = rt._phase("gather", t, gathered)
         rt._track(trained)
         spares.keep(lanes=back, all=gathered)
+        last = _last_batches(full, batches, rt) if split is not None else None  # collective
         if root:
             state = collect(state, gathered, plan, full, shared)
         else:
             state = TrainState((), (), (), round_keys(state.key)[0], state.round + 1)
         t = rt._phase("collect", t, state)
         out = _finish(rt, traffic, metrics, comm)
+        if root and split is not None:
+            out.update({k: np.asarray(v) for k, v in split(state, gathered, last, shared).items()})
         rt._phase("metrics", t)
         return state, out
 
@@ -593,6 +630,8 @@ def _replicas(rt: MPIRuntime):
             workers = jax.tree.map(lambda s: s / n, sums)
         return alg.collect(state, workers, plan, batches, shared)
 
+    split = _split_fn(rt, lambda workers: workers)
+
     def init(key):
         return jax.jit(alg.init)(key)
 
@@ -615,8 +654,14 @@ def _replicas(rt: MPIRuntime):
         sums = x.allreduce_into(spares.take("sums", out), out)  # [L, ...] summed over ranks; a buffer per worker
         rt._track(state, trained, sums)
         state = finish(state, trained, sums, plan, full, shared)
+        out = _finish(rt, traffic, metrics, comm)
+        if split is not None:  # this rank's workers on their own batches, averaged over the ranks
+            mine = split(state, trained, _own_last(batches, rt), shared)
+            keys = sorted(mine)
+            total = comm.allreduce(np.array([float(mine[k]) for k in keys]))
+            out.update({k: np.asarray(v / n) for k, v in zip(keys, total)})
         spares.keep(lanes=trained, sums=sums)
-        return state, _finish(rt, traffic, metrics, comm)
+        return state, out
 
     rt.init, rt.round = init, round_fn
     rt.gather = lambda state: state if rt.rank == ROOT else None
@@ -856,4 +901,4 @@ def _tensor(rt: MPIRuntime):
 
 RUNTIME = Runtime("mpi", build, "workers split across the processes of mpiexec (parameter server or sharded); "
                                 "options: mode='parameter_server' | 'sharded'",
-                  config_options=("mode",), multi_process=True, check_launch=check_launch)
+                  config_options=("mode", "loss_split"), multi_process=True, check_launch=check_launch)

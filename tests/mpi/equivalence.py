@@ -13,6 +13,7 @@ import numpy as np
 import optax
 
 import istjax
+from istjax.launch.metrics import SPLIT
 from istjax.runtimes import mpi as M
 from istjax.models.mlp import MLP
 
@@ -71,8 +72,9 @@ assert held <= limit, (held, limit)
 say(f"OK sharded memory: largest array in a round {rt.largest_array_bytes} B, largest live {held} B, "
     f"largest full partitioned weight {max(partitioned_bytes)} B (/N = {limit})")
 sharded_params = rt.gather_params(sharded_state)
+assert "merge_cost" not in metrics  # no rank holds the merged model: no loss split in the sharded mode
 
-results = {("ist", "sharded"): (sharded_params, rt)}
+results = {("ist", "sharded"): (sharded_params, rt, metrics)}
 for name in make:
     for mode in M.MODES:
         if (name, mode) in results:
@@ -88,7 +90,7 @@ for name in make:
             continue
         rt = M.mpi_runtime(make[name]("simulate"), mode=mode)
         state, metrics = run(rt, rt.init)
-        results[name, mode] = (rt.gather_params(state), rt)
+        results[name, mode] = (rt.gather_params(state), rt, metrics)
         analytic = rt.algorithm.comm
         assert metrics["measured_bytes_received"] == analytic.received, (name, mode, metrics, analytic)
         assert metrics["measured_bytes_sent"] == analytic.sent, (name, mode, metrics, analytic)
@@ -119,10 +121,19 @@ for mode in M.MODES:
 # 3. Same seed, same config: simulate, devices (local devices of rank 0) and MPI in both modes agree.
 if ME == 0:
     for name in make:
-        refs = {}
+        refs, split = {}, None
         for backend in ("simulate", "devices") if FULL else ("simulate",):
             alg = make[name](backend)
-            refs[backend] = run(alg, alg.init)[0].params
+            state, metrics = run(alg, alg.init)
+            refs[backend] = state.params
+            if backend == "simulate":
+                split = {k: float(v) for k, v in metrics.items() if k in SPLIT}
+        assert {"worker_train_loss", "merged_train_loss", "merge_cost"} <= set(split), split
+        mpi_split = {k: float(v) for k, v in results[name, "parameter_server"][2].items() if k in SPLIT}
+        assert set(mpi_split) == set(split), (name, mpi_split, split)
+        for k, v in split.items():  # the last round's loss split: rank 0's (IST) or the ranks' mean (replicas)
+            np.testing.assert_allclose(mpi_split[k], v, rtol=1e-4, atol=1e-6, err_msg=f"{name} {k}")
+        say(f"OK {name}: loss split on mpi parameter_server == simulate ({', '.join(sorted(split))})")
         others = [(m, results[name, m][0]) for m in M.MODES if (name, m) in results]
         for label, params in [(b, p) for b, p in refs.items() if b != "simulate"] + others:
             for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(refs["simulate"])):

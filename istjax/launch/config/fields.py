@@ -134,9 +134,9 @@ def _runtime_section(c: ml_collections.ConfigDict) -> None:
     c.runtime = ml_collections.ConfigDict()
     c.runtime.name = "simulate"  # any name in istjax.runtimes.names() ("mpi": under mpiexec)
     c.runtime.mode = "parameter_server"  # runtime "mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
-    # Runtimes "simulate" and "devices": every round also reports where its loss went (istjax.algorithms.loss_split:
-    # the workers' own loss after their K steps, the merged model's on the same batches, train and test mode) in
-    # metrics.jsonl; False saves its forward passes. The MPI runtime does not compute it.
+    # Every round also reports where its loss went (istjax.algorithms.loss_split: the workers' own loss after their K
+    # steps, the merged model's on the same batches, train and test mode) in metrics.jsonl; False saves its forward
+    # passes. Every runtime but MPI's sharded mode (no rank holds the merged model) computes it.
     c.runtime.loss_split = True
     # Each process's memory cap, every runtime: bytes (an int) or a size ("800MiB", "1.5GiB", "2GB"); 0: no cap. Before
     # the first round every rank predicts what it will hold (its state share, the compiled round's outputs and
