@@ -292,7 +292,8 @@ def loss_split(task: Task, worker_loss: Callable) -> Callable[..., dict]:
         evaluates a batch of this size (a model normalising with test-batch statistics may refuse it: then absent);
     ``merge_cost``
         ``merged_train_loss - worker_train_loss``: what collecting the workers' models lost of what they fitted
-        (exactly 0 for one IST worker: the merged model is its model).
+        (0 for one worker, whose model the merged one is: exactly where both losses are one function, to float
+        rounding where the worker runs a sub-network's module).
 
     The workers run one after another (`jax.lax.map`), as the evaluation of W small batches does not gain from
     being vectorised on a CPU and holds one worker's activations at a time."""
@@ -300,7 +301,7 @@ def loss_split(task: Task, worker_loss: Callable) -> Callable[..., dict]:
 
     def split(state: TrainState, workers: WorkerState, batches: PyTree, shared: Any = None) -> dict:
         last = jax.tree.map(lambda b: b[:, -1], batches)
-        size = jax.tree.leaves(last["x"])[0].shape[1]
+        size = jax.tree.leaves(last["x"] if "x" in last else last)[0].shape[1]  # examples in a worker's batch
         test = size >= min(task.min_eval_batch, MIN_BATCH_STATISTICS_SPLIT)
 
         def one(args):
