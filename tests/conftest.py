@@ -2,8 +2,15 @@
 
 import os
 
+# Tests compile far more than they compute. LLVM at -O0 changes no result a test reads and nearly halves a
+# compile-bound test (tests/test_resist.py's round equivalence: 116 s instead of 211 s here); every subprocess a
+# test starts (mpiexec ranks, the CLI) passes it on too.
+FAST_COMPILE = "--xla_backend_optimization_level=0"
+
 # Must happen before jax is imported anywhere: multi-worker code is tested on fake CPU devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+if FAST_COMPILE not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " " + FAST_COMPILE
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Real data sets for tests (Cora, Citeseer, spoken digits) sit in ../shared/data beside the repository; loaders read
 # $ISTJAX_DATA_DIR. Tests that need a file skip with its path named when it is absent.

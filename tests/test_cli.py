@@ -17,6 +17,7 @@ from istjax.launch import cli
 from istjax.launch import config as config_lib
 from istjax.launch import driver as train
 from istjax.launch.checkpoint import Checkpointer
+from conftest import FAST_COMPILE
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--config.model.hidden=(32,)", "--config.num_workers=2", "--config.local_steps=2",
@@ -30,7 +31,7 @@ def istjax_command() -> list[str]:
 
 def subprocess_env() -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = FAST_COMPILE  # the default device count
     return env
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FAST_COMPILE
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
@@ -15,7 +16,7 @@ BIN = pathlib.Path(sys.executable).parent
 @pytest.mark.parametrize("mode", ["sharded", "parameter_server"])
 @pytest.mark.slow
 def test_mpi_example_script(mode):
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "XLA_FLAGS": FAST_COMPILE, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([str(BIN / "mpiexec"), "-n", "2", sys.executable,
                           str(ROOT / "experiments/distributed/ist_mpi_example.py"), mode],
                          capture_output=True, text=True, timeout=300, env=env)

@@ -19,6 +19,7 @@ from istjax.core import memory
 from istjax.core.errors import ArgError
 from istjax.launch import config as config_lib
 from istjax.launch import driver
+from conftest import FAST_COMPILE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
@@ -126,7 +127,7 @@ def test_driver_trains_under_a_cap_it_fits(tmp_path):
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not installed (pip install mpich)")
 def test_every_rank_checks_its_share_and_all_stop_together_under_mpiexec(tmp_path):
     istjax = pathlib.Path(sys.executable).parent / "istjax"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), XLA_FLAGS="")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), XLA_FLAGS=FAST_COMPILE)
     out = subprocess.run([str(MPIEXEC), "-n", "2", str(istjax), "train", "--config.runtime.name=mpi",
                           "--config.runtime.mode=sharded", "--config.sampler.name=stratified",
                           "--config.sampler.num_owners=2", "--config.model.hidden=(16,)", "--config.num_workers=2",

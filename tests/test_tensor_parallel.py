@@ -22,6 +22,7 @@ from istjax.core.errors import ArgError
 from istjax.core.state import WORKERS
 from istjax.models import SparseMLP
 from istjax.xmc import loss as xmc_loss
+from conftest import FAST_COMPILE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
@@ -242,7 +243,7 @@ def test_ist_owners_evaluated_by_label_blocks_equal_the_whole_model_and_the_part
 def test_tensor_parallel_under_mpiexec_equals_single_process_training():
     """mpiexec -n 2: gathered params and optimizer state, loss and evaluation equal single-process full-model
     training (SGD and Adam); measured bytes equal analytic."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count=1 {FAST_COMPILE}",
                PYTHONPATH=str(ROOT))
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi" / "tensor_parallel.py")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
