@@ -5,7 +5,7 @@ Registered in `experiments.tables` when `experiments.report` imports this module
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
                                nbytes, result_rows, results_table, scalar, spread, table)
@@ -246,6 +246,74 @@ def _images_decompose(d):
             + body)
 
 
+# IST's test loss minus a baseline's, split into parts that add up to it run by run: the workers' own fit (their
+# training loss after K steps), the merge (the merged model's train-mode loss on the same batches minus theirs), the
+# statistics (test mode minus train mode on those batches) and the rest (the test set's loss at the end minus the
+# training batches' in test mode over the last evaluation window).
+GAP_PARTS = (
+    ("workers' own fit", lambda r: r["worker_train_loss"]),
+    ("the merge", lambda r: r["merge_cost"]),
+    ("the statistics", lambda r: r["merged_test_loss"] - r["merged_train_loss"]),
+    ("test set vs training batches", lambda r: r["test_loss"] - r["merged_test_loss"]),
+)
+
+
+def _with_parts(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run records with each `GAP_PARTS` value under its name (None where a run lacks a number it needs)."""
+    def part(fn, r):
+        try:
+            return fn(r)
+        except (KeyError, TypeError):
+            return None
+    return [{**r, **{name: part(fn, r) for name, fn in GAP_PARTS}} for r in runs]
+
+
+def gap_parts(d, ist: str, baseline: str) -> Optional[dict[str, Any]]:
+    """``ist``'s test loss minus ``baseline``'s and each `GAP_PARTS` difference, paired by seed
+    (`paired_difference`), or None with fewer than two common seeds."""
+    from istjax.launch.study import paired_difference
+
+    a, b = _with_parts(_runs(d, ist)), _with_parts(_runs(d, baseline))
+    total = paired_difference(a, b, "test_loss")
+    if total is None:
+        return None
+    return {"test_loss": total, "accuracy": paired_difference(a, b, "test_accuracy"),
+            **{name: paired_difference(a, b, name) for name, _ in GAP_PARTS}}
+
+
+def _interval(p: Optional[dict[str, Any]], total: Optional[dict[str, Any]] = None) -> str:
+    if p is None:
+        return "-"
+    share = f"; {100 * p['mean'] / total['mean']:.0f} %" if total and total["mean"] else ""
+    return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]{share}"
+
+
+@table("images_decompose_gap", DECOMPOSE)
+def _images_decompose_gap(d):
+    rows = [r for r in result_rows(d) if r["algorithm"] == "ist" and "base" not in r and r.get("group") == "main"]
+    lines = []
+    for r in sorted(rows, key=lambda r: (-r["budget"], r["num_workers"])):
+        for other in ("data_parallel", "local_sgd"):
+            g = gap_parts(d, r["label"], r["label"].replace("ist_", f"{other}_", 1))
+            if g is None:
+                continue
+            acc = g["accuracy"]
+            lines.append([cell(r["budget"]), r["num_workers"], algorithm_name(other), len(g["test_loss"]["seeds"]),
+                          f"{100 * acc['mean']:+.1f} [{100 * acc['low']:+.1f}, {100 * acc['high']:+.1f}]",
+                          _interval(g["test_loss"]),
+                          *(_interval(g[name], g["test_loss"]) for name, _ in GAP_PARTS)])
+    if not lines:
+        return "(no budget has two seeds of IST and a baseline yet: `python -m experiments.images.studies decompose`)"
+    body = markdown_table(["samples", "W", "IST against", "seeds", "accuracy (points)", "test loss",
+                           *(f"{name}" for name, _ in GAP_PARTS)], lines)
+    return ("IST minus the baseline, paired by seed: mean [95 % t interval]; the test-loss gap split into parts that "
+            "add up to it run by run, each with its share of the gap (a negative share: that part favours IST). The "
+            "workers' own fit is their training loss after K local steps; the merge, the merged model's train-mode "
+            "loss on the same batches minus theirs; the statistics, its test-mode minus train-mode loss there; the "
+            "last, the test set's loss at the end minus the training batches' in test mode (last evaluation window)."
+            "\n\n" + body)
+
+
 @table("images_decompose_variants", DECOMPOSE)
 def _images_decompose_variants(d):
     rows = [r for r in result_rows(d) if "base" in r and r.get("group") not in ("resist", "ablation")]
@@ -307,3 +375,21 @@ def _images_decompose_ablation(d):
     return ("ResIST's ablation in the paper's order (fmnist_resist_ablation.py, 150 rounds, W = 2), each step with "
             "the statistics carried as the config has them and steps 1-3 with them recomputed on the merged network; "
             "mean ± std over seeds, differences paired by seed, mean [95 % t interval] (seeds).\n\n" + body)
+
+
+@headline_row("channel IST's gap decomposed, ResNet-18 layout at 1/8 width, Fashion-MNIST, 163,840 samples in all, "
+              "IST against data parallel (`python -m experiments.images.studies decompose`)", "`docs/images.md`",
+              DECOMPOSE)
+def _headline_decompose(d):
+    parts = []
+    for w in (2, 4):
+        ist, dp = f"ist_W{w}_163k", f"data_parallel_W{w}_163k"
+        g = gap_parts(d, ist, dp)
+        if g is None:
+            continue
+        n = len(g["test_loss"]["seeds"])
+        acc = g["accuracy"]
+        split = ", ".join(f"{name} {g[name]['mean']:+.3f}" for name, _ in GAP_PARTS)
+        parts.append(f"W = {w} ({n} seeds): {100 * acc['mean']:+.1f} points [{100 * acc['low']:+.1f}, "
+                     f"{100 * acc['high']:+.1f}]; test-loss gap {g['test_loss']['mean']:+.3f} = {split}")
+    return "; ".join(parts) if parts else "(in progress: fewer than two seeds of a pair so far)"
