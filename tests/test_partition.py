@@ -84,6 +84,26 @@ def test_nested_subsets():
     assert held[0] <= held[1] <= held[2]
 
 
+def test_nested_without_shuffle_from_a_config_holds_the_same_units_every_round():
+    """--config.sampler.name=nested --config.sampler.shuffle=False: one sub-network never repartitioned (the image
+    study's fixed sub-network control); a value that is not a bool is refused naming the field."""
+    from istjax.core.errors import ArgError
+    from istjax.launch import config as config_lib
+    from istjax.launch.config.parts import make_sampler
+
+    c = config_lib.default_config()
+    c.sampler.name, c.sampler.fractions, c.sampler.shuffle = "nested", (0.5,), False
+    sampler = make_sampler(c)
+    rounds = [set(_held(sampler.sample(jax.random.key(r), {"h": 8}, 1), "h", 8)[0].tolist()) for r in range(3)]
+    assert rounds == [{0, 1, 2, 3}] * 3
+    c.sampler.shuffle = True
+    shuffled = make_sampler(c)
+    assert len({frozenset(_held(shuffled.sample(jax.random.key(r), {"h": 8}, 1), "h", 8)[0].tolist())
+                for r in range(5)}) > 1
+    with pytest.raises(ArgError, match="shuffle='no'"):
+        istjax.core.partition.SAMPLERS.get("nested").build({"fractions": (0.5,), "shuffle": "no"})
+
+
 # --- extract / merge on random specs -------------------------------------------------------------------------
 
 @st.composite

@@ -225,7 +225,7 @@ def _split(r: dict[str, Any], key: str) -> str:
 @table("images_decompose", DECOMPOSE)
 def _images_decompose(d):
     # the main grid: a variant names its base cell, ResIST's cells are in their own table
-    rows = [r for r in result_rows(d) if "base" not in r and r.get("group") not in ("resist", "ablation")]
+    rows = [r for r in result_rows(d) if "base" not in r and r.get("group") == "main"]
     rows.sort(key=lambda r: (-r["budget"], r["num_workers"], r["algorithm"] != "ist", r["algorithm"]))
 
     def vs(r, other):
@@ -314,6 +314,35 @@ def _images_decompose_gap(d):
             "\n\n" + body)
 
 
+@table("images_decompose_fit", DECOMPOSE)
+def _images_decompose_fit(d):
+    """The workers' own fit split in two by the fixed sub-network control (one worker's sub-network trained alone on
+    one worker's samples, never repartitioned): its width (control minus data parallel) and the repartitioning
+    (IST minus the control), each paired by seed."""
+    from istjax.launch.study import paired_difference
+
+    lines = []
+    for r in sorted((r for r in result_rows(d) if "control_for" in r), key=lambda r: r["label"]):
+        ist = r["control_for"]
+        w = int(ist.split("_W")[1].split("_")[0])
+        dp = ist.replace("ist_", "data_parallel_", 1)
+        fit = paired_difference(_runs(d, ist), _runs(d, dp), "worker_train_loss")
+        width = paired_difference(_runs(d, r["label"]), _runs(d, dp), "worker_train_loss")
+        churn = paired_difference(_runs(d, ist), _runs(d, r["label"]), "worker_train_loss")
+        lines.append([cell(r["budget"]), w, _split(r, "worker_train_loss"), _interval(fit), _interval(width, fit),
+                      _interval(churn, fit)])
+    if not lines:
+        return "(the fixed sub-network control has not finished a run yet: `python -m experiments.images.studies " \
+               "decompose`)"
+    body = markdown_table(["samples", "W", "control's own train loss", "IST's workers' fit minus data parallel's",
+                           "the sub-network's width (control minus data parallel)",
+                           "repartitioning (IST minus the control)"], lines)
+    return ("The workers' own fit (the gap table's first part) split by a control: one IST worker's sub-network "
+            "trained alone on one worker's samples, never repartitioned (`--config.sampler.name=nested "
+            "--config.sampler.shuffle=False`, W = 1). Differences of the training loss after the local steps, paired "
+            "by seed: mean [95 % t interval]; share of the fit gap.\n\n" + body)
+
+
 @table("images_decompose_variants", DECOMPOSE)
 def _images_decompose_variants(d):
     rows = [r for r in result_rows(d) if "base" in r and r.get("group") not in ("resist", "ablation")]
@@ -393,3 +422,25 @@ def _headline_decompose(d):
         parts.append(f"W = {w} ({n} seeds): {100 * acc['mean']:+.1f} points [{100 * acc['low']:+.1f}, "
                      f"{100 * acc['high']:+.1f}]; test-loss gap {g['test_loss']['mean']:+.3f} = {split}")
     return "; ".join(parts) if parts else "(in progress: fewer than two seeds of a pair so far)"
+
+
+def _gap_scalar(w: int, baseline: str, part: str) -> Callable[[Any], str]:
+    """IST minus ``baseline`` at the largest budget and W = ``w``, one part of the split (or ``test_loss``,
+    ``accuracy`` in points): 'mean [low, high] (n seeds)'."""
+    def fn(d):
+        g = gap_parts(d, f"ist_W{w}_163k", f"{baseline}_W{w}_163k")
+        if g is None:
+            return "(fewer than two seeds so far)"
+        p, n = g[part], len(g["test_loss"]["seeds"])
+        if part == "accuracy":
+            return f"{100 * p['mean']:+.1f} points [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}] ({n} seeds)"
+        return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] ({n} seeds)"
+    return fn
+
+
+for _w in (2, 4):
+    for _base in ("data_parallel", "local_sgd"):
+        for _key, _part in (("accuracy", "accuracy"), ("loss", "test_loss"), ("fit", "workers' own fit"),
+                            ("merge", "the merge"), ("statistics", "the statistics"),
+                            ("rest", "test set vs training batches")):
+            scalar(f"decompose.W{_w}.{_base}.{_key}", DECOMPOSE, _gap_scalar(_w, _base, _part))

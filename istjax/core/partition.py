@@ -425,6 +425,14 @@ def check_partition(partition: Partition, group_sizes: Mapping[str, int]) -> Non
 # --------------------------------------------------------------------------
 
 
+def _flag(options: Mapping[str, object], name: str, default: bool) -> bool:
+    """A sampler's yes/no option: absent means ``default``; anything but a bool is refused naming the field."""
+    value = options.get(name, default)
+    if not isinstance(value, bool):
+        raise ArgError(name, value, f"{name}={value!r}:", "must be True or False.")
+    return value
+
+
 class SamplerEntry(NamedTuple):
     """A registered strategy: ``build(options) -> Sampler`` from the options it reads (a config's
     ``sampler_args``), and the names of those options, for messages."""
@@ -442,6 +450,7 @@ SAMPLERS: Registry[SamplerEntry] = Registry("sampler", field="sampler", entries=
     "stratified": SamplerEntry(lambda o: stratified(int(o["num_owners"])), ("num_owners",),
                                "equal units from each of num_owners shards (the sharded MPI mode)"),
     "uneven": SamplerEntry(lambda o: uneven(tuple(o["weights"])), ("weights",), "shares proportional to weights"),
-    "nested": SamplerEntry(lambda o: nested(tuple(o["fractions"])), ("fractions",),
-                           "worker w the first fractions[w] of one order"),
+    "nested": SamplerEntry(lambda o: nested(tuple(o["fractions"]), _flag(o, "shuffle", True)),
+                           ("fractions", "shuffle"),
+                           "worker w the first fractions[w] of one order (shuffle=False: the same units every round)"),
 }, hint="Add one with istjax.core.partition.SAMPLERS.register(name, SamplerEntry(build, options)).")

@@ -103,7 +103,8 @@ def _check_known_fields(config, p: Problems) -> None:
         else:
             p.add(f"{k}: unknown config field{close_matches(k, sorted(known))}. Remove it or fix its name; known "
                   f"fields are listed in istjax.launch.config.default_config().")
-    optional = ("model.", "sampler.min_units", "sampler.num_owners", "sampler.weights", "sampler.fractions")
+    optional = ("model.", "sampler.min_units", "sampler.num_owners", "sampler.weights", "sampler.fractions",
+                "sampler.shuffle")
     plain = {k for k in given if k in sections}  # a section given a plain value, reported above
     for k in sorted(set(known) - set(given)):
         if (k.startswith(optional) and k != "model.name") or k.rsplit(".", 1)[0] in plain:

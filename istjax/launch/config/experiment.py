@@ -138,7 +138,8 @@ _OPTIMIZER_FIELDS = {f: f for f in ("optimizer", "learning_rate", "momentum", "w
                                      "lr_decay_at", "lr_decay_factor", "warmup_rounds", "lr_schedule_rounds",
                                      "num_rounds")}
 _SAMPLER_FIELDS = {"name": "sampler.name", "min_units": "sampler.min_units", "num_owners": "sampler.num_owners",
-                   "weights": "sampler.weights", "fractions": "sampler.fractions", "samplers": "sampler.groups"}
+                   "weights": "sampler.weights", "fractions": "sampler.fractions", "shuffle": "sampler.shuffle",
+                   "samplers": "sampler.groups"}
 
 
 def _sampler_text(config) -> str:

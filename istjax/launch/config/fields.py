@@ -82,6 +82,7 @@ def _sampler_section(c: ml_collections.ConfigDict) -> None:
     c.sampler.num_owners = 1  # stratified (and ResIST's blocks): number of owner shards of every group
     c.sampler.weights = ()  # uneven: one positive weight per worker
     c.sampler.fractions = ()  # nested: one fraction in (0, 1] per worker
+    c.sampler.shuffle = True  # nested: a fresh order each round; False: the same leading units, never repartitioned
     # Per neuron group samplers, overriding `name` for the groups named (istjax.per_group), e.g.
     # --config.sampler.groups.block_0_0=overlapping deals that group with overlap (it may then be smaller than W).
     c.sampler.groups = ml_collections.ConfigDict()
