@@ -49,11 +49,31 @@ def test_plot_writes_a_png_from_run_dirs(run_dirs, tmp_path):
     rgb = (img[..., :3] * 255).round().astype(int).reshape(-1, 3)
     for color in ((0x1F, 0x77, 0xB4), (0x2C, 0xA0, 0x2C)):
         assert (np.abs(rgb - color).sum(1) < 10).sum() > 50
+    # Beside it, where the loss went (both runs recorded the split): both colours again.
+    split = out.with_name("cmp_loss_split.png")
+    img = mpimg.imread(split)
+    rgb = (img[..., :3] * 255).round().astype(int).reshape(-1, 3)
+    for color in ((0x1F, 0x77, 0xB4), (0x2C, 0xA0, 0x2C)):
+        assert (np.abs(rgb - color).sum(1) < 10).sum() > 50
 
 
 def test_default_out_for_one_run(run_dirs):
     assert plot.main([str(run_dirs[0])]) == 0
-    assert (run_dirs[0] / "accuracy.png").exists()
+    assert (run_dirs[0] / "accuracy.png").exists() and (run_dirs[0] / "accuracy_loss_split.png").exists()
+
+
+def test_no_loss_split_figure_without_the_split(run_dirs, tmp_path):
+    """A run trained with --config.runtime.loss_split=False (its records without the split): no second figure."""
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(run_dirs[0], bare)
+    lines = [json.loads(line) for line in (bare / "metrics.jsonl").read_text().splitlines()]
+    (bare / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in rec.items() if k not in (
+        "worker_train_loss", "merged_train_loss", "merged_test_loss", "merge_cost")}) + "\n" for rec in lines))
+    assert plot.plot_loss_split([bare], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+    assert plot.main([str(bare), "--out", str(tmp_path / "only.png")]) == 0
+    assert (tmp_path / "only.png").exists() and not (tmp_path / "only_loss_split.png").exists()
 
 
 def test_errors(tmp_path, capsys):

@@ -11,6 +11,10 @@ Reads each run directory's ``metrics.jsonl`` (one JSON object per evaluation, sc
 3. test accuracy vs bytes one worker moved each way so far (`bytes_per_worker`: ``bytes_total / (2 W)``, log
    scale), the convention of ``summary.json``'s ``bytes_sent_per_worker_per_round`` and of ``istjax compare``.
 
+Beside it, where the runs recorded the round's loss split (`istjax.algorithms.loss_split`, on by default), a second
+PNG, ``<out>_loss_split.png`` (`plot_loss_split`): the workers' own training loss and the merged model's test-mode loss
+on the same batches against rounds, and the merge cost.
+
 Log axes are labelled in units (``1 kB``, ``10 MB``; ``10 ms``, ``1 min``), one label per decade; an axis that shows
 fewer than two decade ticks also labels its 2x and 5x ticks.
 
@@ -56,8 +60,8 @@ from istjax.launch.metrics import format_bytes
 
 __all__ = ["PlotError", "Run", "BANDS", "BYTES_CONVENTION", "Curve", "NAMED_SECTIONS", "bytes_per_worker",
            "figure_title", "format_seconds", "group_curve", "group_runs", "label", "legend_labels", "load_run",
-           "log_unit_formatters", "main", "plot_runs", "read_json_object", "run_fields", "shown_fields",
-           "varying_fields", "wall_time_label", "wall_time_text", "wrap_label"]
+           "has_loss_split", "log_unit_formatters", "main", "plot_loss_split", "plot_runs", "read_json_object",
+           "run_fields", "shown_fields", "varying_fields", "wall_time_label", "wall_time_text", "wrap_label"]
 
 # Fixed colours per algorithm (matplotlib's tab10), so every figure of a study reads the same way.
 ALGORITHM_COLORS = {"ist": "tab:blue", "data_parallel": "tab:red", "local_sgd": "tab:green"}
@@ -428,12 +432,12 @@ def bytes_per_worker(rec: dict[str, Any], num_workers: Optional[int]) -> Optiona
 BYTES_FIELDS = ("bytes_total", BYTES_PER_WORKER)
 
 
-def _points(run: Run, x_field: str) -> tuple[list[float], list[float], list[float]]:
-    """``(rounds, x, test_accuracy)`` of the records with finite values (x = round for ``"round"``, `bytes_per_worker`
-    for ``"bytes_per_worker"``), by round."""
+def _points(run: Run, x_field: str, y_field: str = "test_accuracy") -> tuple[list[float], list[float], list[float]]:
+    """``(rounds, x, y)`` of the records with finite values (x = round for ``"round"``, `bytes_per_worker` for
+    ``"bytes_per_worker"``; y the record's ``y_field``, the test accuracy by default), by round."""
     by_round: dict[float, tuple[float, float]] = {}
     for rec in run.records:
-        r, y = rec.get("round"), rec.get("test_accuracy")
+        r, y = rec.get("round"), rec.get(y_field)
         x = r if x_field == "round" else rec.get(x_field)
         if x_field == BYTES_PER_WORKER:
             x = bytes_per_worker(rec, run.num_workers)
@@ -457,16 +461,18 @@ class Curve(NamedTuple):
     hi: Optional[list[float]]
 
 
-def group_curve(group: Sequence[Run], x_field: str, band: str = "minmax") -> Optional[Curve]:
+def group_curve(group: Sequence[Run], x_field: str, band: str = "minmax",
+                y_field: str = "test_accuracy") -> Optional[Curve]:
     """The mean curve of a seed group in the panel of ``x_field`` (``"round"``, ``"wall_time_s"``,
     ``"bytes_per_worker"``: `bytes_per_worker`; or any numeric record field, such as ``"bytes_total"``) with its band
     (``band``: a key of `BANDS`), on the group's grid of rounds: the union of the seeds' evaluated rounds inside the
     range all of them cover, each seed interpolated linearly between its own evaluations (exact at rounds every seed
-    evaluated). x is the seeds' mean at each round. None: no common range.
+    evaluated). x is the seeds' mean at each round; y the record's ``y_field`` (the test accuracy by default). None:
+    no common range.
     """
     import numpy as np
 
-    pts = [_points(r, x_field) for r in group]
+    pts = [_points(r, x_field, y_field) for r in group]
     if any(not p[0] for p in pts):
         return None
     if len(group) == 1:
@@ -738,6 +744,60 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     return out
 
 
+# The loss split's figure: which record fields, how each is drawn, and its panel.
+SPLIT_LINES = (("worker_train_loss", "workers' own train loss", "-", 0),
+               ("merged_test_loss", "merged, test mode, same batches", "--", 0),
+               ("merge_cost", "merge cost (merged minus workers', train mode)", "-", 1))
+
+
+def has_loss_split(run: Run) -> bool:
+    """Whether any of ``run``'s records carries the round's loss split (`istjax.algorithms.loss_split`)."""
+    return any(rec.get("worker_train_loss") is not None for rec in run.records)
+
+
+def plot_loss_split(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *, title: Optional[str] = None,
+                    band: Optional[str] = "minmax") -> Optional[pathlib.Path]:
+    """Where each run's loss went, against rounds, into the PNG ``out``: the workers' own training loss and the
+    merged model's test-mode loss on the same batches (left), the merge cost (right; 0 for data parallel); seeds
+    grouped as in `plot_runs`. Returns None (and writes nothing) when no run recorded the split."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [load_run(d) for d in run_dirs]
+    runs = [r for r in runs if has_loss_split(r)]
+    if not runs:
+        return None
+    groups = group_runs(runs) if band is not None else [[r] for r in runs]
+    labels = legend_labels(groups, show_seed=band is None, shared_in_title=title is None)
+    styles = _styles(groups, show_seed=band is None)
+    fig, axes = plt.subplots(1, 2, figsize=(_FIG_WIDTH * 2 / 3, _PANEL_HEIGHT + 1.2), layout="constrained")
+    for group, text, style in zip(groups, labels, styles):
+        for field, what, linestyle, panel in SPLIT_LINES:
+            curve = group_curve(group, "round", band or "minmax", y_field=field)
+            if curve is None or not curve.x:
+                continue
+            ax = axes[panel]
+            ax.plot(curve.x, curve.y, label=wrap_label(f"{text}: {what}" if panel == 0 else text), linewidth=1.6,
+                    **{**style, "linestyle": linestyle})
+            if curve.lo is not None:
+                ax.fill_between(curve.x, curve.lo, curve.hi, color=style["color"], alpha=0.15, linewidth=0)
+    axes[0].set_ylabel("loss on the batches the workers trained last")
+    axes[1].set_ylabel("merge cost")
+    axes[1].axhline(0.0, color="black", linewidth=0.8, alpha=0.6)
+    for ax in axes:
+        ax.set_xlabel("rounds (mean over the rounds since the previous record)")
+        ax.grid(True, alpha=0.35)
+        ax.legend(fontsize="small", frameon=False)
+    fig.suptitle(wrap_label(title or "loss split" + figure_title(runs).removeprefix("test accuracy"), 120))
+    out = pathlib.Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="istjax plot", description="Plot test accuracy against rounds, wall time and bytes communicated for "
@@ -764,13 +824,14 @@ def main(argv: Sequence[str]) -> int:
         return int(e.code or 0)
     out = args.out or (os.path.join(args.run_dirs[0], "accuracy.png") if len(args.run_dirs) == 1
                        else "comparison.png")
+    band = None if args.no_bands else args.band
     try:
-        path = plot_runs(args.run_dirs, out, title=args.title, target=args.target,
-                         band=None if args.no_bands else args.band, log_time=args.log_time)
+        path = plot_runs(args.run_dirs, out, title=args.title, target=args.target, band=band, log_time=args.log_time)
+        split = plot_loss_split(args.run_dirs, path.with_name(f"{path.stem}_loss_split.png"), band=band)
     except PlotError as e:
         print(f"istjax plot: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {path}")
+    print(f"wrote {path}" + (f" and {split} (where the loss went)" if split else ""))
     return 0
 
 
