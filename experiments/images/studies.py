@@ -261,7 +261,52 @@ def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Seq
         status = run_grid(study, GRIDS[study](), seeds, workdir, RESULTS / f"{study}.json", command, only, jobs)
     title, reference = FIGURES[study]
     print(f"wrote {plot(RESULTS / f'{study}.json', REPO / 'docs' / 'figures' / f'{study}.png', title, reference)}")
+    if study == "decompose":
+        print(f"wrote {plot_gap(RESULTS / 'decompose.json', REPO / 'docs' / 'figures' / 'decompose_gap.png')}")
     return status
+
+
+def plot_gap(results: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """The decomposition's picture: for each W and baseline at the largest budget, IST's test-loss gap and its parts
+    (`experiments.images.report.GAP_PARTS`) as bars with their 95 % paired intervals, each seed's difference a dot."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.images.report import GAP_PARTS, gap_parts
+
+    doc = json.loads(results.read_text())
+    budget = DECOMPOSE_SAMPLES[0] // 1000
+    pairs = [(w, base) for w in (2, 4) for base in ("data_parallel", "local_sgd")]
+    found = [(w, base, gap_parts(doc, f"ist_W{w}_{budget}k", f"{base}_W{w}_{budget}k")) for w, base in pairs]
+    found = [f for f in found if f[2] is not None]
+    names = ["test loss (the gap)", *(name for name, _ in GAP_PARTS)]
+    keys = ["test_loss", *(name for name, _ in GAP_PARTS)]
+    fig, axes = plt.subplots(1, max(1, len(found)), figsize=(3.6 * max(1, len(found)), 3.4), sharey=True,
+                             squeeze=False)
+    for ax, (w, base, g) in zip(axes[0], found):
+        y = list(range(len(keys)))[::-1]
+        means = [g[k]["mean"] for k in keys]
+        errors = [[g[k]["mean"] - g[k]["low"] for k in keys], [g[k]["high"] - g[k]["mean"] for k in keys]]
+        ax.barh(y, means, xerr=errors, color=["#636363", *["#9ecae1"] * len(GAP_PARTS)], height=0.6, capsize=3)
+        for yi, k in zip(y, keys):
+            ax.plot(g[k]["differences"], [yi] * len(g[k]["differences"]), "o", color="#08519c", markersize=3)
+        ax.axvline(0, color="k", linewidth=0.8)
+        ax.set_title(f"W = {w}: IST minus {base.replace('_', ' ')}\n({len(g['test_loss']['seeds'])} seeds)",
+                     fontsize=9)
+        ax.set_xlabel("loss difference")
+        ax.grid(True, axis="x", alpha=0.35)
+    axes[0][0].set_yticks(list(range(len(keys)))[::-1], names)
+    fig.suptitle(f"Where channel IST's gap goes, {DECOMPOSE_SAMPLES[0]:,} samples (bars: mean, 95 % paired "
+                 "interval; dots: seeds)", fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 BYTES_MODELS = {
