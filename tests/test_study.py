@@ -247,3 +247,26 @@ def test_the_gap_parts_add_up_to_the_test_loss_gap_by_hand():
     assert sum(parts) == pytest.approx(g["test_loss"]["mean"])
     assert g["accuracy"]["mean"] == pytest.approx(-0.125)
     assert images_report.gap_parts(d, "ist_W2_1k", "local_sgd_W2_1k") is None  # no baseline runs: no row
+
+
+def test_the_fit_split_by_the_fixed_sub_network_control_by_hand():
+    """The workers' fit gap (IST 0.6, 0.7 against data parallel 0.3, 0.35: +0.325) splits into the sub-network's width
+    (the control's 0.5, 0.5 against data parallel: +0.175, 54 %) and the repartitioning (IST against the control:
+    +0.150, 46 %)."""
+    from experiments.images import report as images_report
+
+    def run(label, seed, worker):
+        return {"label": label, "seed": seed, "worker_train_loss": worker}
+
+    def row(label, **more):
+        return {"label": label, "algorithm": "ist", "num_workers": 2, "seeds": [0, 1], "test_accuracy_mean": 0.5,
+                "test_accuracy_std": 0.0, "budget": 1000, **more}
+
+    d = {"rows": [row("ist_W2_1k"), row("fixed_subnet_W2_1k", control_for="ist_W2_1k", num_workers=1,
+                                        worker_train_loss_mean=0.5, worker_train_loss_std=0.0)],
+         "runs": [run("ist_W2_1k", 0, 0.6), run("ist_W2_1k", 1, 0.7), run("data_parallel_W2_1k", 0, 0.3),
+                  run("data_parallel_W2_1k", 1, 0.35), run("fixed_subnet_W2_1k", 0, 0.5),
+                  run("fixed_subnet_W2_1k", 1, 0.5)]}
+    text = images_report._images_decompose_fit(d)
+    line = next(line for line in text.splitlines() if line.startswith("| 1,000 | 2 |"))
+    assert "+0.325 [" in line and "+0.175 [" in line and "; 54 %" in line and "+0.150 [" in line and "; 46 %" in line

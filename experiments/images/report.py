@@ -322,9 +322,10 @@ def _images_decompose_fit(d):
     from istjax.launch.study import paired_difference
 
     lines = []
-    for r in sorted((r for r in result_rows(d) if "control_for" in r), key=lambda r: r["label"]):
+    by_label = {r["label"]: r for r in result_rows(d)}
+    for r in sorted((r for r in result_rows(d) if r.get("control_for") in by_label), key=lambda r: r["label"]):
         ist = r["control_for"]
-        w = int(ist.split("_W")[1].split("_")[0])
+        w = by_label[ist]["num_workers"]
         dp = ist.replace("ist_", "data_parallel_", 1)
         fit = paired_difference(_runs(d, ist), _runs(d, dp), "worker_train_loss")
         width = paired_difference(_runs(d, r["label"]), _runs(d, dp), "worker_train_loss")
