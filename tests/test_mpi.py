@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not instal
 
 
 def _mpiexec(n, script, *args, timeout=540, devices=1):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {FAST_COMPILE}",
-               PYTHONPATH=str(ROOT))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {FAST_COMPILE}")
     cmd = [str(MPIEXEC), "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
@@ -75,24 +75,26 @@ def test_model_state_and_shared_inputs_on_mpi():
 
 
 # Every family on 2 ranks (W = 4: two workers a rank, mapped); on 3 ranks (W = 3: one worker a rank, the unmapped
-# path, shards of a third) the families whose layouts differ: dense groups with carried Adam, blocks held whole beside
-# owned ones (ResIST), tiled [self, neighbour] axes (GraphSAGE). Every family on 3 ranks took 410 s here; the CNN,
-# ResNet and GCN cases add no layout the others do not hold.
+# path, shards of a third) the families whose layouts or paths differ: dense groups with carried Adam, statistics
+# recomputed from each rank's channels with the batches all-gathered (ResNet), blocks held whole beside owned ones
+# (ResIST), tiled [self, neighbour] axes (GraphSAGE). Every family on 3 ranks took 410 s here; the CNN's carried
+# statistics and GCN's cluster batches take no path on 3 ranks that 2 ranks do not.
 SHARDED_FAMILIES = {"mlp": "mlp ist, carried adam", "cnn": "cnn channel ist, running statistics",
                     "resnet": "resnet channel ist, recomputed statistics", "resist": "resist",
                     "gcn": "gcn cluster batches", "graphsage": "graphsage (tiled groups)"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n,families", [(2, tuple(SHARDED_FAMILIES)), (3, ("mlp", "resist", "graphsage"))],
+@pytest.mark.parametrize("n,families", [(2, tuple(SHARDED_FAMILIES)), (3, ("mlp", "resnet", "resist", "graphsage"))],
                          ids=["2", "3"])
 def test_sharded_mode_runs_every_family(n, families):
-    """mpiexec -n 2 (W = 4) and -n 3 (W = 3): MLP IST with carried Adam, channel IST with BatchNorm statistics
-    carried (CNN) and recomputed from each rank's channels (ResNet), ResIST (blocks in shards, strided first blocks
-    held whole), GCN and GraphSAGE (tiled groups) in the sharded mode equal the plain reference round (carried Adam:
-    simulate), params, model state and optimizer state; measured bytes equal the analytic ones (ResIST: plus the
-    all-gather of the leaves held whole); each rank holds 1/N of every owned leaf; every family is evaluated in
-    place (partial sums all-reduced; ResIST's blocks owner after owner) as the gathered model is."""
+    """mpiexec -n 2 (W = 4; every family) and -n 3 (W = 3; the four named above): MLP IST with carried Adam, channel
+    IST with BatchNorm statistics carried (CNN) and recomputed from each rank's channels (ResNet), ResIST (blocks in
+    shards, strided first blocks held whole), GCN and GraphSAGE (tiled groups) in the sharded mode equal the plain
+    reference round (carried Adam: simulate), params, model state and optimizer state; measured bytes equal the
+    analytic ones (ResIST: plus the all-gather of the leaves held whole); each rank holds 1/N of every owned leaf;
+    every family is evaluated in place (partial sums all-reduced; ResIST's blocks owner after owner) as the gathered
+    model is."""
     out = _mpiexec(n, "sharded_families.py", *families, timeout=900)
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     for family in (SHARDED_FAMILIES[f] for f in families):

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
                                nbytes, result_rows, results_table, scalar, spread, table)
+from experiments.images.studies import DECOMPOSE_SAMPLES
 from istjax.launch.metrics import format_mean_std
 
 DIAGNOSIS = "experiments/images/results/diagnosis.json"
@@ -201,10 +202,16 @@ def _headline_ablation(d):
 
 # The decomposition (issue 35): `python -m experiments.images.studies decompose --seeds 0,1,2,3,4`.
 DECOMPOSE = "experiments/images/results/decompose.json"
+LARGEST = f"{DECOMPOSE_SAMPLES[0] // 1000}k"  # the label suffix of the largest budget's cells
 
 
 def _runs(d, label: str) -> list[dict[str, Any]]:
     return [r for r in d["runs"] if r["label"] == label]
+
+
+def _in_points(p: dict[str, Any]) -> str:
+    """A paired accuracy difference in points: 'mean [low, high]'."""
+    return f"{100 * p['mean']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]"
 
 
 def _paired_points(d, a: str, b: str) -> str:
@@ -212,9 +219,7 @@ def _paired_points(d, a: str, b: str) -> str:
     from istjax.launch.study import paired_difference
 
     p = paired_difference(_runs(d, a), _runs(d, b), "test_accuracy")
-    if p is None:
-        return "-"
-    return f"{100 * p['mean']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}] ({len(p['seeds'])})"
+    return "-" if p is None else f"{_in_points(p)} ({len(p['seeds'])})"
 
 
 def _split(r: dict[str, Any], key: str) -> str:
@@ -270,10 +275,14 @@ def _with_parts(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def gap_parts(d, ist: str, baseline: str) -> Optional[dict[str, Any]]:
     """``ist``'s test loss minus ``baseline``'s and each `GAP_PARTS` difference, paired by seed
-    (`paired_difference`), or None with fewer than two common seeds."""
+    (`paired_difference`) over the seeds whose runs have every part (so the parts add up to the total on one seed
+    set), or None with fewer than two such seeds."""
     from istjax.launch.study import paired_difference
 
-    a, b = _with_parts(_runs(d, ist)), _with_parts(_runs(d, baseline))
+    def whole(runs):
+        return [r for r in _with_parts(runs) if all(r.get(k) is not None for k in ("test_loss", *dict(GAP_PARTS)))]
+
+    a, b = whole(_runs(d, ist)), whole(_runs(d, baseline))
     total = paired_difference(a, b, "test_loss")
     if total is None:
         return None
@@ -299,7 +308,7 @@ def _images_decompose_gap(d):
                 continue
             acc = g["accuracy"]
             lines.append([cell(r["budget"]), r["num_workers"], algorithm_name(other), len(g["test_loss"]["seeds"]),
-                          f"{100 * acc['mean']:+.1f} [{100 * acc['low']:+.1f}, {100 * acc['high']:+.1f}]",
+                          _in_points(acc),
                           _interval(g["test_loss"]),
                           *(_interval(g[name], g["test_loss"]) for name, _ in GAP_PARTS)])
     if not lines:
@@ -307,7 +316,7 @@ def _images_decompose_gap(d):
     body = markdown_table(["samples", "W", "IST against", "seeds", "accuracy (points)", "test loss",
                            *(f"{name}" for name, _ in GAP_PARTS)], lines)
     return ("IST minus the baseline, paired by seed: mean [95 % t interval]; the test-loss gap split into parts that "
-            "add up to it run by run, each with its share of the gap (a negative share: that part favours IST). The "
+            "add up to it run by run, each with its share of the gap (a negative share: a part against the gap's sign). The "
             "workers' own fit is their training loss after K local steps; the merge, the merged model's train-mode "
             "loss on the same batches minus theirs; the statistics, its test-mode minus train-mode loss there; the "
             "last, the test set's loss at the end minus the training batches' in test mode (last evaluation window)."
@@ -407,21 +416,22 @@ def _images_decompose_ablation(d):
             "mean ± std over seeds, differences paired by seed, mean [95 % t interval] (seeds).\n\n" + body)
 
 
-@headline_row("channel IST's gap decomposed, ResNet-18 layout at 1/8 width, Fashion-MNIST, 163,840 samples in all, "
+@headline_row(f"channel IST's gap decomposed, ResNet-18 layout at 1/8 width, Fashion-MNIST, {DECOMPOSE_SAMPLES[0]:,} "
+              "samples in all, "
               "IST against data parallel (`python -m experiments.images.studies decompose`)", "`docs/images.md`",
               DECOMPOSE)
 def _headline_decompose(d):
     parts = []
     for w in (2, 4):
-        ist, dp = f"ist_W{w}_163k", f"data_parallel_W{w}_163k"
+        ist, dp = f"ist_W{w}_{LARGEST}", f"data_parallel_W{w}_{LARGEST}"
         g = gap_parts(d, ist, dp)
         if g is None:
             continue
         n = len(g["test_loss"]["seeds"])
         acc = g["accuracy"]
         split = ", ".join(f"{name} {g[name]['mean']:+.3f}" for name, _ in GAP_PARTS)
-        parts.append(f"W = {w} ({n} seeds): {100 * acc['mean']:+.1f} points [{100 * acc['low']:+.1f}, "
-                     f"{100 * acc['high']:+.1f}]; test-loss gap {g['test_loss']['mean']:+.3f} = {split}")
+        parts.append(f"W = {w} ({n} seeds): {_in_points(acc)} points; test-loss gap "
+                     f"{g['test_loss']['mean']:+.3f} = {split}")
     return "; ".join(parts) if parts else "(in progress: fewer than two seeds of a pair so far)"
 
 
@@ -429,12 +439,12 @@ def _gap_scalar(w: int, baseline: str, part: str) -> Callable[[Any], str]:
     """IST minus ``baseline`` at the largest budget and W = ``w``, one part of the split (or ``test_loss``,
     ``accuracy`` in points): 'mean [low, high] (n seeds)'."""
     def fn(d):
-        g = gap_parts(d, f"ist_W{w}_163k", f"{baseline}_W{w}_163k")
+        g = gap_parts(d, f"ist_W{w}_{LARGEST}", f"{baseline}_W{w}_{LARGEST}")
         if g is None:
             return "(fewer than two seeds so far)"
         p, n = g[part], len(g["test_loss"]["seeds"])
         if part == "accuracy":
-            return f"{100 * p['mean']:+.1f} points [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}] ({n} seeds)"
+            return f"{_in_points(p)} points ({n} seeds)"
         return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] ({n} seeds)"
     return fn
 

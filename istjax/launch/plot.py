@@ -744,10 +744,10 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     return out
 
 
-# The loss split's figure: which record fields, how each is drawn, and its panel.
-SPLIT_LINES = (("worker_train_loss", "workers' own train loss", "-", 0),
-               ("merged_test_loss", "merged, test mode, same batches", "--", 0),
-               ("merge_cost", "merge cost (merged minus workers', train mode)", "-", 1))
+# The loss split's figure: one panel per record field, with its axis label.
+SPLIT_PANELS = (("worker_train_loss", "the workers' own train loss"),
+                ("merged_test_loss", "merged model, test mode, same batches"),
+                ("merge_cost", "merge cost (merged minus the workers', train mode)"))
 
 
 def has_loss_split(run: Run) -> bool:
@@ -757,9 +757,10 @@ def has_loss_split(run: Run) -> bool:
 
 def plot_loss_split(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *, title: Optional[str] = None,
                     band: Optional[str] = "minmax") -> Optional[pathlib.Path]:
-    """Where each run's loss went, against rounds, into the PNG ``out``: the workers' own training loss and the
-    merged model's test-mode loss on the same batches (left), the merge cost (right; 0 for data parallel); seeds
-    grouped as in `plot_runs`. Returns None (and writes nothing) when no run recorded the split."""
+    """Where each run's loss went, against rounds, into the PNG ``out``, one panel each (`SPLIT_PANELS`): the workers'
+    own training loss on the batch each trained last, the merged model's test-mode loss on the same batches, and the
+    merge cost (0 for data parallel); seeds grouped, colours and line styles as in `plot_runs`. Returns None (and
+    writes nothing) when no run recorded the split."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -772,24 +773,25 @@ def plot_loss_split(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLik
     groups = group_runs(runs) if band is not None else [[r] for r in runs]
     labels = legend_labels(groups, show_seed=band is None, shared_in_title=title is None)
     styles = _styles(groups, show_seed=band is None)
-    fig, axes = plt.subplots(1, 2, figsize=(_FIG_WIDTH * 2 / 3, _PANEL_HEIGHT + 1.2), layout="constrained")
-    for group, text, style in zip(groups, labels, styles):
-        for field, what, linestyle, panel in SPLIT_LINES:
+    texts = [wrap_label(t) for t in labels]
+    columns = _legend_columns(texts)
+    fig, axes = plt.subplots(1, len(SPLIT_PANELS), figsize=(_FIG_WIDTH, _PANEL_HEIGHT + _legend_height(
+        texts, columns, None)), layout="constrained")
+    for group, text, style in zip(groups, texts, styles):
+        for ax, (field, _) in zip(axes, SPLIT_PANELS):
             curve = group_curve(group, "round", band or "minmax", y_field=field)
             if curve is None or not curve.x:
                 continue
-            ax = axes[panel]
-            ax.plot(curve.x, curve.y, label=wrap_label(f"{text}: {what}" if panel == 0 else text), linewidth=1.6,
-                    **{**style, "linestyle": linestyle})
+            ax.plot(curve.x, curve.y, label=text, linewidth=1.6, **style)
             if curve.lo is not None:
                 ax.fill_between(curve.x, curve.lo, curve.hi, color=style["color"], alpha=0.15, linewidth=0)
-    axes[0].set_ylabel("loss on the batches the workers trained last")
-    axes[1].set_ylabel("merge cost")
-    axes[1].axhline(0.0, color="black", linewidth=0.8, alpha=0.6)
-    for ax in axes:
-        ax.set_xlabel("rounds (mean over the rounds since the previous record)")
+    for ax, (field, what) in zip(axes, SPLIT_PANELS):
+        ax.set_ylabel(what)
+        ax.set_xlabel("rounds (each point: the mean since the previous record)")
         ax.grid(True, alpha=0.35)
-        ax.legend(fontsize="small", frameon=False)
+    axes[-1].axhline(0.0, color="black", linewidth=0.8, alpha=0.6)
+    handles, shown = axes[0].get_legend_handles_labels()
+    fig.legend(handles, shown, loc="outside lower center", ncols=columns, frameon=False)
     fig.suptitle(wrap_label(title or "loss split" + figure_title(runs).removeprefix("test accuracy"), 120))
     out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -827,7 +829,8 @@ def main(argv: Sequence[str]) -> int:
     band = None if args.no_bands else args.band
     try:
         path = plot_runs(args.run_dirs, out, title=args.title, target=args.target, band=band, log_time=args.log_time)
-        split = plot_loss_split(args.run_dirs, path.with_name(f"{path.stem}_loss_split.png"), band=band)
+        split = plot_loss_split(args.run_dirs, path.with_name(f"{path.stem}_loss_split.png"), title=args.title,
+                                band=band)
     except PlotError as e:
         print(f"istjax plot: {e}", file=sys.stderr)
         return 2
