@@ -323,34 +323,40 @@ def _images_decompose_gap(d):
             "\n\n" + body)
 
 
+def fit_parts(d, control: str, ist: str) -> dict[str, Optional[dict[str, Any]]]:
+    """The workers' own training loss, paired by seed: IST's minus data parallel's (``fit``), the control's minus data
+    parallel's (``width``: a narrower network on one worker's share of the samples) and IST's minus the control's
+    (``repartitioning``: a new sub-network every K steps)."""
+    from istjax.launch.study import paired_difference
+
+    dp = ist.replace("ist_", "data_parallel_", 1)
+    pairs = {"fit": (ist, dp), "width": (control, dp), "repartitioning": (ist, control)}
+    return {k: paired_difference(_runs(d, a), _runs(d, b), "worker_train_loss") for k, (a, b) in pairs.items()}
+
+
 @table("images_decompose_fit", DECOMPOSE)
 def _images_decompose_fit(d):
     """The workers' own fit split in two by the fixed sub-network control (one worker's sub-network trained alone on
     one worker's samples, never repartitioned): its width (control minus data parallel) and the repartitioning
     (IST minus the control), each paired by seed."""
-    from istjax.launch.study import paired_difference
-
     lines = []
     by_label = {r["label"]: r for r in result_rows(d)}
     for r in sorted((r for r in result_rows(d) if r.get("control_for") in by_label), key=lambda r: r["label"]):
-        ist = r["control_for"]
-        w = by_label[ist]["num_workers"]
-        dp = ist.replace("ist_", "data_parallel_", 1)
-        fit = paired_difference(_runs(d, ist), _runs(d, dp), "worker_train_loss")
-        width = paired_difference(_runs(d, r["label"]), _runs(d, dp), "worker_train_loss")
-        churn = paired_difference(_runs(d, ist), _runs(d, r["label"]), "worker_train_loss")
-        lines.append([cell(r["budget"]), w, _split(r, "worker_train_loss"), _interval(fit), _interval(width, fit),
-                      _interval(churn, fit)])
+        f = fit_parts(d, r["label"], r["control_for"])
+        lines.append([cell(r["budget"]), by_label[r["control_for"]]["num_workers"], _split(r, "worker_train_loss"),
+                      _interval(f["fit"]), _interval(f["width"], f["fit"]), _interval(f["repartitioning"], f["fit"])])
     if not lines:
         return "(the fixed sub-network control has not finished a run yet: `python -m experiments.images.studies " \
                "decompose`)"
     body = markdown_table(["samples", "W", "control's own train loss", "IST's workers' fit minus data parallel's",
-                           "the sub-network's width (control minus data parallel)",
+                           "a narrower network on one worker's samples (control minus data parallel)",
                            "repartitioning (IST minus the control)"], lines)
     return ("The workers' own fit (the gap table's first part) split by a control: one IST worker's sub-network "
             "trained alone on one worker's samples, never repartitioned (`--config.sampler.name=nested "
             "--config.sampler.shuffle=False`, W = 1). Differences of the training loss after the local steps, paired "
-            "by seed: mean [95 % t interval]; share of the fit gap.\n\n" + body)
+            "by seed: mean [95 % t interval]; share of the fit gap. The control against data parallel differs in "
+            "width and in samples (it sees one worker's share, data parallel's model all of them); IST's workers "
+            "against the control differ only in being dealt a new sub-network every round.\n\n" + body)
 
 
 @table("images_decompose_variants", DECOMPOSE)
@@ -455,3 +461,19 @@ for _w in (2, 4):
                             ("merge", "the merge"), ("statistics", "the statistics"),
                             ("rest", "test set vs training batches")):
             scalar(f"decompose.W{_w}.{_base}.{_key}", DECOMPOSE, _gap_scalar(_w, _base, _part))
+
+
+def _fit_scalar(w: int, part: str) -> Callable[[Any], str]:
+    def fn(d):
+        f = fit_parts(d, f"fixed_subnet_W{w}_{LARGEST}", f"ist_W{w}_{LARGEST}")
+        p = f[part]
+        if p is None:
+            return "(fewer than two seeds so far)"
+        share = f" ({100 * p['mean'] / f['fit']['mean']:.0f} % of the fit gap)" if f["fit"] else ""
+        return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]{share}"
+    return fn
+
+
+for _w in (2, 4):
+    for _part in ("width", "repartitioning"):
+        scalar(f"decompose.fit.W{_w}.{_part}", DECOMPOSE, _fit_scalar(_w, _part))
