@@ -37,7 +37,9 @@ def test_a_block_drawn_alone_is_the_slice_of_the_whole_leaf(case, seed):
     alone = init.block(key, shape, jnp.float32, axis, start, size)
     traced = jax.jit(lambda s: init.block(key, shape, jnp.float32, axis, s, size))(start)
     assert whole.shape == shape
-    np.testing.assert_array_equal(alone, want)  # the same program on the same tiles
+    # The same computation on the same tiles: equal to the last bit under XLA's default optimisation; the suite
+    # compiles at -O0 (tests/conftest.py), where an array's last, unvectorised elements may round once differently.
+    np.testing.assert_array_max_ulp(alone, want, maxulp=1)
     np.testing.assert_allclose(traced, want, rtol=1e-6, atol=1e-7)  # compiled: the same up to XLA's rounding
 
 
