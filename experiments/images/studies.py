@@ -276,12 +276,11 @@ def plot_gap(results: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.images.report import GAP_PARTS, gap_parts
+    from experiments.images.report import GAP_PARTS, LARGEST, gap_parts
 
     doc = json.loads(results.read_text())
-    budget = DECOMPOSE_SAMPLES[0] // 1000
     pairs = [(w, base) for w in (2, 4) for base in ("data_parallel", "local_sgd")]
-    found = [(w, base, gap_parts(doc, f"ist_W{w}_{budget}k", f"{base}_W{w}_{budget}k")) for w, base in pairs]
+    found = [(w, base, gap_parts(doc, f"ist_W{w}_{LARGEST}", f"{base}_W{w}_{LARGEST}")) for w, base in pairs]
     found = [f for f in found if f[2] is not None]
     names = ["test loss (the gap)", *(name for name, _ in GAP_PARTS)]
     keys = ["test_loss", *(name for name, _ in GAP_PARTS)]
