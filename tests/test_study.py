@@ -71,6 +71,16 @@ def test_a_study_on_a_new_machine_keeps_the_runs_its_file_holds(tmp_path):
     assert set(study.kept_records(out, [CELL])) == {("ist", 0), ("ist", 1)}
 
 
+def test_a_study_run_for_other_seeds_keeps_the_seeds_its_file_holds(tmp_path):
+    """Seeds 0 and 1 are in the file; a run for seed 2 alone trains it and keeps 0 and 1, in seed order."""
+    out, trained = tmp_path / "results.json", []
+    study.run_study("tiny", [CELL], [1, 0], tmp_path / "runs", out=out, root=REPO, train=_counting_trainer(trained))
+    study.run_study("tiny", [CELL], [2], tmp_path / "runs2", out=out, root=REPO, train=_counting_trainer(trained))
+    doc = json.loads(out.read_text())
+    assert trained == [("ist", 1), ("ist", 0), ("ist", 2)]
+    assert [r["seed"] for r in doc["runs"]] == [0, 1, 2] and doc["rows"][0]["seeds"] == [0, 1, 2]
+
+
 def _git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -250,9 +260,11 @@ def test_the_gap_parts_add_up_to_the_test_loss_gap_by_hand():
 
 
 def test_the_fit_split_by_the_fixed_sub_network_control_by_hand():
-    """The workers' fit gap (IST 0.6, 0.7 against data parallel 0.3, 0.35: +0.325) splits into the sub-network's width
-    (the control's 0.5, 0.5 against data parallel: +0.175, 54 %) and the repartitioning (IST against the control:
-    +0.150, 46 %)."""
+    """The workers' fit gap (IST 0.6, 0.7 against data parallel 0.3, 0.35: +0.325) splits into a narrower network on
+    one worker's samples (the sub-network control's 0.5, 0.5 against data parallel: +0.175, 54 %) and the
+    repartitioning (IST against the control: +0.150, 46 %); the whole-network control (0.4, 0.45) splits the first
+    into the width (control minus whole network: +0.075, 23 %) and the samples (whole network minus data parallel:
+    +0.100, 31 %). Without the whole-network control its columns read '-'."""
     from experiments.images import report as images_report
 
     def run(label, seed, worker):
@@ -262,11 +274,21 @@ def test_the_fit_split_by_the_fixed_sub_network_control_by_hand():
         return {"label": label, "algorithm": "ist", "num_workers": 2, "seeds": [0, 1], "test_accuracy_mean": 0.5,
                 "test_accuracy_std": 0.0, "budget": 1000, **more}
 
-    d = {"rows": [row("ist_W2_1k"), row("fixed_subnet_W2_1k", control_for="ist_W2_1k", num_workers=1,
-                                        worker_train_loss_mean=0.5, worker_train_loss_std=0.0)],
-         "runs": [run("ist_W2_1k", 0, 0.6), run("ist_W2_1k", 1, 0.7), run("data_parallel_W2_1k", 0, 0.3),
-                  run("data_parallel_W2_1k", 1, 0.35), run("fixed_subnet_W2_1k", 0, 0.5),
-                  run("fixed_subnet_W2_1k", 1, 0.5)]}
-    text = images_report._images_decompose_fit(d)
-    line = next(line for line in text.splitlines() if line.startswith("| 1,000 | 2 |"))
-    assert "+0.325 [" in line and "+0.175 [" in line and "; 54 %" in line and "+0.150 [" in line and "; 46 %" in line
+    rows = [row("ist_W2_1k"), row("fixed_subnet_W2_1k", control_for="ist_W2_1k", control="fixed_subnet",
+                                  num_workers=1, worker_train_loss_mean=0.5, worker_train_loss_std=0.0)]
+    runs = [run("ist_W2_1k", 0, 0.6), run("ist_W2_1k", 1, 0.7), run("data_parallel_W2_1k", 0, 0.3),
+            run("data_parallel_W2_1k", 1, 0.35), run("fixed_subnet_W2_1k", 0, 0.5), run("fixed_subnet_W2_1k", 1, 0.5)]
+    full = row("full_width_W2_1k", control_for="ist_W2_1k", control="full_width", num_workers=1,
+               worker_train_loss_mean=0.425, worker_train_loss_std=0.035)
+    full_runs = [run("full_width_W2_1k", 0, 0.4), run("full_width_W2_1k", 1, 0.45)]
+
+    def line(d):
+        text = images_report._images_decompose_fit(d)
+        return next(line for line in text.splitlines() if line.startswith("| 1,000 | 2 |"))
+
+    without = line({"rows": rows, "runs": runs})
+    assert "+0.325 [" in without and "+0.175 [" in without and "; 54 %" in without
+    assert "+0.150 [" in without and "; 46 %" in without and [c.strip() for c in without.split("|")].count("-") == 3
+    whole = line({"rows": rows + [full], "runs": runs + full_runs})
+    assert "+0.075 [" in whole and "; 23 %" in whole and "+0.100 [" in whole and "; 31 %" in whole
+    assert "-" not in [c.strip() for c in whole.split("|")]

@@ -323,40 +323,64 @@ def _images_decompose_gap(d):
             "\n\n" + body)
 
 
-def fit_parts(d, control: str, ist: str) -> dict[str, Optional[dict[str, Any]]]:
-    """The workers' own training loss, paired by seed: IST's minus data parallel's (``fit``), the control's minus data
-    parallel's (``width``: a narrower network on one worker's share of the samples) and IST's minus the control's
-    (``repartitioning``: a new sub-network every K steps)."""
+def fit_parts(d, control: str, ist: str, full: Optional[str] = None) -> dict[str, Optional[dict[str, Any]]]:
+    """The workers' own training loss, paired by seed: IST's minus data parallel's (``fit``), the fixed sub-network
+    control's minus data parallel's (``narrow``: a narrower network on one worker's share of the samples) and IST's
+    minus the control's (``repartitioning``: a new sub-network every K steps). With ``full``, the whole network
+    trained on the same share, ``narrow`` splits in two: the control minus ``full`` (``width``, the samples held
+    equal) and ``full`` minus data parallel (``samples``, the width held equal); None where fewer than two seeds
+    pair."""
     from istjax.launch.study import paired_difference
 
     dp = ist.replace("ist_", "data_parallel_", 1)
-    pairs = {"fit": (ist, dp), "width": (control, dp), "repartitioning": (ist, control)}
-    return {k: paired_difference(_runs(d, a), _runs(d, b), "worker_train_loss") for k, (a, b) in pairs.items()}
+    pairs = {"fit": (ist, dp), "narrow": (control, dp), "repartitioning": (ist, control),
+             "width": (control, full), "samples": (full, dp)}
+    return {k: None if None in (a, b) else paired_difference(_runs(d, a), _runs(d, b), "worker_train_loss")
+            for k, (a, b) in pairs.items()}
+
+
+def _controls(d) -> dict[str, dict[str, str]]:
+    """``{IST cell: {"fixed_subnet": label, "full_width": label}}``: the capacity controls each IST cell has."""
+    out: dict[str, dict[str, str]] = {}
+    for r in result_rows(d):
+        if r.get("control_for"):
+            out.setdefault(r["control_for"], {})[r.get("control", "fixed_subnet")] = r["label"]
+    return out
 
 
 @table("images_decompose_fit", DECOMPOSE)
 def _images_decompose_fit(d):
-    """The workers' own fit split in two by the fixed sub-network control (one worker's sub-network trained alone on
-    one worker's samples, never repartitioned): its width (control minus data parallel) and the repartitioning
-    (IST minus the control), each paired by seed."""
+    """The workers' own fit split by two controls trained on one worker's share of the samples (W = 1): one IST
+    worker's sub-network, never repartitioned, and the whole network; each difference paired by seed."""
     lines = []
     by_label = {r["label"]: r for r in result_rows(d)}
-    for r in sorted((r for r in result_rows(d) if r.get("control_for") in by_label), key=lambda r: r["label"]):
-        f = fit_parts(d, r["label"], r["control_for"])
-        lines.append([cell(r["budget"]), by_label[r["control_for"]]["num_workers"], _split(r, "worker_train_loss"),
-                      _interval(f["fit"]), _interval(f["width"], f["fit"]), _interval(f["repartitioning"], f["fit"])])
+    for ist, ctl in sorted(_controls(d).items()):
+        if ist not in by_label or "fixed_subnet" not in ctl:
+            continue
+        f = fit_parts(d, ctl["fixed_subnet"], ist, ctl.get("full_width"))
+        r, full = by_label[ctl["fixed_subnet"]], by_label.get(ctl.get("full_width"))
+        lines.append([cell(r["budget"]), by_label[ist]["num_workers"], _split(r, "worker_train_loss"),
+                      "-" if full is None else _split(full, "worker_train_loss"), _interval(f["fit"]),
+                      _interval(f["narrow"], f["fit"]), _interval(f["width"], f["fit"]),
+                      _interval(f["samples"], f["fit"]), _interval(f["repartitioning"], f["fit"])])
     if not lines:
         return "(the fixed sub-network control has not finished a run yet: `python -m experiments.images.studies " \
                "decompose`)"
-    body = markdown_table(["samples", "W", "control's own train loss", "IST's workers' fit minus data parallel's",
-                           "a narrower network on one worker's samples (control minus data parallel)",
-                           "repartitioning (IST minus the control)"], lines)
-    return ("The workers' own fit (the gap table's first part) split by a control: one IST worker's sub-network "
-            "trained alone on one worker's samples, never repartitioned (`--config.sampler.name=nested "
-            "--config.sampler.shuffle=False`, W = 1). Differences of the training loss after the local steps, paired "
-            "by seed: mean [95 % t interval]; share of the fit gap. The control against data parallel differs in "
-            "width and in samples (it sees one worker's share, data parallel's model all of them); IST's workers "
-            "against the control differ only in being dealt a new sub-network every round.\n\n" + body)
+    body = markdown_table(["samples", "W", "sub-network control's own train loss", "whole-network control's",
+                           "IST's workers' fit minus data parallel's",
+                           "a narrower network on one worker's samples (sub-network control minus data parallel)",
+                           "of which the width (sub-network minus whole-network control)",
+                           "of which the samples (whole-network control minus data parallel)",
+                           "repartitioning (IST minus the sub-network control)"], lines)
+    return ("The workers' own fit (the gap table's first part) split by two controls trained alone (W = 1) on one "
+            "worker's share of the samples, momentum reset every K steps as IST's workers: one IST worker's "
+            "sub-network, never repartitioned (`--config.sampler.name=nested --config.sampler.shuffle=False`), and "
+            "the whole network. Differences of the training loss after the local steps, paired by seed: mean [95 % t "
+            "interval]; share of the fit gap. The sub-network control against data parallel differs in width and in "
+            "samples; the whole-network control parts the two (the width: the two controls, same samples; the "
+            "samples: the whole network on one worker's share against data parallel's, which sees W batches a "
+            "step). IST's workers against the sub-network control differ in being dealt a new sub-network every round "
+            "(and in starting each round from a model all workers trained).\n\n" + body)
 
 
 @table("images_decompose_variants", DECOMPOSE)
@@ -465,7 +489,9 @@ for _w in (2, 4):
 
 def _fit_scalar(w: int, part: str) -> Callable[[Any], str]:
     def fn(d):
-        f = fit_parts(d, f"fixed_subnet_W{w}_{LARGEST}", f"ist_W{w}_{LARGEST}")
+        ist = f"ist_W{w}_{LARGEST}"
+        ctl = _controls(d).get(ist, {})
+        f = fit_parts(d, ctl.get("fixed_subnet", f"fixed_subnet_W{w}_{LARGEST}"), ist, ctl.get("full_width"))
         p = f[part]
         if p is None:
             return "(fewer than two seeds so far)"
@@ -475,5 +501,5 @@ def _fit_scalar(w: int, part: str) -> Callable[[Any], str]:
 
 
 for _w in (2, 4):
-    for _part in ("width", "repartitioning"):
+    for _part in ("narrow", "width", "samples", "repartitioning"):
         scalar(f"decompose.fit.W{_w}.{_part}", DECOMPOSE, _fit_scalar(_w, _part))

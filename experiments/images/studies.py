@@ -191,14 +191,22 @@ def _decompose_cells() -> list[Cell]:
                                    *_budget(rounds(samples, w))),
                                   {"what": f"{a}, W = {w}, {samples:,} samples", "budget": samples, "group": "main"}))
     samples = DECOMPOSE_SAMPLES[0]
-    for w in (2, 4):  # the control: one worker's sub-network on one worker's samples, never repartitioned
+    for w in (2, 4):  # the controls: one worker's sub-network on one worker's samples, never repartitioned
         cells.append(Cell(f"fixed_subnet_W{w}_{samples // 1000}k", config,
                           ("--config.algorithm.name=ist", "--config.num_workers=1", "--config.sampler.name=nested",
                            f"--config.sampler.fractions=({1 / w},)", "--config.sampler.shuffle=False",
                            *_budget(rounds(samples, w))),
                           {"what": f"one IST worker's sub-network at W = {w} (1/{w} of the inner channels) trained "
                                    f"alone on one worker's samples, never repartitioned", "budget": samples,
-                           "group": "capacity", "control_for": f"ist_W{w}_{samples // 1000}k"}))
+                           "group": "capacity", "control": "fixed_subnet",
+                           "control_for": f"ist_W{w}_{samples // 1000}k"}))
+        # and the whole network on the same samples: the first control's gap to it is the width alone, its own gap to
+        # data parallel the samples alone (data parallel's model sees W workers' batches a step)
+        cells.append(Cell(f"full_width_W{w}_{samples // 1000}k", config,
+                          ("--config.algorithm.name=ist", "--config.num_workers=1", *_budget(rounds(samples, w))),
+                          {"what": f"the whole network trained alone on one worker's samples at W = {w}, momentum "
+                                   f"reset every K steps as IST's workers", "budget": samples, "group": "capacity",
+                           "control": "full_width", "control_for": f"ist_W{w}_{samples // 1000}k"}))
     for suffix, overrides, group, what in DECOMPOSE_VARIANTS:
         for w in (2, 4):
             k = 10 if suffix == "K10" else 20

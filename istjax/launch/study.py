@@ -344,6 +344,10 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
 
     def collect() -> list[dict[str, Any]]:
         records = [r for p in every if (r := record(p) or kept.get((p.cell.label, p.seed))) is not None]
+        # the file's runs of seeds not asked for this time stay in it (a study run with --seeds 3,4 keeps 0-2)
+        asked = {(p.cell.label, p.seed) for p in every}
+        records += [r for key, r in kept.items() if key not in asked]
+        records.sort(key=lambda r: -1 if r.get("seed") is None else r["seed"])  # seed-major, as `plan`
         if out is not None:
             write_json(out, results(study, command, every, records, started))
         return records
