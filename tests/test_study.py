@@ -292,3 +292,31 @@ def test_the_fit_split_by_the_fixed_sub_network_control_by_hand():
     whole = line({"rows": rows + [full], "runs": runs + full_runs})
     assert "+0.075 [" in whole and "; 23 %" in whole and "+0.100 [" in whole and "; 31 %" in whole
     assert "-" not in [c.strip() for c in whole.split("|")]
+
+
+def test_a_variant_reads_better_worse_or_no_difference_from_its_paired_interval():
+    """Against the defaults (0.70, 0.72, 0.71): a variant 2 points up on every seed is better, one that moves +1, -1,
+    +1 shows no measurable difference; the table pairs by seed and the scalar names the verdict."""
+    from experiments.images import report as images_report
+
+    def run(label, seed, acc):
+        return {"label": label, "seed": seed, "test_accuracy": acc, "worker_train_loss": 1 - acc,
+                "merge_cost": 0.0, "test_loss": 1 - acc}
+
+    def row(label, **more):
+        return {"label": label, "algorithm": "ist", "num_workers": 2, "seeds": [0, 1, 2], "test_accuracy_mean": 0.7,
+                "test_accuracy_std": 0.01, "budget": 163_840, "group": "settings", **more}
+
+    base, up, mixed = "ist_W2_163k", "ist_W2_163k_lr0.1", "ist_W2_163k_K10"
+    defaults = (0.70, 0.72, 0.71)
+    d = {"rows": [row(base, group="main"), row(up, base=base, what="ist, W = 2: learning rate 0.1"),
+                  row(mixed, base=base, what="ist, W = 2: K = 10")],
+         "runs": [run(base, s, a) for s, a in enumerate(defaults)]
+         + [run(up, s, a + 0.02) for s, a in enumerate(defaults)]
+         + [run(mixed, s, a + e) for s, (a, e) in enumerate(zip(defaults, (0.01, -0.01, 0.01)))]}
+    text = images_report._images_decompose_variants(d)
+    lr = next(line for line in text.splitlines() if "learning rate 0.1" in line)
+    k10 = next(line for line in text.splitlines() if "K = 10" in line)
+    assert "+2.0 [+2.0, +2.0] (3)" in lr and "| better |" in lr and "-0.020 [" in lr
+    assert "| no measurable difference |" in k10
+    assert images_report._variant_scalar(2, "lr0.1")(d) == "+2.0 [+2.0, +2.0] points (3 seeds; better)"

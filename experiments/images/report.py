@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
                                nbytes, result_rows, results_table, scalar, spread, table)
-from experiments.images.studies import DECOMPOSE_SAMPLES
+from experiments.images.studies import DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS
 from istjax.launch.metrics import format_mean_std
 
 DIAGNOSIS = "experiments/images/results/diagnosis.json"
@@ -383,20 +383,59 @@ def _images_decompose_fit(d):
             "(and in starting each round from a model all workers trained).\n\n" + body)
 
 
+def _verdict(p: Optional[dict[str, Any]]) -> str:
+    """A paired accuracy difference read at its interval: better or worse where the interval excludes 0."""
+    if p is None:
+        return "-"
+    return "better" if p["low"] > 0 else "worse" if p["high"] < 0 else "no measurable difference"
+
+
+def _paired_loss(d, a: str, b: str, key: str) -> str:
+    from istjax.launch.study import paired_difference
+
+    return _interval(paired_difference(_runs(d, a), _runs(d, b), key))
+
+
 @table("images_decompose_variants", DECOMPOSE)
 def _images_decompose_variants(d):
+    from istjax.launch.study import paired_difference
+
     rows = [r for r in result_rows(d) if "base" in r and r.get("group") not in ("resist", "ablation")]
     base = {r["label"]: r for r in result_rows(d)}
     if not rows:
         return "(no variant has finished a run yet: `python -m experiments.images.studies decompose`)"
+    lines = []
+    for r in sorted(rows, key=lambda r: (r["num_workers"], r["group"], r["label"])):
+        acc = paired_difference(_runs(d, r["label"]), _runs(d, r["base"]), "test_accuracy")
+        lines.append([r["num_workers"], r["group"], r["what"].split(": ", 1)[-1], accuracy(r),
+                      _paired_points(d, r["label"], r["base"]) if r["base"] in base else "-", _verdict(acc),
+                      _paired_loss(d, r["label"], r["base"], "worker_train_loss"),
+                      _paired_loss(d, r["label"], r["base"], "merge_cost"),
+                      _paired_loss(d, r["label"], r["base"], "test_loss")])
     body = markdown_table(
-        ["W", "group", "channel IST with", "test accuracy", "minus the defaults (points)", "workers' own train loss",
-         "merge cost"],
-        [[r["num_workers"], r["group"], r["what"].split(": ", 1)[-1], accuracy(r),
-          _paired_points(d, r["label"], r["base"]) if r["base"] in base else "-", _split(r, "worker_train_loss"),
-          _split(r, "merge_cost")] for r in sorted(rows, key=lambda r: (r["num_workers"], r["group"], r["label"]))])
+        ["W", "group", "channel IST with", "test accuracy", "minus the defaults (points)", "verdict",
+         "workers' own train loss, minus the defaults'", "merge cost, minus", "test loss, minus"], lines)
     return (f"Channel IST's variants at {cell(rows[0]['budget'])} samples against the config's defaults at the same "
-            f"budget, paired by seed, mean [95 % t interval] (seeds).\n\n" + body)
+            f"budget (the main table's IST row), each difference paired by seed, mean [95 % t interval]; the accuracy "
+            f"difference in points with its seeds; the verdict reads that interval (better or worse where it excludes "
+            f"0).\n\n" + body)
+
+
+def _variant_scalar(w: int, suffix: str) -> Callable[[Any], str]:
+    def fn(d):
+        from istjax.launch.study import paired_difference
+
+        label, base = f"ist_W{w}_{LARGEST}_{suffix}", f"ist_W{w}_{LARGEST}"
+        p = paired_difference(_runs(d, label), _runs(d, base), "test_accuracy")
+        if p is None:
+            return "(fewer than two seeds so far)"
+        return f"{_in_points(p)} points ({len(p['seeds'])} seeds; {_verdict(p)})"
+    return fn
+
+
+for _w in (2, 4):
+    for _suffix, *_ in DECOMPOSE_VARIANTS:
+        scalar(f"decompose.variant.W{_w}.{_suffix}", DECOMPOSE, _variant_scalar(_w, _suffix))
 
 
 @table("images_decompose_resist", DECOMPOSE)
