@@ -11,7 +11,6 @@ import pathlib
 import pickle
 import shutil
 import threading
-import time
 import warnings
 
 import numpy as np
@@ -365,12 +364,11 @@ def test_csbm_is_deterministic_in_seed():
     np.testing.assert_array_equal(by_name.graph.receivers, a.graph.receivers)
 
 
-def test_csbm_100k_nodes_is_quick():
-    start = time.perf_counter()
+def test_csbm_100k_nodes_has_the_asked_size():
+    """A 100,000-node graph at average degree 10 has about a million edges. (Its speed is not asserted here: a timed
+    assertion fails on a busy machine; `experiments/benchmarks/graph.py` generates the large graphs it times.)"""
     d = csbm(100_000, num_classes=5, num_features=32, avg_degree=10.0, homophily=0.8, seed=0)
-    elapsed = time.perf_counter() - start
     assert d.num_nodes == 100_000 and 0.95e6 < d.graph.num_edges < 1.05e6
-    assert elapsed < 10.0, f"csbm(100_000) took {elapsed:.1f} s"
 
 
 @pytest.mark.parametrize(
