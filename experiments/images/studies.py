@@ -165,6 +165,8 @@ DECOMPOSE_VARIANTS = (
     ("bn_carry", ("--config.algorithm.model_state=carry",), "statistics", "per-worker statistics merged (carried)"),
     ("layout_all", ("--config.model.channel_partition=all",), "layout", "every conv's channels (the paper's layout)"),
     ("K10", ("--config.local_steps=10",), "settings", "K = 10 (twice the rounds)"),
+    # the converse: if being dealt a new sub-network every round costs the workers' fit, fewer, longer rounds
+    ("K40", ("--config.local_steps=40",), "settings", "K = 40 (half the rounds)"),
     ("lr0.1", ("--config.learning_rate=0.1",), "settings", "learning rate 0.1"),
     ("momentum_carried", ("--config.algorithm.optimizer_state=carry",), "settings", "momentum carried"),
     ("no_rescale", ("--config.model.activation_scale=none",), "settings", "no train-time rescaling"),
@@ -209,7 +211,7 @@ def _decompose_cells() -> list[Cell]:
                            "control": "full_width", "control_for": f"ist_W{w}_{samples // 1000}k"}))
     for suffix, overrides, group, what in DECOMPOSE_VARIANTS:
         for w in (2, 4):
-            k = 10 if suffix == "K10" else 20
+            k = int(suffix[1:]) if suffix.startswith("K") else 20
             cells.append(Cell(f"ist_W{w}_{samples // 1000}k_{suffix}", config,
                               ("--config.algorithm.name=ist", f"--config.num_workers={w}",
                                *_budget(rounds(samples, w, k)), *overrides),
