@@ -499,8 +499,13 @@ def _headline_decompose(d):
         n = len(g["test_loss"]["seeds"])
         acc = g["accuracy"]
         split = ", ".join(f"{name} {g[name]['mean']:+.3f}" for name, _ in GAP_PARTS)
+        ctl = _controls(d).get(ist, {})
+        f = fit_parts(d, ctl.get("fixed_subnet", ""), ist, ctl.get("full_width"))
+        fit = "" if None in (f["width"], f["samples"], f["repartitioning"]) else (
+            f" (of which the sub-network's width {f['width']['mean']:+.3f}, one batch a step instead of W "
+            f"{f['samples']['mean']:+.3f}, the repartitioning {f['repartitioning']['mean']:+.3f})")
         parts.append(f"W = {w} ({n} seeds): {_in_points(acc)} points; test-loss gap "
-                     f"{g['test_loss']['mean']:+.3f} = {split}")
+                     f"{g['test_loss']['mean']:+.3f} = {split.replace(',', fit + ',', 1)}")
     return "; ".join(parts) if parts else "(in progress: fewer than two seeds of a pair so far)"
 
 
