@@ -117,3 +117,42 @@ def test_driver_records_the_split_averaged_since_the_last_record(tmp_path):
         np.testing.assert_allclose(r["merge_cost"], r["merged_train_loss"] - r["worker_train_loss"], rtol=1e-5,
                                    atol=1e-6)
     assert summary["merged_train_loss"] == records[-1]["merged_train_loss"]
+
+
+def test_a_run_stopped_between_two_records_averages_the_same_rounds(tmp_path, monkeypatch):
+    """A SIGTERM after round 1 of a 4-round window checkpoints and stops; resumed, the record at round 4 averages
+    rounds 1-4 (`split_rounds` 4), equal to the uninterrupted run's to the bit: the window is in the checkpoint."""
+    import os
+    import signal
+
+    from istjax.launch import config as config_lib
+    from istjax.launch import driver
+
+    c = config_lib.default_config()
+    c.model.hidden = (16,)
+    c.num_workers, c.local_steps, c.batch_size = 2, 2, 8
+    c.num_rounds, c.eval_every, c.checkpoint_every = 4, 4, 4
+    c.eval_train_examples, c.progress = 256, False
+    driver.train_and_evaluate(c, tmp_path / "whole")
+
+    add, rounds = driver._SplitWindow.add, []
+
+    def add_then_stop(self, metrics):  # a real SIGTERM to this process after the first round
+        add(self, metrics)
+        rounds.append(1)
+        if len(rounds) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(driver._SplitWindow, "add", add_then_stop)
+    with pytest.raises(driver.Interrupted):
+        driver.train_and_evaluate(c, tmp_path / "stopped")
+    assert [p.name for p in (tmp_path / "stopped" / "checkpoints").iterdir()] == ["1"]
+    driver.train_and_evaluate(c, tmp_path / "stopped")
+
+    def last(run):
+        return json.loads((tmp_path / run / "metrics.jsonl").read_text().splitlines()[-1])
+
+    whole, resumed = last("whole"), last("stopped")
+    assert whole["split_rounds"] == resumed["split_rounds"] == 4
+    for k in ("worker_train_loss", "merged_train_loss", "merge_cost"):
+        assert resumed[k] == whole[k], k

@@ -319,6 +319,34 @@ def _round_bytes(metrics: dict, algorithm: Algorithm) -> tuple[float, float]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+class _SplitWindow:
+    """The round's loss split (`istjax.algorithms.base.loss_split`) averaged over the rounds since the last
+    record: one batch per worker a round is noisy; the record carries the mean and ``split_rounds``, how many. The
+    window is part of a checkpoint's meta (`meta`), so a run stopped between two records and resumed averages the
+    same rounds as one that was never stopped."""
+
+    def __init__(self, sums: Optional[dict[str, float]] = None, rounds: int = 0):
+        self.sums: dict[str, float] = dict(sums or {})
+        self.rounds = int(rounds)
+
+    def add(self, metrics: dict) -> None:
+        got = {k: float(metrics[k]) for k in SPLIT if k in metrics}
+        if got:
+            self.rounds += 1
+            for k, v in got.items():
+                self.sums[k] = self.sums.get(k, 0.0) + v
+
+    def take(self) -> dict[str, float]:
+        out = {k: v / self.rounds for k, v in self.sums.items()}
+        if out:
+            out["split_rounds"] = self.rounds
+        self.sums, self.rounds = {}, 0
+        return out
+
+    def meta(self) -> dict[str, Any]:
+        return {"sums": dict(self.sums), "rounds": self.rounds}
+
+
 @dataclasses.dataclass
 class Run:
     """Everything one training run holds between its steps."""
@@ -336,13 +364,15 @@ class Run:
     wall: float = 0.0
     bytes_total: float = 0.0
     compile_time: Optional[float] = None
+    split: _SplitWindow = dataclasses.field(default_factory=_SplitWindow)  # the loss split since the last record
     restored_from: Optional[pathlib.Path] = None  # the checkpoint the run resumed from
     lock: Optional[WorkdirLock] = None  # the workdir's lock, held by the writing process (istjax.launch.lock)
 
     def save(self, state: TrainState) -> None:
         """Checkpoints the state: the whole state on the primary process, or every rank's shard where the runtime
         keeps the state sharded (no rank gathers the model). Every process must call this."""
-        meta = {"wall_time_s": self.wall, "bytes_total": self.bytes_total, "config": self.config_dict}
+        meta = {"wall_time_s": self.wall, "bytes_total": self.bytes_total, "config": self.config_dict,
+                "split_window": self.split.meta()}
         try:
             if not self.algorithm.runtime.whole_state:
                 self.checkpointer.save(state, meta)
@@ -470,6 +500,8 @@ def initial_state(run: Run, *, resume: bool) -> TrainState:
         saved, meta, step = restored
         state = _keep_local(state, saved) if alg.runtime.whole_state else saved
         run.wall, run.bytes_total = float(meta.get("wall_time_s", 0.0)), float(meta.get("bytes_total", 0.0))
+        window = meta.get("split_window") or {}  # absent from checkpoints written before it
+        run.split = _SplitWindow(window.get("sums"), window.get("rounds", 0))
         run.restored_from = run.checkpointer.directory / str(step)
         run.log(f"Resuming from {run.restored_from} (round {step}); it verified against its digests.")
     elif resume:
@@ -564,29 +596,6 @@ def _evaluated(run: Run, state: TrainState, evaluate) -> Optional[dict]:
     return None if whole is None else evaluate(whole)
 
 
-class _SplitWindow:
-    """The round's loss split (`istjax.algorithms.base.loss_split`) averaged over the rounds since the last
-    record: one batch per worker a round is noisy; the record carries the mean and ``split_rounds``, how many."""
-
-    def __init__(self):
-        self.sums: dict[str, float] = {}
-        self.rounds = 0
-
-    def add(self, metrics: dict) -> None:
-        got = {k: float(metrics[k]) for k in SPLIT if k in metrics}
-        if got:
-            self.rounds += 1
-            for k, v in got.items():
-                self.sums[k] = self.sums.get(k, 0.0) + v
-
-    def take(self) -> dict[str, float]:
-        out = {k: v / self.rounds for k, v in self.sums.items()}
-        if out:
-            out["split_rounds"] = self.rounds
-        self.sums, self.rounds = {}, 0
-        return out
-
-
 def _record(run: Run, state: TrainState, metrics: dict, done: int, evaluate) -> Optional[dict]:
     """The evaluation record after round ``done`` (every process takes part; the primary's is the record)."""
     c = run.config
@@ -612,7 +621,7 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
     bar = tqdm(total=n, initial=start, unit="round", dynamic_ncols=True, file=sys.stderr,
                disable=not (is_primary() and c.progress), desc=f"{alg.name} W={w}")
     inputs = step_inputs(run)
-    split = _SplitWindow()
+    split = run.split
     try:
         with _stop_on_signals(run.log) as stop:
             for r in range(start, n):
