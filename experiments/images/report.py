@@ -401,14 +401,13 @@ def _images_decompose_variants(d):
     from istjax.launch.study import paired_difference
 
     rows = [r for r in result_rows(d) if "base" in r and r.get("group") not in ("resist", "ablation")]
-    base = {r["label"]: r for r in result_rows(d)}
     if not rows:
         return "(no variant has finished a run yet: `python -m experiments.images.studies decompose`)"
     lines = []
     for r in sorted(rows, key=lambda r: (r["num_workers"], r["group"], r["label"])):
         acc = paired_difference(_runs(d, r["label"]), _runs(d, r["base"]), "test_accuracy")
         lines.append([r["num_workers"], r["group"], r["what"].split(": ", 1)[-1], accuracy(r),
-                      _paired_points(d, r["label"], r["base"]) if r["base"] in base else "-", _verdict(acc),
+                      "-" if acc is None else f"{_in_points(acc)} ({len(acc['seeds'])})", _verdict(acc),
                       _paired_loss(d, r["label"], r["base"], "worker_train_loss"),
                       _paired_loss(d, r["label"], r["base"], "merge_cost"),
                       _paired_loss(d, r["label"], r["base"], "test_loss")])
