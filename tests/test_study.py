@@ -320,3 +320,26 @@ def test_a_variant_reads_better_worse_or_no_difference_from_its_paired_interval(
     assert "+2.0 [+2.0, +2.0] (3)" in lr and "| better |" in lr and "-0.020 [" in lr
     assert "| no measurable difference |" in k10
     assert images_report._variant_scalar(2, "lr0.1")(d) == "+2.0 [+2.0, +2.0] points (3 seeds; better)"
+
+
+def test_a_run_record_carries_its_first_windows_workers_loss(tmp_path):
+    """`run_record` reads the workers' own loss of the first evaluation window that recorded the split from the
+    run's metrics.jsonl (with the last window's from summary.json: whether the run trained at all), and the rows
+    average it over seeds; a run without the split has neither."""
+    summary = {"test_accuracy": 0.5, "test_loss": 1.0, "train_loss": 1.0, "rounds": 4, "samples_seen": 64,
+               "time_per_round_s": 0.1, "bytes_sent_per_worker_per_round": 1, "bytes_received_per_worker_per_round": 1,
+               "algorithm": "ist", "num_workers": 2}
+    runs = []
+    for seed, (first, last) in enumerate(((2.0, 0.5), (3.0, 0.7))):
+        run_dir = tmp_path / f"s{seed}"
+        run_dir.mkdir()
+        (run_dir / "summary.json").write_text(json.dumps({**summary, "worker_train_loss": last}))
+        (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in (
+            {"round": 0, "test_accuracy": 0.1}, {"round": 2, "worker_train_loss": first},
+            {"round": 4, "worker_train_loss": last})) + "\n")
+        runs.append(study.run_record(study.Planned(CELL, seed, run_dir, CELL.config)))
+    assert [(r["worker_train_loss_first"], r["worker_train_loss"]) for r in runs] == [(2.0, 0.5), (3.0, 0.7)]
+    row, = study.aggregate([CELL], runs)
+    assert row["worker_train_loss_first_mean"] == 2.5 and row["worker_train_loss_mean"] == 0.6
+    (tmp_path / "s0" / "metrics.jsonl").write_text(json.dumps({"round": 2, "test_accuracy": 0.1}) + "\n")
+    assert "worker_train_loss_first" not in study.run_record(study.Planned(CELL, 0, tmp_path / "s0", CELL.config))

@@ -474,14 +474,19 @@ def _images_decompose_ablation(d):
         before = carried.get(r["step"] - 1)
         return f"{_paired_points(d, r['label'], before)} vs step {r['step'] - 1}" if before else ""
 
+    def trained(r):  # the workers' own loss, first evaluation window -> last: did the step train at all
+        first, last = r.get("worker_train_loss_first_mean"), r.get("worker_train_loss_mean")
+        return "-" if None in (first, last) else f"{first:.3f} → {last:.3f}"
+
     body = markdown_table(
-        ["step", "test accuracy", "paired difference (points)", "workers' own train loss",
+        ["step", "test accuracy", "paired difference (points)", "workers' own train loss, first window → last",
          "merged, train mode", "merged, test mode", "merge cost"],
-        [[r["what"], accuracy(r), vs(r), _split(r, "worker_train_loss"), _split(r, "merged_train_loss"),
+        [[r["what"], accuracy(r), vs(r), trained(r), _split(r, "merged_train_loss"),
           _split(r, "merged_test_loss"), _split(r, "merge_cost")] for r in rows])
     return ("ResIST's ablation in the paper's order (fmnist_resist_ablation.py, 150 rounds, W = 2), each step with "
             "the statistics carried as the config has them and steps 1-3 with them recomputed on the merged network; "
-            "mean ± std over seeds, differences paired by seed, mean [95 % t interval] (seeds).\n\n" + body)
+            "mean ± std over seeds (the workers' loss: means over seeds), differences paired by seed, mean [95 % t "
+            "interval] (seeds).\n\n" + body)
 
 
 @headline_row(f"channel IST's gap decomposed, ResNet-18 layout at 1/8 width, Fashion-MNIST, {DECOMPOSE_SAMPLES[0]:,} "

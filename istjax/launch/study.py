@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Optional
 
-from istjax.launch.metrics import SPLIT
+from istjax.launch.metrics import SPLIT, read_metrics
 
 __all__ = ["Cell", "Planned", "Outcome", "mean_std", "nested", "flat", "plan", "finished", "train_in_process",
            "child_command", "child_trainer", "run_record", "aggregate", "results", "write_json", "run_study"]
@@ -195,7 +195,19 @@ def run_record(p: Planned) -> Optional[dict[str, Any]]:
                 "bytes_received_per_worker_per_round"],
             "algorithm": s["algorithm"], "num_workers": s["num_workers"],
             **{k: s[k] for k in SPLIT if k in s},  # the last evaluation window's loss split, where the run had one
+            **_first_split(p.run_dir),
             "commit": code.get("commit"), "clean": code.get("clean"), "machine": s.get("machine")}
+
+
+def _first_split(run_dir: pathlib.Path) -> dict[str, float]:
+    """``worker_train_loss_first``: the workers' own train loss of the run's first evaluation window (with the last
+    window's, whether they trained at all: finite and falling), where its ``metrics.jsonl`` recorded the split."""
+    try:
+        records = read_metrics(run_dir)
+    except (OSError, ValueError):
+        return {}
+    first = next((r for r in records if r.get("worker_train_loss") is not None), None)
+    return {} if first is None else {"worker_train_loss_first": first["worker_train_loss"]}
 
 
 def paired_difference(runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[str, Any]], key: str,
@@ -218,9 +230,10 @@ def paired_difference(runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[st
 
 
 def _split_means(runs: Sequence[dict[str, Any]]) -> dict[str, Optional[float]]:
-    """``<key>_mean`` and ``<key>_std`` over seeds of each loss-split number every run has (`SPLIT`)."""
+    """``<key>_mean`` and ``<key>_std`` over seeds of each loss-split number every run has (`SPLIT`, and the first
+    window's workers' loss)."""
     out: dict[str, Optional[float]] = {}
-    for k in SPLIT:
+    for k in (*SPLIT, "worker_train_loss_first"):
         if runs and all(r.get(k) is not None for r in runs):
             out[f"{k}_mean"], out[f"{k}_std"] = mean_std(r[k] for r in runs)
     return out
