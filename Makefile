@@ -14,12 +14,13 @@ demo: install
 # The default suite: every test but those marked slow (long end-to-end runs, MPI matrices, docs that run), on two
 # pytest-xdist workers (the issue's budget: under 10 minutes on a 2-core machine). `make test-slow` runs the slow
 # ones on two workers as well (most are compile-bound, and compiling uses one core; the mpiexec ranks some launch
-# share the cores with the other worker's test) and lists the 20 longest; CI (.ci/run) runs both.
+# share the cores with the other worker's test) and lists the 20 longest; CI (.ci/run) runs both. --dist worksteal:
+# a worker that runs out of tests takes queued ones from the other, so two long tests never end the run on one.
 test: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n 2 --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
 test-slow: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n 2 -m slow --durations=20 $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n 2 --dist worksteal -m slow --durations=20 $(PYTEST_ARGS)
 
 # Rewrites every table between <!-- report:NAME --> markers in README.md and docs/ from the committed results JSON
 # (python -m experiments.report --check only compares; tests/test_report.py runs it).

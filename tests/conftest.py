@@ -1,5 +1,6 @@
 """Test configuration: strict JAX (no silent rank or dtype promotion) and 4 fake CPU devices."""
 
+import contextlib
 import os
 
 # Tests compile far more than they compute. LLVM at -O0 changes no result a test reads and nearly halves a
@@ -27,3 +28,32 @@ import jax  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+
+@contextlib.contextmanager
+def persistent_compilation_cache(folder):
+    """JAX's persistent compilation cache in ``folder`` (every program, however quick to compile), restored after:
+    runs that differ only in their workdir (a run and its resume) compile identical programs, which the second loads.
+    The cache is set up once per process, so it is reset on entering and on leaving."""
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    old = {n: getattr(jax.config, n) for n in names}
+    cc.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    try:
+        yield
+    finally:
+        for n, v in old.items():
+            jax.config.update(n, v)
+        cc.reset_cache()
+
+
+def cached_compiles_env(env: dict, folder) -> dict:
+    """``env`` for a child process (the CLI) with the same cache in ``folder``: one child's compiles serve the next
+    (give each concurrent process, an MPI rank, its own folder: entries are not written atomically)."""
+    return dict(env, JAX_COMPILATION_CACHE_DIR=str(folder), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")

@@ -21,6 +21,7 @@ import istjax
 import istjax.launch.config as config_lib
 from istjax.core.model_checks import ModelCheckError, OutputWarning
 from istjax.data import load_dataset, make_batch_fn
+from conftest import cached_compiles_env
 from test_cli import istjax_command, subprocess_env
 from test_refusals import main_in_process, refused
 
@@ -68,9 +69,11 @@ def fresh_env():
     return env
 
 
-def istjax_run(*args, cwd):
-    return subprocess.run(istjax_command() + list(args), capture_output=True, text=True, env=fresh_env(),
-                          timeout=300, cwd=cwd)
+def istjax_run(*args, cwd, cache=None):
+    """The CLI in a child process; ``cache``: a folder for JAX's compilation cache, which later children read."""
+    env = fresh_env() if cache is None else cached_compiles_env(fresh_env(), cache)
+    return subprocess.run(istjax_command() + list(args), capture_output=True, text=True, env=env, timeout=300,
+                          cwd=cwd)
 
 
 @pytest.fixture
@@ -94,21 +97,26 @@ def user_dir(tmp_path):
 def test_a_model_in_the_users_file_trains_resumes_evaluates_compares_and_plots(user_dir, tmp_path_factory):
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # every command from another folder, with no PYTHONPATH
     run = user_dir / "runs" / "a"
-    p = istjax_run("train", f"--config={user_dir / 'resmlp_config.py'}", f"--workdir={run}", *FAST, cwd=elsewhere)
+    cache = tmp_path_factory.mktemp("jax_cache")  # the resume and eval load the first run's compiles
+    p = istjax_run("train", f"--config={user_dir / 'resmlp_config.py'}", f"--workdir={run}", *FAST, cwd=elsewhere,
+                   cache=cache)
     assert p.returncode == 0, p.stderr[-3000:]
     recorded = json.loads((run / "config.json").read_text())["model"]
     assert recorded["module"] == f"{user_dir / 'my_models.py'}:ResMLP" and recorded["width"] == 32
-    p = istjax_run("train", f"--workdir={run}", "--resume", "--config.num_rounds=6", *FAST[4:], cwd=elsewhere)
+    p = istjax_run("train", f"--workdir={run}", "--resume", "--config.num_rounds=6", *FAST[4:], cwd=elsewhere,
+                   cache=cache)
     assert p.returncode == 0, p.stderr[-3000:]
     assert [json.loads(line)["round"] for line in (run / "metrics.jsonl").read_text().splitlines()][-1] == 6
-    p = istjax_run("eval", f"--workdir={run}", cwd=elsewhere)
+    p = istjax_run("eval", f"--workdir={run}", cwd=elsewhere, cache=cache)
     assert p.returncode == 0 and "(round 6)" in p.stdout, p.stderr[-3000:]
     stock = user_dir / "runs" / "b"
-    p = istjax_run("train", f"--workdir={stock}", "--config.num_rounds=4", *FAST, cwd=elsewhere)
+    p = istjax_run("train", f"--workdir={stock}", "--config.num_rounds=4", "--config.model.hidden=(32,)", *FAST,
+                   cwd=elsewhere, cache=cache)
     assert p.returncode == 0, p.stderr[-3000:]
     p = istjax_run("plot", str(run), str(stock), "--out", str(user_dir / "cmp.png"), cwd=elsewhere)
     assert p.returncode == 0 and (user_dir / "cmp.png").stat().st_size > 0, p.stderr[-3000:]
-    p = istjax_run("compare", "--runs", str(run), str(stock), f"--workdir={user_dir / 'cmp'}", cwd=elsewhere)
+    p = istjax_run("compare", "--runs", str(run), str(stock), f"--workdir={user_dir / 'cmp'}", cwd=elsewhere,
+                   cache=cache)
     assert p.returncode == 0 and "resmlp" in p.stdout + (user_dir / "cmp" / "comparison.md").read_text(), p.stderr
 
 

@@ -13,6 +13,8 @@ import pytest
 import jax
 import jax.numpy as jnp
 
+from conftest import persistent_compilation_cache
+
 from istjax import data as D
 from istjax.data import augment as A
 from istjax.data import images as I
@@ -442,9 +444,10 @@ def test_augmented_batch_fn_through_the_driver_resumes_exactly(tmp_path):
         c.target_accuracy = None
         return c
 
-    driver.train_and_evaluate(config(4), tmp_path / "full")
-    driver.train_and_evaluate(config(2), tmp_path / "split")
-    driver.train_and_evaluate(config(4), tmp_path / "split", resume=True)
-    a = driver.evaluate_run(tmp_path / "full")
-    b = driver.evaluate_run(tmp_path / "split")
+    with persistent_compilation_cache(tmp_path / "jax_cache"):  # the split run and the resume load full's compiles
+        driver.train_and_evaluate(config(4), tmp_path / "full")
+        driver.train_and_evaluate(config(2), tmp_path / "split")
+        driver.train_and_evaluate(config(4), tmp_path / "split", resume=True)
+        a = driver.evaluate_run(tmp_path / "full")
+        b = driver.evaluate_run(tmp_path / "split")
     assert a["round"] == b["round"] == 4 and a["test_loss"] == b["test_loss"]

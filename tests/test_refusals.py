@@ -29,6 +29,7 @@ from istjax.launch import cli, lock
 from istjax.launch.metrics import read_metrics
 from istjax.models import MLP, build_model
 from istjax.runtimes import mpi
+from conftest import cached_compiles_env
 from test_cli import TINY, istjax_command, subprocess_env
 
 DATA = pathlib.Path(os.environ.get("ISTJAX_DATA_DIR", ""))
@@ -37,10 +38,13 @@ REPO_CONFIG = str(pathlib.Path(__file__).resolve().parents[1] / "experiments" / 
 LONG_RUN = [*TINY, "--config.num_rounds=100000", "--config.eval_every=1", "--config.checkpoint_every=1"]
 
 
-def run_istjax(*args, timeout=300, mpi_ranks=0, cwd=None):
+def run_istjax(*args, timeout=300, mpi_ranks=0, cwd=None, cache=None):
+    """The CLI in a child process (under ``mpiexec -n mpi_ranks`` when given); ``cache``: a folder for JAX's
+    compilation cache (one process at a time)."""
     prefix = [str(MPIEXEC), "-n", str(mpi_ranks)] if mpi_ranks else []
-    return subprocess.run(prefix + istjax_command() + list(args), capture_output=True, text=True,
-                          env=subprocess_env(), timeout=timeout, cwd=cwd)
+    env = subprocess_env() if cache is None else cached_compiles_env(subprocess_env(), cache)
+    return subprocess.run(prefix + istjax_command() + list(args), capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=cwd)
 
 
 def refused(code_err, *fix_words, lines=2):
@@ -364,13 +368,14 @@ def test_resume_takes_a_tuple_override_like_a_new_run(tmp_path, capsys):
 # --- One writer per run directory ----------------------------------------------------------------------------
 
 
-def _start(workdir: pathlib.Path) -> subprocess.Popen:
+def _start(workdir: pathlib.Path, cache=None) -> subprocess.Popen:
     """A long run in ``workdir``, returned once its first round is recorded and checkpointed. Its output goes to
     files beside the workdir, never to a pipe nobody reads (a full pipe would stall the run)."""
     log = workdir.parent / "first.log"
+    env = subprocess_env() if cache is None else cached_compiles_env(subprocess_env(), cache)
     with log.open("w") as err:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(istjax_command() + ["train", *LONG_RUN, f"--workdir={workdir}"],
-                                stdout=subprocess.DEVNULL, stderr=err, text=True, env=subprocess_env())
+                                stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
     proc.log = log
     deadline = time.monotonic() + 600  # a first round (compilation included) on a loaded 2-core CI machine
     try:
@@ -416,14 +421,15 @@ def test_a_second_train_on_a_running_workdir_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_a_lock_left_by_a_killed_run_does_not_block_resume(tmp_path):
-    workdir = tmp_path / "run"
-    first = _start(workdir)
+    workdir, cache = tmp_path / "run", tmp_path / "jax_cache"  # the resume loads the killed run's compiles
+    first = _start(workdir, cache)
     first.kill()  # kill -9: no handler runs, the lock file stays behind
     first.wait(timeout=60)
     stale = json.loads((workdir / lock.LOCK_FILE).read_text())
     assert stale["pid"] == first.pid
     last = max(int(d.name) for d in (workdir / "checkpoints").iterdir() if d.name.isdigit())
-    p = run_istjax("train", *TINY, f"--config.num_rounds={last + 2}", "--resume", f"--workdir={workdir}")
+    p = run_istjax("train", *TINY, f"--config.num_rounds={last + 2}", "--resume", f"--workdir={workdir}",
+                   cache=cache)
     assert p.returncode == 0, p.stderr[-3000:]
     assert f"Resuming from {workdir / 'checkpoints' / str(last)}" in p.stderr and "in use" not in p.stderr
     assert [r["round"] for r in read_metrics(workdir)][-1] == last + 2

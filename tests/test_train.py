@@ -5,6 +5,7 @@ import json
 import jax
 import numpy as np
 import pytest
+from conftest import persistent_compilation_cache
 
 from istjax.launch import config as config_lib
 from istjax.launch import driver as train
@@ -15,16 +16,9 @@ from istjax.launch.metrics import RECORD_FIELDS, read_metrics
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory):
     """Runs that differ only in their workdir compile identical programs: share them through JAX's persistent
-    cache (module-scoped, restored afterwards) to keep these end-to-end tests fast."""
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
-    old = {n: getattr(jax.config, n) for n in names}
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    yield
-    for n, v in old.items():
-        jax.config.update(n, v)
+    cache to keep these end-to-end tests fast."""
+    with persistent_compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+        yield
 
 
 def tiny_config(**overrides):
