@@ -68,9 +68,8 @@ def close(a, b, what, atol=2e-6):
 cnn = istjax.classifier(CNN(widths=(8, 16), blocks=(1, 1), num_classes=C), jnp.zeros((B, 6, 6, 2)),
                         num_classes=C)
 cases = {
-    "ist parameter_server": (lambda b, **o: istjax.ist(cnn, optax.sgd(0.1), num_workers=W, local_steps=K,
-                                                         backend=b, **o), {"mode": "parameter_server"}),
-    # A schedule counted in rounds: round 1 at a tenth of the learning rate; ranks rebuild a reset optimizer state.
+    # IST's parameter server with a schedule counted in rounds (the plain path, plus round 1 at a tenth of the
+    # learning rate: ranks rebuild a reset optimizer state); data parallel and local SGD below run it unscheduled.
     "ist parameter_server (step lr schedule)": (lambda b, **o: istjax.ist(
         cnn, round_scheduled(optax.sgd(0.1), make_schedule("step", num_rounds=2, decay_at=(0.5,))), num_workers=W,
         local_steps=K, backend=b, **o), {"mode": "parameter_server"}),
