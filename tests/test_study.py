@@ -343,3 +343,29 @@ def test_a_run_record_carries_its_first_windows_workers_loss(tmp_path):
     assert row["worker_train_loss_first_mean"] == 2.5 and row["worker_train_loss_mean"] == 0.6
     (tmp_path / "s0" / "metrics.jsonl").write_text(json.dumps({"round": 2, "test_accuracy": 0.1}) + "\n")
     assert "worker_train_loss_first" not in study.run_record(study.Planned(CELL, 0, tmp_path / "s0", CELL.config))
+
+
+def test_the_ablation_compares_each_step_with_the_one_before_handled_alike_and_a_recomputed_step_with_it_carried():
+    """`ablation_against` names cells the study has, in the paper's order: step 1 carried stands alone; step 2
+    recomputed against step 1 recomputed and step 2 carried; step 4 (no recomputed twin) against step 3 carried. The
+    table pairs by seed and shows whether a step trained (its workers' loss, first window -> last)."""
+    from experiments.images import report as images_report
+    from experiments.images import studies
+
+    labels = {c.label for c in studies._decompose_ablation_cells()}
+    assert images_report.ablation_against("ablation_1_naive") == []
+    assert images_report.ablation_against("ablation_2_share_strided_recomputed") == [
+        ("step 1 recomputed", "ablation_1_naive_recomputed"), ("carried", "ablation_2_share_strided")]
+    assert images_report.ablation_against("ablation_4_test_scale") == [("step 3", "ablation_3_one_section")]
+    assert {other for label in labels for _, other in images_report.ablation_against(label)} <= labels
+
+    one, two = "ablation_1_naive_recomputed", "ablation_2_share_strided_recomputed"
+    rows = [{"label": label, "group": "ablation", "step": step, "what": label, "seeds": [0, 1, 2], "base": "x",
+             "algorithm": "resist", "num_workers": 2,
+             "test_accuracy_mean": 0.5, "test_accuracy_std": 0.0, "worker_train_loss_first_mean": 2.0,
+             "worker_train_loss_mean": 0.5} for label, step in ((one, 1), (two, 2))]
+    runs = [{"label": label, "seed": s, "test_accuracy": a + (0.03 if label == two else 0.0)}
+            for label in (one, two) for s, a in enumerate((0.60, 0.62, 0.61))]
+    text = images_report._images_decompose_ablation({"rows": rows, "runs": runs})
+    line = next(x for x in text.splitlines() if x.startswith(f"| {two} "))
+    assert "+3.0 [+3.0, +3.0] (3) vs step 1 recomputed" in line and "2.000 → 0.500" in line

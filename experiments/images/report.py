@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
                                nbytes, result_rows, results_table, scalar, spread, table)
-from experiments.images.studies import DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS
+from experiments.images.studies import ABLATION_RECOMPUTABLE, ABLATION_STEPS, DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS
 from istjax.launch.metrics import format_mean_std
 
 DIAGNOSIS = "experiments/images/results/diagnosis.json"
@@ -466,13 +466,10 @@ def _images_decompose_ablation(d):
     rows = sorted((r for r in result_rows(d) if r.get("group") == "ablation"), key=lambda r: (r["step"], r["label"]))
     if not rows:
         return "(no ablation step has finished a run yet: `python -m experiments.images.studies decompose`)"
-    carried = {r["step"]: r["label"] for r in rows if "base" not in r}
 
     def vs(r):
-        if "base" in r:
-            return f"{_paired_points(d, r['label'], r['base'])} vs carried"
-        before = carried.get(r["step"] - 1)
-        return f"{_paired_points(d, r['label'], before)} vs step {r['step'] - 1}" if before else ""
+        return "; ".join(f"{_paired_points(d, r['label'], other)} vs {name}"
+                         for name, other in ablation_against(r["label"]))
 
     def trained(r):  # the workers' own loss, first evaluation window -> last: did the step train at all
         first, last = r.get("worker_train_loss_first_mean"), r.get("worker_train_loss_mean")
@@ -486,7 +483,40 @@ def _images_decompose_ablation(d):
     return ("ResIST's ablation in the paper's order (fmnist_resist_ablation.py, 150 rounds, W = 2), each step with "
             "the statistics carried as the config has them and steps 1-3 with them recomputed on the merged network; "
             "mean ± std over seeds (the workers' loss: means over seeds), differences paired by seed, mean [95 % t "
-            "interval] (seeds).\n\n" + body)
+            "interval] (seeds): each step against the one before it handled the same way, and a recomputed step "
+            "against the same step carried.\n\n" + body)
+
+
+def _ablation_label(step: int, recomputed: bool = False) -> str:
+    return f"ablation_{step}_{ABLATION_STEPS[step - 1]}" + ("_recomputed" if recomputed else "")
+
+
+def ablation_against(label: str) -> list[tuple[str, str]]:
+    """What an ablation cell is compared with, (name, label): the step before it with the statistics handled the
+    same way (the paper's order), and for a recomputed step the same step carried."""
+    recomputed = label.endswith("_recomputed")
+    step = int(label.split("_")[1])
+    out = [] if step == 1 else [(f"step {step - 1}" + (" recomputed" if recomputed else ""),
+                                 _ablation_label(step - 1, recomputed))]
+    return out + ([("carried", _ablation_label(step))] if recomputed else [])
+
+
+def _ablation_scalar(label: str, other: str) -> Callable[[Any], str]:
+    def fn(d):
+        from istjax.launch.study import paired_difference
+
+        p = paired_difference(_runs(d, label), _runs(d, other), "test_accuracy")
+        return "(fewer than two seeds so far)" if p is None else (
+            f"{_in_points(p)} points ({len(p['seeds'])} seeds; {_verdict(p)})")
+    return fn
+
+
+for _step in range(1, len(ABLATION_STEPS) + 1):
+    for _recomputed in (False, True) if _step <= ABLATION_RECOMPUTABLE else (False,):
+        _label = _ablation_label(_step, _recomputed)
+        for _name, _other in ablation_against(_label):
+            scalar(f"decompose.ablation.{_label}.vs_{_name.replace(' ', '_')}", DECOMPOSE,
+                   _ablation_scalar(_label, _other))
 
 
 @headline_row(f"channel IST's gap decomposed, ResNet-18 layout at 1/8 width, Fashion-MNIST, {DECOMPOSE_SAMPLES[0]:,} "

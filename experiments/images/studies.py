@@ -122,6 +122,9 @@ def _resist_cells() -> list[Cell]:
     ]
 
 
+ABLATION_RECOMPUTABLE = 3  # the steps whose statistics can be recomputed (4-5 scale branches at test time)
+
+
 def _decompose_ablation_cells() -> list[Cell]:
     """ResIST's five ablation steps with the loss split (statistics carried, as the config), and steps 1-3 again
     with the statistics recomputed on the merged network (steps 4-5 scale branches at test time, which recomputed
@@ -133,7 +136,7 @@ def _decompose_ablation_cells() -> list[Cell]:
         config = f"experiments/configs/fmnist_resist_ablation.py:{step}"
         cells.append(Cell(f"ablation_{i}_{step}", config, _budget(ABLATION_ROUNDS),
                           {"what": f"{i}. {step}, statistics carried", "group": "ablation", "step": i}))
-        if i <= 3:
+        if i <= ABLATION_RECOMPUTABLE:
             cells.append(Cell(f"ablation_{i}_{step}_recomputed", config,
                               (*_budget(ABLATION_ROUNDS), "--config.algorithm.model_state=recompute"),
                               {"what": f"{i}. {step}, statistics recomputed", "group": "ablation", "step": i,
