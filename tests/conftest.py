@@ -52,8 +52,11 @@ def persistent_compilation_cache(folder):
         cc.reset_cache()
 
 
-def cached_compiles_env(env: dict, folder) -> dict:
-    """``env`` for a child process (the CLI) with the same cache in ``folder``: one child's compiles serve the next
-    (give each concurrent process, an MPI rank, its own folder: entries are not written atomically)."""
+def cached_compiles_env(env: dict, folder=None) -> dict:
+    """``env`` for a child process (the CLI) with the same cache in ``folder`` (None: ``env`` as it is): one child's
+    compiles serve the next (give each concurrent process, an MPI rank, its own folder: entries are not written
+    atomically)."""
+    if folder is None:
+        return env
     return dict(env, JAX_COMPILATION_CACHE_DIR=str(folder), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")

@@ -71,7 +71,7 @@ def fresh_env():
 
 def istjax_run(*args, cwd, cache=None):
     """The CLI in a child process; ``cache``: a folder for JAX's compilation cache, which later children read."""
-    env = fresh_env() if cache is None else cached_compiles_env(fresh_env(), cache)
+    env = cached_compiles_env(fresh_env(), cache)
     return subprocess.run(istjax_command() + list(args), capture_output=True, text=True, env=env, timeout=300,
                           cwd=cwd)
 

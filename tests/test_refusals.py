@@ -42,7 +42,7 @@ def run_istjax(*args, timeout=300, mpi_ranks=0, cwd=None, cache=None):
     """The CLI in a child process (under ``mpiexec -n mpi_ranks`` when given); ``cache``: a folder for JAX's
     compilation cache (one process at a time)."""
     prefix = [str(MPIEXEC), "-n", str(mpi_ranks)] if mpi_ranks else []
-    env = subprocess_env() if cache is None else cached_compiles_env(subprocess_env(), cache)
+    env = cached_compiles_env(subprocess_env(), cache)
     return subprocess.run(prefix + istjax_command() + list(args), capture_output=True, text=True, env=env,
                           timeout=timeout, cwd=cwd)
 
@@ -372,7 +372,7 @@ def _start(workdir: pathlib.Path, cache=None) -> subprocess.Popen:
     """A long run in ``workdir``, returned once its first round is recorded and checkpointed. Its output goes to
     files beside the workdir, never to a pipe nobody reads (a full pipe would stall the run)."""
     log = workdir.parent / "first.log"
-    env = subprocess_env() if cache is None else cached_compiles_env(subprocess_env(), cache)
+    env = cached_compiles_env(subprocess_env(), cache)
     with log.open("w") as err:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(istjax_command() + ["train", *LONG_RUN, f"--workdir={workdir}"],
                                 stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)

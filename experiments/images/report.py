@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
                                nbytes, result_rows, results_table, scalar, spread, table)
-from experiments.images.studies import ABLATION_RECOMPUTABLE, ABLATION_STEPS, DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS
+from experiments.images.studies import (ABLATION_RECOMPUTABLE, ABLATION_STEPS, DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS,
+                                        ablation_label)
 from istjax.launch.metrics import format_mean_std
 
 DIAGNOSIS = "experiments/images/results/diagnosis.json"
@@ -487,18 +488,14 @@ def _images_decompose_ablation(d):
             "against the same step carried.\n\n" + body)
 
 
-def _ablation_label(step: int, recomputed: bool = False) -> str:
-    return f"ablation_{step}_{ABLATION_STEPS[step - 1]}" + ("_recomputed" if recomputed else "")
-
-
 def ablation_against(label: str) -> list[tuple[str, str]]:
     """What an ablation cell is compared with, (name, label): the step before it with the statistics handled the
     same way (the paper's order), and for a recomputed step the same step carried."""
     recomputed = label.endswith("_recomputed")
     step = int(label.split("_")[1])
     out = [] if step == 1 else [(f"step {step - 1}" + (" recomputed" if recomputed else ""),
-                                 _ablation_label(step - 1, recomputed))]
-    return out + ([("carried", _ablation_label(step))] if recomputed else [])
+                                 ablation_label(step - 1, recomputed))]
+    return out + ([("carried", ablation_label(step))] if recomputed else [])
 
 
 def _ablation_scalar(label: str, other: str) -> Callable[[Any], str]:
@@ -513,7 +510,7 @@ def _ablation_scalar(label: str, other: str) -> Callable[[Any], str]:
 
 for _step in range(1, len(ABLATION_STEPS) + 1):
     for _recomputed in (False, True) if _step <= ABLATION_RECOMPUTABLE else (False,):
-        _label = _ablation_label(_step, _recomputed)
+        _label = ablation_label(_step, _recomputed)
         for _name, _other in ablation_against(_label):
             scalar(f"decompose.ablation.{_label}.vs_{_name.replace(' ', '_')}", DECOMPOSE,
                    _ablation_scalar(_label, _other))

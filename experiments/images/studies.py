@@ -125,6 +125,11 @@ def _resist_cells() -> list[Cell]:
 ABLATION_RECOMPUTABLE = 3  # the steps whose statistics can be recomputed (4-5 scale branches at test time)
 
 
+def ablation_label(step: int, recomputed: bool = False) -> str:
+    """The decomposition's cell of ablation step ``step`` (1-5), statistics carried or recomputed."""
+    return f"ablation_{step}_{ABLATION_STEPS[step - 1]}" + ("_recomputed" if recomputed else "")
+
+
 def _decompose_ablation_cells() -> list[Cell]:
     """ResIST's five ablation steps with the loss split (statistics carried, as the config), and steps 1-3 again
     with the statistics recomputed on the merged network (steps 4-5 scale branches at test time, which recomputed
@@ -134,13 +139,13 @@ def _decompose_ablation_cells() -> list[Cell]:
     cells = []
     for i, step in enumerate(ABLATION_STEPS, 1):
         config = f"experiments/configs/fmnist_resist_ablation.py:{step}"
-        cells.append(Cell(f"ablation_{i}_{step}", config, _budget(ABLATION_ROUNDS),
+        cells.append(Cell(ablation_label(i), config, _budget(ABLATION_ROUNDS),
                           {"what": f"{i}. {step}, statistics carried", "group": "ablation", "step": i}))
         if i <= ABLATION_RECOMPUTABLE:
-            cells.append(Cell(f"ablation_{i}_{step}_recomputed", config,
+            cells.append(Cell(ablation_label(i, recomputed=True), config,
                               (*_budget(ABLATION_ROUNDS), "--config.algorithm.model_state=recompute"),
                               {"what": f"{i}. {step}, statistics recomputed", "group": "ablation", "step": i,
-                               "base": f"ablation_{i}_{step}"}))
+                               "base": ablation_label(i)}))
     return cells
 
 
