@@ -10,7 +10,7 @@ from typing import Any, Optional
 from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
                                nbytes, result_rows, results_table, scalar, spread, table)
 from experiments.images.studies import (ABLATION_RECOMPUTABLE, ABLATION_STEPS, DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS,
-                                        ablation_label)
+                                        PAPER_ABLATION, RESIST_SAMPLES, ablation_label)
 from istjax.launch.metrics import format_mean_std
 
 DIAGNOSIS = "experiments/images/results/diagnosis.json"
@@ -168,37 +168,6 @@ def _headline_resnet(d):
                f"IST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
     return (f"{at(2)}; {at(4)}; IST moves {_bytes_vs('ist_W2', 'local_sgd_W2')(d)} (W = 2) and "
             f"{_bytes_vs('ist_W4', 'local_sgd_W4')(d)} (W = 4) of local SGD's bytes; {verdict}")
-
-
-@headline_row("ResIST vs local SGD, pre-activation ResNet (2-2-9 blocks, 4-16 channels), Fashion-MNIST, 64,000 "
-              "samples per worker (`python -m experiments.images.studies resist`)", "`docs/images.md`", RESIST)
-def _headline_resist(d):
-    by = {r["label"]: r for r in result_rows(d)}
-    parts, gaps = [], []
-    for w in (2, 4):
-        res, loc = by[f"resist_W{w}"], by[f"local_sgd_W{w}"]
-        gaps.append(res["test_accuracy_mean"] - loc["test_accuracy_mean"])
-        parts.append(f"W = {w}: ResIST {accuracy(res)}, local SGD {accuracy(loc)}, "
-                     f"{_bytes_vs(f'resist_W{w}', f'local_sgd_W{w}')(d)} of its bytes")
-    verdict = ("within 1 point of local SGD: the target is met" if min(gaps) >= -0.01 else
-               f"ResIST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
-    best = by.get("resist_W2_momentum_carried")
-    if best is not None:
-        verdict += (f"; best setting found, momentum carried across repartitions: {accuracy(best)} at W = 2 "
-                    f"({_bytes_vs('resist_W2_momentum_carried', 'local_sgd_W2')(d)} of local SGD's bytes)")
-    return "; ".join(parts) + f"; {verdict}"
-
-
-@headline_row("ResIST's five ablation steps in miniature, W = 2, 150 rounds "
-              "(`python -m experiments.images.studies ablation`)", "`docs/images.md`", ABLATION)
-def _headline_ablation(d):
-    rows = result_rows(d)
-    ours = " -> ".join(f"{r['test_accuracy_mean']:.3f}" for r in rows)
-    paper = " -> ".join(str(r["paper"]) for r in rows)
-    n = min(len(r["seeds"]) for r in rows)
-    rises = all(b["test_accuracy_mean"] > a["test_accuracy_mean"] for a, b in zip(rows, rows[1:]))
-    return (f"{ours} (mean of {n} seeds; the paper, CIFAR-10: {paper}); "
-            + ("every step helps, as in the paper" if rises else "not every step helps here (docs/images.md says why)"))
 
 
 # The decomposition (issue 35): `python -m experiments.images.studies decompose --seeds 0,1,2,3,4`.
@@ -540,11 +509,73 @@ def _headline_decompose(d):
     return "; ".join(parts) if parts else "(in progress: fewer than two seeds of a pair so far)"
 
 
-def _gap_scalar(w: int, baseline: str, part: str) -> Callable[[Any], str]:
-    """IST minus ``baseline`` at the largest budget and W = ``w``, one part of the split (or ``test_loss``,
-    ``accuracy`` in points): 'mean [low, high] (n seeds)'."""
+@headline_row("channel IST minus data parallel at each budget, the same study (40,960 / 81,920 / 163,840 samples "
+              "in all)", "`docs/images.md`", DECOMPOSE)
+def _headline_decompose_budgets(d):
+    parts, fit_exceeds = [], []
+    for w in (2, 4):
+        at = []
+        for samples in sorted(DECOMPOSE_SAMPLES):
+            g = gap_parts(d, f"ist_W{w}_{samples // 1000}k", f"data_parallel_W{w}_{samples // 1000}k")
+            if g is None:
+                continue
+            at.append(f"{_in_points(g['accuracy'])} points at {samples:,} ({len(g['test_loss']['seeds'])} seeds)")
+            fit_exceeds.append(g["workers' own fit"]["mean"] > g["test_loss"]["mean"])
+        if at:
+            parts.append(f"W = {w}: " + ", ".join(at))
+    if not parts:
+        return "(in progress: fewer than two seeds of a pair so far)"
+    reading = ("the workers' own fit exceeds the whole test-loss gap at every budget and W (the merge gains)"
+               if all(fit_exceeds) else "the workers' own fit does not carry the whole gap everywhere (docs)")
+    return "; ".join(parts) + f"; {reading}"
+
+
+@headline_row("ResIST vs local SGD, pre-activation ResNet (2-2-9 blocks, 4-16 channels), Fashion-MNIST, "
+              f"{RESIST_SAMPLES:,} samples in all, with the loss split "
+              "(`python -m experiments.images.studies decompose`)", "`docs/images.md`", DECOMPOSE)
+def _headline_decompose_resist(d):
+    by = {r["label"]: r for r in result_rows(d)}
+    parts, gaps = [], []
+    for w in (2, 4):
+        res, loc = by.get(f"resist_W{w}"), by.get(f"resist_local_sgd_W{w}")
+        if res is None or loc is None:
+            continue
+        gaps.append(res["test_accuracy_mean"] - loc["test_accuracy_mean"])
+        parts.append(f"W = {w}: ResIST {accuracy(res)}, local SGD {accuracy(loc)}, paired "
+                     f"{_paired_points(d, f'resist_W{w}', f'resist_local_sgd_W{w}')} points, merge cost "
+                     f"{res['merge_cost_mean']:+.3f}, {_bytes_vs(f'resist_W{w}', f'resist_local_sgd_W{w}')(d)} of "
+                     f"its bytes")
+        carried = by.get(f"resist_W{w}_momentum_carried")
+        if carried is not None:
+            parts[-1] += f"; momentum carried {accuracy(carried)}"
+    if not parts:
+        return "(in progress)"
+    verdict = ("within 1 point of local SGD: the target is met" if min(gaps) >= -0.01 else
+               f"ResIST trails by up to {-100 * min(gaps):.1f} points: the target (within 1 point) is not met")
+    return "; ".join(parts) + f"; {verdict}"
+
+
+@headline_row("ResIST's five ablation steps, W = 2, 150 rounds, with the loss split "
+              "(`python -m experiments.images.studies decompose`)", "`docs/images.md`", DECOMPOSE)
+def _headline_decompose_ablation(d):
+    by = {r["label"]: r for r in result_rows(d)}
+    steps = range(1, len(ABLATION_STEPS) + 1)
+    if any(ablation_label(i) not in by for i in steps):
+        return "(in progress)"
+    carried = " -> ".join(f"{by[ablation_label(i)]['test_accuracy_mean']:.3f}" for i in steps)
+    recomputed = " -> ".join(f"{by[ablation_label(i, True)]['test_accuracy_mean']:.3f}"
+                             for i in range(1, ABLATION_RECOMPUTABLE + 1) if ablation_label(i, True) in by)
+    n = min(len(by[ablation_label(i)]["seeds"]) for i in steps)
+    paper = " -> ".join(str(p) for p in PAPER_ABLATION)
+    return (f"statistics carried: {carried}; steps 1-{ABLATION_RECOMPUTABLE} with them recomputed: {recomputed} "
+            f"(mean of {n} seeds; the paper, CIFAR-10: {paper}); every step's paired difference in docs/images.md")
+
+
+def _gap_scalar(w: int, baseline: str, part: str, budget: str = LARGEST) -> Callable[[Any], str]:
+    """IST minus ``baseline`` at ``budget`` (a cell label's suffix, the largest by default) and W = ``w``, one part
+    of the split (or ``test_loss``, ``accuracy`` in points): 'mean [low, high] (n seeds)'."""
     def fn(d):
-        g = gap_parts(d, f"ist_W{w}_{LARGEST}", f"{baseline}_W{w}_{LARGEST}")
+        g = gap_parts(d, f"ist_W{w}_{budget}", f"{baseline}_W{w}_{budget}")
         if g is None:
             return "(fewer than two seeds so far)"
         p, n = g[part], len(g["test_loss"]["seeds"])
@@ -560,6 +591,10 @@ for _w in (2, 4):
                             ("merge", "the merge"), ("statistics", "the statistics"),
                             ("rest", "test set vs training batches")):
             scalar(f"decompose.W{_w}.{_base}.{_key}", DECOMPOSE, _gap_scalar(_w, _base, _part))
+            for _samples in DECOMPOSE_SAMPLES[1:]:  # the smaller budgets: decompose.<81k>.W2.data_parallel.merge
+                _budget = f"{_samples // 1000}k"
+                scalar(f"decompose.{_budget}.W{_w}.{_base}.{_key}", DECOMPOSE,
+                       _gap_scalar(_w, _base, _part, _budget))
 
 
 def _fit_scalar(w: int, part: str) -> Callable[[Any], str]:
