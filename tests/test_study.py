@@ -259,6 +259,34 @@ def test_the_gap_parts_add_up_to_the_test_loss_gap_by_hand():
     assert images_report.gap_parts(d, "ist_W2_1k", "local_sgd_W2_1k") is None  # no baseline runs: no row
 
 
+
+def test_the_gap_at_each_budget_reads_the_cells_of_that_budget(tmp_path):
+    """The README's by-budget row and the budgets figure pair IST with data parallel within each budget's cells
+    (hand numbers: at 40,960 samples IST trails by 10 points on both seeds, at 163,840 by 5); a budget without
+    both cells is left out, and the row says whether the workers' fit exceeds the gap everywhere."""
+    from experiments.images import report as images_report
+    from experiments.images import studies
+
+    def run(label, seed, acc, test, worker):
+        return {"label": label, "seed": seed, "test_accuracy": acc, "test_loss": test, "worker_train_loss": worker,
+                "merge_cost": -0.05, "merged_train_loss": worker - 0.05, "merged_test_loss": worker - 0.05}
+
+    runs = []
+    for seed in (0, 1):
+        runs += [run("ist_W2_40k", seed, 0.70, 0.9, 0.9), run("data_parallel_W2_40k", seed, 0.80, 0.6, 0.55),
+                 run("ist_W2_163k", seed, 0.80, 0.6, 0.6), run("data_parallel_W2_163k", seed, 0.85, 0.4, 0.35)]
+    d = {"rows": [], "runs": runs}
+    text = images_report._headline_decompose_budgets(d)
+    assert text.startswith("W = 2: -10.0 [-10.0, -10.0] points at 40,960 (2 seeds), -5.0 [-5.0, -5.0] points at "
+                           "163,840 (2 seeds)"), text
+    assert "W = 4" not in text and "81,920" not in text
+    assert text.endswith("the workers' own fit exceeds the whole test-loss gap at every budget and W (the merge "
+                         "gains)")
+    path = tmp_path / "results.json"
+    path.write_text(__import__("json").dumps(d))
+    out = studies.plot_budgets(path, tmp_path / "budgets.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
 def test_the_fit_split_by_the_fixed_sub_network_control_by_hand():
     """The workers' fit gap (IST 0.6, 0.7 against data parallel 0.3, 0.35: +0.325) splits into a narrower network on
     one worker's samples (the sub-network control's 0.5, 0.5 against data parallel: +0.175, 54 %) and the

@@ -281,6 +281,7 @@ def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Seq
     print(f"wrote {plot(RESULTS / f'{study}.json', REPO / 'docs' / 'figures' / f'{study}.png', title, reference)}")
     if study == "decompose":
         print(f"wrote {plot_gap(RESULTS / 'decompose.json', REPO / 'docs' / 'figures' / 'decompose_gap.png')}")
+        print(f"wrote {plot_budgets(RESULTS / 'decompose.json', REPO / 'docs' / 'figures' / 'decompose_budgets.png')}")
     return status
 
 
@@ -325,6 +326,50 @@ def plot_gap(results: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     plt.close(fig)
     return out
 
+
+
+def plot_budgets(results: pathlib.Path, out: pathlib.Path, baseline: str = "data_parallel") -> pathlib.Path:
+    """The decomposition across budgets: for each W, IST's test-loss gap to ``baseline`` and its parts
+    (`experiments.images.report.GAP_PARTS`) against the samples trained on, each with its 95 % paired interval."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.images.report import GAP_PARTS, gap_parts
+
+    doc = json.loads(results.read_text())
+    keys = ["test_loss", *(name for name, _ in GAP_PARTS)]
+    names = ["test loss (the gap)", *(name for name, _ in GAP_PARTS)]
+    styles = ["k-o", "C0-s", "C1-^", "C2-v", "C7-d"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, w in zip(axes, (2, 4)):
+        at = [(samples, gap_parts(doc, f"ist_W{w}_{samples // 1000}k", f"{baseline}_W{w}_{samples // 1000}k"))
+              for samples in sorted(DECOMPOSE_SAMPLES)]
+        at = [(samples, g) for samples, g in at if g is not None]
+        for i, (key, name, style) in enumerate(zip(keys, names, styles)):
+            xs = [samples * (1 + 0.03 * (i - 2)) for samples, _ in at]  # nudged apart so the intervals show
+            means = [g[key]["mean"] for _, g in at]
+            errors = [[g[key]["mean"] - g[key]["low"] for _, g in at], [g[key]["high"] - g[key]["mean"] for _, g in at]]
+            ax.errorbar(xs, means, yerr=errors, fmt=style, capsize=3, markersize=4, label=name)
+        seeds = ", ".join(f"{len(g['test_loss']['seeds'])}" for _, g in at)
+        ax.set_title(f"W = {w}: IST minus {baseline.replace('_', ' ')} (seeds: {seeds})", fontsize=9)
+        ax.set_xscale("log")
+        ax.set_xticks(list(DECOMPOSE_SAMPLES), [f"{s:,}" for s in DECOMPOSE_SAMPLES])
+        ax.minorticks_off()
+        ax.axhline(0, color="k", linewidth=0.8)
+        ax.set_xlabel("samples in all")
+        ax.grid(True, alpha=0.35)
+    axes[0].set_ylabel("test-loss difference")
+    axes[1].legend(fontsize=7, loc="upper right")
+    fig.suptitle("Channel IST's gap and its parts at each budget (mean, 95 % paired interval)", fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 BYTES_MODELS = {
     # The study's network (fmnist_resist.py), and the paper's PreActResNet-101 layout (3-4-23-3 blocks) with basic
