@@ -571,11 +571,11 @@ def _headline_decompose_ablation(d):
             f"(mean of {n} seeds; the paper, CIFAR-10: {paper}); every step's paired difference in docs/images.md")
 
 
-def _gap_scalar(w: int, baseline: str, part: str, budget: str = LARGEST) -> Callable[[Any], str]:
-    """IST minus ``baseline`` at ``budget`` (a cell label's suffix, the largest by default) and W = ``w``, one part
-    of the split (or ``test_loss``, ``accuracy`` in points): 'mean [low, high] (n seeds)'."""
+def _gap_scalar(ist: str, baseline: str, part: str) -> Callable[[Any], str]:
+    """Cell ``ist`` minus cell ``baseline``, paired by seed, one part of the split (or ``test_loss``, ``accuracy`` in
+    points): 'mean [low, high] (n seeds)'."""
     def fn(d):
-        g = gap_parts(d, f"ist_W{w}_{budget}", f"{baseline}_W{w}_{budget}")
+        g = gap_parts(d, ist, baseline)
         if g is None:
             return "(fewer than two seeds so far)"
         p, n = g[part], len(g["test_loss"]["seeds"])
@@ -585,16 +585,42 @@ def _gap_scalar(w: int, baseline: str, part: str, budget: str = LARGEST) -> Call
     return fn
 
 
+# Scalars decompose.W2.data_parallel.merge (the largest budget), decompose.81k.W2.data_parallel.merge (a smaller one)
+# and decompose.resist.W2.merge (ResIST minus local SGD).
+GAP_KEYS = (("accuracy", "accuracy"), ("loss", "test_loss"), ("fit", "workers' own fit"), ("merge", "the merge"),
+            ("statistics", "the statistics"), ("rest", "test set vs training batches"))
 for _w in (2, 4):
-    for _base in ("data_parallel", "local_sgd"):
-        for _key, _part in (("accuracy", "accuracy"), ("loss", "test_loss"), ("fit", "workers' own fit"),
-                            ("merge", "the merge"), ("statistics", "the statistics"),
-                            ("rest", "test set vs training batches")):
-            scalar(f"decompose.W{_w}.{_base}.{_key}", DECOMPOSE, _gap_scalar(_w, _base, _part))
-            for _samples in DECOMPOSE_SAMPLES[1:]:  # the smaller budgets: decompose.<81k>.W2.data_parallel.merge
+    for _key, _part in GAP_KEYS:
+        for _base in ("data_parallel", "local_sgd"):
+            scalar(f"decompose.W{_w}.{_base}.{_key}", DECOMPOSE,
+                   _gap_scalar(f"ist_W{_w}_{LARGEST}", f"{_base}_W{_w}_{LARGEST}", _part))
+            for _samples in DECOMPOSE_SAMPLES[1:]:
                 _budget = f"{_samples // 1000}k"
                 scalar(f"decompose.{_budget}.W{_w}.{_base}.{_key}", DECOMPOSE,
-                       _gap_scalar(_w, _base, _part, _budget))
+                       _gap_scalar(f"ist_W{_w}_{_budget}", f"{_base}_W{_w}_{_budget}", _part))
+        scalar(f"decompose.resist.W{_w}.{_key}", DECOMPOSE,
+               _gap_scalar(f"resist_W{_w}", f"resist_local_sgd_W{_w}", _part))
+
+
+def _test_network_cost(w: int) -> Callable[[Any], str]:
+    """ResIST minus local SGD at W = ``w``: the merged model's test-mode loss on the workers' batches minus the
+    workers' own (the merge and the statistics together). ResIST scales its dealt branches at test time only, so
+    its train-mode merged network (every branch at full scale) is one no worker trains or anyone evaluates."""
+    def fn(d):
+        from istjax.launch.study import paired_difference
+
+        def with_cost(label):
+            return [{**r, "cost": r["merged_test_loss"] - r["worker_train_loss"]} for r in _runs(d, label)
+                    if r.get("merged_test_loss") is not None and r.get("worker_train_loss") is not None]
+
+        p = paired_difference(with_cost(f"resist_W{w}"), with_cost(f"resist_local_sgd_W{w}"), "cost")
+        return "(fewer than two seeds so far)" if p is None else (
+            f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] ({len(p['seeds'])} seeds)")
+    return fn
+
+
+for _w in (2, 4):
+    scalar(f"decompose.resist.W{_w}.test_network", DECOMPOSE, _test_network_cost(_w))
 
 
 def _fit_scalar(w: int, part: str) -> Callable[[Any], str]:
