@@ -360,6 +360,17 @@ def _verdict(p: Optional[dict[str, Any]]) -> str:
     return "better" if p["low"] > 0 else "worse" if p["high"] < 0 else "no measurable difference"
 
 
+def _paired_scalar(a: str, b: str) -> Callable[[Any], str]:
+    """Cell ``a``'s test accuracy minus cell ``b``'s in points, paired by seed, with its verdict."""
+    def fn(d):
+        from istjax.launch.study import paired_difference
+
+        p = paired_difference(_runs(d, a), _runs(d, b), "test_accuracy")
+        return "(fewer than two seeds so far)" if p is None else (
+            f"{_in_points(p)} points ({len(p['seeds'])} seeds; {_verdict(p)})")
+    return fn
+
+
 def _paired_loss(d, a: str, b: str, key: str) -> str:
     from istjax.launch.study import paired_difference
 
@@ -467,22 +478,12 @@ def ablation_against(label: str) -> list[tuple[str, str]]:
     return out + ([("carried", ablation_label(step))] if recomputed else [])
 
 
-def _ablation_scalar(label: str, other: str) -> Callable[[Any], str]:
-    def fn(d):
-        from istjax.launch.study import paired_difference
-
-        p = paired_difference(_runs(d, label), _runs(d, other), "test_accuracy")
-        return "(fewer than two seeds so far)" if p is None else (
-            f"{_in_points(p)} points ({len(p['seeds'])} seeds; {_verdict(p)})")
-    return fn
-
-
 for _step in range(1, len(ABLATION_STEPS) + 1):
     for _recomputed in (False, True) if _step <= ABLATION_RECOMPUTABLE else (False,):
         _label = ablation_label(_step, _recomputed)
         for _name, _other in ablation_against(_label):
             scalar(f"decompose.ablation.{_label}.vs_{_name.replace(' ', '_')}", DECOMPOSE,
-                   _ablation_scalar(_label, _other))
+                   _paired_scalar(_label, _other))
 
 
 @headline_row(f"channel IST's gap decomposed, ResNet-18 layout at 1/8 width, Fashion-MNIST, {DECOMPOSE_SAMPLES[0]:,} "
@@ -621,6 +622,12 @@ def _test_network_cost(w: int) -> Callable[[Any], str]:
 
 for _w in (2, 4):
     scalar(f"decompose.resist.W{_w}.test_network", DECOMPOSE, _test_network_cost(_w))
+    scalar(f"decompose.resist.W{_w}.momentum_carried", DECOMPOSE,
+           _paired_scalar(f"resist_W{_w}_momentum_carried", f"resist_W{_w}"))
+    scalar(f"decompose.resist.W{_w}.momentum_carried_vs_local_sgd", DECOMPOSE,
+           _paired_scalar(f"resist_W{_w}_momentum_carried", f"resist_local_sgd_W{_w}"))
+    scalar(f"decompose.resist.W{_w}.momentum_carried_bytes", DECOMPOSE,
+           _bytes_vs(f"resist_W{_w}_momentum_carried", f"resist_local_sgd_W{_w}"))
 
 
 def _fit_scalar(w: int, part: str) -> Callable[[Any], str]:
