@@ -416,6 +416,8 @@ def _variant_scalar(w: int, suffix: str) -> Callable[[Any], str]:
 for _w in (2, 4):
     for _suffix, *_ in DECOMPOSE_VARIANTS:
         scalar(f"decompose.variant.W{_w}.{_suffix}", DECOMPOSE, _variant_scalar(_w, _suffix))
+        scalar(f"decompose.variant.W{_w}.{_suffix}.bytes", DECOMPOSE,
+               _bytes_vs(f"ist_W{_w}_{LARGEST}_{_suffix}", f"local_sgd_W{_w}_{LARGEST}"))
 
 
 @table("images_decompose_resist", DECOMPOSE)
