@@ -399,20 +399,23 @@ def test_the_ablation_compares_each_step_with_the_one_before_handled_alike_and_a
     assert "+3.0 [+3.0, +3.0] (3) vs step 1 recomputed" in line and "2.000 → 0.500" in line
 
 
-def test_the_resnet_configs_w4_setting_is_the_cell_the_decomposition_measured():
-    """fmnist_resnet_ist.py:w4 (W = 4, momentum carried) is the defaults with the overrides of the decomposition's
-    `ist_W4_163k_momentum_carried` cell and nothing else, so the setting the config names is the one measured."""
+@pytest.mark.parametrize("config_cell, error", [
+    ("ist_W4_163k_momentum_carried", r":w4 \(W = 4, momentum carried\) or :diagnosis"),
+    ("resist_W4_momentum_carried", r":w4 \(W = 4, momentum carried\)\.")])
+def test_a_configs_w4_setting_is_the_cell_the_decomposition_measured(config_cell, error):
+    """fmnist_resnet_ist.py:w4 and fmnist_resist.py:w4 (W = 4, momentum carried) are the defaults with the overrides
+    of the decomposition's W = 4 momentum-carried cell and nothing else: the setting a config names is the one
+    measured."""
     from experiments.images import studies
     from istjax.launch import cli
 
-    (cell,) = [c for c in studies.GRIDS["decompose"]() if c.label == "ist_W4_163k_momentum_carried"]
-    root = pathlib.Path(__file__).resolve().parents[1]
-    config = root / cell.config
+    (cell,) = [c for c in studies.GRIDS["decompose"]() if c.label == config_cell]
+    config = pathlib.Path(__file__).resolve().parents[1] / cell.config
     both = [cli.parse_train_args(["istjax", f"--config={config}{arg}", *cell.overrides])[0].to_dict()
             for arg in ("", ":w4")]
     assert both[0] == both[1]
     plain, w4 = (cli.parse_train_args(["istjax", f"--config={config}{arg}"])[0] for arg in ("", ":w4"))
     assert (plain.num_workers, plain.algorithm.optimizer_state) == (2, "reset")
     assert (w4.num_workers, w4.algorithm.optimizer_state) == (4, "carry")
-    with pytest.raises(ValueError, match=r":w4 \(W = 4, momentum carried\)"):
+    with pytest.raises(ValueError, match=error):
         cli.parse_train_args(["istjax", f"--config={config}:w8"])
