@@ -11,10 +11,11 @@ head are shared and averaged), a sub-network rescales its inner activations by t
 (``model.activation_scale="train"``), and K = 20 local steps. ``:diagnosis`` is the setting before it (every conv's
 channels, no scaling, K = 10), which the diagnosis varies one piece at a time.
 
-``:w4`` is W = 4 with momentum carried across repartitions (``algorithm.optimizer_state="carry"``): the one
-setting the decomposition study (issue 35, ``experiments/images/results/decompose.json``) found better than the
-defaults at W = 4 on five seeds, still moving fewer bytes than local SGD. At W = 2 the default keeps momentum reset:
-carried, it is no measurably better there and moves more bytes than local SGD (the momentum travels with the weights).
+``:w4`` is W = 4 with momentum carried across repartitions (``algorithm.optimizer_state="carry"``): the
+decomposition study (issue 35, ``experiments/images/results/decompose.json``) found it better than the defaults at
+W = 4 on five seeds, still moving fewer bytes than local SGD. At W = 2 the default keeps momentum reset: carried, it
+is better there too but moves more bytes than local SGD (the momentum travels with the weights). Learning rate 0.1,
+better at W = 2 on five seeds, is not yet the default (docs/images.md says why).
 
 Command::
 
