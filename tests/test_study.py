@@ -71,6 +71,25 @@ def test_a_study_on_a_new_machine_keeps_the_runs_its_file_holds(tmp_path):
     assert set(study.kept_records(out, [CELL])) == {("ist", 0), ("ist", 1)}
 
 
+def test_a_cell_whose_overrides_changed_but_not_its_config_keeps_its_runs(tmp_path):
+    """Pinning a value the config file already has (as a study does when the file's default moves) keeps the runs;
+    a pin that changes the config does not."""
+    out, trained = tmp_path / "results.json", []
+    study.run_study("tiny", [CELL], [0], tmp_path / "runs", out=out, root=REPO, train=_counting_trainer(trained))
+    recorded = json.loads(out.read_text())["configs"]["ist"]["resolved"]
+    assert recorded["batch_size"] == 32  # digits_ist.py's own value
+    pinned = CELL._replace(overrides=CELL.overrides + ("--config.batch_size=32",))
+    moved = CELL._replace(overrides=CELL.overrides + ("--config.batch_size=16",))
+    assert study.kept_records(out, [pinned], {"ist": recorded}).keys() == {("ist", 0)}
+    assert study.kept_records(out, [pinned]) == {}  # without the resolved fields only the overrides can match
+    assert study.kept_records(out, [moved], {"ist": {**recorded, "batch_size": 16}}) == {}
+    study.run_study("tiny", [pinned], [0], tmp_path / "runs2", out=out, root=REPO, train=_counting_trainer(trained))
+    assert trained == [("ist", 0)]  # kept, not retrained
+    assert json.loads(out.read_text())["configs"]["ist"]["overrides"] == list(pinned.overrides)
+    study.run_study("tiny", [moved], [0], tmp_path / "runs3", out=out, root=REPO, train=_counting_trainer(trained))
+    assert trained == [("ist", 0), ("ist", 0)]  # the config changed: trained afresh
+
+
 def test_a_study_run_for_other_seeds_keeps_the_seeds_its_file_holds(tmp_path):
     """Seeds 0 and 1 are in the file; a run for seed 2 alone trains it and keeps 0 and 1, in seed order."""
     out, trained = tmp_path / "results.json", []

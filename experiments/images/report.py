@@ -393,9 +393,9 @@ def _images_decompose_variants(d):
                       _paired_loss(d, r["label"], r["base"], "merge_cost"),
                       _paired_loss(d, r["label"], r["base"], "test_loss")])
     body = markdown_table(
-        ["W", "group", "channel IST with", "test accuracy", "minus the defaults (points)", "verdict",
-         "workers' own train loss, minus the defaults'", "merge cost, minus", "test loss, minus"], lines)
-    return (f"Channel IST's variants at {cell(rows[0]['budget'])} samples against the config's defaults at the same "
+        ["W", "group", "channel IST with", "test accuracy", "minus IST's cell (points)", "verdict",
+         "workers' own train loss, minus IST's cell's", "merge cost, minus", "test loss, minus"], lines)
+    return (f"Channel IST's variants at {cell(rows[0]['budget'])} samples against the study's IST cell at the same "
             f"budget (the main table's IST row), each difference paired by seed, mean [95 % t interval]; the accuracy "
             f"difference in points with its seeds; the verdict reads that interval (better or worse where it excludes "
             f"0).\n\n" + body)

@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Optional
 
 from istjax.launch.metrics import SPLIT, read_metrics
@@ -282,34 +282,51 @@ def results(study: str, command: str, planned: Sequence[Planned], runs: Sequence
             started: str) -> dict[str, Any]:
     """The results document: study, command, each cell's config (file, overrides, resolved fields), the machine of
     the runs, rows (`aggregate`) and runs (`run_record`, each with its own commit)."""
-    from istjax.launch.config import to_dict
-
     cells = list({p.cell.label: p.cell for p in planned}.values())
     configs = {}
     for p in planned:
         if p.cell.label not in configs:
-            resolved = json.loads(json.dumps(to_dict(p.config)))
-            resolved.pop("seed", None)
             configs[p.cell.label] = {"config": _config_name(p.cell), "overrides": list(p.cell.overrides),
-                                     "resolved": resolved}
+                                     "resolved": resolved_fields(p.config)}
     return {"study": study, "command": command, "machine": _machines(runs), "started": started,
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "configs": configs,
             "rows": aggregate(cells, runs), "runs": list(runs)}
 
 
-def kept_records(out: os.PathLike, cells: Sequence[Cell]) -> dict[tuple[str, Optional[int]], dict[str, Any]]:
+def resolved_fields(config: Any) -> dict[str, Any]:
+    """A run's config as the results file records it for its cell (``configs[label]["resolved"]``): every field, as
+    JSON, without the seed (a cell's seeds share it)."""
+    from istjax.launch.config import to_dict
+
+    resolved = json.loads(json.dumps(to_dict(config)))
+    resolved.pop("seed", None)
+    return resolved
+
+
+def kept_records(out: os.PathLike, cells: Sequence[Cell], resolved: Optional[Mapping[str, dict[str, Any]]] = None
+                 ) -> dict[tuple[str, Optional[int]], dict[str, Any]]:
     """``{(label, seed): record}``: the runs an earlier `run_study` wrote into ``out`` for cells whose config file
-    and overrides are still these ``cells``'. A study that outlives its machine (runs trained over several
-    sessions, their run directories gone) keeps them: `run_study` neither retrains them nor drops them from the
-    file. Each record carries the commit and machine that trained it."""
+    is still these ``cells``' and whose overrides are too, or, where they changed, whose resolved fields (``resolved``:
+    label -> `resolved_fields` of the cell's config now) equal the ones the file recorded: a cell that pins a value
+    its config file no longer defaults to (``--config.learning_rate=0.05`` after the file's default moved) keeps the
+    runs that trained at it. A study that outlives its machine (runs trained over several sessions, their run
+    directories gone) keeps them: `run_study` neither retrains them nor drops them from the file. Each record
+    carries the commit and machine that trained it."""
     try:
         doc = json.loads(pathlib.Path(out).read_text())
     except (OSError, ValueError):
         return {}
-    same = {c.label for c in cells
-            if (doc.get("configs", {}).get(c.label) or {}).get("overrides") == list(c.overrides)
-            and doc["configs"][c.label].get("config") == _config_name(c)}
-    return {(r["label"], r.get("seed")): r for r in doc.get("runs", []) if r.get("label") in same}
+    resolved = resolved or {}
+
+    def same(c: Cell) -> bool:
+        recorded = doc.get("configs", {}).get(c.label) or {}
+        if recorded.get("config") != _config_name(c):
+            return False
+        return (recorded.get("overrides") == list(c.overrides)
+                or (c.label in resolved and recorded.get("resolved") == resolved[c.label]))
+
+    kept = {c.label for c in cells if same(c)}
+    return {(r["label"], r.get("seed")): r for r in doc.get("runs", []) if r.get("label") in kept}
 
 
 def write_json(out: os.PathLike, doc: Any) -> pathlib.Path:
@@ -347,7 +364,8 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
     """
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     planned = plan(cells, seeds, workdir, root=root, only=only, layout=layout)
-    kept = {} if overwrite or out is None else kept_records(out, cells)
+    resolved = {p.cell.label: resolved_fields(p.config) for p in planned}
+    kept = {} if overwrite or out is None else kept_records(out, cells, resolved)
     todo = planned if overwrite else [p for p in planned if not finished(p.config, p.run_dir)
                                       and (p.cell.label, p.seed) not in kept]
     _say(f"{study}: {len(planned)} run(s), {len(planned) - len(todo)} finished before"
