@@ -49,21 +49,15 @@ for _label in ("data_parallel", "local_sgd", "full_w1", "half_alone", "all_none_
     scalar(f"diagnosis.{_label}", DIAGNOSIS, label_accuracy(_label))
 
 
-def _bytes_vs(label: str, reference: str) -> Callable[[Any], str]:
-    """Cell ``label``'s bytes per worker per round over ``reference``'s, as a fraction: '0.51'."""
+def _bytes_vs(label: str, reference: str, whole_run: bool = False) -> Callable[[Any], str]:
+    """Cell ``label``'s bytes per worker per round over ``reference``'s, as a fraction: '0.51'; ``whole_run``: over
+    the whole run (bytes per round x rounds), the comparison for cells of equal samples but different K, where a
+    round is not the same unit."""
     def fn(d):
         by = {r["label"]: r for r in result_rows(d)}
-        return fixed(by[label]["bytes_per_worker_per_round"] / by[reference]["bytes_per_worker_per_round"])
-    return fn
-
-
-def _run_bytes_vs(label: str, reference: str) -> Callable[[Any], str]:
-    """Cell ``label``'s bytes per worker over its whole run over ``reference``'s (bytes per round x rounds): the
-    comparison for cells of equal samples but different K, where a round is not the same unit."""
-    def fn(d):
-        by = {r["label"]: r for r in result_rows(d)}
-        total = {k: by[k]["bytes_per_worker_per_round"] * by[k]["rounds"] for k in (label, reference)}
-        return fixed(total[label] / total[reference])
+        moved = {k: by[k]["bytes_per_worker_per_round"] * (by[k]["rounds"] if whole_run else 1)
+                 for k in (label, reference)}
+        return fixed(moved[label] / moved[reference])
     return fn
 
 
@@ -427,7 +421,7 @@ for _w in (2, 4):
     for _suffix, *_ in DECOMPOSE_VARIANTS:
         scalar(f"decompose.variant.W{_w}.{_suffix}", DECOMPOSE, _variant_scalar(_w, _suffix))
         scalar(f"decompose.variant.W{_w}.{_suffix}.bytes", DECOMPOSE,  # the whole run's: equal samples, K varies
-               _run_bytes_vs(f"ist_W{_w}_{LARGEST}_{_suffix}", f"local_sgd_W{_w}_{LARGEST}"))
+               _bytes_vs(f"ist_W{_w}_{LARGEST}_{_suffix}", f"local_sgd_W{_w}_{LARGEST}", whole_run=True))
 
 
 @table("images_decompose_resist", DECOMPOSE)

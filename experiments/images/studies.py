@@ -191,8 +191,8 @@ def _decompose_cells() -> list[Cell]:
     """Channel IST (fmnist_resnet_ist.py at 1/8 width, learning rate pinned at 0.05: `MEASURED_LR`) against data
     parallel and local SGD at W = 2 and 4, the same samples in all at each budget; then, at the largest budget,
     channel IST's variants (`DECOMPOSE_VARIANTS`: BatchNorm statistics handled four ways, the paper's layout, the
-    settings adopted from the small grid re-checked). Every run records the round's loss split (the workers' own loss, the merged model's on
-    the same batches in training and test mode), which names where IST's gap goes."""
+    settings adopted from the small grid re-checked). Every run records the round's loss split (the workers' own
+    loss, the merged model's on the same batches in training and test mode), which names where IST's gap goes."""
     config = "experiments/configs/fmnist_resnet_ist.py"
 
     def rounds(samples, w, k=20):
