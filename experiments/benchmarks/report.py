@@ -40,7 +40,7 @@ def _machine_line(d: dict) -> str:
             f"{m['loadavg_start'][0]:.1f} -> {m['loadavg_end'][0]:.1f}, {d['total_seconds']:.0f} s in all")
 
 
-def _suite_tables(d: dict, heading: str = "####") -> str:
+def _suite_tables(d: dict, heading: str = "###") -> str:
     from experiments.benchmarks import run
     parts = [f"Measured on {_machine_line(d)}.", "", f"{heading} targets (worst row of each study)", "",
              run.markdown(verdicts(d), run.TARGET_COLUMNS)]

@@ -97,7 +97,7 @@ class SubnetSpec:
     """A parameter tree's partition layout.
 
     Attributes:
-      leaves: a pytree with the parameters' structure whose leaves are `LeafSpec`s.
+      leaves: a pytree with the parameters' structure whose leaves are `LeafSpec` objects.
       group_sizes: neuron group name -> number of units in the full network.
     """
 

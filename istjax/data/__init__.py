@@ -1,23 +1,24 @@
 """Data: loaders, the dataset registry and the per-worker batching plan.
 
 Modules:
-  arrays    -- your own data: `from_arrays` (a Dataset of your arrays: split, standardised, checked) and
-               `check_dataset` (the checks a `data.module` function's result passes).
-  dataset   -- `Dataset`, the container every loader returns, `standardize` (train statistics) and `Rows` (a
-               training split standardised row by row when indexed, as file-backed loaders return it).
-  builtin   -- the loaders that ship with the install: `load_digits`, `load_mnist1d`, `load_synthetic_speech`.
-  images    -- image datasets from their published files: `load_fashion_mnist` (Debian's IDX files).
-  registry  -- `DATASETS` and `load_dataset(name, **kwargs)`, which also routes `tfds:<name>` to `tfds`.
-  batching  -- the on-device per-worker sampling plan: `make_index_fn`, `make_batch_fn`, `eval_batches`.
-  augment   -- on-device image augmentation (random crop with zero padding, random flip): `augment.augment`,
-               `augment_batches` (a round's `[W, K, B, H, W, C]` batch, keys from (seed, round, worker, step)).
-               `istjax.data.augment` stays the module; the function is `istjax.data.augment.augment`.
-  tfds      -- real datasets prepared with tensorflow-datasets, loaded into memory (`load_tfds`).
-  audio     -- log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
-  xmc       -- extreme multi-label classification data: the Extreme Classification Repository's text format
-               (`read_xmc`, cached), `load_xmc` (`xmc-debian-deps`, `xmc-synthetic`), padded sparse batches
-               (`pack_rows`), a generator (`synthetic_xmc`), and their training views (`as_dataset`: `(id, value)`
-               pairs, label sets) in `DATASETS` as `xmc_debian_deps` and `xmc_synthetic`.
+
+* ``arrays``: your own data: `from_arrays` (a Dataset of your arrays: split, standardised, checked) and
+  `check_dataset` (the checks a `data.module` function's result passes).
+* ``dataset``: `Dataset`, the container every loader returns, `standardize` (train statistics) and `Rows` (a
+  training split standardised row by row when indexed, as file-backed loaders return it).
+* ``builtin``: the loaders that ship with the install: `load_digits`, `load_mnist1d`, `load_synthetic_speech`.
+* ``images``: image datasets from their published files: `load_fashion_mnist` (Debian's IDX files).
+* ``registry``: `DATASETS` and `load_dataset(name, **kwargs)`, which also routes `tfds:<name>` to `tfds`.
+* ``batching``: the on-device per-worker sampling plan: `make_index_fn`, `make_batch_fn`, `eval_batches`.
+* ``augment``: on-device image augmentation (random crop with zero padding, random flip): `augment.augment`,
+  `augment_batches` (a round's `[W, K, B, H, W, C]` batch, keys from (seed, round, worker, step)).
+  `istjax.data.augment` stays the module; the function is `istjax.data.augment.augment`.
+* ``tfds``: real datasets prepared with tensorflow-datasets, loaded into memory (`load_tfds`).
+* ``audio``: log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
+* ``xmc``: extreme multi-label classification data: the Extreme Classification Repository's text format
+  (`read_xmc`, cached), `load_xmc` (`xmc-debian-deps`, `xmc-synthetic`), padded sparse batches
+  (`pack_rows`), a generator (`synthetic_xmc`), and their training views (`as_dataset`: `(id, value)`
+  pairs, label sets) in `DATASETS` as `xmc_debian_deps` and `xmc_synthetic`.
 """
 
 from istjax.data.arrays import check_dataset as check_dataset

@@ -293,8 +293,8 @@ def make_batch_fn(
         MPI rank whose workers these are needs. None: every worker's.
 
     Returns:
-      `batches(round_index) -> {"x": [W, K, B, ...] float32, "y": [W, K, B]
-      int32}`, a :class:`BatchFn`, deterministic in `(seed, round_index,
+      A :class:`BatchFn`, ``batches(round_index)``, that returns the round's batch, a dict of ``x``
+      (``[W, K, B, ...] float32``) and ``y`` (``[W, K, B] int32``), deterministic in `(seed, round_index,
       worker)` and jit-compatible (`jax.jit(batches)(jnp.int32(5))`).  See
       :func:`make_index_fn` for the exact sampling contract.
     """

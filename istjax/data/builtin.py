@@ -44,7 +44,7 @@ def load_digits(*, test_size: int = 360, seed: int = 0) -> Dataset:
       seed: `random_state` of the stratified split.
 
     Returns:
-      Dataset with `train_x: [1797 - test_size, 64] float32`, 10 classes.
+      A `Dataset` whose ``train_x`` is ``[1797 - test_size, 64] float32``, 10 classes.
     """
     from sklearn.datasets import load_digits as _sk_load_digits
     from sklearn.model_selection import train_test_split
@@ -156,7 +156,7 @@ def load_mnist1d(*, disk_cache: bool = True, **dataset_args: Any) -> Dataset:
         `num_samples=5000`, `train_split=0.8`, `seed=42`.
 
     Returns:
-      Dataset with `train_x: [num_samples * train_split, 40] float32`.
+      A `Dataset` whose ``train_x`` is ``[num_samples * train_split, 40] float32``.
     """
     args = _mnist1d_default_args()
     unknown = sorted(set(dataset_args) - set(args))
@@ -337,7 +337,7 @@ def load_synthetic_speech(
       noise_scale: multiplier of both noise terms; larger is harder.
 
     Returns:
-      Dataset with `train_x: [num_train, num_features] float32`.
+      A `Dataset` whose ``train_x`` is ``[num_train, num_features] float32``.
     """
     num_train = _check_positive("num_train", num_train)
     num_test = _check_positive("num_test", num_test)

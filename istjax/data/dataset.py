@@ -79,7 +79,7 @@ class Dataset(NamedTuple):
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """Shape of one example, `train_x.shape[1:]`."""
+        """Shape of one example, ``train_x.shape[1:]``."""
         return tuple(self.train_x.shape[1:])
 
     @property
