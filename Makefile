@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow results clean
+.PHONY: install demo test test-slow docs results clean
 
 install:
 	@bash scripts/setup_env.sh
@@ -19,8 +19,17 @@ demo: install
 test: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n 2 --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
-test-slow: install
+test-slow: install docs
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n 2 --dist worksteal -m slow --durations=20 $(PYTEST_ARGS)
+
+# The documentation site, into docs/_build/html (open docs/_build/html/index.html), warnings as errors. Pages run
+# as notebooks at build: ISTJAX_DOCS_EXECUTE=cache (default: only pages whose code changed), force (every page; CI)
+# or off. Data sets from ../shared/data unless ISTJAX_DATA_DIR says otherwise. The browser test (tests/test_docs_site.py,
+# slow) opens the built site, so test-slow builds it first.
+ISTJAX_DATA_DIR ?= $(abspath $(CURDIR)/../shared/data)
+export ISTJAX_DATA_DIR
+docs: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/sphinx-build -b html -W --keep-going -j 2 docs docs/_build/html
 
 # Rewrites every table between <!-- report:NAME --> markers in README.md and docs/ from the committed results JSON
 # (python -m experiments.report --check only compares; tests/test_report.py runs it).
@@ -28,4 +37,4 @@ results: install
 	$(PY) -m experiments.report
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache docs/_build

@@ -12,8 +12,8 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
 $PIP install --quiet --upgrade pip
-# The package and its extras (jax on CPU, flax, optax, orbax, tfds, mpich + mpi4py, tests).
-$PIP install --quiet -e ".[data,graph,mpi,speech,test]"
+# The package and its extras (jax on CPU, flax, optax, orbax, tfds, mpich + mpi4py, tests, the docs site).
+$PIP install --quiet -e ".[data,graph,mpi,speech,test,docs]"
 # mpi4jax builds from source: mpicc from the mpich wheel must be on PATH, the build must not pull another jax,
 # and CUDA_PATH must name an existing folder (an empty one builds the CPU bridge only).
 if ! "$VENV/bin/python" -c "import mpi4jax" 2>/dev/null; then
@@ -49,6 +49,21 @@ if ! fmnist_ok; then
     rm -f "$fmnist_log"
   else
     echo "istjax: Fashion-MNIST will be unavailable (not root or no apt-get, $fmnist missing); $fmnist_fix."
+  fi
+fi
+# The docs site's browser test (tests/test_docs_site.py) drives Debian's chromium through Playwright (Playwright's
+# own browser download is not used). Installed where this runs as root with apt-get; otherwise the test says how.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+       (DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; then
+      echo "istjax: installed chromium (the docs site's browser test)"
+    else
+      echo "istjax: chromium could not be installed (apt-get install chromium); the docs browser test will say so."
+    fi
+  else
+    echo "istjax: chromium missing (not root or no apt-get): the docs browser test needs 'apt-get install chromium'."
   fi
 fi
 touch "$stamp"

@@ -90,6 +90,20 @@ def test_a_cell_whose_overrides_changed_but_not_its_config_keeps_its_runs(tmp_pa
     assert trained == [("ist", 0), ("ist", 0)]  # the config changed: trained afresh
 
 
+def test_a_run_of_some_cells_keeps_the_other_cells_pinned_runs(tmp_path):
+    """``only`` trains one cell; another cell whose overrides now pin its config's own value keeps its runs (their
+    run directories gone: a study that outlives its machine)."""
+    out, trained = tmp_path / "results.json", []
+    other = CELL._replace(label="other")
+    study.run_study("tiny", [CELL, other], [0], tmp_path / "runs", out=out, root=REPO,
+                    train=_counting_trainer(trained))
+    pinned = other._replace(overrides=other.overrides + ("--config.batch_size=32",))
+    study.run_study("tiny", [CELL, pinned], [0], tmp_path / "runs2", out=out, root=REPO, only=["ist"],
+                    train=_counting_trainer(trained))
+    assert trained == [("ist", 0), ("other", 0)]  # nothing retrained
+    assert sorted(r["label"] for r in json.loads(out.read_text())["runs"]) == ["ist", "other"]
+
+
 def test_a_study_run_for_other_seeds_keeps_the_seeds_its_file_holds(tmp_path):
     """Seeds 0 and 1 are in the file; a run for seed 2 alone trains it and keeps 0 and 1, in seed order."""
     out, trained = tmp_path / "results.json", []

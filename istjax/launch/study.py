@@ -364,13 +364,14 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
     """
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     planned = plan(cells, seeds, workdir, root=root, only=only, layout=layout)
-    resolved = {p.cell.label: resolved_fields(p.config) for p in planned}
+    every = plan(cells, seeds, workdir, root=root, layout=layout) if only else planned
+    # every cell's, not only those asked for: the runs of cells outside ``only`` stay in the file too
+    resolved = {p.cell.label: resolved_fields(p.config) for p in every}
     kept = {} if overwrite or out is None else kept_records(out, cells, resolved)
     todo = planned if overwrite else [p for p in planned if not finished(p.config, p.run_dir)
                                       and (p.cell.label, p.seed) not in kept]
     _say(f"{study}: {len(planned)} run(s), {len(planned) - len(todo)} finished before"
          f"{f' ({len(kept)} kept from {out})' if kept else ''}, {len(todo)} to train")
-    every = plan(cells, seeds, workdir, root=root, layout=layout) if only else planned
     failed: dict[str, str] = {}
 
     def collect() -> list[dict[str, Any]]:
