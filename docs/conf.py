@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT))  # autodoc imports this checkout's istjax, not an 
 # which the results page imports) through PYTHONPATH, and the data sets through ISTJAX_DATA_DIR.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 os.environ.setdefault("ISTJAX_DATA_DIR", str(ROOT.parent / "shared" / "data"))
-os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars are for terminals, not pages
 
 import istjax  # noqa: E402  (after the path is set)
 

@@ -302,6 +302,18 @@ def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = Non
     return status
 
 
+def rendered(name: str, root: pathlib.Path = ROOT) -> str:
+    """The registered table (or figure) ``name`` as Markdown, rendered from its committed results file(s): what the
+    docs site's results page shows at build time (``IPython.display.Markdown(rendered("text_study"))``)."""
+    entry = tables.REGISTRY.get(name)
+    if entry is None:
+        near = difflib.get_close_matches(name, tables.REGISTRY, n=3)
+        raise ReportError(f"report:{name} names no table{'; did you mean ' + ', '.join(near) + '?' if near else ''}"
+                          f" (python -m experiments.report --list shows them)")
+    renderer = _Renderer(root, tables.REGISTRY)
+    return entry.render(*[renderer.load(s, "rendered()", name) for s in entry.sources])
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Provenance: which code made the numbers
 
