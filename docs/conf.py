@@ -21,6 +21,7 @@ import sys
 DOCS = pathlib.Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # autodoc imports this checkout's istjax, not an installed copy
+sys.path.insert(0, str(DOCS / "_ext"))  # constants: a re-exported constant's #: comment
 # The notebook kernels MyST-NB starts are separate processes: they find this checkout (istjax and experiments/,
 # which the results page imports) through PYTHONPATH, and the data sets through ISTJAX_DATA_DIR.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -39,6 +40,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "constants",
 ]
 
 # --- which pages -----------------------------------------------------------------------------------------------
@@ -63,13 +65,16 @@ nb_execution_raise_on_error = True  # a cell that raises fails the build
 nb_execution_timeout = 900  # seconds per cell
 nb_execution_in_temp = True  # a page that writes files writes them in a temporary folder
 nb_merge_streams = True
+nb_render_markdown_format = "myst"  # a cell that returns Markdown (the results page's tables) renders as MyST
 nb_execution_show_tb = True
 myst_enable_extensions = ["colon_fence", "dollarmath", "deflist"]
 myst_heading_anchors = 3  # [text](page.md#a-heading) links resolve to the heading's anchor
 source_suffix = {".md": "myst-nb", ".rst": "restructuredtext"}
 
 # --- autodoc ---------------------------------------------------------------------------------------------------
-autodoc_default_options = {"members": True, "member-order": "bysource", "undoc-members": False}
+# undoc-members: a constant is documented where it is assigned (the constants extension fills its entry from there);
+# a test (tests/test_docs_site.py) fails on a public name with no documentation anywhere.
+autodoc_default_options = {"members": True, "member-order": "bysource", "undoc-members": True}
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True

@@ -34,6 +34,7 @@ class AlgorithmEntry(NamedTuple):
     description: str = ""
 
 
+#: The algorithms by config name (``algorithm.name``): each entry builds one from a task, an optimizer and options.
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
     "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches"),
                           "Independent Subnetwork Training: neurons split among workers every round"),

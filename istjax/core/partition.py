@@ -442,6 +442,7 @@ class SamplerEntry(NamedTuple):
     description: str = ""
 
 
+#: The partition samplers by config name (``sampler.name``), each with the options it takes.
 SAMPLERS: Registry[SamplerEntry] = Registry("sampler", field="sampler", entries={
     "uniform": SamplerEntry(lambda o: uniform(pad=False), (), "equal disjoint blocks; uneven sizes refused"),
     "uniform_pad": SamplerEntry(lambda o: uniform(pad=True), (), "equal disjoint blocks, uneven sizes padded"),

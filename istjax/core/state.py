@@ -33,7 +33,7 @@ __all__ = [
 
 PyTree = Any
 
-# The axis name a runtime binds to the workers it maps over (data parallel's `lax.pmean` reduces over it).
+#: The axis name a runtime binds to the workers it maps over (data parallel's `lax.pmean` reduces over it).
 WORKERS = "workers"
 
 

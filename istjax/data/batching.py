@@ -46,6 +46,7 @@ __all__ = [
 Batch = dict[str, jax.Array]
 """``{"x": [W, K, B, ...] float32, "y": [W, K, B] int32}``."""
 
+#: How workers' samples are drawn (``data.sharding``): each from its own shard, or all from the whole set.
 SHARDINGS = ("disjoint", "shared")
 
 # Tags folded into PRNGKey(seed) so the shard split and the sample streams

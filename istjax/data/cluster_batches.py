@@ -26,7 +26,9 @@ from istjax.core.streams import stream_key as _stream_key
 __all__ = ["GRAPH_BATCHES", "FULL_GRAPH", "CLUSTERS", "clustered", "ClusterBatchFn", "ClusterBatches",
            "cluster_batch_fn", "cluster_batches", "steps_per_epoch"]
 
+#: ``data.graph_batches`` values: the whole graph every step, or Cluster-GCN's clusters.
 FULL_GRAPH, CLUSTERS = "full", "clusters"
+#: The values ``data.graph_batches`` takes: ``full`` (the whole graph a step) or ``clusters`` (Cluster-GCN's).
 GRAPH_BATCHES = (FULL_GRAPH, CLUSTERS)  # config.data.graph_batches: the whole graph a step, or Cluster-GCN's
 
 

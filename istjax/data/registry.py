@@ -61,6 +61,7 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "shakespeare": load_shakespeare,
     "text": load_text,
 }
+#: The built-in data sets by name (``data.name``; ``tfds:<name>`` also loads through tensorflow-datasets).
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
 
 

@@ -53,6 +53,7 @@ __all__ = ["BUILTIN", "CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS",
            "Transformer", "VGG",
            "batch_norm", "build_model", "model_class", "model_fields", "model_source", "register_model"]
 
+#: The models by config name (``model.name``): shipped ones and those added with `register_model`.
 MODELS: Registry[type[nn.Module]] = Registry(
     "model", field="model.name",
     entries={"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet, "vgg": VGG,
@@ -61,6 +62,7 @@ MODELS: Registry[type[nn.Module]] = Registry(
     hint="A model of your own: --config.model.module=path/to/file.py:ClassName (istjax eval of a run that does "
          "not record it: --model-module=path/to/file.py:ClassName), or istjax.models.register_model(name, Class).")
 
+#: The names of the models istjax ships (a model of your own may not take one).
 BUILTIN = frozenset(MODELS.names())  # the models istjax ships
 
 # Fields the library fills in from the data, never from the config.

@@ -25,6 +25,7 @@ from istjax.runtimes.mpi import mpi_runtime as mpi_runtime
 from istjax.runtimes.mpi import rank as rank
 from istjax.runtimes.mpi import size as size
 
+#: The runtimes by config name (``runtime.name``): ``simulate``, ``devices``, ``mpi``.
 RUNTIMES: Registry[Runtime] = Registry(
     "runtime", field="backend", entries={r.name: r for r in (_simulate.RUNTIME, _devices.RUNTIME, _mpi.RUNTIME)},
     hint="Add one with istjax.runtimes.register(Runtime(name, build, description)).")
@@ -36,6 +37,7 @@ def register(runtime: Runtime) -> Runtime:
 
 
 def names() -> tuple[str, ...]:
+    """The runtimes' config names (``runtime.name``), in registration order."""
     return tuple(RUNTIMES.names())
 
 

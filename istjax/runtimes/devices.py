@@ -27,6 +27,7 @@ from istjax.runtimes.base import (Runtime, check_batches, communicates, end_roun
 
 __all__ = ["DEVICES", "RUNTIME", "build", "devices_used", "make_mesh"]
 
+#: The devices runtime's name (``runtime.name='devices'``): every worker on its own local device.
 DEVICES = "devices"
 
 

@@ -91,6 +91,7 @@ __all__ = ["MODES", "GRADIENT_BUFFERS", "RUNTIME", "MPIRuntime", "mpi_runtime", 
            "is_primary", "abort_on_error"]
 
 PyTree = Any
+#: The MPI runtime's modes (``runtime.mode``): rank 0 holds the model, or every rank holds a shard of it.
 MODES = ("parameter_server", "sharded")
 GRADIENT_BUFFERS = ("leaves", "one")
 ROOT = 0

@@ -109,6 +109,7 @@ __all__ = [
     "diag_rescale",
 ]
 
+#: The neuron group of the quadratic problems: the coordinates of x.
 COORDS = "coords"  # the neuron group: the coordinates of x
 
 

@@ -18,10 +18,11 @@ from ml_collections import config_dict
 __all__ = ["OPTIMIZERS", "RUN_CONTROL_FIELDS", "MODEL_KEYS", "ConfigError", "default_config", "to_dict",
            "flat_dict", "get_field", "close_matches", "model_fields", "model_module", "data_module", "use_model"]
 
+#: The local optimizers a config may name (``optimizer``).
 OPTIMIZERS = ("sgd", "momentum", "adam")
 
-# Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
-# more rounds). Every other field must match the checkpoint's config exactly.
+#: Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
+#: more rounds). Every other field must match the checkpoint's config exactly.
 RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "max_to_keep", "eval_batch_size",
                       "eval_train_examples", "target_accuracy", "stop_at_target", "progress", "runtime.memory_limit",
                       "runtime.loss_split")
@@ -224,6 +225,7 @@ def close_matches(name: str, known: list[str]) -> str:
     return f" (did you mean {', '.join(repr(h) for h in hits)}?)" if hits else ""
 
 
+#: The model section's own fields; every other one is the module's.
 MODEL_KEYS = ("name", "module")  # the model section's own fields; every other one is the module's
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 __all__ = ["RENAMED", "OPEN_SECTIONS", "renamed", "upgrade_dict"]
 
+#: The flat field names of earlier versions -> where each now lives (``--config.backend`` -> ``runtime.name``).
 RENAMED = {
     "algorithm": "algorithm.name",
     "optimizer_state": "algorithm.optimizer_state",
@@ -29,8 +30,8 @@ RENAMED = {
     "backend": "runtime.name",
     "mpi_mode": "runtime.mode",
 }
-# The sections whose keys a config may add (a config file need not name them first): the loader's arguments, checked
-# against the loader, and the per-group samplers, checked against the model's groups.
+#: The sections whose keys a config may add (a config file need not name them first): the loader's arguments, checked
+#: against the loader, and the per-group samplers, checked against the model's groups.
 OPEN_SECTIONS = ("data.kwargs", "sampler.groups")
 
 
