@@ -60,6 +60,8 @@ if _execute not in ("cache", "force", "off"):
     raise ValueError(f"ISTJAX_DOCS_EXECUTE={_execute!r}: use 'cache' (run changed pages), 'force' (run every page) "
                      "or 'off' (run nothing)")
 nb_execution_mode = _execute
+if _execute == "off":  # no kernel ran, so no cell has a language to highlight with: say nothing of it
+    suppress_warnings = [*globals().get("suppress_warnings", []), "myst-nb.lexer"]
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
 nb_execution_raise_on_error = True  # a cell that raises fails the build
 nb_execution_timeout = 900  # seconds per cell

@@ -51,9 +51,11 @@ def constant_doc(module: Any, name: str) -> list[str]:
 
 
 def _fill(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
-    if what == "data" and not "".join(lines).strip():
+    """A constant's entry: its ``#:`` documentation where it is assigned, in place of what autodoc found (nothing,
+    or the docstring of its type: ``dict``'s for a dict)."""
+    if what == "data":
         module, _, attr = name.rpartition(".")
-        lines[:] = constant_doc(module, attr)
+        lines[:] = constant_doc(module, attr) or lines
 
 
 def setup(app: Any) -> dict[str, Any]:
