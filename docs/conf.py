@@ -90,7 +90,8 @@ nitpicky = False
 # --- HTML ------------------------------------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
 html_title = f"istjax {release}"
-html_static_path = []
+html_static_path = ["_static"]
+html_favicon = "_static/favicon.png"  # a unit grid, as the partitions page draws them
 html_theme_options = {
     "show_toc_level": 2,
     "repository_url": "",
