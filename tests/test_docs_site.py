@@ -79,11 +79,15 @@ def test_the_documentation_check_can_fail():
     assert api_pages_missing(("istjax", "istjax.no_such_module")) == ["istjax.no_such_module"]
 
 
-@pytest.mark.skipif(not (HTML / "objects.inv").is_file(), reason="the site is not built here (make docs)")
+@pytest.mark.slow
 def test_the_built_reference_has_an_entry_for_every_public_name():
     """The built site's inventory holds ``module.name`` for every public name (or, for an object documented under
-    another public name, that name): the reference a tutorial's cross-link lands on exists."""
+    another public name, that name): the reference a tutorial's cross-link lands on exists. Slow: it reads the built
+    site, which ``make test-slow`` builds first."""
     from sphinx.util.inventory import InventoryFile
+
+    if not (HTML / "objects.inv").is_file():
+        pytest.fail(f"the site is not built ({HTML / 'objects.inv'} missing): run `make docs` first")
 
     with open(HTML / "objects.inv", "rb") as f:
         inv = InventoryFile.load(f, "", lambda base, uri: uri)
