@@ -219,6 +219,17 @@ class _Renderer:
                                   f"restore it from git or run its study again") from e
         return self.loaded[source]
 
+    def entry(self, name: str, where: str) -> Entry:
+        """The registered entry ``name``; an unknown name is refused with the closest ones."""
+        entry = self.registry.get(name)
+        if entry is None:
+            near = difflib.get_close_matches(name, self.registry, n=3)
+            hint = f"did you mean {', '.join(near)}? " if near else ""
+            raise ReportError(f"{where}: report:{name} names no table; {hint}fix: use a name that "
+                              f"`python -m experiments.report --list` shows, or register it in its study's "
+                              f"experiments/<family>/report.py")
+        return entry
+
     def note(self, p: Placement, placements: Sequence[Placement]) -> str:
         """The page's provenance note (`provenance_note`) over the files its other markers read; a page is noted
         as carrying one, so `_provenance_status` can tell the pages that lack it."""
@@ -232,13 +243,7 @@ class _Renderer:
 
     def render(self, p: Placement) -> str:
         where = f"{p.path}:{p.line}"
-        entry = self.registry.get(p.name)
-        if entry is None:
-            near = difflib.get_close_matches(p.name, self.registry, n=3)
-            hint = f"did you mean {', '.join(near)}? " if near else ""
-            raise ReportError(f"{where}: report:{p.name} names no table; {hint}fix: use a name that "
-                              f"`python -m experiments.report --list` shows, or register it in its study's "
-                              f"experiments/<family>/report.py")
+        entry = self.entry(p.name, where)
         if entry.inline != p.inline:
             want = ("on one line, <!-- report:NAME -->value<!-- /report:NAME -->" if entry.inline
                     else "each on its own line around the table")
@@ -305,12 +310,8 @@ def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = Non
 def rendered(name: str, root: pathlib.Path = ROOT) -> str:
     """The registered table (or figure) ``name`` as Markdown, rendered from its committed results file(s): what the
     docs site's results page shows at build time (``IPython.display.Markdown(rendered("text_study"))``)."""
-    entry = tables.REGISTRY.get(name)
-    if entry is None:
-        near = difflib.get_close_matches(name, tables.REGISTRY, n=3)
-        raise ReportError(f"report:{name} names no table{'; did you mean ' + ', '.join(near) + '?' if near else ''}"
-                          f" (python -m experiments.report --list shows them)")
     renderer = _Renderer(root, tables.REGISTRY)
+    entry = renderer.entry(name, "rendered()")
     return entry.render(*[renderer.load(s, "rendered()", name) for s in entry.sources])
 
 
