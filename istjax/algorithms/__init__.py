@@ -36,20 +36,20 @@ class AlgorithmEntry(NamedTuple):
 
 #: The algorithms by config name (``algorithm.name``): each entry builds one from a task, an optimizer and options.
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
-    "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches"),
+    "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches", "exchange_dtype", "exchange_values"),
                           "Independent Subnetwork Training: neurons split among workers every round"),
-    "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches"),
+    "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches", "exchange_dtype", "exchange_values"),
                                     "gradients averaged every step"),
-    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches"),
+    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches", "exchange_dtype", "exchange_values"),
                                 "whole replicas trained K steps, then averaged"),
     "diloco": AlgorithmEntry(diloco, ("outer_learning_rate", "outer_momentum", "optimizer_state", "model_state",
-                                     "recompute_batches"),
+                                     "recompute_batches", "exchange_dtype", "exchange_values"),
                              "DiLoCo: whole replicas trained K steps, their average change applied by an outer "
                              "Nesterov step"),
     "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "recompute_batches", "min_depth",
-                                      "test_scale", "num_owners"),
+                                      "test_scale", "num_owners", "exchange_dtype", "exchange_values"),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
-    "tensor_parallel": AlgorithmEntry(tensor_parallel, ("batch_size",),
+    "tensor_parallel": AlgorithmEntry(tensor_parallel, ("batch_size", "exchange_dtype"),
                                       "every layer split across the MPI processes, activations exchanged every step "
                                       "(runtime.name='mpi'; one hidden layer: sparse_mlp, or mlp without BatchNorm)"),
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")

@@ -57,6 +57,7 @@ import optax
 from istjax.core.errors import ArgError
 from istjax.core.comm import CommBytes
 from istjax.core.partition import Sampler
+from istjax.core.precision import Wire
 from istjax.core.spec import SubnetSpec
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, recompute_batches
 from istjax.core.task import MIN_BATCH_STATISTICS_SPLIT, Task
@@ -122,6 +123,9 @@ class SubnetPieces(NamedTuple):
       finish: ``(state, tree, plan, recompute=None) -> TrainState``: the next state from the merged ``held`` tree;
         ``recompute`` is ``(params, model_state) -> model_state``, the statistics of the merged model where the
         model-state policy asks for them (`finish_round`), None where no batches were given.
+      wire: what crosses between the held tree and the workers (`istjax.core.precision.Wire`): workers start from
+        ``wire.round`` of their pieces and send back ``wire.up`` of what they trained, which ``collect`` reads
+        with ``wire.back`` against the exact pieces; float32 (the default) moves every value as it is.
     """
 
     sampler: Sampler
@@ -130,6 +134,7 @@ class SubnetPieces(NamedTuple):
     plan: Callable[[TrainState], RoundPlan]
     start: Callable[[dict, jax.Array], WorkerState]
     finish: Callable[..., TrainState]
+    wire: Wire = Wire()
 
 
 class OwnerSide(NamedTuple):
@@ -183,6 +188,9 @@ class Algorithm:
         last), which a runtime adds to the round's metrics; None for none.
       recompute_batches: under ``model_state="recompute"``, each worker's first this many batches of the round are
         what the statistics are recomputed from (`recompute_batches`).
+      wire: what crosses between workers and the server (`istjax.core.precision.Wire`), rounded by the algorithm's
+        own pieces; ``collect(..., sent=True)`` reads workers' trees that are what they sent (`Wire.up`). A runtime
+        that moves bytes moves the rounded values as their 16 bits (`istjax.core.precision.pack`).
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -208,6 +216,7 @@ class Algorithm:
     outer_optimizer: Optional[optax.GradientTransformation] = None
     split: Optional[Callable[..., dict]] = None
     recompute_batches: int = 1
+    wire: Wire = Wire()
 
     def __post_init__(self):  # the declarations are checked where they are made
         try:

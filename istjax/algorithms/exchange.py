@@ -38,16 +38,25 @@ __all__ = ["whole_round", "owner_evaluate", "owner_side", "subnet_algorithm"]
 
 def whole_round(task: Task, pieces: SubnetPieces, recompute_batches: int = 1):
     """``(distribute, collect)``, the `Algorithm` pieces of a round over the whole model (module docstring);
-    ``recompute_batches``: how many of each worker's batches a ``"recompute"`` policy reads (`recompute_from`)."""
-    spec = pieces.spec
+    ``recompute_batches``: how many of each worker's batches a ``"recompute"`` policy reads (`recompute_from`).
+
+    Under a rounding wire (``pieces.wire``) workers start from their pieces rounded, and ``collect`` reads each
+    worker's trained tree as what it would send (`istjax.core.precision.Wire.up`), or, with ``sent=True``, takes
+    the workers' held trees to be what they sent already (the MPI parameter server receives only that)."""
+    spec, wire = pieces.spec, pieces.wire
     disjoint = partition_lib.disjoint_groups(pieces.sampler, spec.group_sizes)
 
     def distribute(state):
         round_plan = pieces.plan(state)
-        return pieces.start(extract(pieces.held(state), round_plan.partition, spec), state.round), round_plan
+        tree = wire.round(extract(pieces.held(state), round_plan.partition, spec))  # what arrives
+        return pieces.start(tree, state.round), round_plan
 
-    def collect(state, workers, round_plan, batches=None, shared=None):
-        tree = merge(pieces.held(state), pieces.held(workers), round_plan.partition, spec, disjoint=disjoint)
+    def collect(state, workers, round_plan, batches=None, shared=None, *, sent=False):
+        held, returned = pieces.held(state), pieces.held(workers)
+        if not wire.exact:  # read what each worker sent against the exact pieces it was given
+            exact = extract(held, round_plan.partition, spec)
+            returned = wire.back(returned if sent else wire.up(returned, wire.round(exact)), exact)
+        tree = merge(held, returned, round_plan.partition, spec, disjoint=disjoint)
         return pieces.finish(state, tree, round_plan, recompute_from(task, batches, shared, recompute_batches))
 
     return distribute, collect
@@ -105,5 +114,6 @@ def subnet_algorithm(task: Task, pieces: SubnetPieces, *, init, num_workers: int
     held = jax.eval_shape(lambda k: pieces.held(init(k)), jax.random.key(0))
     slots = pieces.sampler.slots(pieces.spec.group_sizes, num_workers)
     return Algorithm(init=init, round=None, distribute=distribute, collect=collect, num_workers=num_workers,
-                     comm=subnet_bytes(held, pieces.spec, slots), task=task, sampler=pieces.sampler,
-                     exchange="subnetworks", subnet=pieces, owner_side=owner_side(task, pieces), **fields)
+                     comm=subnet_bytes(pieces.wire.shapes(held), pieces.spec, slots), task=task, sampler=pieces.sampler,
+                     exchange="subnetworks", subnet=pieces, owner_side=owner_side(task, pieces), wire=pieces.wire,
+                     **fields)

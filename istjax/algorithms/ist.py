@@ -18,6 +18,7 @@ import optax
 from istjax.algorithms.base import (Algorithm, SubnetPieces, bind, check_common, finish_round, init_state,
                                     local_train, loss_split)
 from istjax.algorithms.exchange import subnet_algorithm
+from istjax.core import precision
 from istjax.core.errors import ArgError
 from istjax.core import partition as partition_lib
 from istjax.core.schedule import at_round
@@ -30,7 +31,8 @@ __all__ = ["ist", "ist_pieces", "held_spec"]
 
 def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
         sampler: Optional[partition_lib.Sampler] = None, optimizer_state: str = "reset",
-        model_state: str = "carry", recompute_batches: int = 1, backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+        model_state: str = "carry", recompute_batches: int = 1, exchange_dtype: str = "float32",
+        exchange_values: str = "delta", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """Independent Subnetwork Training.
 
     Each round: split the round key, sample a partition of every neuron group among ``num_workers`` workers, extract
@@ -50,10 +52,15 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
         ``"recompute"`` (recomputed on the merged model after every round).
       recompute_batches: with ``model_state="recompute"``, the statistics come from each worker's first this many
         batches of the round (W x this many batches; default 1).
+      exchange_dtype: what crosses between the server and the workers, ``"float32"`` or ``"bfloat16"`` (half the
+        bytes; `istjax.core.precision`).
+      exchange_values: under a bfloat16 exchange, what a worker sends back: ``"delta"`` (its change, added to the
+        float32 master) or ``"params"`` (its values, written over the master); `istjax.core.precision.Wire`.
       backend: a runtime name (``"simulate"``, ``"devices"``, ``"mpi"``) or an `istjax.runtimes.Runtime`.
       **backend_options: passed to the runtime (e.g. ``mode="sharded"`` for ``"mpi"``).
     """
     check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
+    wire = precision.wire(exchange_dtype, exchange_values)
     sampler = sampler or partition_lib.uniform()
     _check_groups(task)
     slots = sampler.slots(task.spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
@@ -65,7 +72,7 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
         del axis_name, reduce
         return local_train(loss, optimizer, worker, batches_K, shared)
 
-    pieces = ist_pieces(task, optimizer, sampler, num_workers, carry=carry, model_state=model_state)
+    pieces = ist_pieces(task, optimizer, sampler, num_workers, carry=carry, model_state=model_state, wire=wire)
     algorithm = subnet_algorithm(task, pieces, init=init_state(task, optimizer, carry), num_workers=num_workers,
                                  local=local, name="ist", local_steps=local_steps, optimizer=optimizer,
                                  carries_optimizer_state=carry, model_state_policy=model_state,
@@ -94,7 +101,8 @@ def held_spec(task: Task, optimizer: optax.GradientTransformation, carry: bool) 
 
 
 def ist_pieces(task: Task, optimizer: optax.GradientTransformation, sampler: partition_lib.Sampler,
-               num_workers: int, *, carry: bool, model_state: str) -> SubnetPieces:
+               num_workers: int, *, carry: bool, model_state: str,
+               wire: precision.Wire = precision.Wire()) -> SubnetPieces:
     """IST as `SubnetPieces`: a fresh partition of every neuron group each round; the parameters, the model state
     and a carried optimizer state dealt with it; a worker's optimizer state reset (``optimizer.init``) or carried,
     stamped with the round either way; the model-state policy at the end of the round."""
@@ -116,4 +124,4 @@ def ist_pieces(task: Task, optimizer: optax.GradientTransformation, sampler: par
         return finish_round(model_state, state, tree["params"], tree["model_state"], tree.get("opt_state", ()),
                             round_plan.key, recompute)
 
-    return SubnetPieces(sampler, held_spec(task, optimizer, carry), held, plan, start, finish)
+    return SubnetPieces(sampler, held_spec(task, optimizer, carry), held, plan, start, finish, wire)

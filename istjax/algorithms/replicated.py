@@ -14,6 +14,7 @@ import optax
 
 from istjax.algorithms.base import (Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train,
                                     loss_split, recompute_from, with_outer)
+from istjax.core import precision
 from istjax.core.comm import replicated_bytes
 from istjax.core.errors import ArgError
 from istjax.core.schedule import at_round
@@ -21,7 +22,7 @@ from istjax.core.state import (WORKERS, RoundPlan, WorkerState, broadcast_worker
                                worker_init, worker_mean)
 from istjax.core.task import Task
 
-__all__ = ["data_parallel", "diloco", "local_sgd", "outer_optimizer", "outer_step"]
+__all__ = ["data_parallel", "diloco", "local_sgd", "outer_optimizer", "outer_step", "replicas_mean", "replicas_of"]
 
 
 def _next_key(state):
@@ -29,25 +30,29 @@ def _next_key(state):
 
 
 def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
-                  recompute_batches: int = 1,
-                  model_state: str = "carry", backend: Union[str, Any] = "simulate",
+                  recompute_batches: int = 1, model_state: str = "carry", exchange_dtype: str = "float32",
+                  exchange_values: str = "delta", backend: Union[str, Any] = "simulate",
                   **backend_options: Any) -> Algorithm:
     """Synchronous data-parallel training: every step, workers average their gradients and apply one update.
 
     A round is ``local_steps`` such steps. Every worker holds a replica of the model and of the optimizer state; the
     replicas stay identical. Model state (BatchNorm running statistics, updated on each worker's own batches) is
-    averaged at the end of the round.
+    averaged at the end of the round. Under a bfloat16 exchange (``exchange_dtype``, `istjax.core.precision`) each
+    worker's gradient is rounded to bfloat16, the mean taken in float32 and rounded again (what every worker
+    receives); the model state travels as local SGD's replicas do (``exchange_values``).
     """
     check_common(task, num_workers, local_steps, "carry", model_state, recompute_batches)
+    wire = precision.wire(exchange_dtype, exchange_values)
     loss = task.train_loss(None)
 
     def distribute(state):
-        replica = WorkerState(state.params, state.model_state, at_round(state.opt_state, state.round))
+        replica = WorkerState(state.params, wire.round(state.model_state), at_round(state.opt_state, state.round))
         return broadcast_workers(replica, num_workers), RoundPlan(_next_key(state), None)
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):
         mean = reduce or (lambda g, name: jax.lax.pmean(g, name))
-        return local_train(loss, optimizer, worker, batches_K, shared, grad_reduce=lambda g: mean(g, axis_name))
+        return local_train(loss, optimizer, worker, batches_K, shared,
+                           grad_reduce=lambda g: wire.round(mean(wire.round(g), axis_name)))
 
     def local_fused(workers, batches, shared=None):  # all W workers on one device: one replica, the mean loss
         first = first_worker(workers)  # replicas agree; each worker keeps its own model state (its batches' stats)
@@ -68,59 +73,63 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
         return replicas._replace(model_state=last.model_state), jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1),
                                                                             metrics_KW)
 
-    def collect(state, workers, plan, batches=None, shared=None):
+    def collect(state, workers, plan, batches=None, shared=None, *, sent=False):
         first = first_worker(workers)  # params and optimizer states agree by construction
-        model_state = worker_mean(workers.model_state, like=state.model_state)
+        model_state = replicas_mean(wire, workers.model_state, state.model_state, sent)
         return finish_round(model_state_policy, state, first.params, model_state, first.opt_state, plan.key,
                             recompute_from(task, batches, shared, recompute_batches))
 
     model_state_policy = model_state
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
-    comm = replicated_bytes(abstract_params, times=local_steps, once=abstract_state)
+    comm = replicated_bytes(wire.shapes(abstract_params), times=local_steps, once=wire.shapes(abstract_state))
     algorithm = Algorithm(init=init_state(task, optimizer, True), round=None, distribute=distribute, local=local,
                           collect=collect, name="data_parallel", num_workers=num_workers, local_steps=local_steps,
-                          comm=comm, task=task, optimizer=optimizer, local_fused=local_fused,
+                          comm=comm, task=task, optimizer=optimizer, wire=wire,
+                          local_fused=local_fused if wire.exact else None,  # one replica: no gradient per worker
                           exchange="gradients", carries_optimizer_state=True, model_state_policy=model_state,
                           split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
 
 
 def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
-              recompute_batches: int = 1,
-              optimizer_state: str = "reset", model_state: str = "carry", backend: Union[str, Any] = "simulate",
+              recompute_batches: int = 1, optimizer_state: str = "reset", model_state: str = "carry",
+              exchange_dtype: str = "float32", exchange_values: str = "delta", backend: Union[str, Any] = "simulate",
               **backend_options: Any) -> Algorithm:
     """Local SGD: every worker trains the full model for K steps, then the models (their model states and, with
-    ``optimizer_state="carry"``, the optimizer states) are averaged."""
+    ``optimizer_state="carry"``, the optimizer states) are averaged. Under a bfloat16 exchange (``exchange_dtype``,
+    ``exchange_values``: `istjax.core.precision.Wire`) workers start from the model rounded and the average is of
+    what each sends back, read against the float32 model (`replicas_mean`)."""
     check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
+    wire = precision.wire(exchange_dtype, exchange_values)
     loss = task.train_loss(None)
     carry = optimizer_state == "carry"
 
     def distribute(state):
-        params = broadcast_workers(state.params, num_workers)
-        opt = (at_round(broadcast_workers(state.opt_state, num_workers), state.round) if carry
+        params = replicas_of(wire, state.params, num_workers)
+        opt = (at_round(replicas_of(wire, state.opt_state, num_workers), state.round) if carry
                else worker_init(optimizer, params, state.round))
-        return (WorkerState(params, broadcast_workers(state.model_state, num_workers), opt),
+        return (WorkerState(params, replicas_of(wire, state.model_state, num_workers), opt),
                 RoundPlan(_next_key(state), None))
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally
         del axis_name, reduce
         return local_train(loss, optimizer, worker, batches_K, shared)
 
-    def collect(state, workers, plan, batches=None, shared=None):
-        opt_state = worker_mean(workers.opt_state, like=state.opt_state) if carry else ()
-        return finish_round(model_state_policy, state, worker_mean(workers.params, like=state.params),
-                            worker_mean(workers.model_state, like=state.model_state), opt_state, plan.key,
+    def collect(state, workers, plan, batches=None, shared=None, *, sent=False):
+        opt_state = replicas_mean(wire, workers.opt_state, state.opt_state, sent) if carry else ()
+        return finish_round(model_state_policy, state, replicas_mean(wire, workers.params, state.params, sent),
+                            replicas_mean(wire, workers.model_state, state.model_state, sent), opt_state, plan.key,
                             recompute_from(task, batches, shared, recompute_batches))
 
     model_state_policy = model_state
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     abstract_opt = jax.eval_shape(optimizer.init, abstract_params) if carry else ()
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
-    comm = replicated_bytes((abstract_params, abstract_state, abstract_opt), times=1)
+    comm = replicated_bytes(wire.shapes((abstract_params, abstract_state, abstract_opt)), times=1)
     algorithm = Algorithm(init=init_state(task, optimizer, carry), round=None, distribute=distribute, local=local,
                           collect=collect, name="local_sgd", num_workers=num_workers, local_steps=local_steps,
-                          comm=comm, task=task, optimizer=optimizer, exchange="replicas",
+                          comm=comm, task=task, optimizer=optimizer, exchange="replicas", wire=wire,
                           carries_optimizer_state=carry, model_state_policy=model_state,
                           split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
@@ -129,7 +138,8 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
 def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
            recompute_batches: int = 1,
            outer_learning_rate: float = 0.7, outer_momentum: float = 0.9, optimizer_state: str = "reset",
-           model_state: str = "carry", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+           model_state: str = "carry", exchange_dtype: str = "float32", exchange_values: str = "delta",
+           backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """DiLoCo (Douillard et al. 2023): local SGD whose replicas' average is taken by an outer optimizer.
 
     Every worker trains the whole model for K steps with the inner ``optimizer`` (any optax transformation; the
@@ -137,37 +147,53 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     workers' mean, is applied by SGD with Nesterov momentum (``outer_learning_rate``, ``outer_momentum``; the
     paper's 0.7 and 0.9), whose state travels with the global model. With W = 1, ``outer_learning_rate=1`` and
     ``outer_momentum=0`` this is plain training of one model (the tests check it). Each round moves the same bytes
-    as local SGD: the model to each worker and back.
+    as local SGD: the model to each worker and back, rounded as local SGD's under a bfloat16 exchange.
     """
     check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
     _check_outer(outer_learning_rate, outer_momentum, optimizer_state)
+    wire = precision.wire(exchange_dtype, exchange_values)
     loss = task.train_loss(None)
     outer = outer_optimizer(outer_learning_rate, outer_momentum)
 
     def distribute(state):
-        params = broadcast_workers(state.params, num_workers)
-        return (WorkerState(params, broadcast_workers(state.model_state, num_workers),
+        params = replicas_of(wire, state.params, num_workers)
+        return (WorkerState(params, replicas_of(wire, state.model_state, num_workers),
                             worker_init(optimizer, params, state.round)), RoundPlan(_next_key(state), None))
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally
         del axis_name, reduce
         return local_train(loss, optimizer, worker, batches_K, shared)
 
-    def collect(state, workers, plan, batches=None, shared=None):
-        params, outer_state = outer_step(outer, state.params, worker_mean(workers.params, like=state.params),
+    def collect(state, workers, plan, batches=None, shared=None, *, sent=False):
+        params, outer_state = outer_step(outer, state.params, replicas_mean(wire, workers.params, state.params, sent),
                                          state.opt_state)
-        return finish_round(model_state, state, params, worker_mean(workers.model_state, like=state.model_state),
+        return finish_round(model_state, state, params,
+                            replicas_mean(wire, workers.model_state, state.model_state, sent),
                             outer_state, plan.key, recompute_from(task, batches, shared, recompute_batches))
 
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
-    comm = replicated_bytes((abstract_params, abstract_state), times=1)
+    comm = replicated_bytes(wire.shapes((abstract_params, abstract_state)), times=1)
     algorithm = Algorithm(init=with_outer(init_state(task, optimizer, False), outer), round=None,
-                          distribute=distribute, local=local, collect=collect, name="diloco",
+                          distribute=distribute, local=local, collect=collect, name="diloco", wire=wire,
                           num_workers=num_workers, local_steps=local_steps, comm=comm, task=task, optimizer=optimizer,
                           exchange="replicas", carries_optimizer_state=False, model_state_policy=model_state,
                           outer_optimizer=outer, split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
+
+
+def replicas_of(wire: precision.Wire, tree: Any, num_workers: int) -> Any:
+    """``num_workers`` copies of ``tree`` as each worker receives it (`istjax.core.precision.Wire.round`)."""
+    return broadcast_workers(wire.round(tree), num_workers)
+
+
+def replicas_mean(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = False) -> Any:
+    """The mean over workers of what each sent back of its replica ``tree_W`` (`[W, ...]`) as the receiver reads it
+    against its float32 ``exact`` tree (`istjax.core.precision.Wire`); with ``sent``, ``tree_W`` is what was sent
+    already (the MPI runtime's sums). A float32 wire: the plain mean."""
+    if not wire.exact:
+        tree_W = wire.back(tree_W if sent else wire.up(tree_W, wire.round(exact)), exact)
+    return worker_mean(tree_W, like=exact)
 
 
 def outer_optimizer(learning_rate: float, momentum: float) -> optax.GradientTransformation:

@@ -77,8 +77,8 @@ def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: in
 
 def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
            min_depth: int = 0, test_scale: bool = True, optimizer_state: str = "reset", model_state: str = "carry",
-           num_owners: int = 1, recompute_batches: int = 1, backend: Union[str, Any] = "simulate",
-           **backend_options: Any) -> Algorithm:
+           num_owners: int = 1, recompute_batches: int = 1, exchange_dtype: str = "float32",
+           exchange_values: str = "delta", backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """ResIST on a depth-split ResNet.
 
     Args:
@@ -95,7 +95,8 @@ def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
         worker trains (slots / blocks; the paper's 1/S when blocks divide evenly); False turns it off (the ablation).
       num_owners: deal each stage's blocks stratified by this many owners (`resist_sampler`), as the MPI runtime's
         sharded mode on that many processes needs (``backend="mpi", mode="sharded"``); 1 (default): not stratified.
-      optimizer_state, model_state, recompute_batches, backend, backend_options: as `istjax.ist`.
+      optimizer_state, model_state, recompute_batches, exchange_dtype, exchange_values, backend, backend_options: as
+        `istjax.ist`.
     """
     model = _depth_split_module(task)
     if test_scale and model_state == "recompute":
@@ -121,7 +122,8 @@ def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
                           eval_model=model.clone(test_branch_scale=scales))
     algorithm = ist(task, optimizer, num_workers=num_workers, local_steps=local_steps, sampler=sampler,
                     optimizer_state=optimizer_state, model_state=model_state, recompute_batches=recompute_batches,
-                    backend=backend, **backend_options)
+                    exchange_dtype=exchange_dtype, exchange_values=exchange_values, backend=backend,
+                    **backend_options)
     return dataclasses.replace(algorithm, name="resist")
 
 

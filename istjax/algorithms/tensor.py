@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import optax
 
 from istjax.algorithms.base import Algorithm, apply_update, bind, init_state
-from istjax.core import tiled_init
+from istjax.core import precision, tiled_init
 from istjax.core.collectives import Collectives, lax_collectives
 from istjax.core.comm import CommBytes
 from istjax.core.errors import ArgError
@@ -314,7 +314,8 @@ def _check(task: Task, params: PyTree, num_workers, local_steps, batch_size) -> 
 
 
 def tensor_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
-                    batch_size: int, backend: Union[str, Any] = "mpi", **backend_options: Any) -> Algorithm:
+                    batch_size: int, exchange_dtype: str = "float32", backend: Union[str, Any] = "mpi",
+                    **backend_options: Any) -> Algorithm:
     """Tensor parallelism over ``num_workers`` shards, one per MPI process (module docstring).
 
     Args:
@@ -324,8 +325,12 @@ def tensor_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_
       num_workers: P, the shards (``mpiexec -n P``).
       local_steps: K steps a round; each reads all W rows of the round's `[W, K, B, ...]` batches.
       batch_size: B, for the analytic bytes (``algorithm.comm``: ``K * step_bytes(W * B)``).
+      exchange_dtype: ``"float32"`` only: the activations and their gradients cross in float32 (mpi4jax has no
+        bfloat16 collective, and a sum of activations needs float32 arithmetic); bfloat16 is refused, as is a
+        model computing in bfloat16 (a shard's forward pass is its own float32 code).
       backend: ``"mpi"`` (the only runtime that runs it).
     """
+    _check_float32(task, exchange_dtype)
     if getattr(backend, "name", backend) != "mpi":
         raise ArgError("backend", backend, f"tensor_parallel splits every layer across processes and exchanges "
                        f"activations every step; it runs on the mpi runtime only, not {backend!r}.",
@@ -333,6 +338,21 @@ def tensor_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_
     algorithm = tensor_parallel_pieces(task, optimizer, num_workers=num_workers, local_steps=local_steps,
                                        batch_size=batch_size)
     return bind(algorithm, backend, **backend_options)
+
+
+def _check_float32(task: Task, exchange_dtype: Any) -> None:
+    """Tensor parallel runs in float32 (`tensor_parallel`): a bfloat16 exchange or compute dtype is refused."""
+    if precision.check_dtype(exchange_dtype, "exchange_dtype") != precision.FLOAT32:
+        raise ArgError("exchange_dtype", exchange_dtype,
+                       f"tensor_parallel(exchange_dtype={exchange_dtype!r}): its activations and their gradients are "
+                       f"all-gathered and summed inside every step in float32 (mpi4jax has no bfloat16 collective);",
+                       "use exchange_dtype='float32'.", "Use --config.exchange_dtype=float32.")
+    dtype = getattr(task.module, "dtype", precision.FLOAT32)
+    if dtype != precision.FLOAT32:
+        raise ArgError("compute_dtype", dtype,
+                       f"tensor_parallel with a model computing in {dtype}: a shard's forward pass is its own float32 "
+                       f"code (shard_logits), which does not read the model's dtype;",
+                       "build the model with compute_dtype='float32'.", "Use --config.compute_dtype=float32.")
 
 
 def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int,

@@ -166,7 +166,9 @@ def _takes(fn: Callable, name: str) -> bool:
 
 
 def scores(logits_NxC: jax.Array, labels_N: jax.Array) -> tuple[jax.Array, dict]:
-    """``(mean softmax cross-entropy, {"accuracy": ...})`` of logits against integer labels."""
+    """``(mean softmax cross-entropy, {"accuracy": ...})`` of logits against integer labels, in float32 whatever
+    the compute dtype (`istjax.core.precision`)."""
+    logits_NxC = logits_NxC.astype(jnp.float32)
     loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits_NxC, labels_N))
     accuracy = jnp.mean((jnp.argmax(logits_NxC, axis=-1) == labels_N).astype(jnp.float32))
     return loss, {"accuracy": accuracy}

@@ -34,6 +34,7 @@ from typing import Any, Optional
 import flax.linen as nn
 
 import istjax.models.user as user
+from istjax.core import precision
 from istjax.core.errors import ArgError
 from istjax.core.registry import Registry, close_matches
 from istjax.models.cnn import CNN as CNN
@@ -66,7 +67,7 @@ MODELS: Registry[type[nn.Module]] = Registry(
 BUILTIN = frozenset(MODELS.names())  # the models istjax ships
 
 # Fields the library fills in from the data, never from the config.
-_FROM_DATA = ("num_classes", "label_weights")
+_FROM_DATA = ("num_classes", "label_weights", "dtype")  # dtype: from compute_dtype
 _FLAX_FIELDS = ("parent", "name")
 
 
@@ -119,11 +120,14 @@ def _fields_of(cls: type[nn.Module]) -> dict[str, Any]:
 
 
 def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, module: str = "",
-                num_feature_ids: Optional[int] = None, label_weights: Optional[Any] = None) -> nn.Module:
+                num_feature_ids: Optional[int] = None, label_weights: Optional[Any] = None,
+                compute_dtype: str = "float32") -> nn.Module:
     """The module ``name`` (loaded from ``module`` when given) with ``fields`` (a config's ``model`` section minus
     ``name`` and ``module``). ``num_feature_ids`` (sparse data's, `istjax.data.Dataset.num_feature_ids`) fills a
     ``num_features`` field the config leaves unset (`SparseMLP`'s embedding-bag rows); ``label_weights`` (sparse
     data's inverse propensities, `istjax.data.Dataset.label_weights`) a ``label_weights`` field (its PSP@k).
+    ``compute_dtype`` (``"float32"`` | ``"bfloat16"``, `istjax.core.precision`) fills the module's ``dtype`` field,
+    the Flax convention for the dtype a module computes in (its parameters stay float32).
 
     Raises ValueError naming the field, the value and the fix for an unknown model or fields (every one the model
     lacks, at once), or a value the module itself rejects; nothing is traced.
@@ -132,6 +136,7 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
     _check_num_classes_field(cls, name)
     known = _fields_of(cls)
     values = {k: tuple(_tuples(v)) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
+    _set_compute_dtype(cls, name, values, compute_dtype)
     unknown = sorted(set(fields) - set(known))
     if unknown:
         stale = ", ".join(f"model.{k}={values[k]!r}{close_matches(k, known)}" for k in unknown)
@@ -152,6 +157,29 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
         raise  # names the model, its field and the value (``MLP.hidden=(0,): ...``): the field the config sets
     except (TypeError, ValueError) as e:
         raise ValueError(f"model.name={name!r} with fields {values}: {e}") from e
+
+
+def _set_compute_dtype(cls: type[nn.Module], name: str, values: dict, compute_dtype: Any) -> None:
+    """Puts ``compute_dtype`` (checked) in the module's ``dtype`` field; refuses a ``dtype`` given as a model field
+    (the compute dtype is set once, for the model, the algorithm and the records alike) and bfloat16 for a module
+    without the field."""
+    dtype = precision.check_dtype(compute_dtype, "compute_dtype")
+    if "dtype" in values:
+        raise ArgError("fields", {"dtype": values["dtype"]},
+                       f"model {name!r}: dtype={values['dtype']!r} is set as a model field;",
+                       f"pass compute_dtype={values['dtype']!r} to build_model instead.",
+                       f"Use --config.compute_dtype={values['dtype']} instead of model.dtype.")
+    if "dtype" in {f.name for f in dataclasses.fields(cls)}:
+        values["dtype"] = dtype
+    elif dtype != precision.FLOAT32:
+        raise ArgError("compute_dtype", dtype,
+                       f"compute_dtype={dtype!r}: model {name!r} ({cls.__name__}) has no field dtype, the Flax "
+                       f"convention for the dtype a module computes in, so it would silently compute in float32;",
+                       "add a field `dtype: str = \"float32\"` and pass dtype=self.dtype to its layers (with "
+                       "istjax.core.precision.dense_options(self.dtype) for a Dense's fast bfloat16 matmul), or "
+                       "use compute_dtype='float32'.",
+                       "add a field `dtype: str = \"float32\"` to the model and pass it to its layers "
+                       "(docs/custom_models.md), or use --config.compute_dtype=float32.")
 
 
 def _check_num_classes_field(cls: type[nn.Module], name: str) -> None:

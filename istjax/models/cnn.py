@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import istjax.models.owner_forward as owner_forward
+from istjax.core import precision
 from istjax.core.errors import ArgError
 from istjax.models.conv_ops import conv
 
@@ -56,6 +57,7 @@ __all__ = ["CNN", "BatchStatNorm", "channel_batch_norm"]
 BATCH_NORM_KINDS = ("running", "batch")
 
 
+@precision.float32_stats
 def channel_batch_norm(x_BxHxWxC: jax.Array, scale_C=None, bias_C=None, eps: float = 1e-5) -> jax.Array:
     """Normalises each channel (last axis) with the mean and biased variance over every other axis.
 
@@ -130,6 +132,7 @@ def batch_norm(module: nn.Module, name: str, group: str, x: jax.Array, train: bo
         return BatchStatNorm(group=group, name=name)(x)
     return nn.BatchNorm(
         use_running_average=not train, momentum=module.bn_momentum, use_scale=True, use_bias=True, name=name,
+        **precision.dtype_options(getattr(module, "dtype", "float32")),
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
 
@@ -149,6 +152,7 @@ class CNN(nn.Module):
       bn_momentum: running-average momentum for ``"running"`` (new = m * old + (1 - m) * batch).
       image_shape: ``(H, W, C)`` to reshape flat inputs ``[B, H * W * C]`` to images (e.g. ``(8, 8, 1)`` for
         scikit-learn's digits); None: inputs are already ``[B, H, W, C]``.
+      dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`); parameters stay float32.
     """
 
     widths: tuple[int, ...] = (8, 16)
@@ -158,6 +162,7 @@ class CNN(nn.Module):
     batch_norm: str = "running"
     bn_momentum: float = 0.9
     image_shape: tuple[int, ...] | None = None
+    dtype: str = "float32"
 
     def __post_init__(self):
         widths = _tuple_of_pos_ints("widths", self.widths, "e.g. widths=(8, 16).")
@@ -226,9 +231,8 @@ class CNN(nn.Module):
     def _bn(self, name: str, group: str, x: jax.Array, train: bool) -> jax.Array:
         return batch_norm(self, name, group, x, train)
 
-    @staticmethod
-    def _conv(features: int, names_in: str, names_out: str, name: str, strides: int = 1) -> nn.Conv:
-        return conv(features, 3, names_in, names_out, name, strides)
+    def _conv(self, features: int, names_in: str, names_out: str, name: str, strides: int = 1) -> nn.Conv:
+        return conv(features, 3, names_in, names_out, name, strides, dtype=self.dtype)
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
@@ -255,6 +259,6 @@ class CNN(nn.Module):
                 h = self._bn(f"{pre}_bn2", group, h, train)
                 x = nn.relu(x + h)
         x_BxF = jnp.mean(x, axis=(1, 2))
-        return nn.Dense(self.num_classes, use_bias=True, name="head",
+        return nn.Dense(self.num_classes, use_bias=True, name="head", **precision.dense_options(self.dtype),
                         kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), (group, "classes")),
                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x_BxF)

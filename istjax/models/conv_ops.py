@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from istjax.core import precision as precision_lib
+
 __all__ = ["conv", "conv_general_dilated"]
 
 
@@ -55,7 +57,13 @@ def conv_general_dilated(lhs: jax.Array, rhs: jax.Array, window_strides: Sequenc
                          lhs_dilation: Sequence[int] | None = None, rhs_dilation: Sequence[int] | None = None,
                          dimension_numbers: Any = None, feature_group_count: int = 1, batch_group_count: int = 1,
                          precision: Any = None, preferred_element_type: Any = None) -> jax.Array:
-    """`jax.lax.conv_general_dilated` with CPU-friendly gradients (see the module docstring); same arguments."""
+    """`jax.lax.conv_general_dilated` with CPU-friendly gradients (see the module docstring); same arguments.
+    bfloat16 operands are convolved in float32 and the result rounded to bfloat16 (float32 accumulation; XLA's CPU
+    has no faster bfloat16 convolution: `istjax.core.precision`)."""
+    if precision_lib.is_low(lhs.dtype) and preferred_element_type is None:
+        return conv_general_dilated(lhs.astype(jnp.float32), rhs.astype(jnp.float32), window_strides, padding,
+                                    lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count,
+                                    batch_group_count, precision).astype(lhs.dtype)
     n = lhs.ndim - 2
     if not (_is_channel_last(dimension_numbers, n) and _ones(lhs_dilation) and _ones(rhs_dilation)
             and feature_group_count == 1 and batch_group_count == 1 and preferred_element_type is None):
@@ -128,10 +136,11 @@ _conv.defvjp(_conv_fwd, _conv_bwd)
 
 
 def conv(features: int, size: int, names_in: str | None, names_out: str | None, name: str,
-         strides: int = 1) -> nn.Conv:
+         strides: int = 1, dtype: str = "float32") -> nn.Conv:
     """The conv every istjax image model uses: bias-free, ``size x size``, SAME padding, He-normal kernel with
-    logical names ``(None, None, names_in, names_out)``, run through `conv_general_dilated`."""
+    logical names ``(None, None, names_in, names_out)``, run through `conv_general_dilated`, computing in ``dtype``
+    (`istjax.core.precision`; float32 parameters either way)."""
     return nn.Conv(features, (size, size), strides=(strides, strides), padding="SAME", use_bias=False, name=name,
-                   conv_general_dilated=conv_general_dilated,
+                   conv_general_dilated=conv_general_dilated, **precision_lib.dtype_options(dtype),
                    kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(),
                                                             (None, None, names_in, names_out)))

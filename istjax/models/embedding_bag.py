@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 import istjax.core.tiled_init as tiled_init
+from istjax.core import precision
 
 __all__ = ["EmbeddingBag", "bag"]
 
@@ -40,6 +41,8 @@ class EmbeddingBag(nn.Module):
       kernel_init: the kernel's initializer (default ``N(0, 1)``: a unit-norm row, as tf-idf rows are, gives
         unit-variance outputs; drawn tile by tile, `istjax.core.tiled_init`, so a rank holding a block of the
         columns draws only that block).
+      dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`): the kernel's rows are
+        read in it (the ids stay exact: the input is never cast); the kernel stays float32.
     """
 
     features: int
@@ -47,13 +50,15 @@ class EmbeddingBag(nn.Module):
     names: tuple[str, str] = ("input", "hidden_0")
     use_bias: bool = True
     kernel_init: nn.initializers.Initializer = tiled_init.normal(stddev=1.0)
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x_BxNx2: jax.Array) -> jax.Array:
         kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.names),
                             (self.num_embeddings, self.features))
-        y = bag(x_BxNx2, kernel)
+        y = bag(x_BxNx2, precision.cast(kernel, self.dtype))
         if self.use_bias:
-            y = y + self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, self.names[1:]),
-                               (self.features,))[None, :]
+            y = y + precision.cast(self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                                    self.names[1:]),
+                                              (self.features,)), self.dtype)[None, :]
         return y

@@ -30,6 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from istjax.core import precision
 from istjax.core.errors import ArgError
 import istjax.models.owner_forward as owner_forward
 from istjax.graph import ops
@@ -78,8 +79,8 @@ def keep_mask(key: jax.Array, keep: float, shape: tuple[int, ...], max_bits: int
     return bits.reshape(-1)[:n].reshape(shape).astype(bool)
 
 
-def _dense(features: int, names: tuple, name: str, use_bias: bool = True) -> nn.Dense:
-    return nn.Dense(features, use_bias=use_bias, name=name,
+def _dense(features: int, names: tuple, name: str, dtype: str = "float32", use_bias: bool = True) -> nn.Dense:
+    return nn.Dense(features, use_bias=use_bias, name=name, **precision.dense_options(dtype),
                     kernel_init=nn.with_logical_partitioning(nn.initializers.glorot_uniform(), names),
                     bias_init=nn.with_logical_partitioning(nn.initializers.zeros, names[1:]))
 
@@ -92,12 +93,14 @@ def _graph_of(shared: Any) -> Graph:
 
 
 class _GNN(nn.Module):
-    """Fields and groups shared by `GCN` and `GraphSAGE`."""
+    """Fields and groups shared by `GCN` and `GraphSAGE`; ``dtype`` is the compute dtype, ``"float32"`` or
+    ``"bfloat16"`` (`istjax.core.precision`; parameters stay float32, neighbour sums run in float32)."""
 
     hidden: tuple[int, ...] = (64,)
     num_classes: int = 7
     layer_norm: bool = False
     dropout: float = 0.0
+    dtype: str = "float32"
 
     def __post_init__(self):
         hidden = tuple(self.hidden) if isinstance(self.hidden, (tuple, list)) else self.hidden
@@ -122,7 +125,7 @@ class _GNN(nn.Module):
 
     def _act(self, h: jax.Array) -> jax.Array:
         if self.layer_norm:
-            h = nn.LayerNorm(use_bias=False, use_scale=False)(h)
+            h = nn.LayerNorm(use_bias=False, use_scale=False, **precision.dtype_options(self.dtype))(h)
         return nn.relu(h)
 
     def _drop(self, h: jax.Array, train: bool) -> jax.Array:
@@ -159,10 +162,10 @@ class GCN(_GNN):
         h = self._drop(graph.nodes, train)
         names_in = "features"
         for i, width in enumerate(self.hidden):
-            h = ops.gcn_propagate(graph, _dense(width, (names_in, f"hidden_{i}"), f"layer_{i}")(h), weights)
+            h = ops.gcn_propagate(graph, _dense(width, (names_in, f"hidden_{i}"), f"layer_{i}", self.dtype)(h), weights)
             h = self._drop(self._act(h), train)
             names_in = f"hidden_{i}"
-        return ops.gcn_propagate(graph, _dense(self.num_classes, (names_in, "classes"), "output")(h), weights)
+        return ops.gcn_propagate(graph, _dense(self.num_classes, (names_in, "classes"), "output", self.dtype)(h), weights)
 
 
 class GraphSAGE(_GNN):
@@ -182,7 +185,7 @@ class GraphSAGE(_GNN):
         names_in = "features_pair"
         for i, width in enumerate(self.hidden):
             pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
-            h = self._drop(self._act(_dense(width, (names_in, f"hidden_{i}"), f"layer_{i}")(pair)), train)
+            h = self._drop(self._act(_dense(width, (names_in, f"hidden_{i}"), f"layer_{i}", self.dtype)(pair)), train)
             names_in = f"hidden_{i}_pair"
         pair = jnp.concatenate([h, ops.mean_aggregate(graph, h, weights)], axis=-1)
-        return _dense(self.num_classes, (names_in, "classes"), "output")(pair)
+        return _dense(self.num_classes, (names_in, "classes"), "output", self.dtype)(pair)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core import precision
 from istjax.core.errors import ArgError
 from istjax.models.cnn import batch_norm, check_image_model_fields, is_pos_int
 
@@ -76,7 +77,7 @@ def as_image(module: nn.Module, x: jax.Array) -> jax.Array:
     return x
 
 
-def head(num_classes: int, names_in: str, name: str = "head") -> nn.Dense:
-    return nn.Dense(num_classes, use_bias=True, name=name,
+def head(num_classes: int, names_in: str, name: str = "head", dtype: str = "float32") -> nn.Dense:
+    return nn.Dense(num_classes, use_bias=True, name=name, **precision.dense_options(dtype),
                     kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), (names_in, "classes")),
                     bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))

@@ -20,8 +20,10 @@ import jax.numpy as jnp
 
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
+from istjax.core import precision
 
 
+@precision.float32_stats
 def batch_norm(x_BxH: jax.Array, scale_H=None, bias_H=None, eps: float = 1e-5) -> jax.Array:
     """Normalises each feature with the batch's mean and (biased) variance; optional affine `scale`, `bias`."""
     mean_1xH = jnp.mean(x_BxH, axis=0, keepdims=True)
@@ -43,6 +45,7 @@ class MLP(nn.Module):
       batch_norm: BatchNorm (with affine scale and bias) after every hidden linear layer.
       output_batch_norm: BatchNorm without affine parameters on the logits (the paper's last layer).
       use_bias: biases on the linear layers (the paper has none; with BatchNorm they are redundant).
+      dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`); parameters stay float32.
     """
 
     hidden: Sequence[int] = (64,)
@@ -50,6 +53,7 @@ class MLP(nn.Module):
     batch_norm: bool = True
     output_batch_norm: bool = True
     use_bias: bool = False
+    dtype: str = "float32"
 
     def __post_init__(self):
         # A zero width would divide by zero in the initializer (fan-in 0), a negative one fail deep in a trace.
@@ -94,7 +98,7 @@ class MLP(nn.Module):
         init = nn.initializers.lecun_normal()
         for i, width in enumerate(self.hidden):
             name = f"hidden_{i}"
-            x = nn.Dense(width, use_bias=self.use_bias, name=f"dense_{i}",
+            x = nn.Dense(width, use_bias=self.use_bias, name=f"dense_{i}", **precision.dense_options(self.dtype),
                          kernel_init=nn.with_logical_partitioning(init, (names_in, name)),
                          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (name,)))(x)
             if self.batch_norm:  # shaped like the units this pass holds: ``width``, or an owner's slice of them
@@ -105,7 +109,7 @@ class MLP(nn.Module):
                 x = batch_norm(x, scale, bias)
             x = nn.relu(x)
             names_in = name
-        x = nn.Dense(self.num_classes, use_bias=self.use_bias, name="dense_out",
+        x = nn.Dense(self.num_classes, use_bias=self.use_bias, name="dense_out", **precision.dense_options(self.dtype),
                      kernel_init=nn.with_logical_partitioning(init, (names_in, "classes")),
                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)
         if self.output_batch_norm:

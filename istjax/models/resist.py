@@ -31,14 +31,16 @@ import jax.numpy as jnp
 from istjax.models.conv_ops import conv
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
+from istjax.core import precision
 from istjax.core.errors import ArgError
 from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["DepthResNet"]
 
 
-def _bn(momentum: float, name: str, train: bool, scale_names=(None,)) -> nn.BatchNorm:
+def _bn(momentum: float, name: str, train: bool, scale_names=(None,), dtype: str = "float32") -> nn.BatchNorm:
     return nn.BatchNorm(use_running_average=not train, momentum=momentum, use_scale=True, use_bias=True, name=name,
+                        **precision.dtype_options(dtype),
                         scale_init=nn.with_logical_partitioning(nn.initializers.ones, scale_names),
                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, scale_names))
 
@@ -56,26 +58,29 @@ class _Block(nn.Module):
     bn_momentum: float
     branch_scale: float = 1.0
     preactivation: bool = True
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x, _):
         if self.preactivation:
-            a = nn.relu(_bn(self.bn_momentum, "bn1", self.train)(x))
-            return x + self.branch_scale * _branch(self.width, 1, self.train, self.bn_momentum, True, a), None
-        h = _branch(self.width, 1, self.train, self.bn_momentum, False, x)
+            a = nn.relu(_bn(self.bn_momentum, "bn1", self.train, dtype=self.dtype)(x))
+            return x + self.branch_scale * _branch(self.width, 1, self.train, self.bn_momentum, True, a,
+                                                   dtype=self.dtype), None
+        h = _branch(self.width, 1, self.train, self.bn_momentum, False, x, dtype=self.dtype)
         return nn.relu(x + self.branch_scale * h), None
 
 
 def _branch(width: int, stride: int, train: bool, momentum: float, preactivation: bool, x: jax.Array,
-            prefix: str = "") -> jax.Array:
+            prefix: str = "", dtype: str = "float32") -> jax.Array:
     """A basic block's residual branch, built inside the calling module. Pre-activation: ``conv2(relu(bn2(conv1(
     x))))`` of the already activated input ``x = relu(bn1(block input))``; post-activation: ``bn2(conv2(relu(bn1(
     conv1(x)))))``."""
-    conv3 = lambda name, s: conv(width, 3, None, None, prefix + name, s)  # noqa: E731
+    conv3 = lambda name, s: conv(width, 3, None, None, prefix + name, s, dtype=dtype)  # noqa: E731
+    bn = lambda name: _bn(momentum, prefix + name, train, dtype=dtype)  # noqa: E731
     if preactivation:
-        return conv3("conv2", 1)(nn.relu(_bn(momentum, prefix + "bn2", train)(conv3("conv1", stride)(x))))
-    h = nn.relu(_bn(momentum, prefix + "bn1", train)(conv3("conv1", stride)(x)))
-    return _bn(momentum, prefix + "bn2", train)(conv3("conv2", 1)(h))
+        return conv3("conv2", 1)(nn.relu(bn("bn2")(conv3("conv1", stride)(x))))
+    h = nn.relu(bn("bn1")(conv3("conv1", stride)(x)))
+    return bn("bn2")(conv3("conv2", 1)(h))
 
 
 class _DealtBranch(nn.Module):
@@ -88,10 +93,12 @@ class _DealtBranch(nn.Module):
     train: bool
     bn_momentum: float
     preactivation: bool
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, carry, x):
-        return carry, _branch(self.width, self.stride, self.train, self.bn_momentum, self.preactivation, x)
+        return carry, _branch(self.width, self.stride, self.train, self.bn_momentum, self.preactivation, x,
+                              dtype=self.dtype)
 
 
 class DepthResNet(nn.Module):
@@ -114,6 +121,7 @@ class DepthResNet(nn.Module):
       partition_strided: also deal the first block of every partitioned stage (ResIST's "naive" ablation): its
         residual branch is neuron group ``"first_i"`` of size 1, held by one worker per round; the others train
         that block as its shortcut alone. Its input BatchNorm (pre-activation) and projection stay shared.
+      dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`); parameters stay float32.
     """
 
     stage_sizes: tuple[int, ...] = (3, 3, 3)
@@ -126,6 +134,7 @@ class DepthResNet(nn.Module):
     image_shape: tuple[int, ...] | None = None
     preactivation: bool = True
     partition_strided: bool = False
+    dtype: str = "float32"
 
     def __post_init__(self):
         sizes, widths = tuple(self.stage_sizes), tuple(self.widths)
@@ -199,9 +208,9 @@ class DepthResNet(nn.Module):
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
         x = layers.as_image(self, x_BxHxWxC)
         widths = self.stage_widths()
-        x = _conv(widths[0], 3, "image_channels", "stage_0", "conv_stem")(x)
+        x = _conv(widths[0], 3, "image_channels", "stage_0", "conv_stem", dtype=self.dtype)(x)
         if not self.preactivation:
-            x = nn.relu(_bn(self.bn_momentum, "bn_stem", train)(x))
+            x = nn.relu(_bn(self.bn_momentum, "bn_stem", train, dtype=self.dtype)(x))
         for i, (n, width) in enumerate(zip(self.stage_sizes, widths)):
             x = self._first_block(i, width, x, train)
             if n > 1:
@@ -213,10 +222,10 @@ class DepthResNet(nn.Module):
                                  length=n - 1, metadata_params={nn.PARTITION_NAME: f"blocks_{i}"})
                 x = self.stage_blocks(i, blocks(width=width, train=train, bn_momentum=self.bn_momentum,
                                                 branch_scale=scale, preactivation=self.preactivation,
-                                                name=f"stage{i}_blocks"), x)
+                                                dtype=self.dtype, name=f"stage{i}_blocks"), x)
         if self.preactivation:
-            x = nn.relu(_bn(self.bn_momentum, "bn_final", train)(x))
-        return layers.head(self.num_classes, None)(jnp.mean(x, axis=(1, 2)))
+            x = nn.relu(_bn(self.bn_momentum, "bn_final", train, dtype=self.dtype)(x))
+        return layers.head(self.num_classes, None, dtype=self.dtype)(jnp.mean(x, axis=(1, 2)))
 
     def stage_blocks(self, i: int, blocks: nn.Module, x: jax.Array) -> jax.Array:
         """Stage i's scanned blocks 1.. applied to ``x`` (a method of its own so that the sharded evaluation,
@@ -246,20 +255,21 @@ class DepthResNet(nn.Module):
         with its branch dealt as group ``first_i`` (``partition_strided``)."""
         stride = 1 if i == 0 else 2
         pre = f"stage{i}_block0"
-        a = nn.relu(_bn(self.bn_momentum, f"{pre}_bn1", train)(x)) if self.preactivation else x
+        a = nn.relu(_bn(self.bn_momentum, f"{pre}_bn1", train, dtype=self.dtype)(x)) if self.preactivation else x
         if stride == 1 and x.shape[-1] == width:
             shortcut = x
         else:
-            shortcut = _conv(width, 1, None, None, f"{pre}_proj_conv", stride)(a)
+            shortcut = _conv(width, 1, None, None, f"{pre}_proj_conv", stride, dtype=self.dtype)(a)
             if not self.preactivation:
-                shortcut = _bn(self.bn_momentum, f"{pre}_proj_bn", train)(shortcut)
+                shortcut = _bn(self.bn_momentum, f"{pre}_proj_bn", train, dtype=self.dtype)(shortcut)
         if self.partition_strided and i in self.partitioned_stages:
             dealt = nn.scan(_DealtBranch, variable_axes={"params": 0, "batch_stats": 0}, split_rngs={"params": True},
                             in_axes=nn.broadcast, length=1, metadata_params={nn.PARTITION_NAME: f"first_{i}"})
             _, h = dealt(width=width, stride=stride, train=train, bn_momentum=self.bn_momentum,
-                         preactivation=self.preactivation, name=f"{pre}_branch")(None, a)
+                         preactivation=self.preactivation, dtype=self.dtype, name=f"{pre}_branch")(None, a)
             h = jnp.sum(h, axis=0)
         else:
-            h = _branch(width, stride, train, self.bn_momentum, self.preactivation, a, prefix=f"{pre}_")
+            h = _branch(width, stride, train, self.bn_momentum, self.preactivation, a, prefix=f"{pre}_",
+                        dtype=self.dtype)
         out = shortcut + h
         return out if self.preactivation else nn.relu(out)

@@ -126,6 +126,7 @@ class _ResNetBase(nn.Module):
         holds, ``1/W``.
       inner_scale: ``inner_scale[i][j]``, the factor on block j of stage i's inner activations; None: 1. Set by
         `subnet` (``"train"``) and `eval_module` (``"test"``), not by hand.
+      dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`); parameters stay float32.
     """
 
     stage_sizes: tuple[int, ...] = (2, 2, 2, 2)
@@ -140,6 +141,7 @@ class _ResNetBase(nn.Module):
     activation_scale: str = "none"
     test_keep: float = 1.0
     inner_scale: tuple[tuple[float, ...], ...] | None = None
+    dtype: str = "float32"
 
     def __post_init__(self):
         owner = type(self).__name__
@@ -319,12 +321,12 @@ class ResNet(_ResNetBase):
         x = nn.relu(layers.batch_norm(self, "bn_stem", "stage_0", x, train))
         for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
             pre = f"stage{i}_block{j}"
-            h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride)(x)
+            h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride, dtype=self.dtype)(x)
             h = self._inner(i, j, nn.relu(layers.batch_norm(self, f"{pre}_bn1", g_inner, h, train)))
-            h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2")(h)
+            h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2", dtype=self.dtype)(h)
             h = layers.batch_norm(self, f"{pre}_bn2", g_out, h, train)
             if projection:
-                shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride)(x)
+                shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride, dtype=self.dtype)(x)
                 shortcut = layers.batch_norm(self, f"{pre}_proj_bn", g_out, shortcut, train)
             else:
                 shortcut = x
@@ -352,12 +354,12 @@ class PreActResNet(_ResNetBase):
         for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
             pre = f"stage{i}_block{j}"
             a = nn.relu(layers.batch_norm(self, f"{pre}_bn1", g_in, x, train))
-            shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride)(a) if projection else x
-            h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride)(a)
+            shortcut = _conv(width, 1, g_in, g_out, f"{pre}_proj_conv", stride, dtype=self.dtype)(a) if projection else x
+            h = _conv(inner, 3, g_in, g_inner, f"{pre}_conv1", stride, dtype=self.dtype)(a)
             h = self._inner(i, j, nn.relu(layers.batch_norm(self, f"{pre}_bn2", g_inner, h, train)))
-            h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2")(h)
+            h = _conv(width, 3, g_inner, g_out, f"{pre}_conv2", dtype=self.dtype)(h)
             x = shortcut + h  # both carry logical name g_out (see tied_axes)
         last = f"stage_{len(self.stage_sizes) - 1}"
         x = nn.relu(layers.batch_norm(self, "bn_final", last, x, train))
         x_BxF = jnp.mean(x, axis=(1, 2))
-        return layers.head(self.num_classes, last)(x_BxF)
+        return layers.head(self.num_classes, last, dtype=self.dtype)(x_BxF)

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from istjax.core import precision
 from istjax.core.errors import ArgError
 from istjax.models.cnn import is_pos_int
 import istjax.models.layers as layers
@@ -49,7 +50,8 @@ _INIT = nn.initializers.normal(0.02)  # GPT-2's
 
 def lm_scores(logits_BxTxV: jax.Array, labels_BxT: jax.Array) -> tuple[jax.Array, dict]:
     """The mean cross-entropy of the next character over every position (nats per character) and the fraction of
-    positions whose most likely character is the next one."""
+    positions whose most likely character is the next one (float32 whatever the compute dtype)."""
+    logits_BxTxV = logits_BxTxV.astype(jnp.float32)
     loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, labels_BxT))
     accuracy = jnp.mean((jnp.argmax(logits_BxTxV, axis=-1) == labels_BxT).astype(jnp.float32))
     return loss, {"accuracy": accuracy}
@@ -83,17 +85,19 @@ def _rotary(x_BxTxHxK: jax.Array) -> jax.Array:
     angle = jnp.arange(t, dtype=jnp.float32)[:, None] * freq[None, :]
     cos, sin = jnp.cos(angle)[None, :, None, :], jnp.sin(angle)[None, :, None, :]
     a, b = x_BxTxHxK[..., :half], x_BxTxHxK[..., half:]
-    return jnp.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+    return jnp.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1).astype(x_BxTxHxK.dtype)
 
 
-def _layer_norm(name: str) -> nn.LayerNorm:
-    """A LayerNorm over the residual stream (logical axis ``"embed"``, never partitioned)."""
-    return nn.LayerNorm(name=name, scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+def _layer_norm(name: str, dtype: str = "float32") -> nn.LayerNorm:
+    """A LayerNorm over the residual stream (logical axis ``"embed"``, never partitioned); its statistics are
+    float32 whatever the compute ``dtype``."""
+    return nn.LayerNorm(name=name, **precision.dtype_options(dtype), scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))
 
 
 def _param(module: nn.Module, name: str, shape: tuple, names: tuple, init=_INIT):
-    return module.param(name, nn.with_logical_partitioning(init, names), shape)
+    """A float32 parameter of ``module``, read in the module's compute dtype (``module.dtype``)."""
+    return precision.cast(module.param(name, nn.with_logical_partitioning(init, names), shape), module.dtype)
 
 
 class _Attention(nn.Module):
@@ -105,26 +109,27 @@ class _Attention(nn.Module):
     group: str
     fused_qkv: bool
     rotary: bool
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         d, h, k = x_BxTxD.shape[-1], self.heads, self.head_dim
         if self.fused_qkv:  # one kernel, a head's query, key and value contiguous: [D, heads, 3, head_dim]
-            qkv = jnp.einsum("btd,dhsk->sbthk", x_BxTxD, _param(self, "qkv", (d, h, 3, k),
+            qkv = precision.einsum("btd,dhsk->sbthk", x_BxTxD, _param(self, "qkv", (d, h, 3, k),
                                                                ("embed", self.group, "qkv", "head_dim")))
             q, kk, v = qkv[0], qkv[1], qkv[2]
         else:
-            q, kk, v = (jnp.einsum("btd,dhk->bthk", x_BxTxD, _param(self, n, (d, h, k), ("embed", self.group,
+            q, kk, v = (precision.einsum("btd,dhk->bthk", x_BxTxD, _param(self, n, (d, h, k), ("embed", self.group,
                                                                                           "head_dim")))
                         for n in ("query", "key", "value"))
         if self.rotary:
             q, kk = _rotary(q), _rotary(kk)
         t = x_BxTxD.shape[1]
-        logits = jnp.einsum("bthk,bshk->bhts", q, kk) / jnp.sqrt(jnp.float32(k))
+        logits = precision.einsum("bthk,bshk->bhts", q, kk).astype(jnp.float32) / jnp.sqrt(jnp.float32(k))
         causal = jnp.tril(jnp.ones((t, t), bool))
-        weights = jax.nn.softmax(jnp.where(causal, logits, jnp.finfo(logits.dtype).min), axis=-1)
-        out = jnp.einsum("bhts,bshk->bthk", weights, v)
-        return jnp.einsum("bthk,hkd->btd", out, _param(self, "out", (h, k, d), (self.group, "head_dim", "embed")))
+        weights = jax.nn.softmax(jnp.where(causal, logits, jnp.finfo(logits.dtype).min), axis=-1)  # float32
+        out = precision.einsum("bhts,bshk->bthk", weights.astype(v.dtype), v)
+        return precision.einsum("bthk,hkd->btd", out, _param(self, "out", (h, k, d), (self.group, "head_dim", "embed")))
 
 
 class _FeedForward(nn.Module):
@@ -132,13 +137,14 @@ class _FeedForward(nn.Module):
 
     units: int
     group: str
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         d = x_BxTxD.shape[-1]
-        h = x_BxTxD @ _param(self, "in_kernel", (d, self.units), ("embed", self.group))
+        h = precision.einsum("btd,du->btu", x_BxTxD, _param(self, "in_kernel", (d, self.units), ("embed", self.group)))
         h = nn.gelu(h + _param(self, "in_bias", (self.units,), (self.group,), nn.initializers.zeros)[None, None, :])
-        return h @ _param(self, "out_kernel", (self.units, d), (self.group, "embed"))
+        return precision.einsum("btu,ud->btd", h, _param(self, "out_kernel", (self.units, d), (self.group, "embed")))
 
 
 class _Block(nn.Module):
@@ -156,16 +162,17 @@ class _Block(nn.Module):
     attn_scale: float = 1.0
     mlp_scale: float = 1.0
     whole_branch: bool = False
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x_BxTxD: jax.Array, _=None):
         d = x_BxTxD.shape[-1]
-        norm = _layer_norm
+        norm = lambda name: _layer_norm(name, self.dtype)  # noqa: E731
         bias = lambda name: _param(self, name, (d,), ("embed",), nn.initializers.zeros)[None, None, :]  # noqa: E731
-        a = _Attention(self.heads, self.head_dim, self.heads_group, self.fused_qkv, self.rotary, name="attn")(
-            norm("ln_attn")(x_BxTxD))
+        a = _Attention(self.heads, self.head_dim, self.heads_group, self.fused_qkv, self.rotary, dtype=self.dtype,
+                       name="attn")(norm("ln_attn")(x_BxTxD))
         x = x_BxTxD + self._scaled(self.attn_scale, a, bias("attn_bias"))
-        f = _FeedForward(self.units, self.mlp_group, name="mlp")(norm("ln_mlp")(x))
+        f = _FeedForward(self.units, self.mlp_group, dtype=self.dtype, name="mlp")(norm("ln_mlp")(x))
         return x + self._scaled(self.mlp_scale, f, bias("mlp_bias")), None
 
     def _scaled(self, scale: float, branch: jax.Array, bias: jax.Array) -> jax.Array:
@@ -190,6 +197,8 @@ class Transformer(nn.Module):
       fused_qkv: one ``[D, heads, 3, head_dim]`` kernel for queries, keys and values (a head's three contiguous).
       full_heads, full_mlp, full_layers: the full network's sizes, set by `subnet` (leave them empty).
       test_fractions: ``((group, p), ...)``, set by `scaled_for_test` on the test-time network (leave it empty).
+      dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`); parameters stay float32,
+        LayerNorm statistics and the attention softmax are float32.
     """
 
     num_classes: int = 84
@@ -207,6 +216,7 @@ class Transformer(nn.Module):
     full_mlp: Sequence[int] = ()
     full_layers: int = 0
     test_fractions: tuple = ()
+    dtype: str = "float32"
 
     def __post_init__(self):
         for field in ("num_layers", "embed_dim", "context"):
@@ -351,13 +361,13 @@ class Transformer(nn.Module):
                            f"use windows of at most {self.context} characters (data.kwargs.context) or a larger "
                            f"model.context.")
         ids = ids_BxT.astype(jnp.int32)
-        x = nn.Embed(self.num_classes, self.embed_dim, name="embed",
+        x = nn.Embed(self.num_classes, self.embed_dim, name="embed", **precision.dtype_options(self.dtype),
                      embedding_init=nn.with_logical_partitioning(_INIT, ("vocab", "embed")))(ids)
         if self.positions == "learned":
             x = x + _param(self, "positions", (self.context, self.embed_dim), ("positions", "embed"))[None, :t]
         x = self.body(x, train)
-        x = _layer_norm("ln_final")(x)
-        return nn.Dense(self.num_classes, name="head",
+        x = _layer_norm("ln_final", self.dtype)(x)
+        return nn.Dense(self.num_classes, name="head", **precision.dense_options(self.dtype),
                         kernel_init=nn.with_logical_partitioning(_INIT, ("embed", "classes")),
                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)
 
@@ -369,14 +379,14 @@ class Transformer(nn.Module):
             stack = nn.scan(_Block, variable_axes={"params": 0}, split_rngs={"params": True}, length=self.num_layers,
                             metadata_params={nn.PARTITION_NAME: "blocks"})
             return self.stack(stack(self.num_heads[0], self.head_dim, self.mlp_dim[0], "heads", "mlp",
-                                    self.fused_qkv, rotary, s, s, True, name="blocks"), x)
+                                    self.fused_qkv, rotary, s, s, True, dtype=self.dtype, name="blocks"), x)
         full_heads, full_mlp = tuple(self.full_heads), tuple(self.full_mlp)
         for i in range(self.num_layers):
             heads, units = self.num_heads[i], self.mlp_dim[i]
             x, _ = _Block(heads, self.head_dim, units, f"heads_{i}", f"mlp_{i}", self.fused_qkv, rotary,
                           self._scale(f"heads_{i}", heads, full_heads[i] if full_heads else 0, train),
                           self._scale(f"mlp_{i}", units, full_mlp[i] if full_mlp else 0, train),
-                          name=f"block_{i}")(x)
+                          dtype=self.dtype, name=f"block_{i}")(x)
         return x
 
     def stack(self, blocks: nn.Module, x: jax.Array) -> jax.Array:

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 import istjax.models.layers as layers
+from istjax.core import precision
 import istjax.models.owner_forward as owner_forward
 from istjax.models.conv_ops import conv as _conv
 
@@ -52,6 +53,7 @@ class VGG(nn.Module):
       batch_norm: ``"running"`` (running averages in ``batch_stats``) or ``"batch"`` (batch statistics always).
       bn_momentum: running-average momentum for ``"running"``.
       image_shape: ``(H, W, C)`` to reshape flat inputs ``[B, H * W * C]``; None: inputs are ``[B, H, W, C]``.
+      dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`); parameters stay float32.
     """
 
     features: tuple[tuple[int, ...], ...] = ((64,), (128,), (256, 256))
@@ -61,6 +63,7 @@ class VGG(nn.Module):
     batch_norm: str = "running"
     bn_momentum: float = 0.9
     image_shape: tuple[int, ...] | None = None
+    dtype: str = "float32"
 
     def __post_init__(self):
         features = layers.nested_pos_ints("VGG", "features", self.features, None, "give one tuple of conv widths per "
@@ -124,14 +127,14 @@ class VGG(nn.Module):
         for i, row in enumerate(self.conv_widths()):
             for j, width in enumerate(row):
                 prev, group = group, f"conv_{i}_{j}"
-                x = _conv(width, 3, prev, group, f"conv{i}_{j}")(x)
+                x = _conv(width, 3, prev, group, f"conv{i}_{j}", dtype=self.dtype)(x)
                 x = nn.relu(layers.batch_norm(self, f"bn{i}_{j}", group, x, train))
             x = nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME")
         x = jnp.mean(x, axis=(1, 2))
         for k, width in enumerate(self.hidden_widths()):
             prev, group = group, f"fc_{k}"
-            x = nn.Dense(width, use_bias=True, name=f"fc{k}",
+            x = nn.Dense(width, use_bias=True, name=f"fc{k}", **precision.dense_options(self.dtype),
                          kernel_init=nn.with_logical_partitioning(nn.initializers.he_normal(), (prev, group)),
                          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
             x = nn.relu(x)
-        return layers.head(self.num_classes, group)(x)
+        return layers.head(self.num_classes, group, dtype=self.dtype)(x)

@@ -21,6 +21,7 @@ import jax
 import istjax.core.tiled_init as tiled_init
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
+from istjax.core import precision
 from istjax.core.errors import ArgError
 from istjax.models.cnn import is_pos_int
 from istjax.models.embedding_bag import EmbeddingBag
@@ -46,6 +47,7 @@ class SparseMLP(nn.Module):
       full_hidden: the full network's widths, set by `subnet` (leave it empty).
       label_weights: each label's inverse propensity (`istjax.xmc.loss.LabelWeights`), filled from sparse data's
         ``label_weights`` when istjax builds the model: the evaluation then reports PSP@1/3/5 besides P@k.
+      dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`); parameters stay float32.
     """
 
     hidden: Sequence[int] = (512,)
@@ -56,6 +58,7 @@ class SparseMLP(nn.Module):
     rescale: bool = True
     full_hidden: Sequence[int] = ()
     label_weights: Optional[xmc_loss.LabelWeights] = None
+    dtype: str = "float32"
 
     def __post_init__(self):
         hidden = layers.pos_ints("SparseMLP", "hidden", self.hidden, "e.g. hidden=(512,).")
@@ -113,15 +116,16 @@ class SparseMLP(nn.Module):
         del train  # no dropout, no statistics
         init = tiled_init.lecun_normal()  # LeCun's, drawn tile by tile: a rank draws only its block
         x = self._scaled(nn.relu(EmbeddingBag(self.hidden[0], self.num_features, ("input", "hidden_0"),
-                                              self.use_bias, name="bag")(x_BxNx2)), 0)
+                                              self.use_bias, dtype=self.dtype, name="bag")(x_BxNx2)), 0)
         names_in = "hidden_0"
         for i, width in enumerate(self.hidden[1:], start=1):
             name = f"hidden_{i}"
             x = self._scaled(nn.relu(nn.Dense(width, use_bias=self.use_bias, name=f"dense_{i}",
+                                              **precision.dense_options(self.dtype),
                                               kernel_init=nn.with_logical_partitioning(init, (names_in, name)),
                                               bias_init=nn.with_logical_partitioning(nn.initializers.zeros,
                                                                                      (name,)))(x)), i)
             names_in = name
-        return nn.Dense(self.num_classes, use_bias=self.use_bias, name="dense_out",
+        return nn.Dense(self.num_classes, use_bias=self.use_bias, name="dense_out", **precision.dense_options(self.dtype),
                         kernel_init=nn.with_logical_partitioning(init, (names_in, "classes")),
                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)

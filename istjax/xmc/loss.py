@@ -118,7 +118,8 @@ def ranking_scores(logits_BxC: jax.Array, labels_BxL: jax.Array, ks=KS,
 def scores(logits_BxC: jax.Array, labels_BxL: jax.Array, loss: str = "softmax",
            label_weights: Optional[LabelWeights] = None) -> tuple[jax.Array, dict]:
     """``(loss, {"accuracy": P@1, "precision_at_1/3/5": ..., "ndcg_at_5": ...})`` of one batch (module docstring),
-    with the parts of ``psp_at_1/3/5`` when ``label_weights`` are given."""
+    with the parts of ``psp_at_1/3/5`` when ``label_weights`` are given; float32 whatever the compute dtype."""
+    logits_BxC = logits_BxC.astype(jnp.float32)
     weights = None if label_weights is None else label_weights.of(labels_BxL)
     ranking = ranking_scores(logits_BxC, labels_BxL, weights_BxL=weights)
     return multilabel_loss(logits_BxC, labels_BxL, loss), {"accuracy": ranking["precision_at_1"], **ranking}

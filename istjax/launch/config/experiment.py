@@ -117,12 +117,13 @@ def _task(config, dataset, c: Collector):
     import istjax.models as models
 
     fields = {k: f"model.{k}" for k in model_fields(config)}
-    fields.update({"name": "model.name", "module": "model.module"})
+    fields.update({"name": "model.name", "module": "model.module", "compute_dtype": "compute_dtype"})
     num_classes = 2 if dataset is FAILED else int(dataset.num_classes)
     feature_ids = 1 if dataset is FAILED else dataset.num_feature_ids  # a placeholder, like num_classes, so the
     module = c.step(lambda: models.build_model(config.model.name, model_fields(config), num_classes=num_classes,
                                                module=model_module(config), num_feature_ids=feature_ids,
-                                               label_weights=None if dataset is FAILED else dataset.label_weights),
+                                               label_weights=None if dataset is FAILED else dataset.label_weights,
+                                               compute_dtype=config.compute_dtype),
                     fields, "")  # model's own fields are checked even when the data failed
     task = c.step(lambda: make_task(config, dataset, module), fields,
                   f"model.name={config.model.name!r} on data.name={config.data.name!r}", inputs=(module, dataset))
@@ -158,7 +159,8 @@ def option_fields(config, options: tuple[str, ...]) -> dict[str, Any]:
     fields: dict[str, Any] = {"num_workers": "num_workers", "local_steps": "local_steps", "backend": "runtime.name",
                               "task": "model.name", "group_sizes": _sizes_text, "sampler": _sampler_text,
                               "samplers": "sampler.groups", "num_owners": "sampler.num_owners",
-                              "batch_size": "batch_size"}
+                              "batch_size": "batch_size", "exchange_dtype": "exchange_dtype",
+                              "exchange_values": "exchange_values"}
     fields.update({o: f"algorithm.{o}" for o in options if o not in fields})
     fields.update({o: f"runtime.{o}" for o in runtimes.get(config.runtime.name).config_options})
     fields.update({"min_units": "sampler.min_units", "weights": "sampler.weights", "fractions": "sampler.fractions"})
@@ -173,6 +175,8 @@ def _option_value(config, option: str, sampler) -> Any:
         return int(config.sampler.num_owners)
     if option == "batch_size":  # tensor parallel's analytic bytes scale with the examples of a step
         return int(config.batch_size)
+    if option in ("exchange_dtype", "exchange_values"):  # precision is set for the whole run, at the top
+        return config[option]
     return config.algorithm[option]
 
 

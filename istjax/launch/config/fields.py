@@ -163,6 +163,12 @@ def _training_fields(c: ml_collections.ConfigDict) -> None:
     c.lr_decay_factor = 0.1
     c.warmup_rounds = 0  # linear warm-up over the first rounds (0: none)
     c.lr_schedule_rounds = 0  # the schedule's length; 0: num_rounds (a resume may then not change num_rounds)
+    # Precision (istjax.core.precision): parameters, optimizer state and loss are float32 either way.
+    c.compute_dtype = "float32"  # "float32" | "bfloat16": the dtype the model computes in (float32 accumulation)
+    c.exchange_dtype = "float32"  # "float32" | "bfloat16": what crosses between workers and server (half the bytes)
+    # Under a bfloat16 exchange, what a worker sends back: "delta" (its change, added to the float32 master) or
+    # "params" (its values, written over the master).
+    c.exchange_values = "delta"
 
 
 def _run_fields(c: ml_collections.ConfigDict) -> None:

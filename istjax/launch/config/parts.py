@@ -131,7 +131,7 @@ def make_task(config: ml_collections.ConfigDict, dataset, model=None):
     if model is None:
         model = build_model(config.model.name, model_fields(config), num_classes=int(dataset.num_classes),
                             module=model_module(config), num_feature_ids=dataset.num_feature_ids,
-                            label_weights=dataset.label_weights)
+                            label_weights=dataset.label_weights, compute_dtype=config.compute_dtype)
     _check_sparse(config, dataset, model)
     if clustered(dataset.shared):
         from istjax.graph.task import cluster_classifier
