@@ -7,7 +7,10 @@ recomputed), the round's shared input, and any sampler (`istjax.per_group` inclu
 the workers that hold it, which for a disjoint group is the one worker's value). Slow; for tests and for reading.
 
 `reference_round(algorithm, state, batches, shared)` takes what ``algorithm.round`` takes and returns the next
-state. It dispatches on what the algorithm declares (its ``exchange``), never on its name.
+state. It dispatches on what the algorithm declares (its ``exchange``), never on its name. A bfloat16 exchange
+(``algorithm.wire``) is rounded here with numpy's bfloat16 (ml_dtypes), step by step as `istjax.core.precision`
+states it: what a worker receives rounded; what it sends back, its change or its values, rounded; the server's
+float32 copy plus the change.
 """
 
 from __future__ import annotations
@@ -83,6 +86,30 @@ class _Slicer:
         return jax.tree.unflatten(self.treedef, [jnp.asarray(v) for v in new])
 
 
+def _rounded(alg: Algorithm, tree):
+    """Every floating leaf of ``tree`` rounded to the wire's dtype and back (numpy), or ``tree`` on a float32 wire."""
+    if alg.wire.exact:
+        return tree
+    low = np.dtype(alg.wire.dtype)
+
+    def one(x):
+        x = np.asarray(x)
+        return jnp.asarray(x.astype(low).astype(x.dtype)) if np.issubdtype(x.dtype, np.floating) else jnp.asarray(x)
+
+    return jax.tree.map(one, tree)
+
+
+def _returned(alg: Algorithm, trained, exact):
+    """What the server holds of a worker's ``trained`` tree that started from ``_rounded(exact)``: the rounded
+    values (``"params"``), or ``exact`` plus the rounded change (``"delta"``)."""
+    if alg.wire.exact:
+        return trained
+    if alg.wire.values == "params":
+        return _rounded(alg, trained)
+    change = jax.tree.map(lambda t, s: np.asarray(t) - np.asarray(s), trained, _rounded(alg, exact))
+    return jax.tree.map(lambda e, d: jnp.asarray(np.asarray(e) + np.asarray(d)), exact, _rounded(alg, change))
+
+
 def _train_one(step, worker: WorkerState, batches_K, num_steps, shared) -> WorkerState:
     """K plain optimizer steps: the loss's gradient, one optax update, the model state the loss returned."""
     for k in range(num_steps):
@@ -154,11 +181,12 @@ def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainSta
     params, stats = _Slicer(state.params, spec, idx, slots), _Slicer(state.model_state, state_spec, idx, slots)
     for w in range(W):
         # The worker's sub-network and model state: slices of partitioned leaves (zero padding past its units).
-        sub = params.extract(w)
-        worker = WorkerState(sub, stats.extract(w), at_round(alg.optimizer.init(sub), state.round))
+        sub, sub_stats = params.extract(w), stats.extract(w)
+        start = _rounded(alg, sub)
+        worker = WorkerState(start, _rounded(alg, sub_stats), at_round(alg.optimizer.init(start), state.round))
         worker = _train_one(step, worker, jax.tree.map(lambda b: b[w], batches), K, shared)
-        params.add(w, worker.params)
-        stats.add(w, worker.model_state)
+        params.add(w, _returned(alg, worker.params, sub))
+        stats.add(w, _returned(alg, worker.model_state, sub_stats))
     new_params = params.merged()
     model_state = _policy(alg, new_params, stats.merged(), batches, shared)
     return TrainState(new_params, model_state, (), key, state.round + 1)
@@ -169,15 +197,16 @@ def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState
     key, _ = round_keys(state.key)
     grad = _compiled(alg, None, "grad")
     replica = WorkerState(state.params, state.model_state, at_round(state.opt_state, state.round))
-    worker_states = [state.model_state] * W
+    worker_states = [_rounded(alg, state.model_state)] * W
     for k in range(K):
         grads = []
         for w in range(W):
             g, (_, worker_states[w]) = grad(replica.params, worker_states[w],
                                             jax.tree.map(lambda b: b[w, k], batches), shared)
-            grads.append(g)
-        replica = apply_update(alg.optimizer, _mean(grads), replica)
-    model_state = _policy(alg, replica.params, _mean(worker_states), batches, shared)
+            grads.append(_rounded(alg, g))  # what a worker sends
+        replica = apply_update(alg.optimizer, _rounded(alg, _mean(grads)), replica)  # what every worker receives
+    model_state = _policy(alg, replica.params, _mean([_returned(alg, s, state.model_state) for s in worker_states]),
+                          batches, shared)
     return TrainState(replica.params, model_state, replica.opt_state, key, state.round + 1)
 
 
@@ -187,8 +216,12 @@ def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     step = _compiled(alg, None, "step")
     results = []
     for w in range(W):
-        start = WorkerState(state.params, state.model_state, at_round(alg.optimizer.init(state.params), state.round))
-        results.append(_train_one(step, start, jax.tree.map(lambda b: b[w], batches), K, shared))
+        params_in = _rounded(alg, state.params)
+        start = WorkerState(params_in, _rounded(alg, state.model_state),
+                            at_round(alg.optimizer.init(params_in), state.round))
+        trained = _train_one(step, start, jax.tree.map(lambda b: b[w], batches), K, shared)
+        results.append(WorkerState(_returned(alg, trained.params, state.params),
+                                   _returned(alg, trained.model_state, state.model_state), ()))
     params, opt_state = _mean([r.params for r in results]), ()
     if alg.outer_optimizer is not None:  # DiLoCo: the replicas' average change through the outer optimizer
         outer_grad = jax.tree.map(lambda p, m: p - m, state.params, params)

@@ -37,7 +37,7 @@ from jax import lax
 from istjax.core.errors import ArgError
 
 __all__ = ["DTYPES", "EXCHANGE_VALUES", "FLOAT32", "Wire", "cast", "check_dtype", "compute_dtype", "dense_options",
-           "dot_general", "dtype_options", "einsum", "float32_stats", "is_low", "pack", "unpack", "wire"]
+           "dot_general", "dtype_options", "einsum", "float32_stats", "in_float32", "is_low", "pack", "unpack", "wire"]
 
 #: The dtypes a model may compute in and an exchange may carry.
 DTYPES = ("float32", "bfloat16")
@@ -149,9 +149,21 @@ def dense_options(dtype: Any) -> dict:
 
 
 def dtype_options(dtype: Any) -> dict:
-    """For a Flax ``BatchNorm`` / ``LayerNorm`` / ``Embed`` / ``Conv`` (whose ``conv_general_dilated`` is
-    `istjax.models.conv_ops`'): its compute dtype; none for float32. Norm statistics stay float32 (Flax's default)."""
+    """For a Flax ``Embed`` or ``Conv`` (whose ``conv_general_dilated`` is `istjax.models.conv_ops`'): its compute
+    dtype; none for float32. Normalisations run in float32 instead (`in_float32`)."""
     return {"dtype": jnp.dtype(dtype)} if is_low(dtype) else {}
+
+
+def in_float32(layer):
+    """``layer`` (a normalisation: BatchNorm, LayerNorm) run on its input in float32, its output returned in the
+    input's dtype: statistics and normalisation in float32 whatever the compute dtype (a float32 input: ``layer``
+    itself, unchanged)."""
+    def apply(x, *args, **kwargs):
+        if x.dtype == jnp.float32:
+            return layer(x, *args, **kwargs)
+        return layer(x.astype(jnp.float32), *args, **kwargs).astype(x.dtype)
+
+    return apply
 
 
 def cast(x: jax.Array, dtype: Any) -> jax.Array:

@@ -27,9 +27,11 @@ def degree(graph: Graph) -> jax.Array:
 
 
 def aggregate(graph: Graph, x_NxH: jax.Array, weights_E: jax.Array) -> jax.Array:
-    """`[N, H]`: ``out[v] = sum_{e: receivers[e] = v} weights[e] * x[senders[e]]``."""
-    messages = x_NxH[graph.senders] * weights_E[:, None].astype(x_NxH.dtype)
-    return jax.ops.segment_sum(messages, graph.receivers, x_NxH.shape[0])
+    """`[N, H]`: ``out[v] = sum_{e: receivers[e] = v} weights[e] * x[senders[e]]``, summed in float32 (a bfloat16
+    ``x`` gets a bfloat16 result)."""
+    x32_NxH = x_NxH.astype(jnp.float32)
+    messages = x32_NxH[graph.senders] * weights_E[:, None].astype(x32_NxH.dtype)
+    return jax.ops.segment_sum(messages, graph.receivers, x_NxH.shape[0]).astype(x_NxH.dtype)
 
 
 def gcn_weights(graph: Graph) -> tuple[jax.Array, jax.Array]:

@@ -130,11 +130,10 @@ def batch_norm(module: nn.Module, name: str, group: str, x: jax.Array, train: bo
     """A BatchNorm named ``name`` whose scale and bias carry logical name ``group`` (running stats follow them)."""
     if module.batch_norm == "batch":
         return BatchStatNorm(group=group, name=name)(x)
-    return nn.BatchNorm(
+    return precision.in_float32(nn.BatchNorm(
         use_running_average=not train, momentum=module.bn_momentum, use_scale=True, use_bias=True, name=name,
-        **precision.dtype_options(getattr(module, "dtype", "float32")),
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,)))(x)
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,))))(x)
 
 
 class CNN(nn.Module):

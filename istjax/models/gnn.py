@@ -125,7 +125,7 @@ class _GNN(nn.Module):
 
     def _act(self, h: jax.Array) -> jax.Array:
         if self.layer_norm:
-            h = nn.LayerNorm(use_bias=False, use_scale=False, **precision.dtype_options(self.dtype))(h)
+            h = precision.in_float32(nn.LayerNorm(use_bias=False, use_scale=False))(h)
         return nn.relu(h)
 
     def _drop(self, h: jax.Array, train: bool) -> jax.Array:

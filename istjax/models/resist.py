@@ -38,11 +38,12 @@ from istjax.models.conv_ops import conv as _conv
 __all__ = ["DepthResNet"]
 
 
-def _bn(momentum: float, name: str, train: bool, scale_names=(None,), dtype: str = "float32") -> nn.BatchNorm:
-    return nn.BatchNorm(use_running_average=not train, momentum=momentum, use_scale=True, use_bias=True, name=name,
-                        **precision.dtype_options(dtype),
-                        scale_init=nn.with_logical_partitioning(nn.initializers.ones, scale_names),
-                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, scale_names))
+def _bn(momentum: float, name: str, train: bool, scale_names=(None,)):
+    """A BatchNorm run in float32, its output in the input's dtype (`istjax.core.precision.in_float32`)."""
+    return precision.in_float32(nn.BatchNorm(
+        use_running_average=not train, momentum=momentum, use_scale=True, use_bias=True, name=name,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, scale_names),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, scale_names)))
 
 
 class _Block(nn.Module):
@@ -63,7 +64,7 @@ class _Block(nn.Module):
     @nn.compact
     def __call__(self, x, _):
         if self.preactivation:
-            a = nn.relu(_bn(self.bn_momentum, "bn1", self.train, dtype=self.dtype)(x))
+            a = nn.relu(_bn(self.bn_momentum, "bn1", self.train)(x))
             return x + self.branch_scale * _branch(self.width, 1, self.train, self.bn_momentum, True, a,
                                                    dtype=self.dtype), None
         h = _branch(self.width, 1, self.train, self.bn_momentum, False, x, dtype=self.dtype)
@@ -76,7 +77,7 @@ def _branch(width: int, stride: int, train: bool, momentum: float, preactivation
     x))))`` of the already activated input ``x = relu(bn1(block input))``; post-activation: ``bn2(conv2(relu(bn1(
     conv1(x)))))``."""
     conv3 = lambda name, s: conv(width, 3, None, None, prefix + name, s, dtype=dtype)  # noqa: E731
-    bn = lambda name: _bn(momentum, prefix + name, train, dtype=dtype)  # noqa: E731
+    bn = lambda name: _bn(momentum, prefix + name, train)  # noqa: E731
     if preactivation:
         return conv3("conv2", 1)(nn.relu(bn("bn2")(conv3("conv1", stride)(x))))
     h = nn.relu(bn("bn1")(conv3("conv1", stride)(x)))
@@ -210,7 +211,7 @@ class DepthResNet(nn.Module):
         widths = self.stage_widths()
         x = _conv(widths[0], 3, "image_channels", "stage_0", "conv_stem", dtype=self.dtype)(x)
         if not self.preactivation:
-            x = nn.relu(_bn(self.bn_momentum, "bn_stem", train, dtype=self.dtype)(x))
+            x = nn.relu(_bn(self.bn_momentum, "bn_stem", train)(x))
         for i, (n, width) in enumerate(zip(self.stage_sizes, widths)):
             x = self._first_block(i, width, x, train)
             if n > 1:
@@ -224,7 +225,7 @@ class DepthResNet(nn.Module):
                                                 branch_scale=scale, preactivation=self.preactivation,
                                                 dtype=self.dtype, name=f"stage{i}_blocks"), x)
         if self.preactivation:
-            x = nn.relu(_bn(self.bn_momentum, "bn_final", train, dtype=self.dtype)(x))
+            x = nn.relu(_bn(self.bn_momentum, "bn_final", train)(x))
         return layers.head(self.num_classes, None, dtype=self.dtype)(jnp.mean(x, axis=(1, 2)))
 
     def stage_blocks(self, i: int, blocks: nn.Module, x: jax.Array) -> jax.Array:
@@ -255,13 +256,13 @@ class DepthResNet(nn.Module):
         with its branch dealt as group ``first_i`` (``partition_strided``)."""
         stride = 1 if i == 0 else 2
         pre = f"stage{i}_block0"
-        a = nn.relu(_bn(self.bn_momentum, f"{pre}_bn1", train, dtype=self.dtype)(x)) if self.preactivation else x
+        a = nn.relu(_bn(self.bn_momentum, f"{pre}_bn1", train)(x)) if self.preactivation else x
         if stride == 1 and x.shape[-1] == width:
             shortcut = x
         else:
             shortcut = _conv(width, 1, None, None, f"{pre}_proj_conv", stride, dtype=self.dtype)(a)
             if not self.preactivation:
-                shortcut = _bn(self.bn_momentum, f"{pre}_proj_bn", train, dtype=self.dtype)(shortcut)
+                shortcut = _bn(self.bn_momentum, f"{pre}_proj_bn", train)(shortcut)
         if self.partition_strided and i in self.partitioned_stages:
             dealt = nn.scan(_DealtBranch, variable_axes={"params": 0, "batch_stats": 0}, split_rngs={"params": True},
                             in_axes=nn.broadcast, length=1, metadata_params={nn.PARTITION_NAME: f"first_{i}"})

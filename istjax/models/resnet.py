@@ -317,7 +317,7 @@ class ResNet(_ResNetBase):
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
         x = layers.as_image(self, x_BxHxWxC)
-        x = _conv(self.stage_widths()[0], 3, "image_channels", "stage_0", "conv_stem")(x)
+        x = _conv(self.stage_widths()[0], 3, "image_channels", "stage_0", "conv_stem", dtype=self.dtype)(x)
         x = nn.relu(layers.batch_norm(self, "bn_stem", "stage_0", x, train))
         for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
             pre = f"stage{i}_block{j}"
@@ -332,7 +332,7 @@ class ResNet(_ResNetBase):
                 shortcut = x
             x = nn.relu(shortcut + h)  # both carry logical name g_out (see tied_axes)
         x_BxF = jnp.mean(x, axis=(1, 2))
-        return layers.head(self.num_classes, f"stage_{len(self.stage_sizes) - 1}")(x_BxF)
+        return layers.head(self.num_classes, f"stage_{len(self.stage_sizes) - 1}", dtype=self.dtype)(x_BxF)
 
 
 class PreActResNet(_ResNetBase):
@@ -350,7 +350,7 @@ class PreActResNet(_ResNetBase):
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
         x = layers.as_image(self, x_BxHxWxC)
-        x = _conv(self.stage_widths()[0], 3, "image_channels", "stage_0", "conv_stem")(x)
+        x = _conv(self.stage_widths()[0], 3, "image_channels", "stage_0", "conv_stem", dtype=self.dtype)(x)
         for i, j, stride, g_in, g_out, g_inner, width, inner, projection in self._blocks():
             pre = f"stage{i}_block{j}"
             a = nn.relu(layers.batch_norm(self, f"{pre}_bn1", g_in, x, train))

@@ -84,15 +84,17 @@ def _rotary(x_BxTxHxK: jax.Array) -> jax.Array:
     freq = 1.0 / (10000.0 ** (jnp.arange(half, dtype=jnp.float32) / half))
     angle = jnp.arange(t, dtype=jnp.float32)[:, None] * freq[None, :]
     cos, sin = jnp.cos(angle)[None, :, None, :], jnp.sin(angle)[None, :, None, :]
-    a, b = x_BxTxHxK[..., :half], x_BxTxHxK[..., half:]
+    x = x_BxTxHxK.astype(jnp.float32)  # float32 whatever the compute dtype, returned in it
+    a, b = x[..., :half], x[..., half:]
     return jnp.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1).astype(x_BxTxHxK.dtype)
 
 
-def _layer_norm(name: str, dtype: str = "float32") -> nn.LayerNorm:
-    """A LayerNorm over the residual stream (logical axis ``"embed"``, never partitioned); its statistics are
-    float32 whatever the compute ``dtype``."""
-    return nn.LayerNorm(name=name, **precision.dtype_options(dtype), scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))
+def _layer_norm(name: str):
+    """A LayerNorm over the residual stream (logical axis ``"embed"``, never partitioned), run in float32 whatever
+    the compute dtype, its output in the input's (`istjax.core.precision.in_float32`)."""
+    return precision.in_float32(nn.LayerNorm(
+        name=name, scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",))))
 
 
 def _param(module: nn.Module, name: str, shape: tuple, names: tuple, init=_INIT):
@@ -167,7 +169,7 @@ class _Block(nn.Module):
     @nn.compact
     def __call__(self, x_BxTxD: jax.Array, _=None):
         d = x_BxTxD.shape[-1]
-        norm = lambda name: _layer_norm(name, self.dtype)  # noqa: E731
+        norm = _layer_norm
         bias = lambda name: _param(self, name, (d,), ("embed",), nn.initializers.zeros)[None, None, :]  # noqa: E731
         a = _Attention(self.heads, self.head_dim, self.heads_group, self.fused_qkv, self.rotary, dtype=self.dtype,
                        name="attn")(norm("ln_attn")(x_BxTxD))
@@ -366,7 +368,7 @@ class Transformer(nn.Module):
         if self.positions == "learned":
             x = x + _param(self, "positions", (self.context, self.embed_dim), ("positions", "embed"))[None, :t]
         x = self.body(x, train)
-        x = _layer_norm("ln_final", self.dtype)(x)
+        x = _layer_norm("ln_final")(x)
         return nn.Dense(self.num_classes, name="head", **precision.dense_options(self.dtype),
                         kernel_init=nn.with_logical_partitioning(_INIT, ("embed", "classes")),
                         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)

@@ -79,10 +79,13 @@ from istjax.core import contract
 from istjax.core import memory as memory_lib
 from istjax.core.collectives import Collectives
 from istjax.core import shard as shard_lib
+from istjax.core import precision
 from istjax.core import tiled_init
 from istjax.core.partition import owner_counts
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
+from istjax.core.comm import tree_bytes
 from istjax.core.spec import path_str
+from istjax.core.subnet import extract
 from istjax.core.state import TrainState, WorkerState, recompute_batches, round_keys, summarize
 from istjax.runtimes.base import Runtime, RuntimeHandle, communicates, map_workers
 
@@ -378,6 +381,20 @@ class _Exchange:
             return mpi4jax.allreduce(x, op=MPI.SUM, comm=c)
 
         self.allreduce_traced = allreduce_sum
+        self.allgather_traced = lambda x: mpi4jax.allgather(x, comm=c)
+
+
+def _packing(wire: precision.Wire, like: PyTree) -> tuple[Callable, Callable]:
+    """``(pack, unpack)`` of trees shaped like ``like`` over ``wire``: float32 leaves as the 16 bits of their rounded
+    values (`istjax.core.precision.pack`: mpi4jax has no bfloat16), for use inside a jit; identities for float32."""
+    if wire.exact:
+        return (lambda t: t), (lambda t: t)
+    return (lambda t: precision.pack(t, wire.dtype)), (lambda t: precision.unpack(t, like, wire.dtype))
+
+
+def _unpacked(v: jax.Array, wire: precision.Wire) -> jax.Array:
+    """A leaf as it crossed a rounding ``wire`` back in float32: 16 bits (`_packing`) unpacked, others as they are."""
+    return precision.unpack(v, jax.ShapeDtypeStruct((), jnp.float32), wire.dtype) if v.dtype == jnp.uint16 else v
 
 
 def _zeros_like(shapes: PyTree) -> PyTree:
@@ -450,14 +467,16 @@ def _first_batches(batches, rt):
     return jax.tree.map(lambda *rows: jnp.asarray(np.concatenate(rows)), *every)
 
 
-def _lane_step(alg, lanes: int, first: int, start: Optional[Callable] = None, reduce=None):
+def _lane_step(alg, lanes: int, first: int, start: Optional[Callable] = None, reduce=None,
+               send: Optional[Callable] = None):
     """The device step: this rank's L workers through `map_workers`, as the single-process runtimes run theirs.
 
     ``step(workers, batches, shared, round_index)``: ``batches`` are all W workers' (this rank's rows, from worker
     ``first``, are sliced inside the jit) or this rank's L. ``start(workers, round_index) -> WorkerState`` turns
-    what arrived into the workers' starting states (default: as they are). ``workers`` is donated: every caller
-    passes a buffer the runtime owns (a received or freshly cut worker state), and the trained state is written
-    into it.
+    what arrived into the workers' starting states (default: as they are); ``send(trained, started)``, when given,
+    what the step returns of the trained workers instead of themselves (what they send back under a rounding wire,
+    read against where they started). ``workers`` is donated: every caller passes a buffer the runtime owns (a
+    received or freshly cut worker state), and the trained state is written into it.
     """
     run = map_workers(alg.local, lanes, reduce=reduce, communicates=communicates(alg))
 
@@ -466,7 +485,8 @@ def _lane_step(alg, lanes: int, first: int, start: Optional[Callable] = None, re
                             batches)
         if start is not None:
             workers = start(workers, round_index)
-        return run(workers, mine, shared)
+        trained, metrics = run(workers, mine, shared)
+        return (trained if send is None else send(trained, workers)), metrics
 
     return jax.jit(step, donate_argnums=0)
 
@@ -527,10 +547,13 @@ def _server(rt: MPIRuntime):
     held, start = _exchanged(alg)
     abstract_state = jax.eval_shape(alg.init, jax.random.key(0))
     abstract_workers, _ = jax.eval_shape(alg.distribute, abstract_state)
-    all_shapes = held(abstract_workers)  # [W, ...]
+    wire, trees = alg.wire, held(abstract_workers)  # [W, ...] as workers hold them
+    packed = _packing(wire, trees)  # (pack, unpack): what crosses is the rounded values' 16 bits
+    all_shapes = jax.eval_shape(packed[0], trees)  # [W, ...] as they cross
     lane_shapes = _lane_shapes(all_shapes, lanes)
     template = None if root else _zeros_like(lane_shapes)  # a non-root rank's (unread) scatter input
-    train = _lane_step(alg, lanes, rt.rank * lanes, start=start)
+    send = None if wire.exact else (lambda trained, started: packed[0](wire.up(held(trained), held(started))))
+    train = _lane_step(alg, lanes, rt.rank * lanes, start=lambda tree, r: start(packed[1](tree), r), send=send)
     # Buffers this rank owns between rounds: "lanes" [L, ...] (the received workers, trained in place, then sent
     # back) and "all" (root: [W, ...], the cut workers, scattered, then the gathered ones; elsewhere [L, ...],
     # gather's unread result).
@@ -539,11 +562,19 @@ def _server(rt: MPIRuntime):
     @functools.partial(jax.jit, donate_argnums=1, keep_unused=True)
     def distribute(state, into):
         workers, plan = alg.distribute(state)
-        return held(workers), plan
+        return packed[0](held(workers)), plan
 
+    def as_workers(tree):
+        return WorkerState(**{"opt_state": (), **tree})
+
+    sent = {} if wire.exact else {"sent": True}  # workers send wire.up of their trees
     collect = jax.jit(lambda state, tree, plan, batches, shared: alg.collect(
-        state, WorkerState(**{"opt_state": (), **tree}), plan, batches, shared))
-    split = _split_fn(rt, lambda tree: WorkerState(**{"opt_state": (), **tree}))
+        state, as_workers(packed[1](tree)), plan, batches, shared, **sent))
+    split = _split_fn(rt, as_workers)
+    # What each worker trained, as the root reads it (the loss split's workers): the workers' trees, or under a
+    # rounding wire what they sent read against the rounded pieces they started from.
+    trained_trees = jax.jit(lambda state, tree, plan: packed[1](tree) if wire.exact else wire.back(
+        packed[1](tree), wire.round(extract(alg.subnet.held(state), plan.partition, alg.subnet.spec))))
 
     def init(key):
         state = jax.jit(alg.init)(key)
@@ -568,7 +599,7 @@ def _server(rt: MPIRuntime):
         rt._track(got)
         trained, metrics = train(got, batches, shared, state.round)  # got is donated: trained in place
         t = rt._phase("local", t, trained, metrics)
-        back = held(trained)
+        back = held(trained) if send is None else trained  # with send: what the workers send, packed already
         traffic.add(sent=back["params"], leaf_paths=True)
         traffic.add(sent={k: v for k, v in back.items() if k != "params"})
         gathered = x.gather_rows_into(send if root else spares.take("all", lane_shapes), back)  # root: [W, ...]
@@ -577,13 +608,14 @@ def _server(rt: MPIRuntime):
         spares.keep(lanes=back, all=gathered)
         last = _last_batches(full, batches, rt) if split is not None else None  # collective
         if root:
+            workers_back = trained_trees(state, gathered, plan) if split is not None else None
             state = collect(state, gathered, plan, full, shared)
         else:
             state = TrainState((), (), (), round_keys(state.key)[0], state.round + 1)
         t = rt._phase("collect", t, state)
         out = _finish(rt, traffic, metrics, comm)
         if root and split is not None:
-            out.update({k: np.asarray(v) for k, v in split(state, gathered, last, shared).items()})
+            out.update({k: np.asarray(v) for k, v in split(state, workers_back, last, shared).items()})
         rt._phase("metrics", t)
         return state, out
 
@@ -600,16 +632,22 @@ def _replicas(rt: MPIRuntime):
     n, lanes, me = rt.size, rt.workers_per_rank, rt.rank
     carry = alg.carries_optimizer_state
     gradients = alg.exchange == "gradients"
+    wire = alg.wire
     counted: list[PyTree] = []  # buffers the compiled local phase hands to MPI, recorded when it is traced
-    in_step = {"bytes": 0}  # per worker per round, from the recorded buffers
+    in_step = {"sent": 0, "received": 0}  # per worker per round, from the recorded buffers
+
+    def sum_over_ranks(v):  # traced; a rounding wire moves the 16 bits (an all-gather) and adds them in float32
+        if wire.exact:
+            return x.allreduce_traced(v)
+        return jnp.sum(_unpacked(x.allgather_traced(precision.pack(v, wire.dtype)), wire), axis=0)
 
     def reduce(grads, axis_name):  # the mean over all W workers: over this rank's lanes, then across ranks
         counted.append(grads)
         if rt.gradient_buffers == "one":  # one buffer: no MPI call until the whole backward pass is done
             flat, unravel = jax.flatten_util.ravel_pytree(grads)
-            total = unravel(x.allreduce_traced(flat))
+            total = unravel(sum_over_ranks(flat))
         else:  # a buffer per leaf: each can go as soon as its gradient exists
-            total = jax.tree.map(x.allreduce_traced, grads)  # [per worker]: one buffer per worker
+            total = jax.tree.map(sum_over_ranks, grads)  # [per worker]: one buffer per worker
         return jax.tree.map(lambda g: jax.lax.pmean(g, axis_name) / n, total) if axis_name else \
             jax.tree.map(lambda g: g / n, total)
 
@@ -624,12 +662,29 @@ def _replicas(rt: MPIRuntime):
         return jax.tree.map(lambda v: jax.lax.dynamic_slice_in_dim(v, me * lanes, lanes), workers), plan
 
     @jax.jit
+    def summed(state, trained):
+        """What the workers' ends of the round add across ranks (`[L, ...]`): the model state (gradients), or the
+        replicas (a reset optimizer state is not summed: collect does not read it); under a rounding wire, what
+        each sends of it (`istjax.core.precision.Wire.up` against the rounded state it started from), packed."""
+        if gradients:  # params and optimizer states agree already: the model state is summed
+            out, exact = trained.model_state, state.model_state
+        else:
+            out = trained if carry else trained._replace(opt_state=())
+            exact = WorkerState(state.params, state.model_state, state.opt_state if carry else ())
+        if wire.exact:
+            return out
+        exact_L = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), out, exact)
+        return precision.pack(wire.up(out, wire.round(exact_L)), wire.dtype)
+
+    @jax.jit
     def finish(state, workers, sums, plan, batches, shared):
+        if not wire.exact:  # [N, L, ...] of every rank's 16 bits: added in float32
+            sums = jax.tree.map(lambda v: jnp.sum(_unpacked(v, wire), axis=0), sums)
         if gradients:  # params and optimizer states agree already; average the model state
             workers = workers._replace(model_state=jax.tree.map(lambda s: s / n, sums))
         else:  # collect averages its workers: these L sums over ranks, / N, average to the mean over all W
             workers = jax.tree.map(lambda s: s / n, sums)
-        return alg.collect(state, workers, plan, batches, shared)
+        return alg.collect(state, workers, plan, batches, shared, **({} if wire.exact else {"sent": True}))
 
     split = _split_fn(rt, lambda workers: workers)
 
@@ -643,16 +698,18 @@ def _replicas(rt: MPIRuntime):
         workers, plan = start(state, spares.take("lanes", lane_shapes))
         counted.clear()
         trained, metrics = train(workers, batches, shared, state.round)
-        if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K allreduces
-            in_step["bytes"] = alg.local_steps * sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(counted))
-        if gradients:  # params and optimizer states agree already: the model state is summed
-            out = trained.model_state
-        else:  # a reset optimizer state is not summed: collect does not read it
-            out = trained if carry else trained._replace(opt_state=())
-        traffic.add(sent=out, received=out)
-        traffic.sent += in_step["bytes"] * lanes
-        traffic.received += in_step["bytes"] * lanes
-        sums = x.allreduce_into(spares.take("sums", out), out)  # [L, ...] summed over ranks; a buffer per worker
+        if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K exchanges
+            sent = alg.local_steps * tree_bytes(wire.shapes(counted))
+            in_step.update(sent=sent, received=sent if wire.exact else n * sent)  # an all-gather brings N pieces
+        out = summed(state, trained)
+        if wire.exact:
+            sums = x.allreduce_into(spares.take("sums", out), out)  # [L, ...] summed over ranks; a buffer per worker
+            traffic.add(sent=out, received=out)
+        else:
+            sums = x.allgather(out)  # [N, L, ...]: every rank's 16 bits, added in float32 by finish
+            traffic.add(sent=out, received=sums)
+        traffic.sent += in_step["sent"] * lanes
+        traffic.received += in_step["received"] * lanes
         rt._track(state, trained, sums)
         state = finish(state, trained, sums, plan, full, shared)
         out = _finish(rt, traffic, metrics, comm)
@@ -675,6 +732,12 @@ def _replicas(rt: MPIRuntime):
 def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
     """Which groups this job holds in shards; a ValueError naming the fix when the algorithm cannot run sharded."""
     side = alg.owner_side
+    if not alg.wire.exact:
+        raise ArgError("exchange_dtype", alg.wire.dtype,
+                       f"mode='sharded' with exchange_dtype={alg.wire.dtype!r}: the owners' all-to-all of pieces moves "
+                       f"float32 only (a bfloat16 exchange is built for the parameter server and the replicas);",
+                       "Use mode='parameter_server', or exchange_dtype='float32'.",
+                       "Use --config.runtime.mode=parameter_server, or --config.exchange_dtype=float32.")
     if side is None:
         raise ArgError("mode", "sharded",
                        f"algorithm {alg.name!r} exchanges subnetworks but gives no owner side (Algorithm.owner_side), "

@@ -14,6 +14,7 @@ import ml_collections
 from istjax.algorithms import ALGORITHMS
 from istjax.core.partition import SAMPLERS
 from istjax.data.cluster_batches import FULL_GRAPH, GRAPH_BATCHES
+from istjax.core.precision import DTYPES, EXCHANGE_VALUES
 from istjax.launch.config.fields import (OPTIMIZERS, ConfigError, close_matches, data_module, default_config, flat_dict,
                                          get_field, to_dict)
 from istjax.launch.config.migrate import renamed
@@ -137,6 +138,8 @@ def _check_names(config, p: Problems) -> dict[str, bool]:
     p.choice("optimizer", OPTIMIZERS)
     p.choice("algorithm.optimizer_state", ("reset", "carry"))
     p.choice("algorithm.model_state", ("carry", "recompute"))
+    for field, choices in (("compute_dtype", DTYPES), ("exchange_dtype", DTYPES), ("exchange_values", EXCHANGE_VALUES)):
+        p.choice(field, choices)
     for g, s in config.sampler.groups.items():
         if s not in SAMPLERS:
             p.bad(f"sampler.groups.{g}", f"unknown sampler{close_matches(str(s), SAMPLERS.names())}; choose one "
