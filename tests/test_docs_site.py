@@ -32,7 +32,7 @@ API = DOCS / "api"
 
 # The modules whose ``__all__`` is the public API: ``import istjax`` and the submodules users import.
 PUBLIC = ("istjax", "istjax.algorithms", "istjax.runtimes", "istjax.models", "istjax.data", "istjax.data.graphs",
-          "istjax.graph", "istjax.xmc", "istjax.launch.config", "istjax.theory")
+          "istjax.graph", "istjax.xmc", "istjax.launch.config", "istjax.theory", "istjax.core.precision")
 
 
 # --------------------------------------------------------------------------------------------------------------

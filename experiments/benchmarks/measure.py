@@ -155,30 +155,34 @@ def matmul_fn() -> Callable[[jax.Array, jax.Array], jax.Array]:
     return jax.jit(lambda a, b: jnp.einsum("wmk,wkn->wmn", a, b))
 
 
-def phase_matmuls(kernel_shapes: Sequence[tuple[int, int]], num_workers: int, batch: int, *, seed: int = 0):
+def phase_matmuls(kernel_shapes: Sequence[tuple[int, int]], num_workers: int, batch: int, *, seed: int = 0,
+                  dtype: str = "float32"):
     """The matmuls of one training step of a dense stack, alone: ``(fn, args)`` with ``fn(*args)`` jitted.
 
     For every kernel `[i, o]`, batched over W workers exactly as the vmapped local phase runs them: the forward
     ``[W, B, i] @ [W, i, o]``, the weight gradient ``[W, B, i]^T @ [W, B, o] -> [W, i, o]`` (a contraction over only B
     rows, which CPU matmul libraries run far below their square-matrix rate) and, except for the first layer, the input
     gradient ``[W, B, o] @ [W, i, o]^T``. Their FLOPs are `dense_train_flops` times W; timing them bounds what the
-    local phase could reach with free elementwise work.
+    local phase could reach with free elementwise work. ``dtype="bfloat16"``: bfloat16 operands accumulated in
+    float32, the products a model computing in bfloat16 runs (`istjax.core.precision.einsum`).
     """
+    from istjax.core import precision
+
     rng = np.random.default_rng(seed)
     args = []
     for i, o in kernel_shapes:
-        args.append(jax.device_put(rng.standard_normal((num_workers, batch, i), np.float32)))
-        args.append(jax.device_put(rng.standard_normal((num_workers, i, o), np.float32)))
-        args.append(jax.device_put(rng.standard_normal((num_workers, batch, o), np.float32)))
+        for shape in ((num_workers, batch, i), (num_workers, i, o), (num_workers, batch, o)):
+            args.append(jax.device_put(rng.standard_normal(shape, np.float32).astype(jnp.dtype(dtype))))
 
     def fn(*xs):
         out = []
         for j in range(len(kernel_shapes)):
             x, k, dy = xs[3 * j: 3 * j + 3]
-            out.append(jnp.einsum("wbi,wio->wbo", x, k))
-            out.append(jnp.einsum("wbi,wbo->wio", x, dy))
+            mm = jax.vmap(precision.einsum, in_axes=(None, 0, 0))  # per worker, as the vmapped local phase
+            out.append(mm("bi,io->bo", x, k))
+            out.append(mm("bi,bo->io", x, dy))
             if j > 0:
-                out.append(jnp.einsum("wbo,wio->wbi", dy, k))
+                out.append(mm("bo,io->bi", dy, k))
         return out
 
     return jax.jit(fn), tuple(args)

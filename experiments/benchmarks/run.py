@@ -19,7 +19,9 @@ W = 2 workers unless stated; random normal features. Studies (``docs/benchmarks.
 4. throughput (samples/s) of IST, data parallel and local SGD (simulate backend; MPI when available);
 5. communication bytes per worker per round (analytic), W = 2, 4, 8;
 6. compilations triggered by a 50-round run;
-7. scaling of the simulate backend, W = 1 .. 64: time per round and memory.
+7. scaling of the simulate backend, W = 1 .. 64: time per round and memory;
+8. precision: the local phase computing in bfloat16 against float32 (IST, data parallel, local SGD), and against
+   its own matmuls in bfloat16 timed alone (`istjax.core.precision`; the CPU's bfloat16 flags recorded).
 
 Every speed figure is a ratio of medians measured interleaved in one process (see `measure.interleaved`).
 """
@@ -71,8 +73,8 @@ class Workload:
     local_steps: int = 20
     num_workers: int = 2
 
-    def task(self) -> istjax.Task:
-        model = MLP(hidden=self.hidden, num_classes=self.num_classes)
+    def task(self, dtype: str = "float32") -> istjax.Task:
+        model = MLP(hidden=self.hidden, num_classes=self.num_classes, dtype=dtype)
         return istjax.classifier(model, jnp.zeros((self.batch, self.input_dim), jnp.float32),
                                  MLP.rules(len(self.hidden)), num_classes=self.num_classes)
 
@@ -243,6 +245,50 @@ def _strict_efficiency(rows: list[dict]) -> list[dict]:
     for r in rows:
         r["best_matmul_gflops"] = best
         r["efficiency_strict"] = r["local_gflops"] / best
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 8. Precision
+# ---------------------------------------------------------------------------------------------------------------
+
+def cpu_flags() -> dict[str, bool]:
+    """The CPU's bfloat16 instructions (``/proc/cpuinfo``): what decides whether bfloat16 matmuls can be fast."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    return {f: f in flags for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")}
+
+
+def precision_speed(wl: Workload, algorithms: Sequence[str], reps: int) -> list[dict]:
+    """The local phase (W workers x K steps) computing in bfloat16 against float32, timed interleaved, and the
+    bfloat16 phase's FLOP rate against its own matmuls (forward, weight and input gradients) in bfloat16 alone."""
+    W, K, B = wl.num_workers, wl.local_steps, wl.batch
+    candidates, info = {}, {}
+    for name in algorithms:
+        for dtype in ("float32", "bfloat16"):
+            alg = wl.algorithm(name, task=wl.task(dtype))
+            state = jax.jit(alg.init)(jax.random.key(0))
+            workers, _ = jax.jit(alg.distribute)(state)
+            local, batches = _local_phase(alg), _batches(wl, W, K)
+            candidates[name, dtype] = functools.partial(local, workers, batches)
+            info[name, dtype] = W * K * measure.dense_train_flops(_worker_kernel_shapes(alg, state.params), B)
+    kernels = _worker_kernel_shapes(prepare(wl, "ist").alg, prepare(wl, "ist").state.params)
+    own = {d: measure.phase_matmuls(kernels, W, B, dtype=d) for d in ("float32", "bfloat16")}
+    t = measure.interleaved({**{f"{n}/{d}": fn for (n, d), fn in candidates.items()},
+                             **{f"ist_matmuls/{d}": functools.partial(f, *a) for d, (f, a) in own.items()}}, reps)
+    own_rate = {d: (measure.dense_train_flops(kernels, B) * W) / t[f"ist_matmuls/{d}"].median for d in own}
+    rows = []
+    for (name, dtype), flops in info.items():
+        seconds = t[f"{name}/{dtype}"].median
+        rows.append({"model": wl.name, "algorithm": name, "dtype": dtype, "W": W, "K": K, "local_s": seconds,
+                     "local_gflops": flops / seconds / 1e9,
+                     "speedup": t[f"{name}/float32"].median / seconds,
+                     "own_matmuls_gflops": own_rate[dtype] / 1e9 if name == "ist" else None,
+                     "vs_own_matmuls": flops / seconds / own_rate[dtype] if name == "ist" else None,
+                     "timings": {"local": t[f"{name}/{dtype}"].as_dict()}})
     return rows
 
 
@@ -570,6 +616,8 @@ TABLE_COLUMNS = {
                       "distinct_functions", "later_round_compilations", "recompiled", "compile_s"],
     "7_scaling": ["model", "W", "K", "round_s", "round_s_vs_first", "samples_per_s", "gflops", "batch_bytes",
                   "peak_bytes", "temp_bytes", "rss_bytes"],
+    "8_precision": ["model", "algorithm", "dtype", "W", "K", "local_s", "local_gflops", "speedup",
+                    "own_matmuls_gflops", "vs_own_matmuls"],
 }
 
 
@@ -591,6 +639,10 @@ TARGETS = [  # (study, what, column, worst-case reduction, comparison, bound, ro
     ("4_throughput", "data parallel's gradient all-reduce inside its compiled loop / a plain MPI.Allreduce of the "
      "same bytes", "allreduce_vs_plain", min, ">=", 0.5, {"algorithm": "data_parallel"}),
     ("6_compilation", "compilations after the first round", "later_round_compilations", max, "<=", 0, None),
+    ("8_precision", "IST's local phase in bfloat16 / in float32, speed (bf16_vs_f32_local_phase)", "speedup", min,
+     ">=", 1.4, {"algorithm": "ist", "dtype": "bfloat16"}),
+    ("8_precision", "IST's bfloat16 local phase FLOP rate / its own matmuls in bfloat16 alone", "vs_own_matmuls", min,
+     ">=", 0.6, {"algorithm": "ist", "dtype": "bfloat16"}),
 ]
 
 
@@ -615,7 +667,7 @@ TARGET_COLUMNS = ["study", "target", "worst", "best", "met"]
 
 
 def run(settings: Settings, only: set[int], log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Runs the selected studies (1..7) and returns ``{study: rows}``; prints each table as it finishes."""
+    """Runs the selected studies (1..8) and returns ``{study: rows}``; prints each table as it finishes."""
     s = settings
     three = s.three_layer
     results: dict[str, Any] = {}
@@ -638,6 +690,7 @@ def run(settings: Settings, only: set[int], log: Callable[[str], None] = print) 
                                         + communication(three or QUICK_COMM_3LAYER, s.comm_workers))),
         (6, "6_compilation", lambda: compilation(s.two_layer, s.compile_rounds, s.compile_local_steps)),
         (7, "7_scaling", lambda: scaling(s.two_layer, s.scaling_workers, s.scaling_local_steps, s.reps_slow)),
+        (8, "8_precision", lambda: precision_speed(s.two_layer, list(ALGORITHMS), s.reps)),
     ]
     for number, key, fn in studies:
         if number not in only:
@@ -654,15 +707,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny model and few repetitions (CI smoke run)")
-    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="comma-separated study numbers, e.g. 1,3")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7,8", help="comma-separated study numbers, e.g. 1,3")
     parser.add_argument("--out", default=None, help="JSON output path (default experiments/benchmarks/results.json)")
     args = parser.parse_args(argv)
     try:
         only = {int(x) for x in args.only.split(",") if x.strip()}
     except ValueError:
-        parser.error(f"--only={args.only!r}: give study numbers 1..7 separated by commas, e.g. --only 1,3")
-    if not only <= set(range(1, 8)):
-        parser.error(f"--only={args.only!r}: studies are numbered 1..7")
+        parser.error(f"--only={args.only!r}: give study numbers 1..8 separated by commas, e.g. --only 1,3")
+    if not only <= set(range(1, 9)):
+        parser.error(f"--only={args.only!r}: studies are numbered 1..8")
     settings = QUICK if args.quick else FULL
     out = pathlib.Path(args.out or pathlib.Path(__file__).with_name(
         "results_quick.json" if args.quick else "results.json"))
@@ -684,6 +737,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               # The MPI runtime's goals (issue: the headline on a slow network), from study 4.
               "mpi_ist_vs_simulate": mpi_ist[0].get("vs_simulate") if mpi_ist else None,
               "mpi_overhead_share": mpi_ist[0].get("overhead_share") if mpi_ist else None,
+              # The precision goal (issue 37), from study 8, with the CPU flags that decide it.
+              "bf16_vs_f32_local_phase": next((r["speedup"] for r in results.get("8_precision", {}).get("rows", [])
+                                               if r["algorithm"] == "ist" and r["dtype"] == "bfloat16"), None),
+              "cpu_flags": cpu_flags(),
               "targets": summary, "results": results}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))

@@ -43,6 +43,7 @@ __all__ = ["DTYPES", "EXCHANGE_VALUES", "FLOAT32", "Wire", "cast", "check_dtype"
 DTYPES = ("float32", "bfloat16")
 #: What a worker sends back under a bfloat16 exchange: its change since it received (``"delta"``) or its values.
 EXCHANGE_VALUES = ("delta", "params")
+#: The exact dtype: a float32 compute or exchange changes nothing.
 FLOAT32 = "float32"
 
 PyTree = Any

@@ -339,6 +339,23 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
 # Exchange steps: single-device jitted functions around mpi4jax collectives.
 
 
+def _batchable_allgather() -> None:
+    """Gives mpi4jax's all-gather (0.9.1 has none) the batching rule its all-reduce has, so that it runs inside the
+    lanes' ``vmap`` (data parallel's bfloat16 gradients): the all-gather of a batch is the all-gather of the whole
+    array, ``[N, B, ...]``, the batch on axis 1."""
+    from jax.interpreters import batching
+    from mpi4jax._src.collective_ops.allgather import mpi_allgather_p  # late: needs MPI
+
+    if mpi_allgather_p in batching.fancy_primitive_batchers:
+        return
+
+    def rule(args, dims, **params):
+        (x,), (d,) = args, dims
+        return mpi_allgather_p.bind(jnp.moveaxis(x, d, 0), **params), 1
+
+    batching.primitive_batchers[mpi_allgather_p] = rule
+
+
 class _Exchange:
     """Jitted pytree collectives.
 
@@ -381,6 +398,7 @@ class _Exchange:
             return mpi4jax.allreduce(x, op=MPI.SUM, comm=c)
 
         self.allreduce_traced = allreduce_sum
+        _batchable_allgather()
         self.allgather_traced = lambda x: mpi4jax.allgather(x, comm=c)
 
 
@@ -626,6 +644,40 @@ def _server(rt: MPIRuntime):
 # "replicas" and "gradients": every rank holds the global state; the workers' results are summed across ranks.
 
 
+def _replica_ends(alg, n: int) -> tuple[Callable, Callable]:
+    """``(summed, finish)`` of the replicas' round end on ``n`` ranks, jitted: ``summed(state, trained)`` is what
+    the workers add across ranks (`[L, ...]`): the model state (gradients), or the replicas (a reset optimizer state
+    is not summed: collect does not read it); under a rounding wire, what each sends of it
+    (`istjax.core.precision.Wire.up` against the rounded state it started from), packed. ``finish(state, workers,
+    sums, plan, batches, shared)``: the sums (under a rounding wire, `[N, L, ...]` of every rank's 16 bits, added in
+    float32) over ``n``, through the algorithm's ``collect``."""
+    gradients, carry, wire = alg.exchange == "gradients", alg.carries_optimizer_state, alg.wire
+
+    @jax.jit
+    def summed(state, trained):
+        if gradients:  # params and optimizer states agree already: the model state is summed
+            out, exact = trained.model_state, state.model_state
+        else:
+            out = trained if carry else trained._replace(opt_state=())
+            exact = WorkerState(state.params, state.model_state, state.opt_state if carry else ())
+        if wire.exact:
+            return out
+        exact_L = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), out, exact)
+        return precision.pack(wire.up(out, wire.round(exact_L)), wire.dtype)
+
+    @jax.jit
+    def finish(state, workers, sums, plan, batches, shared):
+        if not wire.exact:
+            sums = jax.tree.map(lambda v: jnp.sum(_unpacked(v, wire), axis=0), sums)
+        if gradients:  # params and optimizer states agree already; average the model state
+            workers = workers._replace(model_state=jax.tree.map(lambda s: s / n, sums))
+        else:  # collect averages its workers: these L sums over ranks, / N, average to the mean over all W
+            workers = jax.tree.map(lambda s: s / n, sums)
+        return alg.collect(state, workers, plan, batches, shared, **({} if wire.exact else {"sent": True}))
+
+    return summed, finish
+
+
 def _replicas(rt: MPIRuntime):
     alg, comm = rt.algorithm, rt.comm
     x = _Exchange(comm)
@@ -661,31 +713,7 @@ def _replicas(rt: MPIRuntime):
         workers, plan = alg.distribute(state)  # every rank computes the same workers; keep this rank's
         return jax.tree.map(lambda v: jax.lax.dynamic_slice_in_dim(v, me * lanes, lanes), workers), plan
 
-    @jax.jit
-    def summed(state, trained):
-        """What the workers' ends of the round add across ranks (`[L, ...]`): the model state (gradients), or the
-        replicas (a reset optimizer state is not summed: collect does not read it); under a rounding wire, what
-        each sends of it (`istjax.core.precision.Wire.up` against the rounded state it started from), packed."""
-        if gradients:  # params and optimizer states agree already: the model state is summed
-            out, exact = trained.model_state, state.model_state
-        else:
-            out = trained if carry else trained._replace(opt_state=())
-            exact = WorkerState(state.params, state.model_state, state.opt_state if carry else ())
-        if wire.exact:
-            return out
-        exact_L = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), out, exact)
-        return precision.pack(wire.up(out, wire.round(exact_L)), wire.dtype)
-
-    @jax.jit
-    def finish(state, workers, sums, plan, batches, shared):
-        if not wire.exact:  # [N, L, ...] of every rank's 16 bits: added in float32
-            sums = jax.tree.map(lambda v: jnp.sum(_unpacked(v, wire), axis=0), sums)
-        if gradients:  # params and optimizer states agree already; average the model state
-            workers = workers._replace(model_state=jax.tree.map(lambda s: s / n, sums))
-        else:  # collect averages its workers: these L sums over ranks, / N, average to the mean over all W
-            workers = jax.tree.map(lambda s: s / n, sums)
-        return alg.collect(state, workers, plan, batches, shared, **({} if wire.exact else {"sent": True}))
-
+    summed, finish = _replica_ends(alg, n)
     split = _split_fn(rt, lambda workers: workers)
 
     def init(key):
@@ -706,7 +734,9 @@ def _replicas(rt: MPIRuntime):
             sums = x.allreduce_into(spares.take("sums", out), out)  # [L, ...] summed over ranks; a buffer per worker
             traffic.add(sent=out, received=out)
         else:
-            sums = x.allgather(out)  # [N, L, ...]: every rank's 16 bits, added in float32 by finish
+            # [N, L, ...]: every rank's 16 bits, added in float32 by finish; one call per leaf, in the same order on
+            # every rank (the calls of one program may run in any order)
+            sums = jax.tree.map(x.allgather, out)
             traffic.add(sent=out, received=sums)
         traffic.sent += in_step["sent"] * lanes
         traffic.received += in_step["received"] * lanes

@@ -1,0 +1,95 @@
+"""bfloat16 compute and exchange (issue 37): the tables of docs/precision.md, from
+``experiments/precision/results/*.json`` (``python -m experiments.precision.studies accuracy``, ``python -m
+experiments.precision.network``) and study 8 of ``experiments/benchmarks/results.json`` (``python -m
+experiments.benchmarks.run``). Registered in `experiments.tables` when `experiments.report` imports this module.
+"""
+
+from __future__ import annotations
+
+from experiments.tables import algorithm_name, cell, fixed, link_name, markdown_table, nbytes, ratio, scalar, table
+
+ACCURACY = "experiments/precision/results/accuracy.json"
+NETWORK = "experiments/precision/results/time_to_accuracy.json"
+BENCHMARKS = "experiments/benchmarks/results.json"
+DATA = {"speech": "speech MLP (FSDD, 2-layer)", "images": "ResNet-18 (Fashion-MNIST)", "graphs": "GCN (Cora)"}
+PRECISIONS = ("float32", "bf16_compute", "bf16_exchange")
+
+
+def _points(x):
+    return f"{100 * x:+.1f}"
+
+
+@table("precision_accuracy", ACCURACY)
+def accuracy(d):
+    """Per data set and algorithm: float32's test accuracy (mean ± std over seeds), each bfloat16 setting's and its
+    difference in points (mean of the seed-by-seed differences, with their range), bytes per worker per round."""
+    rows = {(r["data"], r["algorithm"], r["precision"]): r for r in d["rows"]}
+    by_label = {r["label"]: {run["seed"]: run for run in d["runs"] if run["label"] == r["label"]} for r in d["rows"]}
+    out = []
+    for data in DATA:
+        for algorithm in ("ist", "data_parallel", "local_sgd"):
+            base = rows.get((data, algorithm, "float32"))
+            if base is None:
+                continue
+            line = [DATA[data], algorithm_name(algorithm), cell(base["seeds"]),
+                    f"{fixed(base['test_accuracy_mean'], 3)} ± {fixed(base['test_accuracy_std'] or 0, 3)}"]
+            for precision in PRECISIONS[1:]:
+                r = rows.get((data, algorithm, precision))
+                if r is None:
+                    line.append("-")
+                    continue
+                ref, mine = by_label[base["label"]], by_label[r["label"]]
+                diffs = [mine[s]["test_accuracy"] - ref[s]["test_accuracy"] for s in mine if s in ref]
+                mean = sum(diffs) / len(diffs)
+                line.append(f"{fixed(r['test_accuracy_mean'], 3)} ({_points(mean)} pt; "
+                            f"{_points(min(diffs))} to {_points(max(diffs))})")
+            ex = rows.get((data, algorithm, "bf16_exchange"))
+            line.append(f"{nbytes(base['bytes_per_worker_per_round'], binary=False)} -> "
+                        f"{nbytes(ex['bytes_per_worker_per_round'], binary=False) if ex else '-'}")
+            out.append(line)
+    return markdown_table(["model", "algorithm", "seeds", "float32", "bfloat16 compute (vs float32)",
+                           "bfloat16 exchange (vs float32)", "bytes per worker per round"], out)
+
+
+def _speed_rows(d):
+    return d["results"]["8_precision"]["rows"]
+
+
+@table("precision_speed", BENCHMARKS)
+def speed(d):
+    """Study 8: each algorithm's local phase in float32 and bfloat16 (seconds, GFLOP/s, speed-up), and IST's rate
+    against its own matmuls in bfloat16 timed alone."""
+    out = []
+    for r in _speed_rows(d):
+        out.append([algorithm_name(r["algorithm"]), r["dtype"], fixed(r["local_s"], 3), fixed(r["local_gflops"], 0),
+                    ratio(r["speedup"], 2) if r["dtype"] != "float32" else "1x",
+                    fixed(r["own_matmuls_gflops"], 0) if r.get("own_matmuls_gflops") else "-",
+                    fixed(r["vs_own_matmuls"], 2) if r.get("vs_own_matmuls") else "-"])
+    flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in d.get("cpu_flags", {}).items())
+    return (markdown_table(["algorithm", "compute", "local phase (s)", "GFLOP/s", "speed-up",
+                            "own matmuls alone (GFLOP/s)", "phase / own matmuls"], out)
+            + f"\n\nCPU: {d['machine']['cpu']} ({flags}); W = 2, K = 20, B = 128, medians of interleaved runs.")
+
+
+scalar("precision_speedup", BENCHMARKS, lambda d: ratio(d["bf16_vs_f32_local_phase"], 2))
+
+
+@table("precision_network", NETWORK)
+def network(d):
+    """Per link and algorithm: each exchange dtype's seconds to the target (mean ± std over seeds), rounds, bytes
+    per worker per round, and bfloat16's speed-up over float32 seed by seed."""
+    out = []
+    for r in d["rows"]:
+        t = r.get("time_to_target_s_mean")
+        std = r.get("time_to_target_s_std")
+        out.append([link_name(r["link"]), algorithm_name(r["algorithm"]), r["exchange"],
+                    f"{r['reached']} of {r['seeds']}",
+                    "-" if t is None else f"{fixed(t, 1)}" + ("" if std is None else f" ± {fixed(std, 1)}"),
+                    fixed(r["round_to_target_mean"], 1) if r.get("round_to_target_mean") is not None else "-",
+                    nbytes(r["bytes_sent_per_worker_per_round_mean"], binary=False)
+                    if r.get("bytes_sent_per_worker_per_round_mean") else "-",
+                    (ratio(r["speedup_vs_float32_mean"], 2) + (f" ± {fixed(r['speedup_vs_float32_std'], 2)}"
+                                                               if r.get("speedup_vs_float32_std") else ""))
+                    if r.get("speedup_vs_float32_mean") else "-"])
+    return markdown_table(["link", "algorithm", "exchange", "reached", "seconds to target", "rounds",
+                           "bytes per worker per round", "speed-up vs float32"], out)
