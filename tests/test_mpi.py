@@ -46,12 +46,12 @@ def test_mpi_equals_simulate_bytes_and_sharded_memory(n, w, extra):
 @pytest.mark.slow
 def test_bfloat16_exchange_under_mpi_equals_simulate_with_the_same_rounding():
     """IST (the change and the values sent, float32 and bfloat16 compute), data parallel, local SGD and DiLoCo with a
-    bfloat16 exchange on the parameter server and the replicas == simulate; half the bytes, measured == analytic
-    (the replicas' all-gather brings each rank N pieces); the sharded mode refuses it with the fix."""
+    bfloat16 exchange on the parameter server and the replicas, and IST's in the sharded mode, == simulate; half the
+    bytes, measured == analytic (an all-gather brings each rank N pieces where float32 all-reduces)."""
     out = _mpiexec(2, "precision.py", "4")
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("mpi parameter_server == simulate") == 7, out.stdout
-    assert "refused with the fix" in out.stdout
+    assert out.stdout.count("mpi sharded == simulate") == 2, out.stdout
 
 
 @pytest.mark.parametrize("how,expect", [("raise", "rank 1 of 2 failed"), ("kill", "BAD TERMINATION"),

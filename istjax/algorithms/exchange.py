@@ -63,16 +63,21 @@ def whole_round(task: Task, pieces: SubnetPieces, recompute_batches: int = 1):
 
 
 def owner_side(task: Task, pieces: SubnetPieces) -> OwnerSide:
-    """The round as the owners of a sharded model run it (`OwnerSide`; module docstring)."""
-    leaves = pieces.spec.leaves
+    """The round as the owners of a sharded model run it (`OwnerSide`; module docstring). Under a rounding wire the
+    owners round what they deal, and ``collect`` reads what the workers return as what they sent
+    (`istjax.core.precision.Wire.up`: their changes, added to the owner's exact pieces, or their values)."""
+    leaves, wire = pieces.spec.leaves, pieces.wire
     disjoint = partition_lib.disjoint_groups(pieces.sampler, pieces.spec.group_sizes)
 
     def distribute(layout, tree, round_plan):
-        return shard.owner_distribute(layout, leaves, tree, round_plan.partition)
+        return shard.owner_distribute(layout, leaves, wire.round(tree), round_plan.partition)
 
     def collect(layout, state, round_plan, returned, gathered, sums, first=None, shared=None, reduce=None):
-        tree = shard.owner_collect(layout, leaves, pieces.held(state), round_plan.partition, returned, gathered, sums,
-                                   disjoint)
+        held = pieces.held(state)
+        if not wire.exact and wire.values == "delta":  # the workers sent their changes (`Wire.up`)
+            returned, gathered, sums = shard.owner_sent(layout, leaves, held, round_plan.partition, returned, gathered,
+                                                        sums)
+        tree = shard.owner_collect(layout, leaves, held, round_plan.partition, returned, gathered, sums, disjoint)
         return pieces.finish(state, tree, round_plan, _owner_recompute(task, layout, first, shared, reduce))
 
     return OwnerSide(distribute, collect, functools.partial(owner_evaluate, task))

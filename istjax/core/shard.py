@@ -46,7 +46,7 @@ from istjax.core.state import broadcast_workers
 from istjax.core.subnet import extract_leaf, merge_leaf
 from istjax.core.tiled_init import block
 
-__all__ = ["Layout", "owner_distribute", "worker_assemble", "worker_return", "owner_collect", "unshard",
+__all__ = ["Layout", "owner_distribute", "worker_assemble", "worker_return", "owner_collect", "owner_sent", "unshard",
            "OWNED", "HELD_WHOLE", "SHARED"]
 
 PyTree = Any
@@ -212,6 +212,30 @@ def owner_collect(layout: Layout, spec: PyTree, tree: PyTree, p: Partition, retu
         return merge_leaf(x, _join(got), s, part, sizes, {**disjoint, _OWN: True})
 
     return jax.tree.map(one, spec, tree, returned, gathered, shared_sums)
+
+
+def owner_sent(layout: Layout, spec: PyTree, tree: PyTree, p: Partition, returned: PyTree, gathered: PyTree,
+               shared_sums: PyTree) -> tuple[PyTree, PyTree, PyTree]:
+    """What the workers sent as changes (``returned``, ``gathered``, ``shared_sums`` laid out as `owner_collect`
+    reads them) read against this owner's exact ``tree``: each piece plus the exact piece it changes (the pieces
+    `owner_distribute` cuts for every worker), each lane's sum over the owners plus N times the shared leaf (so the
+    mean over the W workers is the leaf plus their mean change)."""
+    n = layout.num_owners
+    exact_out, _ = owner_distribute(layout, spec, tree, p)
+
+    def piece(leaf, x, got, exact):
+        return got + exact if layout.role(leaf) == OWNED else got
+
+    def whole(leaf, x, every):
+        if layout.role(leaf) != HELD_WHOLE:
+            return every
+        return every + _split(extract_leaf(x, leaf, p, layout.group_sizes, layout.num_workers), n)
+
+    def total(leaf, x, sums):
+        return sums + n * x[None] if layout.role(leaf) == SHARED else sums
+
+    return (jax.tree.map(piece, spec, tree, returned, exact_out), jax.tree.map(whole, spec, tree, gathered),
+            jax.tree.map(total, spec, tree, shared_sums))
 
 
 def unshard(layout: Layout, leaf: LeafSpec, shards: jax.Array) -> jax.Array:

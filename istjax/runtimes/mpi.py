@@ -762,12 +762,6 @@ def _replicas(rt: MPIRuntime):
 def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
     """Which groups this job holds in shards; a ValueError naming the fix when the algorithm cannot run sharded."""
     side = alg.owner_side
-    if not alg.wire.exact:
-        raise ArgError("exchange_dtype", alg.wire.dtype,
-                       f"mode='sharded' with exchange_dtype={alg.wire.dtype!r}: the owners' all-to-all of pieces moves "
-                       f"float32 only (a bfloat16 exchange is built for the parameter server and the replicas);",
-                       "Use mode='parameter_server', or exchange_dtype='float32'.",
-                       "Use --config.runtime.mode=parameter_server, or --config.exchange_dtype=float32.")
     if side is None:
         raise ArgError("mode", "sharded",
                        f"algorithm {alg.name!r} exchanges subnetworks but gives no owner side (Algorithm.owner_side), "
@@ -847,6 +841,45 @@ def _sharded_gather(alg, layout, x: "_Exchange") -> Callable:
     return gather
 
 
+def _sharded_steps(alg, layout: shard_lib.Layout, x: "_Exchange") -> tuple:
+    """The sharded round's steps, jitted: ``outbound(state) -> (plan, pieces, local)``, ``assemble(received,
+    local)``, the lane step ``train``, ``give_back(trained) -> (back, whole, sums)``, ``collect(state, plan,
+    returned, gathered, totals, first, shared)`` and ``gather_each(tree)`` (an all-gather per leaf). Under a
+    rounding wire (``alg.wire``) the pieces cross as the 16 bits of their rounded values, workers give back what
+    they send (`istjax.core.precision.Wire.up`), and ``collect`` adds the all-gathered shared sums in float32."""
+    subnet, side, wire, leaves = alg.subnet, alg.owner_side, alg.wire, alg.subnet.spec.leaves
+
+    def pack(tree):
+        return tree if wire.exact else precision.pack(tree, wire.dtype)
+
+    def unpack(tree):
+        return tree if wire.exact else jax.tree.map(lambda v: _unpacked(v, wire), tree)
+
+    @jax.jit
+    def outbound(state):
+        round_plan = subnet.plan(state)
+        pieces, local = side.distribute(layout, subnet.held(state), round_plan)
+        return round_plan, pack(pieces), local
+
+    send = None if wire.exact else (lambda trained, started: wire.up(subnet.held(trained), subnet.held(started)))
+    train = _lane_step(alg, layout.lanes, layout.owner * layout.lanes, start=subnet.start, send=send)
+    assemble = jax.jit(lambda received, local: shard_lib.worker_assemble(layout, leaves, unpack(received), local))
+    give_back = jax.jit(lambda trained: pack(shard_lib.worker_return(
+        layout, leaves, subnet.held(trained) if send is None else trained)))
+
+    @jax.jit
+    def collect(state, round_plan, returned, gathered, totals, first, shared):
+        if not wire.exact:  # [N, L, ...] of every rank's shared pieces: their sum over the ranks, in float32
+            totals = jax.tree.map(lambda v: jnp.sum(_unpacked(v, wire), axis=0), totals)
+        return side.collect(layout, state, round_plan, unpack(returned), unpack(gathered), totals, first, shared,
+                            reduce=x.allreduce_traced)
+
+    def gather_each(tree):  # one call per leaf under a rounding wire: the same order on every rank
+        return x.allgather(tree) if wire.exact else jax.tree.map(x.allgather, tree)
+
+    return outbound, assemble, train, give_back, collect, gather_each
+
+
 def _sharded(rt: MPIRuntime):
     """The sharded mode: every rank holds its part of the model (`istjax.core.shard`); a round is the algorithm's
     owner-side distribute, an all-to-all out, the local steps, an all-to-all back (plus an all-gather of leaves held
@@ -855,17 +888,8 @@ def _sharded(rt: MPIRuntime):
     layout = sharded_layout(alg, rt.size, rt.rank)
     subnet, side = alg.subnet, alg.owner_side
     x = _Exchange(rt.comm)
-    train = _lane_step(alg, layout.lanes, layout.owner * layout.lanes, start=subnet.start)
+    outbound, assemble, train, give_back, collect, gather_each = _sharded_steps(alg, layout, x)
     spares = _Spares()  # the collectives' results, reused round after round
-
-    @jax.jit
-    def outbound(state):
-        round_plan = subnet.plan(state)
-        return (round_plan,) + side.distribute(layout, subnet.held(state), round_plan)
-
-    assemble = jax.jit(functools.partial(shard_lib.worker_assemble, layout, subnet.spec.leaves))
-    give_back = jax.jit(functools.partial(shard_lib.worker_return, layout, subnet.spec.leaves))
-    collect = jax.jit(functools.partial(side.collect, layout, reduce=x.allreduce_traced))
     owner = alg.task.owner
     recompute = alg.model_state_policy == "recompute" and owner is not None and owner.recompute_state is not None
 
@@ -878,13 +902,17 @@ def _sharded(rt: MPIRuntime):
         traffic.add(received=received, leaf_paths=True)
         sub = assemble(received, local)
         trained, metrics = train(sub, batches, shared, state.round)
-        back, whole, sums = give_back(subnet.held(trained))
+        back, whole, sums = give_back(trained)
         returned = x.alltoall_into(spares.take("returned", back), back)
-        gathered = x.allgather(whole)
-        totals = x.allreduce_into(spares.take("sums", sums), sums)
+        gathered = gather_each(whole)
+        if alg.wire.exact:  # allreduce: in and out, one buffer per worker
+            totals = x.allreduce_into(spares.take("sums", sums), sums)
+            traffic.add(sent=sums, received=sums, leaf_paths=True)
+        else:  # 16-bit pieces all-gathered (every rank's), added in float32 by collect
+            totals = gather_each(sums)
+            traffic.add(sent=sums, received=totals, leaf_paths=True)
         traffic.add(sent=back, leaf_paths=True)
         traffic.add(sent=whole, received=gathered, leaf_paths=True)  # all-gather: a worker's piece out, all W in
-        traffic.add(sent=sums, received=sums, leaf_paths=True)  # allreduce: in and out, one buffer per worker
         rt._track(state, pieces, received, sub, trained, back, returned, gathered)
         first = _first_batches(batches, rt) if recompute else None
         state = collect(state, round_plan, returned, gathered, totals, first, shared)
@@ -899,7 +927,7 @@ def _sharded(rt: MPIRuntime):
         round_plan, pieces, local = jax.eval_shape(outbound, state)
         sub = jax.eval_shape(assemble, pieces, local)
         trained, metrics = jax.eval_shape(train, sub, batches, shared, state.round)
-        back, whole, sums = jax.eval_shape(give_back, subnet.held(trained))
+        back, whole, sums = jax.eval_shape(give_back, trained)
         compiled = train.lower(sub, batches, shared, state.round).compile()
         arrived = memory_lib.tree_bytes((batches, pieces, local, pieces, sub))  # sent, kept, received, assembled
         after = memory_lib.tree_bytes((metrics, back, back, whole, sums, sums, state)) + \
