@@ -570,8 +570,8 @@ def _server(rt: MPIRuntime):
     all_shapes = jax.eval_shape(packed[0], trees)  # [W, ...] as they cross
     lane_shapes = _lane_shapes(all_shapes, lanes)
     template = None if root else _zeros_like(lane_shapes)  # a non-root rank's (unread) scatter input
-    send = None if wire.exact else (lambda trained, started: packed[0](wire.up(held(trained), held(started))))
-    train = _lane_step(alg, lanes, rt.rank * lanes, start=lambda tree, r: start(packed[1](tree), r), send=send)
+    send_up = None if wire.exact else (lambda trained, started: packed[0](wire.up(held(trained), held(started))))
+    train = _lane_step(alg, lanes, rt.rank * lanes, start=lambda tree, r: start(packed[1](tree), r), send=send_up)
     # Buffers this rank owns between rounds: "lanes" [L, ...] (the received workers, trained in place, then sent
     # back) and "all" (root: [W, ...], the cut workers, scattered, then the gathered ones; elsewhere [L, ...],
     # gather's unread result).
@@ -617,7 +617,7 @@ def _server(rt: MPIRuntime):
         rt._track(got)
         trained, metrics = train(got, batches, shared, state.round)  # got is donated: trained in place
         t = rt._phase("local", t, trained, metrics)
-        back = held(trained) if send is None else trained  # with send: what the workers send, packed already
+        back = held(trained) if send_up is None else trained  # else what the workers send, packed already
         traffic.add(sent=back["params"], leaf_paths=True)
         traffic.add(sent={k: v for k, v in back.items() if k != "params"})
         gathered = x.gather_rows_into(send if root else spares.take("all", lane_shapes), back)  # root: [W, ...]
