@@ -1,7 +1,7 @@
 """bfloat16 compute and exchange against float32, at equal samples, on three seeds (issue 37; docs/precision.md).
 
 A grid of cells (`experiments.grid`): for the speech MLP (the IST paper's 2-layer model on FSDD,
-``experiments/configs/fsdd_speech.py:2``), the image ResNet (``fmnist_resnet_ist.py:diagnosis`` at a short budget)
+``experiments/configs/fsdd_speech.py:2``, 10 rounds), the image ResNet (``fmnist_resnet_ist.py:diagnosis``, 20 rounds)
 and the graph network (GCN on Cora, ``cora_gist.py``), each of IST, data parallel and local SGD in three precisions:
 ``float32`` (the reference), ``bf16_compute`` (``--config.compute_dtype=bfloat16``: the model computes in bfloat16,
 float32 masters) and ``bf16_exchange`` (``--config.exchange_dtype=bfloat16``: what crosses the wire is bfloat16, the
@@ -29,9 +29,10 @@ PRECISIONS = {"float32": (), "bf16_compute": ("--config.compute_dtype=bfloat16",
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
 # Each data set's config and the overrides that set its budget (the same for every algorithm and precision).
 DATASETS = {
-    "speech": ("experiments/configs/fsdd_speech.py:2", ("--config.eval_every=10",)),
+    "speech": ("experiments/configs/fsdd_speech.py:2", ("--config.num_rounds=10", "--config.eval_every=10",
+                                                        "--config.checkpoint_every=10")),
     "images": ("experiments/configs/fmnist_resnet_ist.py:diagnosis",
-               ("--config.num_rounds=20", "--config.eval_every=10", "--config.checkpoint_every=20")),
+               ("--config.num_rounds=20", "--config.eval_every=20", "--config.checkpoint_every=20")),
     "graphs": ("experiments/configs/cora_gist.py", ()),
 }
 
