@@ -8,10 +8,11 @@ Run as root from the repository root (``ISTJAX_DATA_DIR`` pointing at the folder
 The IST paper's 2-layer speech MLP on FSDD (``experiments/configs/fsdd_speech.py:2``) on the MPI runtime across
 real network namespaces joined by ``tc``-shaped links (`experiments.network.slow_net`), one worker per rank, each
 run stopping at the first evaluation at or above the target: the cells and the launch are
-`experiments.network.time_to_accuracy`'s, once with ``exchange_dtype=float32`` and once with ``bfloat16``. Every
-run's training seconds to the target (compilation excluded), its rounds and its bytes per worker per round go to
-``experiments/precision/results/time_to_accuracy.json``, with per cell the mean and spread over seeds and the
-bfloat16 exchange's speed-up over float32 taken seed by seed (same seed, same data, same partitions).
+`experiments.network.time_to_accuracy`'s, with ``exchange_dtype`` float32, with bfloat16, and with bfloat16 and
+``compute_dtype=bfloat16`` too (``bfloat16-compute``). Every run's training seconds to the target (compilation
+excluded), its rounds and its bytes per worker per round go to ``experiments/precision/results/time_to_accuracy.json``,
+with per cell the mean and spread over seeds and each bfloat16 variant's speed-up over float32 taken seed by seed
+(same seed, same data, same partitions).
 """
 
 from __future__ import annotations
@@ -32,17 +33,20 @@ from istjax.launch import study
 from istjax.launch.study import mean_std
 
 OUT = REPO / "experiments" / "precision" / "results" / "time_to_accuracy.json"
-EXCHANGES = ("float32", "bfloat16")
+# What each cell crosses the wire in and computes in: float32; a bfloat16 exchange; a bfloat16 exchange and compute.
+VARIANTS = {"float32": (), "bfloat16": ("--config.exchange_dtype=bfloat16",),
+            "bfloat16-compute": ("--config.exchange_dtype=bfloat16", "--config.compute_dtype=bfloat16")}
 
 
 def cells(args: argparse.Namespace) -> list[study.Cell]:
-    """(link, algorithm, exchange dtype) on 2 ranks: `experiments.network.time_to_accuracy.cell` with the dtype."""
+    """(link, algorithm, variant) on 2 ranks: `experiments.network.time_to_accuracy.cell` with the variant's
+    dtypes (`VARIANTS`)."""
     out = []
-    for rate, algorithm, exchange in itertools.product(args.links.split(","), args.algorithms.split(","), EXCHANGES):
+    for rate, algorithm, variant in itertools.product(args.links.split(","), args.algorithms.split(","), VARIANTS):
         base = tta.cell("2", algorithm, args.ranks, rate, target=args.target, max_rounds=args.max_rounds,
-                        extra=(f"--config.exchange_dtype={exchange}",))
-        out.append(study.Cell(f"{base.label}-{exchange}", base.config, base.overrides,
-                              {**base.info, "exchange": exchange}))
+                        extra=VARIANTS[variant] or ("--config.exchange_dtype=float32",))
+        out.append(study.Cell(f"{base.label}-{variant}", base.config, base.overrides,
+                              {**base.info, "exchange": variant}))
     return out
 
 
@@ -51,7 +55,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     float32 seed by seed."""
     rows = []
     keys = sorted({(r["link"], r["algorithm"], r["exchange"]) for r in runs},
-                  key=lambda k: (slow_net.Link(k[0]).bits_per_second(), k[1], EXCHANGES.index(k[2])))
+                  key=lambda k: (slow_net.Link(k[0]).bits_per_second(), k[1], list(VARIANTS).index(k[2])))
     for link, algorithm, exchange in keys:
         mine = [r for r in runs if (r["link"], r["algorithm"], r["exchange"]) == (link, algorithm, exchange)]
         reached = [r for r in mine if r.get("time_to_target_s") is not None]
