@@ -283,3 +283,28 @@ def test_checkpoints_keep_float32_masters_and_resume_exactly(tmp_path):
         np.testing.assert_array_equal(a, b)
     rows = [json.loads(line) for line in (tmp_path / "parts" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows][-1] == 4
+
+
+def test_devices_runtime_and_resist_honour_both_dtypes():
+    """The devices runtime (4 fake CPU devices) computes what simulate computes under bfloat16 compute and exchange;
+    ResIST passes the exchange on and rounds like IST."""
+    sim = _make("ist", _task("bfloat16"), exchange_dtype="bfloat16")
+    dev = istjax.ist(_task("bfloat16"), optax.sgd(0.2), num_workers=W, local_steps=K, exchange_dtype="bfloat16",
+                     backend="devices")
+    state = sim.init(jax.random.key(6))
+    _close(dev.round(state, _batches(2))[0].params, sim.round(state, _batches(2))[0].params, 2 * EPS)
+
+    from istjax.models.resist import DepthResNet
+
+    model = DepthResNet(stage_sizes=(3,), widths=(4,), num_classes=C, image_shape=(2, 2, 3), dtype="bfloat16")
+    task = istjax.classifier(model, jnp.zeros((B, D)), num_classes=C)
+    alg = istjax.resist(task, optax.sgd(0.1), num_workers=W, local_steps=K, exchange_dtype="bfloat16",
+                        exchange_values="params")
+    assert alg.wire == precision.Wire("bfloat16", "params") and alg.name == "resist"
+    state = alg.init(jax.random.key(7))
+    new, _ = alg.round(state, _batches(3))
+    for leaf in jax.tree.leaves(new.params):  # written from what workers sent: every value a bfloat16 value
+        assert leaf.dtype == jnp.float32
+    dealt = new.params["stage0_blocks"]
+    for leaf in jax.tree.leaves(dealt):
+        np.testing.assert_array_equal(leaf, leaf.astype(BF16).astype(jnp.float32))
