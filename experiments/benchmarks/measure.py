@@ -164,7 +164,8 @@ def phase_matmuls(kernel_shapes: Sequence[tuple[int, int]], num_workers: int, ba
     rows, which CPU matmul libraries run far below their square-matrix rate) and, except for the first layer, the input
     gradient ``[W, B, o] @ [W, i, o]^T``. Their FLOPs are `dense_train_flops` times W; timing them bounds what the
     local phase could reach with free elementwise work. ``dtype="bfloat16"``: bfloat16 operands accumulated in
-    float32, the products a model computing in bfloat16 runs (`istjax.core.precision.einsum`).
+    float32, the products a model computing in bfloat16 runs (`istjax.core.precision.einsum`), one worker after
+    another as its local phase runs them (`istjax.core.precision.map_in_turn`).
     """
     from istjax.core import precision
 
@@ -174,11 +175,16 @@ def phase_matmuls(kernel_shapes: Sequence[tuple[int, int]], num_workers: int, ba
         for shape in ((num_workers, batch, i), (num_workers, i, o), (num_workers, batch, o)):
             args.append(jax.device_put(rng.standard_normal(shape, np.float32).astype(jnp.dtype(dtype))))
 
+    def per_worker(spec, a, b):  # as the local phase maps its workers: vmapped, or in turn for bfloat16 matmuls
+        if precision.is_low(a.dtype):
+            return jax.lax.map(lambda ab: precision.einsum(spec, *ab), (a, b))
+        return jax.vmap(precision.einsum, in_axes=(None, 0, 0))(spec, a, b)
+
     def fn(*xs):
         out = []
         for j in range(len(kernel_shapes)):
             x, k, dy = xs[3 * j: 3 * j + 3]
-            mm = jax.vmap(precision.einsum, in_axes=(None, 0, 0))  # per worker, as the vmapped local phase
+            mm = per_worker
             out.append(mm("bi,io->bo", x, k))
             out.append(mm("bi,bo->io", x, dy))
             if j > 0:

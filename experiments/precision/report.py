@@ -93,3 +93,28 @@ def network(d):
                     if r.get("speedup_vs_float32_mean") else "-"])
     return markdown_table(["link", "algorithm", "exchange", "reached", "seconds to target", "rounds",
                            "bytes per worker per round", "speed-up vs float32"], out)
+
+
+@table("precision_summary", ACCURACY, NETWORK, BENCHMARKS)
+def summary(acc, net, bench):
+    """IST, data parallel and local SGD on the speech MLP, side by side: the local phase's speed-up computing in
+    bfloat16 (study 8), bytes per worker per round in each exchange dtype, seconds to 0.9 on the 100 Mbit/s link
+    (IST), and test accuracy on three seeds in each precision."""
+    speed = {r["algorithm"]: r["speedup"] for r in _speed_rows(bench) if r["dtype"] == "bfloat16"}
+    rows = {(r["algorithm"], r["precision"]): r for r in acc["rows"] if r["data"] == "speech"}
+    slow = {r["exchange"]: r for r in net["rows"] if r["link"] == "100mbit"}
+    out = []
+    for algorithm in ("ist", "data_parallel", "local_sgd"):
+        f32, ex, comp = (rows.get((algorithm, p)) for p in PRECISIONS)
+        tta = "-"
+        if algorithm == "ist" and "float32" in slow and "bfloat16" in slow:
+            tta = (f"{fixed(slow['float32']['time_to_target_s_mean'], 1)} -> "
+                   f"{fixed(slow['bfloat16']['time_to_target_s_mean'], 1)} "
+                   f"({ratio(slow['bfloat16']['speedup_vs_float32_mean'], 2)})")
+        out.append([algorithm_name(algorithm), ratio(speed[algorithm], 2) if algorithm in speed else "-",
+                    f"{nbytes(f32['bytes_per_worker_per_round'], binary=False)} -> "
+                    f"{nbytes(ex['bytes_per_worker_per_round'], binary=False)}" if f32 and ex else "-", tta,
+                    *(fixed(r["test_accuracy_mean"], 3) if r else "-" for r in (f32, comp, ex))])
+    return markdown_table(["algorithm", "local phase, bfloat16 / float32", "bytes per worker per round",
+                           "seconds to 0.9 at 100 Mbit/s", "accuracy float32", "bfloat16 compute",
+                           "bfloat16 exchange"], out)

@@ -57,8 +57,14 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
     def local_fused(workers, batches, shared=None):  # all W workers on one device: one replica, the mean loss
         first = first_worker(workers)  # replicas agree; each worker keeps its own model state (its batches' stats)
 
+        def per_worker(params, states_W, batch_W):  # vmapped; in turn where a batched matmul would be slow
+            one = jax.tree.map(lambda v: v[0], (states_W, batch_W))
+            if precision.map_in_turn(lambda p, s, b: loss(p, s, b, shared), first.params, *one):
+                return jax.lax.map(lambda sb: loss(params, sb[0], sb[1], shared), (states_W, batch_W))
+            return jax.vmap(loss, in_axes=(None, 0, 0, None))(params, states_W, batch_W, shared)
+
         def mean_loss(params, states_W, batch_W):
-            losses, (aux, states_W) = jax.vmap(loss, in_axes=(None, 0, 0, None))(params, states_W, batch_W, shared)
+            losses, (aux, states_W) = per_worker(params, states_W, batch_W)
             return jnp.mean(losses), ({"loss": losses, **aux}, states_W)
 
         def step(carry: WorkerState, k):

@@ -37,7 +37,7 @@ from jax import lax
 from istjax.core.errors import ArgError
 
 __all__ = ["DTYPES", "EXCHANGE_VALUES", "FLOAT32", "Wire", "cast", "check_dtype", "compute_dtype", "dense_options",
-           "dot_general", "dtype_options", "einsum", "float32_stats", "in_float32", "is_low", "pack", "unpack", "wire"]
+           "dot_general", "dtype_options", "einsum", "float32_stats", "has_low_matmul", "in_float32", "is_low", "map_in_turn", "pack", "unpack", "wire"]
 
 #: The dtypes a model may compute in and an exchange may carry.
 DTYPES = ("float32", "bfloat16")
@@ -153,6 +153,33 @@ def dtype_options(dtype: Any) -> dict:
     """For a Flax ``Embed`` or ``Conv`` (whose ``conv_general_dilated`` is `istjax.models.conv_ops`'): its compute
     dtype; none for float32. Normalisations run in float32 instead (`in_float32`)."""
     return {"dtype": jnp.dtype(dtype)} if is_low(dtype) else {}
+
+
+def has_low_matmul(jaxpr) -> bool:
+    """Whether ``jaxpr`` (or a jaxpr nested in it) multiplies bfloat16 operands (a ``dot_general``)."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general" and all(is_low(v.aval.dtype) for v in eqn.invars):
+            return True
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns") and has_low_matmul(inner):
+                    return True
+    return False
+
+
+def map_in_turn(fn, *args) -> bool:
+    """Whether ``fn(*args)`` (traced on abstract values, nothing computed) is better mapped over workers one after
+    another than vmapped, for its matmuls: on the CPU backend, a bfloat16 matmul batched over workers (each with its
+    own weights) leaves XLA's bfloat16 kernels, which have no batched form, for a slow one (measured: data parallel's
+    local phase at 0.35x its float32 speed when vmapped; benchmark study 8)."""
+    if jax.default_backend() != "cpu":
+        return False
+
+    def abstract(x):
+        return jax.ShapeDtypeStruct(jnp.shape(x), x.dtype if hasattr(x, "dtype") else jnp.result_type(x))
+
+    return has_low_matmul(jax.make_jaxpr(fn)(*jax.tree.map(abstract, args)).jaxpr)
 
 
 def in_float32(layer):

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from istjax.core import precision
 from istjax.core.process import is_primary
 from istjax.core.state import WORKERS, first_worker, summarize
 
@@ -165,7 +166,8 @@ def map_workers(local: Callable, num_workers: int, *, outer_axes: tuple[str, ...
     ``n > 1`` maps with `vmap` over the axis named `WORKERS` (collectives then reduce over it and ``outer_axes``),
     or, with ``worker_map="sequential"``, runs the workers one after another in `lax.map` (only for a ``local`` that
     does not communicate, ``communicates=False``: IST, ResIST, local SGD). ``"auto"`` picks ``"sequential"`` where it
-    pays: a non-communicating ``local`` whose step has a convolution, on the CPU backend. A vmap over workers with
+    pays: a non-communicating ``local`` whose step has a convolution or a bfloat16 matmul, on the CPU backend
+    (`istjax.core.precision.map_in_turn`: XLA's bfloat16 kernels have no batched form). A vmap over workers with
     different kernels turns every convolution into a grouped one, which XLA:CPU runs 2-4x slower than the same
     convolutions one worker at a time (conv benchmark); matmuls batch well, and accelerators want the batch.
     ``n == 1`` runs unmapped: a vmap of size 1 is not free (XLA drops the unit batch dimension and, on the 2-layer
@@ -198,7 +200,9 @@ def map_workers(local: Callable, num_workers: int, *, outer_axes: tuple[str, ...
     def run(workers, batches, shared=None):
         sequential = worker_map == "sequential" or (
             worker_map == "auto" and not communicates and jax.default_backend() == "cpu"
-            and _has_convolution(local, first_worker(workers), first_worker(batches), shared))
+            and (_has_convolution(local, first_worker(workers), first_worker(batches), shared)
+                 or precision.map_in_turn(lambda w, b, s: local(w, b, s, axis_name=(), reduce=None),
+                                          first_worker(workers), first_worker(batches), shared)))
         return (in_turn if sequential else mapped)(workers, batches, shared)
 
     return run
