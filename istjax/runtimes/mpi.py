@@ -591,7 +591,7 @@ def _server(rt: MPIRuntime):
     split = _split_fn(rt, as_workers)
     # What each worker trained, as the root reads it (the loss split's workers): the workers' trees, or under a
     # rounding wire what they sent read against the rounded pieces they started from.
-    trained_trees = jax.jit(lambda state, tree, plan: packed[1](tree) if wire.exact else wire.back(
+    trained_trees = jax.jit(lambda state, tree, plan: wire.back(
         packed[1](tree), wire.round(extract(alg.subnet.held(state), plan.partition, alg.subnet.spec))))
 
     def init(key):
@@ -626,7 +626,7 @@ def _server(rt: MPIRuntime):
         spares.keep(lanes=back, all=gathered)
         last = _last_batches(full, batches, rt) if split is not None else None  # collective
         if root:
-            workers_back = trained_trees(state, gathered, plan) if split is not None else None
+            workers_back = gathered if wire.exact or split is None else trained_trees(state, gathered, plan)
             state = collect(state, gathered, plan, full, shared)
         else:
             state = TrainState((), (), (), round_keys(state.key)[0], state.round + 1)
