@@ -97,6 +97,15 @@ def test_studies_run_at_tiny_size():
     assert "data_parallel" in text
 
 
+def test_precision_study_times_both_dtypes_against_their_own_matmuls():
+    rows = bench.precision_speed(TINY, ["ist", "data_parallel"], 1)
+    assert [(r["algorithm"], r["dtype"]) for r in rows] == [("ist", "float32"), ("ist", "bfloat16"),
+                                                          ("data_parallel", "float32"), ("data_parallel", "bfloat16")]
+    assert rows[0]["speedup"] == 1.0 and rows[1]["speedup"] > 0
+    assert rows[1]["own_matmuls_gflops"] > 0 and rows[1]["vs_own_matmuls"] > 0 and rows[2]["vs_own_matmuls"] is None
+    assert set(bench.cpu_flags()) <= {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+
+
 def test_batches_shapes():
     b = TINY.batches(3, 2)
     assert b["x"].shape == (3, 2, 2, 8) and b["y"].shape == (3, 2, 2)
