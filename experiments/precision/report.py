@@ -118,3 +118,15 @@ def summary(acc, net, bench):
     return markdown_table(["algorithm", "local phase, bfloat16 / float32", "bytes per worker per round",
                            "seconds to 0.9 at 100 Mbit/s", "accuracy float32", "bfloat16 compute",
                            "bfloat16 exchange"], out)
+
+
+def _tta_speedup(variant: str, link: str = "100mbit"):
+    def fn(d):
+        row = next(r for r in d["rows"] if r["link"] == link and r["exchange"] == variant)
+        return ratio(row["speedup_vs_float32_mean"], 2)
+    return fn
+
+
+scalar("precision_tta_exchange", NETWORK, _tta_speedup("bfloat16"))
+scalar("precision_tta_both", NETWORK, _tta_speedup("bfloat16-compute"))
+scalar("precision_tta_exchange_1gbit", NETWORK, _tta_speedup("bfloat16", "1gbit"))
