@@ -11,7 +11,8 @@ from experiments.tables import algorithm_name, cell, fixed, link_name, markdown_
 ACCURACY = "experiments/precision/results/accuracy.json"
 NETWORK = "experiments/precision/results/time_to_accuracy.json"
 BENCHMARKS = "experiments/benchmarks/results.json"
-DATA = {"speech": "speech MLP (FSDD, 2-layer)", "images": "ResNet-18 (Fashion-MNIST)", "graphs": "GCN (Cora)"}
+DATA = {"speech": "speech MLP (FSDD, 2-layer)", "images": "ResNet-18 at 1/8 width (Fashion-MNIST)",
+        "graphs": "GCN (Cora)"}
 PRECISIONS = ("float32", "bf16_compute", "bf16_exchange")
 
 
@@ -105,7 +106,7 @@ def summary(acc, net, bench):
     slow = {r["exchange"]: r for r in net["rows"] if r["link"] == "100mbit"}
     out = []
     for algorithm in ("ist", "data_parallel", "local_sgd"):
-        f32, ex, comp = (rows.get((algorithm, p)) for p in PRECISIONS)
+        f32, comp, ex = (rows.get((algorithm, p)) for p in PRECISIONS)
         tta = "-"
         if algorithm == "ist" and "float32" in slow and "bfloat16" in slow:
             tta = (f"{fixed(slow['float32']['time_to_target_s_mean'], 1)} -> "
