@@ -34,20 +34,23 @@ class AlgorithmEntry(NamedTuple):
     description: str = ""
 
 
+#: Every algorithm but tensor parallel takes the exchange dtype and what a worker sends back (`istjax.core.precision`).
+_WIRE = ("exchange_dtype", "exchange_values")
+
 #: The algorithms by config name (``algorithm.name``): each entry builds one from a task, an optimizer and options.
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
-    "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches", "exchange_dtype", "exchange_values"),
+    "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches", *_WIRE),
                           "Independent Subnetwork Training: neurons split among workers every round"),
-    "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches", "exchange_dtype", "exchange_values"),
+    "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches", *_WIRE),
                                     "gradients averaged every step"),
-    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches", "exchange_dtype", "exchange_values"),
+    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches", *_WIRE),
                                 "whole replicas trained K steps, then averaged"),
     "diloco": AlgorithmEntry(diloco, ("outer_learning_rate", "outer_momentum", "optimizer_state", "model_state",
-                                     "recompute_batches", "exchange_dtype", "exchange_values"),
+                                     "recompute_batches", *_WIRE),
                              "DiLoCo: whole replicas trained K steps, their average change applied by an outer "
                              "Nesterov step"),
     "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "recompute_batches", "min_depth",
-                                      "test_scale", "num_owners", "exchange_dtype", "exchange_values"),
+                                      "test_scale", "num_owners", *_WIRE),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
     "tensor_parallel": AlgorithmEntry(tensor_parallel, ("batch_size", "exchange_dtype"),
                                       "every layer split across the MPI processes, activations exchanged every step "

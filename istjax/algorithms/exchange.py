@@ -55,7 +55,7 @@ def whole_round(task: Task, pieces: SubnetPieces, recompute_batches: int = 1):
         held, returned = pieces.held(state), pieces.held(workers)
         if not wire.exact:  # read what each worker sent against the exact pieces it was given
             exact = extract(held, round_plan.partition, spec)
-            returned = wire.back(returned if sent else wire.up(returned, wire.round(exact)), exact)
+            returned = wire.back(returned, exact) if sent else wire.returned(returned, exact)
         tree = merge(held, returned, round_plan.partition, spec, disjoint=disjoint)
         return pieces.finish(state, tree, round_plan, recompute_from(task, batches, shared, recompute_batches))
 

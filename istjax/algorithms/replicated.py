@@ -199,7 +199,7 @@ def replicas_mean(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = Fa
     already (the MPI runtime's sums). A float32 wire: the plain mean."""
     if not wire.exact:
         exact_W = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), tree_W, exact)
-        tree_W = wire.back(tree_W if sent else wire.up(tree_W, wire.round(exact_W)), exact_W)
+        tree_W = wire.back(tree_W, exact_W) if sent else wire.returned(tree_W, exact_W)
     return worker_mean(tree_W, like=exact)
 
 

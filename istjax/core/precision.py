@@ -26,6 +26,7 @@ the MPI runtime moves the rounded values as their 16 bits (`pack` / `unpack`, lo
 from __future__ import annotations
 
 import functools
+import inspect
 import string
 from typing import Any, NamedTuple, Optional
 
@@ -36,8 +37,9 @@ from jax import lax
 
 from istjax.core.errors import ArgError
 
-__all__ = ["DTYPES", "EXCHANGE_VALUES", "FLOAT32", "Wire", "cast", "check_dtype", "compute_dtype", "dense_options",
-           "dot_general", "dtype_options", "einsum", "float32_stats", "has_low_matmul", "in_float32", "is_low", "map_in_turn", "pack", "unpack", "wire"]
+__all__ = ["DTYPES", "EXCHANGE_VALUES", "FLOAT32", "Wire", "cast", "check_dtype", "dense_options", "dot_general",
+           "dtype_options", "einsum", "has_low_matmul", "in_float32", "is_low", "map_in_turn", "pack", "unpack",
+           "wire"]
 
 #: The dtypes a model may compute in and an exchange may carry.
 DTYPES = ("float32", "bfloat16")
@@ -60,11 +62,6 @@ def check_dtype(value: Any, arg: str = "dtype", config_field: Optional[str] = No
         raise ArgError(arg, value, f"{arg}={value!r} is not a dtype istjax computes or exchanges in;",
                        f"choose one of {list(DTYPES)}.", f"Use --config.{field}=" + " or ".join(DTYPES) + ".")
     return name
-
-
-def compute_dtype(name: Any):
-    """The jnp dtype of a compute-dtype name (`check_dtype`)."""
-    return jnp.dtype(check_dtype(name))
 
 
 def is_low(dtype: Any) -> bool:
@@ -183,15 +180,15 @@ def map_in_turn(fn, *args) -> bool:
 
 
 def in_float32(layer):
-    """``layer`` (a normalisation: BatchNorm, LayerNorm) run on its input in float32, its output returned in the
-    input's dtype: statistics and normalisation in float32 whatever the compute dtype (a float32 input: ``layer``
-    itself, unchanged)."""
+    """``layer`` (a normalisation: a Flax BatchNorm or LayerNorm, or a function ``fn(x, *params)``; usable as a
+    decorator) run on its input in float32, its output returned in the input's dtype: statistics and normalisation in
+    float32 whatever the compute dtype (a float32 input: ``layer`` itself, unchanged)."""
     def apply(x, *args, **kwargs):
         if x.dtype == jnp.float32:
             return layer(x, *args, **kwargs)
         return layer(x.astype(jnp.float32), *args, **kwargs).astype(x.dtype)
 
-    return apply
+    return functools.wraps(layer)(apply) if inspect.isfunction(layer) else apply
 
 
 def cast(x: jax.Array, dtype: Any) -> jax.Array:
@@ -199,18 +196,6 @@ def cast(x: jax.Array, dtype: Any) -> jax.Array:
     if not is_low(dtype) or not jnp.issubdtype(x.dtype, jnp.floating):
         return x
     return x.astype(dtype)
-
-
-def float32_stats(fn):
-    """Wraps a normalisation ``fn(x, *params, **kw)`` to compute in float32 and return ``x``'s dtype (a float32 ``x``
-    runs ``fn`` alone)."""
-    @functools.wraps(fn)
-    def wrapped(x, *args, **kwargs):
-        if x.dtype == jnp.float32:
-            return fn(x, *args, **kwargs)
-        return fn(x.astype(jnp.float32), *args, **kwargs).astype(x.dtype)
-
-    return wrapped
 
 
 # ----------------------------------------------------------------------------------------------------------------

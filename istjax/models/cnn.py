@@ -57,7 +57,7 @@ __all__ = ["CNN", "BatchStatNorm", "channel_batch_norm"]
 BATCH_NORM_KINDS = ("running", "batch")
 
 
-@precision.float32_stats
+@precision.in_float32
 def channel_batch_norm(x_BxHxWxC: jax.Array, scale_C=None, bias_C=None, eps: float = 1e-5) -> jax.Array:
     """Normalises each channel (last axis) with the mean and biased variance over every other axis.
 

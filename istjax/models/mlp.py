@@ -23,7 +23,7 @@ import istjax.models.owner_forward as owner_forward
 from istjax.core import precision
 
 
-@precision.float32_stats
+@precision.in_float32
 def batch_norm(x_BxH: jax.Array, scale_H=None, bias_H=None, eps: float = 1e-5) -> jax.Array:
     """Normalises each feature with the batch's mean and (biased) variance; optional affine `scale`, `bias`."""
     mean_1xH = jnp.mean(x_BxH, axis=0, keepdims=True)
