@@ -37,9 +37,9 @@ def allreduce_vs_plain(comm, tree, reps: int, steps: int = 10) -> dict:
     import numpy as np
     from mpi4py import MPI
 
-    from istjax.runtimes.mpi import _Exchange
+    from istjax.runtimes.mpi.buffers import TreeCollectives
 
-    x = _Exchange(comm)
+    x = TreeCollectives(comm)
     nbytes = sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(tree))
     send, recv = np.ones(nbytes // 4, np.float32), np.empty(nbytes // 4, np.float32)
     in_loop = jax.jit(lambda t: jax.lax.fori_loop(0, steps, lambda i, t: jax.tree.map(x.allreduce_traced, t), t))

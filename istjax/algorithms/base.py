@@ -46,7 +46,6 @@ Runtimes (`istjax.runtimes`) decide where the W copies of ``local`` run; the alg
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
@@ -55,7 +54,8 @@ import jax.numpy as jnp
 import optax
 
 from istjax.core.errors import ArgError
-from istjax.core.comm import CommBytes
+from istjax.core.comm import EXCHANGES as EXCHANGES
+from istjax.core.comm import CommBytes, Exchange
 from istjax.core.partition import Sampler
 from istjax.core.precision import Wire
 from istjax.core.spec import SubnetSpec
@@ -85,24 +85,6 @@ __all__ = [
 PyTree = Any
 OPTIMIZER_STATE_POLICIES = ("reset", "carry")
 MODEL_STATE_POLICIES = ("carry", "recompute")
-EXCHANGES = ("subnetworks", "replicas", "gradients", "activations")
-
-
-class Exchange(str, enum.Enum):
-    """What crosses between workers and the server (module docstring); equal to its string value."""
-
-    SUBNETWORKS = "subnetworks"
-    REPLICAS = "replicas"
-    GRADIENTS = "gradients"
-    ACTIVATIONS = "activations"
-
-    def __str__(self) -> str:  # messages, metrics and f-strings show the plain name
-        return self.value
-
-    __format__ = str.__format__
-
-    def __repr__(self) -> str:
-        return repr(self.value)
 
 
 class SubnetPieces(NamedTuple):

@@ -97,7 +97,7 @@ for name, (optimizer, carry) in cases.items():
     every = M._world().allgather((float(loss), float(aux["precision_at_1"]), float(aux["precision_at_5"])))
     assert len(set(every)) == 1, every
     # The same from every owner's partial logits reduced (the owner pass every other model uses).
-    reduce = M._mpi_collectives(M._world(), ME).all_sum
+    reduce = M.mpi_collectives(M._world(), ME).all_sum
     sums_loss, sums_aux = jax.jit(lambda prm, t: task.owner.evaluate(prm, {}, t, owner=ME, num_owners=N,
                                                                      reduce=reduce))(state.params, test)
     if ME == 0:

@@ -1,0 +1,141 @@
+"""The ``"replicas"`` (local SGD, DiLoCo) and ``"gradients"`` (data parallel) exchanges: every rank holds the global
+state and runs ``distribute`` for its own workers; after ``local`` the L workers' states (or, for gradients, every
+step's gradients inside the compiled local phase) are summed across ranks and ``collect`` averages them
+(`istjax.runtimes.mpi`). ``mode="sharded"`` is refused for them: every rank holds the model.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+
+from istjax.core import precision
+from istjax.core.comm import Exchange, tree_bytes
+from istjax.core.state import WorkerState
+import istjax.runtimes.mpi.buffers as buffers
+import istjax.runtimes.mpi.rounds as rounds
+from istjax.runtimes.mpi.runtime import MPIRuntime, Traffic
+from istjax.runtimes.mpi.world import ROOT
+
+__all__ = ["WHOLE_STATE", "install"]
+
+PyTree = Any
+#: Every rank holds the whole state.
+WHOLE_STATE = True
+
+
+def replica_ends(alg, n: int) -> tuple[Callable, Callable]:
+    """``(summed, finish)`` of the replicas' round end on ``n`` ranks, jitted: ``summed(state, trained)`` is what
+    the workers add across ranks (`[L, ...]`): the model state (gradients), or the replicas (a reset optimizer state
+    is not summed: collect does not read it); under a rounding wire, what each sends of it
+    (`istjax.core.precision.Wire.up` against the rounded state it started from), packed. ``finish(state, workers,
+    sums, plan, batches, shared)``: the sums (under a rounding wire, `[N, L, ...]` of every rank's 16 bits, added in
+    float32) over ``n``, through the algorithm's ``collect``."""
+    gradients, carry, wire = alg.exchange == Exchange.GRADIENTS, alg.carries_optimizer_state, alg.wire
+
+    @jax.jit
+    def summed(state, trained):
+        if gradients:  # params and optimizer states agree already: the model state is summed
+            out, exact = trained.model_state, state.model_state
+        else:
+            out = trained if carry else trained._replace(opt_state=())
+            exact = WorkerState(state.params, state.model_state, state.opt_state if carry else ())
+        if wire.exact:
+            return out
+        exact_L = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), out, exact)
+        return precision.pack(wire.up(out, wire.round(exact_L)), wire.dtype)
+
+    @jax.jit
+    def finish(state, workers, sums, plan, batches, shared):
+        if not wire.exact:
+            sums = jax.tree.map(lambda v: jnp.sum(buffers.unpacked(v, wire), axis=0), sums)
+        if gradients:  # params and optimizer states agree already; average the model state
+            workers = workers._replace(model_state=jax.tree.map(lambda s: s / n, sums))
+        else:  # collect averages its workers: these L sums over ranks, / N, average to the mean over all W
+            workers = jax.tree.map(lambda s: s / n, sums)
+        return alg.collect(state, workers, plan, batches, shared, **({} if wire.exact else {"sent": True}))
+
+    return summed, finish
+
+
+def install(rt: MPIRuntime) -> None:
+    """Fills in ``rt``'s ``init``, ``round`` and ``gather`` for the replicas' (or the gradients') round."""
+    alg, comm = rt.algorithm, rt.comm
+    x = buffers.TreeCollectives(comm)
+    n, lanes, me = rt.size, rt.workers_per_rank, rt.rank
+    gradients = alg.exchange == Exchange.GRADIENTS
+    wire = alg.wire
+    counted: list[PyTree] = []  # buffers the compiled local phase hands to MPI, recorded when it is traced
+    in_step = {"sent": 0, "received": 0}  # per worker per round, from the recorded buffers
+
+    def sum_over_ranks(v):  # traced; a rounding wire moves the 16 bits (an all-gather) and adds them in float32
+        if wire.exact:
+            return x.allreduce_traced(v)
+        return jnp.sum(buffers.unpacked(x.allgather_traced(precision.pack(v, wire.dtype)), wire), axis=0)
+
+    def reduce(grads, axis_name):  # the mean over all W workers: over this rank's lanes, then across ranks
+        counted.append(grads)
+        if rt.gradient_buffers == "one":  # one buffer: no MPI call until the whole backward pass is done
+            flat, unravel = jax.flatten_util.ravel_pytree(grads)
+            total = unravel(sum_over_ranks(flat))
+        else:  # a buffer per leaf: each can go as soon as its gradient exists
+            total = jax.tree.map(sum_over_ranks, grads)  # [per worker]: one buffer per worker
+        return jax.tree.map(lambda g: jax.lax.pmean(g, axis_name) / n, total) if axis_name else \
+            jax.tree.map(lambda g: g / n, total)
+
+    train = rounds.lane_step(alg, lanes, me * lanes, reduce=reduce if gradients else None)
+    lane_shapes = buffers.lane_shapes(jax.eval_shape(alg.distribute, jax.eval_shape(alg.init, jax.random.key(0)))[0], lanes)
+
+    spares = buffers.Spares()  # "lanes": this rank's workers (cut, trained in place); "sums": the all-reduce's result
+
+    @functools.partial(jax.jit, donate_argnums=1, keep_unused=True)
+    def start(state, into):
+        workers, plan = alg.distribute(state)  # every rank computes the same workers; keep this rank's
+        return jax.tree.map(lambda v: jax.lax.dynamic_slice_in_dim(v, me * lanes, lanes), workers), plan
+
+    summed, finish = replica_ends(alg, n)
+    split = rounds.split_fn(rt, lambda workers: workers)
+
+    def init(key):
+        return jax.jit(alg.init)(key)
+
+    def round_fn(state, batches, shared=None):
+        rounds.check_batches(batches, rt)
+        full, batches = rounds.full_batches(batches, rt), rounds.my_rows(batches, rt)
+        traffic = Traffic()
+        workers, plan = start(state, spares.take("lanes", lane_shapes))
+        counted.clear()
+        trained, metrics = train(workers, batches, shared, state.round)
+        if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K exchanges
+            sent = alg.local_steps * tree_bytes(wire.shapes(counted))
+            in_step.update(sent=sent, received=sent if wire.exact else n * sent)  # an all-gather brings N pieces
+        out = summed(state, trained)
+        if wire.exact:
+            sums = x.allreduce_into(spares.take("sums", out), out)  # [L, ...] summed over ranks; a buffer per worker
+            traffic.add(sent=out, received=out)
+        else:
+            # [N, L, ...]: every rank's 16 bits, added in float32 by finish; one call per leaf, in the same order on
+            # every rank (the calls of one program may run in any order)
+            sums = jax.tree.map(x.allgather, out)
+            traffic.add(sent=out, received=sums)
+        traffic.sent += in_step["sent"] * lanes
+        traffic.received += in_step["received"] * lanes
+        rt._track(state, trained, sums)
+        state = finish(state, trained, sums, plan, full, shared)
+        out = rounds.finish(rt, traffic, metrics, comm)
+        if split is not None:  # this rank's workers on their own batches, averaged over the ranks
+            mine = split(state, trained, rounds.own_last(batches, rt), shared)
+            keys = sorted(mine)
+            total = comm.allreduce(np.array([float(mine[k]) for k in keys]))
+            out.update({k: np.asarray(v / n) for k, v in zip(keys, total)})
+        spares.keep(lanes=trained, sums=sums)
+        return state, out
+
+    rt.init, rt.round = init, round_fn
+    rt.gather = lambda state: state if rt.rank == ROOT else None
