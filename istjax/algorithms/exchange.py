@@ -85,14 +85,15 @@ def owner_side(task: Task, pieces: SubnetPieces) -> OwnerSide:
 
 def owner_evaluate(task: Task, layout: shard.Layout, c: Collectives) -> Optional[Callable]:
     """``(params, model_state, batch, shared=None) -> (loss, aux)``: the whole network's evaluation from this owner's
-    part, with no weight gathered to one rank. A one-hidden-layer `istjax.models.SparseMLP` whose labels the owners
-    divide is evaluated by label blocks (`istjax.algorithms.tensor.owner_evaluate`: the output layer's rows
-    exchanged for a label block, then ``[B, H]`` hidden units and each rank's top k, per batch); any other model
+    part, with no weight gathered to one rank. A model whose tensor split cuts its labels into blocks
+    (`istjax.models.SparseMLP`), when the owners divide them, is evaluated by label blocks as tensor parallel
+    evaluates it (`istjax.algorithms.tensor.owner_evaluate`: each owner's part moved to its tensor block, then the
+    shard pass and each rank's top k, per batch); any other model
     with ``owner_logits`` runs its forward pass from the owner's slice with each layer's partial sums reduced
     (`istjax.core.task.OwnerPass.evaluate`: ``[B, C]`` floats a batch for the output layer). None when neither
     applies (a group held whole that the model's owner pass does not take whole)."""
     if set(layout.group_sizes) <= layout.owned:
-        by_labels = by_label_blocks(task, layout.num_owners)
+        by_labels = by_label_blocks(task, layout)
         if by_labels is not None:
             return functools.partial(by_labels, c)
     owner = task.owner

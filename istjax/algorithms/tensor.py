@@ -1,24 +1,26 @@
 """Tensor (model) parallelism: every layer split across the P shards, activations exchanged every step.
 
-The baseline a user would otherwise pick for a model too large for one rank (Megatron-LM, arXiv 1909.08053), on
-the extreme classifier `istjax.models.SparseMLP` with one hidden layer, ``x -> relu(bag(x) @ W1 + b1) @ W2 + b2``
-(and the dense `istjax.models.MLP` with one hidden layer and no BatchNorm: its first layer is split as the bag is,
-its integer labels are label sets of one):
+The baseline a user would otherwise pick for a model too large for one rank (Megatron-LM, arXiv 1909.08053). The
+split comes from the model (`istjax.core.contract`): its ``tensor_axes()`` name the logical axes cut into a block
+per shard, and its ``tensor_logits`` is a shard's forward pass, its own ``__call__`` with its layers run on their
+blocks (`istjax.models.tensor_forward`: an `istjax.models.MLP` of any depth in Megatron's column-then-row pairs, the
+sparse `istjax.models.SparseMLP` with its labels in blocks too; `istjax.models.Transformer`: every layer's heads and
+feed-forward units, one all-reduce after each attention and feed-forward branch). This module keeps what every model
+shares:
 
-* shard ``p`` holds columns ``p`` of the embedding bag (``W1 [F, H/P]``, ``b1 [H/P]``) and the rows of its label
-  block (``W2 [H, C/P]``, ``b2 [C/P]``): every leaf is cut along its last axis, ``(F + C) * H / P`` weights a shard;
-* forward: each shard computes its hidden units ``h_p [B, H/P]``; an all-gather gives every shard ``h [B, H]``; the
-  shard's logits are local, ``[B, C/P]`` on its label block (the whole logits never exist);
-* the loss is Megatron's vocabulary-parallel cross-entropy: a max and a sum of exponentials over the label shards
-  (``[B]`` each) and each point's true-label logits from the shards that own them (`sharded_multilabel_loss`);
-* backward: the gradient w.r.t. ``h`` is summed over shards and each keeps its columns (a reduce-scatter, done as an
-  all-to-all plus a local sum), the adjoint of the all-gather (`differentiable`).
+* the cut: shard ``p`` holds block ``p`` of the last cut axis of every parameter and of the optimizer state built
+  from it (`cut`, `join`; `istjax.models.tensor_forward.cut_axes`), the rest whole;
+* the loss: every shard computes the same loss, through the collectives' adjoints
+  (`istjax.core.collectives.differentiable`); when the model cuts its output units (``"classes"``), each shard holds a
+  label block of the logits and the loss is Megatron's vocabulary-parallel cross-entropy: a max and a sum of
+  exponentials over the label shards (``[B]`` each) and each point's true-label logits from the shards that own
+  them (`sharded_multilabel_loss`); else the model's own scores of the whole logits;
+* the round: K steps, every shard on the same examples, a round's `[W, K, B, ...]` batches, all W rows in each of
+  the K steps (so ``W * B`` examples a step, as data parallel with W workers, to which it is equal). The optimizer
+  (any elementwise optax transformation: SGD, Adam, ...) updates each shard's blocks, which is exact.
 
-Per step a shard moves ``2 * B * H`` activations (``B * H / P`` out and ``B * H`` in forward, ``B * H`` each way
-backward) plus ``3 * B`` loss scalars, whatever the model's size (`step_bytes`). Every shard trains on the same
-examples: a round's `[W, K, B, ...]` batches, all W rows in each of the K steps (so ``W * B`` examples a step, as
-data parallel with W workers, to which it is equal). The optimizer (any elementwise optax transformation: SGD,
-Adam, ...) updates each shard's slice, which is exact.
+What a shard hands the collectives in a step is read from the traced step (`traced_step_bytes`); for the
+one-hidden-layer `SparseMLP`, ``2 * B * H`` activations plus ``3 * B`` loss scalars (`step_bytes`).
 
 The shard's step is written once against `Collectives`; the MPI runtime supplies mpi4jax ones
 (`istjax.runtimes.mpi`), `lax_collectives` the named-axis ones of a ``vmap`` over shards (the single-process
@@ -32,65 +34,27 @@ from typing import Any, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from istjax.algorithms.base import Algorithm, apply_update, bind, init_state
-from istjax.core import precision, tiled_init
-from istjax.core.collectives import Collectives, lax_collectives
-from istjax.core.comm import CommBytes
+from istjax.core import contract, precision, tiled_init
+from istjax.core.collectives import Collectives, Differentiable, differentiable, lax_collectives
+from istjax.core.comm import CommBytes, Exchange
 from istjax.core.errors import ArgError
+from istjax.core.shard import Layout
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, round_keys
-from istjax.core.task import Task
-from istjax.models.embedding_bag import bag
+from istjax.core.task import Task, scores as default_scores
+from istjax.models import tensor_forward
 from istjax.xmc import loss as xmc_loss
 
-__all__ = ["Collectives", "TensorPieces", "cut", "differentiable", "from_owner_rows", "join", "lax_collectives",
-           "owner_evaluate", "shard_logits", "sharded_multilabel_loss", "sharded_scores", "step_bytes",
-           "tensor_parallel", "tensor_parallel_pieces"]
+__all__ = ["Collectives", "Differentiable", "TensorPieces", "cut", "differentiable", "from_owner_layout", "join",
+           "lax_collectives", "owner_evaluate", "sharded_multilabel_loss", "sharded_scores", "step_bytes",
+           "tensor_parallel", "tensor_parallel_pieces", "traced_step_bytes"]
 
 PyTree = Any
-# The first layer of a one-hidden-layer network, by its parameters' name: SparseMLP's embedding bag on (id, value)
-# pairs, or MLP's dense layer on flattened inputs. The output layer is "dense_out" in both.
-FIRST_LAYERS = {"bag": bag, "dense_0": lambda x, kernel: x.reshape(x.shape[0], -1) @ kernel}
-OUT = "dense_out"
-
-
-class Differentiable(NamedTuple):
-    """The collectives as a shard's loss uses them, with the adjoints of "every shard computes the same loss".
-
-    Attributes:
-      gather_columns: ``[B, h] -> [B, P * h]`` (all-gather); its gradient is summed over shards, each keeping its
-        own columns (a reduce-scatter: all-to-all and a local sum).
-      replicated_sum: ``x -> sum over shards``; the result feeds a computation every shard repeats, so its cotangent
-        is already the same everywhere and passes back unchanged (a plain ``psum``'s adjoint would multiply it by P).
-      max: ``x -> max over shards``, without gradient (the log-sum-exp's shift).
-    """
-
-    gather_columns: Callable
-    replicated_sum: Callable
-    max: Callable
-
-
-def differentiable(c: Collectives) -> Differentiable:
-    """The gradients of `Collectives` a shard's loss needs (`Differentiable`), as `jax.custom_vjp`."""
-
-    @jax.custom_vjp
-    def gather_columns(h_Bxh):
-        return _join_columns(c.all_gather(h_Bxh))
-
-    def gather_bwd(_, ct_BxH):
-        b, width = ct_BxH.shape
-        parts_PxBxh = jnp.transpose(ct_BxH.reshape(b, c.size, width // c.size), (1, 0, 2))
-        return (jnp.sum(c.all_to_all(parts_PxBxh), axis=0),)
-
-    gather_columns.defvjp(lambda h: (gather_columns(h), None), gather_bwd)
-
-    @jax.custom_vjp
-    def replicated_sum(x):
-        return c.all_sum(x)
-
-    replicated_sum.defvjp(lambda x: (c.all_sum(x), None), lambda _, ct: (ct,))
-    return Differentiable(gather_columns, replicated_sum, lambda x: c.all_max(jax.lax.stop_gradient(x)))
+WHOLE = tensor_forward.WHOLE
+CLASSES = "classes"  # the logical axis of the output units: cut, the logits come in label blocks
 
 
 def _join_columns(parts_PxBxh: jax.Array) -> jax.Array:
@@ -100,17 +64,7 @@ def _join_columns(parts_PxBxh: jax.Array) -> jax.Array:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The forward pass and the loss of one shard.
-
-
-def shard_logits(params: PyTree, x: jax.Array, d: Differentiable) -> jax.Array:
-    """``[B, C / P]``: this shard's label block of the logits (module docstring); ``params`` its slice, whose first
-    layer is one of `FIRST_LAYERS` (``x``: `[B, nnz, 2]` pairs for the bag, `[B, ...]` for a dense layer)."""
-    (name,) = set(params) - {OUT}
-    first, out = params[name], params[OUT]
-    h = FIRST_LAYERS[name](x, first["kernel"]) + (first["bias"][None, :] if "bias" in first else 0.0)
-    hidden_BxH = d.gather_columns(jax.nn.relu(h))
-    return hidden_BxH @ out["kernel"] + (out["bias"][None, :] if "bias" in out else 0.0)
+# The loss and the scores of a label block.
 
 
 def _owned(labels_BxL: jax.Array, first: jax.Array, width: int) -> tuple[jax.Array, jax.Array]:
@@ -162,84 +116,151 @@ def sharded_scores(logits_Bxc: jax.Array, labels_BxL: jax.Array, first: jax.Arra
     return value, {"accuracy": ranking["precision_at_1"], **ranking}
 
 
-def _shard_evaluate(task: Task, classes: int, loss_name: Optional[str], num_shards: int) -> Callable:
-    """``(c, params, model_state, batch, shared=None) -> (loss, aux)``: `istjax.core.task.Task.evaluate` of the whole
-    network from shard ``c.index()`` of its parameters (every shard gets the same result); ``loss_name`` None:
-    integer labels, a label set of one."""
-    width, multi = classes // num_shards, loss_name is not None
+# ----------------------------------------------------------------------------------------------------------------
+# A shard's pass: the model's own, scored whole or by label blocks.
 
+
+class _Split(NamedTuple):
+    """What tensor parallel reads of a task: the cut axis of every parameter, the label blocks' width (0: the logits
+    come whole), the multi-label loss (None: integer labels, softmax cross-entropy) and the whole logits' scores."""
+    axes: PyTree
+    classes: int
+    block: int
+    loss: Optional[str]
+    score: Callable
+
+
+def _split(task: Task, num_shards: int) -> _Split:
+    module = task.module
+    axes = tensor_forward.cut_axes(module, task.example_x)
+    cut_classes = CLASSES in contract.tensor_axes(module)
+    loss = getattr(module, "loss", None)
+    return _Split(axes, task.num_classes, task.num_classes // num_shards if cut_classes else 0,
+                  loss if loss in xmc_loss.LOSSES else None, contract.scores(module) or default_scores)
+
+
+def _logits(task: Task, d: Differentiable, params: PyTree, x: jax.Array) -> jax.Array:
+    return contract.tensor_logits(task.module)({"params": params}, x, ops=d)
+
+
+def _shard_loss(task: Task, split: _Split) -> Callable:
+    """``(d, params, batch) -> loss``: the whole network's training loss from shard ``d.index()``'s blocks."""
+    def loss(d: Differentiable, params, batch):
+        logits = _logits(task, d, params, batch["x"])
+        if not split.block:
+            return split.score(logits, batch["y"])[0]
+        labels = batch["y"] if split.loss else batch["y"][:, None]
+        return sharded_multilabel_loss(logits, labels, d.index() * split.block, d, split.classes,
+                                       split.loss or "softmax")
+
+    return loss
+
+
+def _shard_evaluate(task: Task, split: _Split) -> Callable:
+    """``(c, params, model_state, batch, shared=None) -> (loss, aux)``: `istjax.core.task.Task.evaluate` of the whole
+    network from shard ``c.index()`` of its parameters (every shard gets the same result)."""
     def evaluate(c: Collectives, params, model_state, batch, shared=None):
         del model_state, shared
-        labels = batch["y"] if multi else batch["y"][:, None]
-        logits = shard_logits(params, batch["x"], differentiable(c))
-        value, aux = sharded_scores(logits, labels, c.index() * width, c, classes, loss_name or "softmax",
-                                    getattr(task.module, "label_weights", None))
-        return value, (aux if multi else {"accuracy": aux["accuracy"]})  # `istjax.core.task.scores`' keys
+        d = differentiable(c)
+        logits = _logits(task, d, params, batch["x"])
+        if not split.block:
+            return split.score(logits, batch["y"])
+        labels = batch["y"] if split.loss else batch["y"][:, None]
+        value, aux = sharded_scores(logits, labels, c.index() * split.block, c, split.classes,
+                                    split.loss or "softmax", getattr(task.module, "label_weights", None))
+        return value, (aux if split.loss else {"accuracy": aux["accuracy"]})  # `istjax.core.task.scores`' keys
 
     return evaluate
 
 
-def from_owner_rows(params: PyTree, c: Collectives) -> PyTree:
-    """Shard ``c.index()`` of tensor parallel's split from the same rank's part of IST's sharded split
-    (`istjax.core.shard.Layout`: owner p holds hidden units block p, i.e. the first layer's columns p, as here, and
-    the output layer's rows p, ``[H / P, C]``, with its bias whole): the output layer's label block ``[H, C / P]``
-    from one all-to-all (a rank sends ``(P - 1) / P`` of its rows, receives as many), its bias's block sliced."""
-    out, p = params[OUT], c.size
-    rows, classes = out["kernel"].shape
-    width = classes // p
-    blocks_Pxhxc = jnp.transpose(out["kernel"].reshape(rows, p, width), (1, 0, 2))  # block q goes to rank q
-    mine = {"kernel": c.all_to_all(blocks_Pxhxc).reshape(p * rows, width)}  # owner q's rows at q * h .. (q+1) h - 1
-    if "bias" in out:
-        mine["bias"] = jax.lax.dynamic_slice_in_dim(out["bias"], c.index() * width, width)
-    return {**params, OUT: mine}
+# ----------------------------------------------------------------------------------------------------------------
+# IST's sharded owners evaluated as tensor parallel shards.
 
 
-def owner_evaluate(task: Task, num_owners: int) -> Optional[Callable]:
-    """``(c, params, model_state, batch, shared=None) -> (loss, aux)``: the evaluation of a `istjax.models.SparseMLP`
-    with one hidden layer held by ``num_owners`` IST owners (every hidden unit in shards), by label blocks: its
-    parameters moved into tensor parallel's split (`from_owner_rows`, in every call: once per evaluated chunk;
-    fewer floats than the chunk's ``[B, C]`` logits whenever ``B > H / P``), then the hidden units
-    all-gathered (``[B, H]``) and each rank's top k merged, as tensor parallel evaluates (`sharded_scores`): no
-    ``[B, C]`` logits cross the link, where reducing every owner's partial logits moves ``B x C`` floats a batch.
-    None for any other model, or labels that ``num_owners`` does not divide."""
-    abstract = jax.eval_shape(task.init, jax.random.key(0))
-    if "bag" not in abstract:
+def from_owner_layout(params: PyTree, owner_axes: PyTree, shard_axes: PyTree, c: Collectives) -> PyTree:
+    """Shard ``c.index()`` of tensor parallel's split from the same rank's part of IST's sharded split: each leaf's
+    owner block (along ``owner_axes``, `istjax.core.shard.Layout.axis`) moved to its tensor block (along
+    ``shard_axes``): as it is where the axes agree, sliced where the owner holds the leaf whole, all-gathered where
+    the shard holds it whole, and one all-to-all where they differ (a rank sends ``(P - 1) / P`` of the leaf's part,
+    receives as much)."""
+    p = c.size
+
+    def move(x, o, t):
+        if o == t:
+            return x
+        if o == WHOLE:
+            width = x.shape[t] // p
+            return jax.lax.dynamic_slice_in_dim(x, c.index() * width, width, axis=t)
+        if t == WHOLE:
+            return jnp.concatenate(list(c.all_gather(x)), axis=o)
+        blocks = jnp.stack(jnp.split(x, p, axis=t))  # block q of the tensor axis goes to rank q
+        return jnp.concatenate(list(c.all_to_all(blocks)), axis=o)  # owner q's part at q's place along o
+
+    return jax.tree.map(move, params, owner_axes, shard_axes)
+
+
+def owner_evaluate(task: Task, layout: Layout) -> Optional[Callable]:
+    """``(c, params, model_state, batch, shared=None) -> (loss, aux)``: the evaluation of a model held by IST's
+    ``layout.num_owners`` owners (every group in shards) as tensor parallel evaluates it, when the model cuts its
+    labels into blocks (`istjax.models.SparseMLP`): its parameters moved into tensor parallel's split
+    (`from_owner_layout`, in every call: once per evaluated chunk), then the shard pass and each rank's top k merged
+    (`sharded_scores`): no ``[B, C]`` logits cross the link, where reducing every owner's partial logits moves
+    ``B x C`` floats a batch. None for a model that does not, or when the split does not fit."""
+    module, p = task.module, layout.num_owners
+    if task.example_x is None or contract.tensor_logits(module) is None or \
+            CLASSES not in contract.tensor_axes(module):
         return None
     try:
-        _, classes, loss_name = _check(task, abstract, num_owners, 1, 1)
+        _check_sizes(task, p)
     except ArgError:
         return None
-    evaluate = _shard_evaluate(task, classes, loss_name, num_owners)
+    split = _split(task, p)
+    owner_axes = jax.tree.map(lambda leaf: WHOLE if layout.axis(leaf) is None else layout.axis(leaf),
+                              task.spec.leaves)
+    evaluate = _shard_evaluate(task, split)
 
     def by_labels(c: Collectives, params, model_state, batch, shared=None):
-        return evaluate(c, from_owner_rows(params, c), model_state, batch, shared)
+        return evaluate(c, from_owner_layout(params, owner_axes, split.axes, c), model_state, batch, shared)
 
     return by_labels
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Cutting and joining trees: every leaf of a shard is a block of the last axis.
+# Cutting and joining trees: every leaf of a shard is a block of its cut axis.
 
 
-def cut(tree: PyTree, index, num_shards: int) -> PyTree:
-    """Shard ``index``'s part of ``tree`` (parameters, an elementwise optimizer's state): block ``index`` of every
-    leaf's last axis; scalars (a step count) whole. Inside `istjax.core.tiled_init.deferred`, a leaf drawn by a
-    `istjax.core.tiled_init.Tiled` initialiser is redrawn as the block alone."""
-    def one(x):
-        if jnp.ndim(x) == 0:
-            return x
-        width = x.shape[-1] // num_shards
-        return tiled_init.block(x, x.ndim - 1, index * width, width)
-
-    return jax.tree.map(one, tree)
+def _cut_leaf(x, axis: int, index, num_shards: int):
+    if axis == WHOLE or jnp.ndim(x) == 0:
+        return x
+    width = x.shape[axis] // num_shards
+    return tiled_init.block(x, axis, index * width, width)
 
 
-def join(shards_P: PyTree) -> PyTree:
-    """The whole tree from every shard's part stacked on a leading `[P]` axis (`cut`'s inverse)."""
-    def one(x):
-        return x[0] if x.ndim == 1 else jnp.concatenate(list(x), axis=-1)
+def cut(tree: PyTree, axes: PyTree, index, num_shards: int) -> PyTree:
+    """Shard ``index``'s part of a params-shaped ``tree``: block ``index`` of every leaf along its axis in ``axes``
+    (`istjax.models.tensor_forward.cut_axes`; `WHOLE`: the leaf itself). Inside `istjax.core.tiled_init.deferred`, a
+    leaf drawn by a `istjax.core.tiled_init.Tiled` initialiser is redrawn as the block alone."""
+    return jax.tree.map(lambda x, a: _cut_leaf(x, a, index, num_shards), tree, axes)
 
-    return jax.tree.map(one, shards_P)
+
+def _join_leaf(x, axis: int):
+    return x[0] if axis == WHOLE else jnp.concatenate(list(x), axis=axis)
+
+
+def join(shards_P: PyTree, axes: PyTree) -> PyTree:
+    """The whole params-shaped tree from every shard's part stacked on a leading `[P]` axis (`cut`'s inverse; a
+    leaf held whole is shard 0's copy)."""
+    return jax.tree.map(_join_leaf, shards_P, axes)
+
+
+def _cut_opt(optimizer, opt_state, axes, index, num_shards: int):
+    """`cut` of an optimizer state: its params-shaped trees by ``axes``, the rest (step counts) whole."""
+    return optax.tree_map_params(optimizer, lambda x, a: _cut_leaf(x, a, index, num_shards), opt_state, axes)
+
+
+def _join_opt(optimizer, stacked, axes):
+    return optax.tree_map_params(optimizer, _join_leaf, stacked, axes,
+                                 transform_non_params=lambda v: jax.tree.map(lambda x: x[0], v))
 
 
 def _round_batch(batches: PyTree) -> PyTree:
@@ -249,6 +270,7 @@ def _round_batch(batches: PyTree) -> PyTree:
         return x.reshape((x.shape[0], x.shape[1] * x.shape[2]) + x.shape[3:])
 
     return jax.tree.map(one, batches)
+
 
 
 class TensorPieces(NamedTuple):
@@ -264,7 +286,7 @@ class TensorPieces(NamedTuple):
       train: ``(collectives, state, batches [W, K, B, ...]) -> (state, metrics [K])``: a shard's round.
       evaluate: ``(collectives, params, model_state, batch, shared=None) -> (loss, aux)``: the whole model's
         `istjax.Task.evaluate` from a shard (the same on every shard).
-      step_bytes: ``examples -> CommBytes``: what a shard hands the collectives in one step (`step_bytes`).
+      step_bytes: ``examples -> CommBytes``: what a shard hands the collectives in one step (`traced_step_bytes`).
     """
 
     num_shards: int
@@ -277,40 +299,79 @@ class TensorPieces(NamedTuple):
 
 
 def step_bytes(examples: int, hidden: int, num_shards: int, itemsize: int = 4) -> CommBytes:
-    """A shard's bytes in one step of ``examples`` points: the all-gather of the hidden units (``B * H / P`` sent,
-    ``B * H`` received), its adjoint all-to-all (``B * H`` each way), the max (``B``) and the two sums (``2 B``)."""
+    """A one-hidden-layer `istjax.models.SparseMLP` shard's bytes in one step of ``examples`` points: the all-gather
+    of the hidden units (``B * H / P`` sent, ``B * H`` received), its adjoint all-to-all (``B * H`` each way), the max
+    (``B``) and the two sums (``2 B``). `traced_step_bytes` reads any model's from its step."""
     scalars = 3 * examples
     sent = examples * hidden // num_shards + examples * hidden + scalars
     received = 2 * examples * hidden + scalars
     return CommBytes(received * itemsize, sent * itemsize)
 
 
-def _check(task: Task, params: PyTree, num_workers, local_steps, batch_size) -> tuple[int, int, str | None]:
-    """``(H, C, loss)`` of a model tensor parallel can split (``loss`` None: single-label softmax cross-entropy);
-    an `ArgError` naming the fix otherwise."""
+def _counting(size: int, counted: list) -> Collectives:
+    """`Collectives` of the right shapes (every shard's value taken as this one's) that record, as they are traced,
+    the bytes each hands in and gets back, as the MPI runtime counts its buffers (`istjax.runtimes.mpi.mpi_bytes`)."""
+    def record(x, out):
+        counted.append((int(np.prod(out.shape)) * out.dtype.itemsize, int(np.prod(x.shape)) * x.dtype.itemsize))
+        return out
+
+    return Collectives(index=lambda: jnp.int32(0), size=size,
+                       all_gather=lambda x: record(x, jnp.broadcast_to(x, (size,) + x.shape)),
+                       all_sum=lambda x: record(x, x), all_max=lambda x: record(x, x),
+                       all_to_all=lambda x: record(x, x))
+
+
+def traced_step_bytes(task: Task, num_shards: int, examples: int) -> CommBytes:
+    """``(received, sent)`` bytes one shard hands the collectives in one training step of ``examples`` points:
+    its loss and gradient traced once (shapes only) with counting collectives."""
+    split = _split(task, num_shards)
+    counted: list = []
+    d = differentiable(_counting(num_shards, counted))
+    params = jax.eval_shape(lambda: cut(task.init(jax.random.key(0)), split.axes, 0, num_shards))
+    x = jax.ShapeDtypeStruct((examples,) + tuple(task.example_x.shape[1:]), task.example_x.dtype)
+    logits = jax.eval_shape(lambda prm, v: _logits(task, differentiable(_counting(num_shards, [])), prm, v), params, x)
+    labels = jax.ShapeDtypeStruct((examples, 8) if split.loss else logits.shape[:-1], jnp.int32)  # 8: any label set
+    loss = _shard_loss(task, split)
+    jax.eval_shape(jax.grad(lambda prm, b: loss(d, prm, b)), params, {"x": x, "y": labels})
+    return CommBytes(sum(r for r, _ in counted), sum(s for _, s in counted))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The checks and the algorithm.
+
+
+def _check_sizes(task: Task, num_shards: int) -> None:
+    """Every cut axis divides into ``num_shards`` equal blocks; an `ArgError` naming the leaf and the fix."""
+    axes = tensor_forward.cut_axes(task.module, task.example_x)
+    shapes = jax.eval_shape(task.init, jax.random.key(0))
+    names = {f"{'/'.join(str(k.key) for k in path)}": (leaf.shape[a], a) for path, leaf, a in
+             ((path, leaf, a) for (path, leaf), a in zip(jax.tree_util.tree_flatten_with_path(shapes)[0],
+                                                         jax.tree.leaves(axes))) if a != WHOLE}
+    for name, (size, axis) in names.items():
+        if size % num_shards:
+            raise ArgError("num_workers", num_shards, f"tensor_parallel cuts the {size} units of {name} (axis "
+                           f"{axis}) into num_workers={num_shards} equal blocks, but {size} % {num_shards} != 0.",
+                           f"Use num_workers dividing {size}.", f"Use --config.num_workers dividing {size}.")
+
+
+def _check(task: Task, num_workers, local_steps, batch_size) -> None:
+    """What tensor parallel needs of a task and its sizes; an `ArgError` naming the fix, before anything is traced
+    for real (the shard pass is traced abstractly, so a layer it cannot cut is named)."""
     for name, value in (("num_workers", num_workers), ("local_steps", local_steps), ("batch_size", batch_size)):
         if not isinstance(value, int) or value < 1:
             raise ArgError(name, value, f"{name}={value!r}: need a positive integer.", "")
     module = task.module
-    loss = getattr(module, "loss", None)
-    first = set(params) - {OUT}
-    batch_norm = getattr(module, "batch_norm", False) or getattr(module, "output_batch_norm", False)
-    if (OUT not in params or len(first) != 1 or not first <= set(FIRST_LAYERS) or batch_norm or task.has_state
-            or ("bag" in first) != (loss in xmc_loss.LOSSES)):
-        raise ArgError("task", type(module).__name__, f"tensor_parallel needs a one-hidden-layer SparseMLP (params "
-                       f"{{'bag', 'dense_out'}}, a multi-label loss) or MLP without BatchNorm (params {{'dense_0', "
-                       f"'dense_out'}}); got {type(module).__name__} with params {sorted(params)}"
-                       f"{' and BatchNorm' if batch_norm else ''}.",
-                       "Use istjax.models.SparseMLP(hidden=(H,), ...) or MLP(hidden=(H,), batch_norm=False, "
-                       "output_batch_norm=False).", "Use --config.model.name=sparse_mlp with --config.model.hidden="
-                       "'(H,)' (or model.name=mlp with model.batch_norm=False, model.output_batch_norm=False).")
-    hidden, classes = params[OUT]["kernel"].shape
-    for what, size in (("hidden units", hidden), ("labels", classes)):
-        if size % num_workers:
-            raise ArgError("num_workers", num_workers, f"tensor_parallel splits the {size} {what} into "
-                           f"num_workers={num_workers} equal blocks, but {size} % {num_workers} != 0.",
-                           f"Use num_workers dividing {size}.", f"Use --config.num_workers dividing {size}.")
-    return hidden, classes, loss
+    if module is None or task.example_x is None or contract.tensor_logits(module) is None:
+        raise ArgError("task", type(module).__name__, f"tensor_parallel needs a model that gives its tensor split "
+                       f"(tensor_axes() and tensor_logits(), istjax.core.contract); {type(module).__name__} gives "
+                       f"none.", "Use istjax.models.MLP, SparseMLP or Transformer, or add the two methods (see "
+                       "istjax.models.tensor_forward).", "Use --config.model.name=mlp, sparse_mlp or transformer.")
+    if task.has_state:
+        raise ArgError("task", type(module).__name__, f"tensor_parallel with {type(module).__name__}, which keeps "
+                       f"running statistics (a model state): each shard would keep its own.",
+                       "Use a model without running statistics (MLP's BatchNorm uses batch statistics and is fine).")
+    _check_sizes(task, num_workers)
+    tensor_forward.check(module, task.example_x, size=num_workers)
 
 
 def tensor_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
@@ -319,18 +380,23 @@ def tensor_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_
     """Tensor parallelism over ``num_workers`` shards, one per MPI process (module docstring).
 
     Args:
-      task: a `SparseMLP` with one hidden layer (`istjax.classifier`), or an `MLP` with one hidden layer and no
-        BatchNorm (its first layer split by columns as the bag's); H and C divisible by ``num_workers``.
-      optimizer: an elementwise optax transformation (SGD, Adam, ...), applied to each shard's slice.
+      task: a task whose model gives its tensor split (`istjax.core.contract`: an `MLP` of any depth, a
+        `SparseMLP`, a `Transformer` split by width), every cut axis divisible by ``num_workers``. The model may
+        compute in bfloat16 (its matmuls accumulate in float32; the activations cross in float32).
+      optimizer: an elementwise optax transformation (SGD, Adam, ...), applied to each shard's blocks.
       num_workers: P, the shards (``mpiexec -n P``).
       local_steps: K steps a round; each reads all W rows of the round's `[W, K, B, ...]` batches.
-      batch_size: B, for the analytic bytes (``algorithm.comm``: ``K * step_bytes(W * B)``).
+      batch_size: B, for the analytic bytes (``algorithm.comm``: ``K`` steps of ``W * B`` examples,
+        `traced_step_bytes`).
       exchange_dtype: ``"float32"`` only: the activations and their gradients cross in float32 (mpi4jax has no
-        bfloat16 collective, and a sum of activations needs float32 arithmetic); bfloat16 is refused, as is a
-        model computing in bfloat16 (a shard's forward pass is its own float32 code).
+        bfloat16 collective, and a sum of activations needs float32 arithmetic).
       backend: ``"mpi"`` (the only runtime that runs it).
     """
-    _check_float32(task, exchange_dtype)
+    if precision.check_dtype(exchange_dtype, "exchange_dtype") != precision.FLOAT32:
+        raise ArgError("exchange_dtype", exchange_dtype,
+                       f"tensor_parallel(exchange_dtype={exchange_dtype!r}): its activations and their gradients are "
+                       f"all-gathered and summed inside every step in float32 (mpi4jax has no bfloat16 collective);",
+                       "use exchange_dtype='float32'.", "Use --config.exchange_dtype=float32.")
     if getattr(backend, "name", backend) != "mpi":
         raise ArgError("backend", backend, f"tensor_parallel splits every layer across processes and exchanges "
                        f"activations every step; it runs on the mpi runtime only, not {backend!r}.",
@@ -340,42 +406,13 @@ def tensor_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_
     return bind(algorithm, backend, **backend_options)
 
 
-def _check_float32(task: Task, exchange_dtype: Any) -> None:
-    """Tensor parallel runs in float32 (`tensor_parallel`): a bfloat16 exchange or compute dtype is refused."""
-    if precision.check_dtype(exchange_dtype, "exchange_dtype") != precision.FLOAT32:
-        raise ArgError("exchange_dtype", exchange_dtype,
-                       f"tensor_parallel(exchange_dtype={exchange_dtype!r}): its activations and their gradients are "
-                       f"all-gathered and summed inside every step in float32 (mpi4jax has no bfloat16 collective);",
-                       "use exchange_dtype='float32'.", "Use --config.exchange_dtype=float32.")
-    dtype = getattr(task.module, "dtype", precision.FLOAT32)
-    if dtype != precision.FLOAT32:
-        raise ArgError("compute_dtype", dtype,
-                       f"tensor_parallel with a model computing in {dtype}: a shard's forward pass is its own float32 "
-                       f"code (shard_logits), which does not read the model's dtype;",
-                       "build the model with compute_dtype='float32'.", "Use --config.compute_dtype=float32.")
-
-
-def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int,
-                           local_steps: int, batch_size: int) -> Algorithm:
-    """`tensor_parallel` before it is bound to a runtime: ``init`` the whole state, ``distribute`` / ``collect``
-    cut it into shards and join them, ``local`` one shard's round under a ``vmap`` over shards (the single-process
-    oracle) and ``tensor`` the pieces the MPI runtime runs."""
-    abstract = jax.eval_shape(task.init, jax.random.key(0))
-    hidden, classes, loss_name = _check(task, abstract, num_workers, local_steps, batch_size)
-    p, width = num_workers, classes // num_workers
-    multi = loss_name is not None  # else integer labels [B]: a label set of one, softmax cross-entropy
-
-    def label_sets(y):
-        return y if multi else y[:, None]
-
-    def shard_loss(d, index, params, batch):
-        logits = shard_logits(params, batch["x"], d)
-        return sharded_multilabel_loss(logits, label_sets(batch["y"]), index * width, d, classes,
-                                       loss_name or "softmax")
+def _pieces(task: Task, optimizer, split: _Split, p: int) -> TensorPieces:
+    """The `TensorPieces` of ``task`` on ``p`` shards."""
+    loss = _shard_loss(task, split)
 
     def train(c: Collectives, state: TrainState, batches: PyTree):
         d = differentiable(c)
-        grad = jax.value_and_grad(lambda params, batch: shard_loss(d, c.index(), params, batch))
+        grad = jax.value_and_grad(lambda params, batch: loss(d, params, batch))
 
         def step(carry: WorkerState, batch):
             value, grads = grad(carry.params, batch)
@@ -386,25 +423,35 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
         return TrainState(last.params, last.model_state, last.opt_state, round_keys(state.key)[0],
                           state.round + 1), metrics_K
 
-    evaluate = _shard_evaluate(task, classes, loss_name, p)
-
     def cut_state(state: TrainState, index) -> TrainState:
-        return state._replace(params=cut(state.params, index, p), opt_state=cut(state.opt_state, index, p))
+        return state._replace(params=cut(state.params, split.axes, index, p),
+                              opt_state=_cut_opt(optimizer, state.opt_state, split.axes, index, p))
 
     def join_state(stacked: TrainState) -> TrainState:
-        return stacked._replace(params=join(stacked.params), opt_state=join(stacked.opt_state))
+        return stacked._replace(params=join(stacked.params, split.axes),
+                                opt_state=_join_opt(optimizer, stacked.opt_state, split.axes))
 
     def init_shard(key, index) -> TrainState:  # = cut_state(init_state(task, optimizer, True)(key), index)
         key, init_key = jax.random.split(key)
         with tiled_init.deferred():  # a tiled leaf's block drawn alone: the whole model is never made
-            params = cut(task.init(init_key), index, p)
+            params = cut(task.init(init_key), split.axes, index, p)
         return TrainState(params, task.init_state(init_key), optimizer.init(params), key, jnp.zeros((), jnp.int32))
 
-    per_step = step_bytes(num_workers * batch_size, hidden, p)
-    pieces = TensorPieces(p, init_shard, cut_state, join_state, train, evaluate, lambda n: step_bytes(n, hidden, p))
+    return TensorPieces(p, init_shard, cut_state, join_state, train, _shard_evaluate(task, split),
+                        lambda n: traced_step_bytes(task, p, n))
+
+
+def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int,
+                           local_steps: int, batch_size: int) -> Algorithm:
+    """`tensor_parallel` before it is bound to a runtime: ``init`` the whole state, ``distribute`` / ``collect``
+    cut it into shards and join them, ``local`` one shard's round under a ``vmap`` over shards (the single-process
+    oracle) and ``tensor`` the pieces the MPI runtime runs."""
+    _check(task, num_workers, local_steps, batch_size)
+    p = num_workers
+    pieces = _pieces(task, optimizer, _split(task, p), p)
 
     def distribute(state):  # every shard's part, stacked [P]: the oracle's and the whole-state view
-        shards = jax.vmap(lambda i: cut_state(state, i))(jnp.arange(p))
+        shards = jax.vmap(lambda i: pieces.cut(state, i))(jnp.arange(p))
         return WorkerState(shards.params, shards.model_state, shards.opt_state), RoundPlan(round_keys(state.key)[0],
                                                                                            None)
 
@@ -413,15 +460,17 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
         del shared
         c = reduce if isinstance(reduce, Collectives) else lax_collectives(p, axis_name)
         state = TrainState(worker.params, worker.model_state, worker.opt_state, jax.random.key(0), jnp.int32(0))
-        out, metrics = train(c, state, batches)
+        out, metrics = pieces.train(c, state, batches)
         return WorkerState(out.params, out.model_state, out.opt_state), metrics
 
     def collect(state, workers, plan, batches=None, shared=None):
-        whole = join_state(TrainState(workers.params, workers.model_state, workers.opt_state, state.key, state.round))
+        whole = pieces.join(TrainState(workers.params, workers.model_state, workers.opt_state, state.key,
+                                       state.round))
         return TrainState(whole.params, state.model_state, whole.opt_state, plan.key, state.round + 1)
 
+    per_step = traced_step_bytes(task, p, num_workers * batch_size)
     comm = CommBytes(per_step.received * local_steps, per_step.sent * local_steps)
     return Algorithm(init=init_state(task, optimizer, True), round=None, distribute=distribute, local=local,
                      collect=collect, name="tensor_parallel", num_workers=num_workers, local_steps=local_steps,
-                     comm=comm, task=task, optimizer=optimizer, exchange="activations", carries_optimizer_state=True,
-                     tensor=pieces)
+                     comm=comm, task=task, optimizer=optimizer, exchange=Exchange.ACTIVATIONS,
+                     carries_optimizer_state=True, tensor=pieces)

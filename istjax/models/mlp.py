@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
+import istjax.models.tensor_forward as tensor_forward
 from istjax.core import precision
 
 
@@ -57,8 +58,9 @@ class MLP(nn.Module):
 
     def __post_init__(self):
         # A zero width would divide by zero in the initializer (fan-in 0), a negative one fail deep in a trace.
-        hidden = layers.pos_ints("MLP", "hidden", self.hidden, "e.g. hidden=(512,), or hidden=() for a linear classifier.",
-                           allow_empty=True)
+        hidden = layers.pos_ints("MLP", "hidden", self.hidden, "e.g. hidden=(512,), or hidden=() for a linear "
+                                 "classifier (trained by data_parallel or local_sgd: IST splits hidden layers).",
+                                 allow_empty=True)
         object.__setattr__(self, "hidden", hidden)
         super().__post_init__()
 
@@ -89,6 +91,14 @@ class MLP(nn.Module):
     # each dense layer's partial sums over its input units reduced across the owners (`istjax.models.owner_forward`);
     # BatchNorm with batch statistics is per unit, so it runs on an owner's units alone.
     owner_logits = owner_forward.owner_logits_method
+
+    def tensor_axes(self) -> frozenset:
+        """Tensor parallelism's cut (`istjax.core.contract`): Megatron's pairs, every other hidden layer's units
+        (``hidden_0``, ``hidden_2``, ...), so a column-split layer is followed by a row-split one and its all-reduce
+        (`istjax.models.tensor_forward`); the classes stay whole."""
+        return tensor_forward.every_other([f"hidden_{i}" for i in range(len(self.hidden))])
+
+    tensor_logits = tensor_forward.tensor_logits_method
 
     @nn.compact
     def __call__(self, x_BxD: jax.Array, train: bool = True) -> jax.Array:
