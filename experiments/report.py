@@ -48,6 +48,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from experiments import claims as claims_lib
 from experiments import tables
 from experiments.tables import NAME_PATTERN, Entry, markdown_table
 
@@ -266,11 +267,14 @@ class _Renderer:
         return self.done[p.name]
 
 
-def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = None, out=None) -> int:
+def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = None, out=None,
+        claims: Sequence[claims_lib.Claim] | None = None) -> int:
     """Rewrites (or, ``check``, compares) every marked table under ``root``; returns the exit status: also 1 where
     a number rests on a run from a dirty tree or with no commit that its file does not declare (`unproven`,
-    `declared`), or a page reading a declared file lacks its provenance note."""
+    `declared`), a page reading a declared file lacks its provenance note, or a claim fails the regime gate
+    (`experiments.claims`: ``claims``, default every registered one)."""
     registry = tables.REGISTRY if registry is None else registry
+    claims = claims_lib.CLAIMS if claims is None else claims
     out = out or sys.stdout
     renderer = _Renderer(root, registry)
     new_texts: dict[pathlib.Path, str] = {}
@@ -294,7 +298,7 @@ def run(root: pathlib.Path, check: bool, registry: dict[str, Entry] | None = Non
                 new = new[:p.start] + want + new[p.end:]
         if new != text:
             new_texts[page] = new
-    status = _provenance_status(renderer, out)
+    status = max(_provenance_status(renderer, out), _claims_status(renderer, claims, out))
     if check:
         if diffs:
             print("\n".join(reversed(diffs)), file=out)
@@ -404,6 +408,21 @@ def _provenance_status(renderer: _Renderer, out) -> int:
         return 1
     print(f"every number rests on runs from a clean commit ({len(renderer.loaded) - len(unrecorded)} results files"
           + (f"; {len(unrecorded)} declared and noted on their pages" if unrecorded else "") + ")", file=out)
+    return 0
+
+
+def _claims_status(renderer: _Renderer, claims: Sequence[claims_lib.Claim], out) -> int:
+    """Prints every claim that fails the regime gate (`experiments.claims.problems`); 1 when one does, else 0."""
+    found = claims_lib.problems(claims, renderer.registry,
+                                lambda source, c: renderer.load(source, f"claim {c.name}", c.table))
+    for line in found:
+        print(f"regime: {line}", file=out)
+    if found:
+        print(f"{len(found)} claim problem(s): a claimed comparison between cells that do not beat the study's "
+              f"trivial baseline, or resting on a metric its table does not show", file=out)
+        return 1
+    if claims:
+        print(f"every claim's cells beat their study's regime baseline ({len(claims)} claims)", file=out)
     return 0
 
 

@@ -17,32 +17,36 @@ from istjax.launch.metrics import format_mean_std
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """A named table (or, ``inline``, one figure): ``render(*loaded)`` with each of ``sources`` loaded as JSON."""
+    """A named table (or, ``inline``, one figure): ``render(*loaded)`` with each of ``sources`` loaded as JSON;
+    ``shows``: the metrics its cells show (run metric names, ``test_loss``), what a claim on it may rest on
+    (`experiments.claims`)."""
     name: str
     sources: tuple[str, ...]
     render: Callable[..., str]
     inline: bool = False
+    shows: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, Entry] = {}
 NAME_PATTERN = r"[A-Za-z0-9_.-]+"
 
 
-def register(name: str, sources: Sequence[str], render: Callable[..., str], *, inline: bool = False) -> Entry:
+def register(name: str, sources: Sequence[str], render: Callable[..., str], *, inline: bool = False,
+             shows: Sequence[str] = ()) -> Entry:
     if not re.fullmatch(NAME_PATTERN, name):
         raise ValueError(f"report name {name!r}: use letters, digits, '_', '.' and '-'")
     if name in REGISTRY:
         raise ValueError(f"report name {name!r} is registered twice")
     if name == "provenance":
         raise ValueError("report name 'provenance' is the page's provenance note (experiments.report); pick another")
-    REGISTRY[name] = Entry(name, tuple(sources), render, inline)
+    REGISTRY[name] = Entry(name, tuple(sources), render, inline, tuple(shows))
     return REGISTRY[name]
 
 
-def table(name: str, *sources: str):
-    """Registers the decorated ``fn(*loaded) -> markdown`` as the table ``name``."""
+def table(name: str, *sources: str, shows: Sequence[str] = ()):
+    """Registers the decorated ``fn(*loaded) -> markdown`` as the table ``name``, showing the metrics ``shows``."""
     def deco(fn):
-        register(name, sources, fn)
+        register(name, sources, fn, shows=shows)
         return fn
     return deco
 
@@ -166,15 +170,37 @@ COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
 
 
 def results_table(name: str, source: str, columns: Sequence[str | tuple[str, Callable[[dict], str]]],
-                  where: Callable[[dict[str, Any]], bool] | None = None) -> Entry:
+                  where: Callable[[dict[str, Any]], bool] | None = None, shows: Sequence[str] | None = None) -> Entry:
     """Registers the table ``name``: one line per row of the aggregated file ``source`` (``where`` keeps some),
-    with ``columns``: names of `COLUMNS`, other row keys, or ``(header, fn(row) -> str)``."""
+    with ``columns``: names of `COLUMNS`, other row keys, or ``(header, fn(row) -> str)``. The metrics it shows
+    are ``shows``, by default its named columns (``test_loss_mean`` shows ``test_loss``)."""
     cols = [c if isinstance(c, tuple) else COLUMNS.get(c, (c, lambda r, k=c: cell(r.get(k)))) for c in columns]
 
     def render(data):
         rows = [r for r in result_rows(data) if where is None or where(r)]
         return markdown_table([h for h, _ in cols], [[fn(r) for _, fn in cols] for r in rows])
-    return register(name, (source,), render)
+    if shows is None:
+        shows = [c.removesuffix("_mean") for c in columns if isinstance(c, str)]
+    return register(name, (source,), render, shows=shows)
+
+
+def baseline_rows(data: Any, metrics: Sequence[str]) -> list[list[str]]:
+    """The trivial baselines a results file records (``baselines``, `istjax.launch.baselines`) as table rows:
+    name (the regime baseline marked), then each of ``metrics``, for a study's table to show beside its cells."""
+    regime = (data.get("regime") or {}).get("baseline")
+    return [[f"{name} (trivial baseline{', regime' if name == regime else ''})", *(cell(b.get(m)) for m in metrics)]
+            for name, b in (data.get("baselines") or {}).items()]
+
+
+def baselines_table(name: str, source: str, metrics: Sequence[str]) -> Entry:
+    """Registers the table ``name``: the trivial baselines ``source`` records, with ``metrics`` (run metric
+    names: ``test_loss``, ``test_precision_at_3``)."""
+    def render(data):
+        rows = baseline_rows(data, metrics)
+        if not rows:
+            raise ResultsError(f"{source} records no 'baselines' (istjax.launch.baselines.record_sections)")
+        return markdown_table(["baseline", *metrics], rows)
+    return register(name, (source,), render, shows=metrics)
 
 
 def seconds_to_target(r: dict[str, Any]) -> str:

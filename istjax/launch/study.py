@@ -14,7 +14,10 @@ or a ConfigDict) and a label. `run_study` trains every cell once per seed into `
   the commit that trained it, whether that tree was clean, and the machine, all read from the run's own
   ``summary.json`` (`istjax.launch.provenance`), never from the process that writes the file.
 
-`istjax compare`, ``experiments/*/studies.py`` and the time-to-accuracy study are callers of `run_study`.
+`istjax compare`, ``experiments/*/studies.py`` and the time-to-accuracy study are callers of `run_study`. A study
+whose arms are compared runs through `istjax.launch.tuning.tune_then_run`: each arm's settings are chosen first on a
+tuning split of the training data, and the file gains a ``tuning`` section (and, from `istjax.launch.baselines`,
+its trivial ``baselines`` and ``regime``).
 """
 
 from __future__ import annotations
@@ -121,13 +124,15 @@ def plan(cells: Sequence[Cell], seeds: Sequence[Optional[int]], workdir: os.Path
 
 def finished(config, run_dir: pathlib.Path) -> bool:
     """Whether ``run_dir`` holds a finished run of exactly ``config``: its ``summary.json`` exists, its
-    ``config.json`` equals ``config``, and it trained every round (or stopped at its target, ``stop_at_target``)."""
-    from istjax.launch.config import to_dict
+    ``config.json`` equals ``config`` (read through `istjax.launch.config.from_dict`, so a field added since, at
+    its default, is what the run did), and it trained every round (or stopped at its target, ``stop_at_target``)."""
+    from istjax.launch.config import from_dict, to_dict
 
     try:
         done = json.loads((run_dir / "summary.json").read_text())
-        same = json.loads((run_dir / "config.json").read_text()) == json.loads(json.dumps(to_dict(config)))
-    except (OSError, ValueError):
+        recorded = to_dict(from_dict(json.loads((run_dir / "config.json").read_text())))
+        same = recorded == json.loads(json.dumps(to_dict(config)))
+    except (OSError, ValueError, TypeError, KeyError):
         return False
     stopped = bool(config.get("stop_at_target")) and done.get("round_to_target") is not None
     return same and (done.get("rounds") == int(config.num_rounds) or stopped)
@@ -279,9 +284,10 @@ def _machines(runs: Sequence[dict[str, Any]]) -> Any:
 
 
 def results(study: str, command: str, planned: Sequence[Planned], runs: Sequence[dict[str, Any]],
-            started: str) -> dict[str, Any]:
+            started: str, sections: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """The results document: study, command, each cell's config (file, overrides, resolved fields), the machine of
-    the runs, rows (`aggregate`) and runs (`run_record`, each with its own commit)."""
+    the runs, rows (`aggregate`) and runs (`run_record`, each with its own commit), then ``sections`` (a study's
+    ``tuning`` record, `istjax.launch.tuning`; its ``baselines`` and ``regime``, `istjax.launch.baselines`)."""
     cells = list({p.cell.label: p.cell for p in planned}.values())
     configs = {}
     for p in planned:
@@ -290,7 +296,7 @@ def results(study: str, command: str, planned: Sequence[Planned], runs: Sequence
                                      "resolved": resolved_fields(p.config)}
     return {"study": study, "command": command, "machine": _machines(runs), "started": started,
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "configs": configs,
-            "rows": aggregate(cells, runs), "runs": list(runs)}
+            "rows": aggregate(cells, runs), "runs": list(runs), **dict(sections or {})}
 
 
 def resolved_fields(config: Any) -> dict[str, Any]:
@@ -354,9 +360,11 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
               record: Callable[[Planned], Optional[dict[str, Any]]] = run_record,
               overwrite: bool = False, cache: Optional[os.PathLike] = None, jobs: int = 1,
               describe: Callable[[Planned], str] = _describe,
-              after_run: Optional[Callable[[Planned, Optional[str]], None]] = None) -> Outcome:
+              after_run: Optional[Callable[[Planned, Optional[str]], None]] = None,
+              sections: Optional[Mapping[str, Any]] = None) -> Outcome:
     """Trains every cell (those in ``only``) once per seed (`plan`), skipping `finished` runs unless ``overwrite``;
-    after every run rewrites ``out`` (`results`) when given and calls ``after_run(run, error)``.
+    after every run rewrites ``out`` (`results`, with ``sections`` added) when given and calls
+    ``after_run(run, error)``.
 
     ``train`` trains one run and returns its error's message or None (default `train_in_process`; `child_trainer`
     for child processes); ``record`` reads a run's record (default `run_record`). ``jobs`` > 1 trains that many
@@ -381,7 +389,7 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
         records += [r for key, r in kept.items() if key not in asked]
         records.sort(key=lambda r: -1 if r.get("seed") is None else r["seed"])  # seed-major, as `plan`
         if out is not None:
-            write_json(out, results(study, command, every, records, started))
+            write_json(out, results(study, command, every, records, started, sections))
         return records
 
     def done(p: Planned, error: Optional[str]) -> None:

@@ -1,0 +1,218 @@
+"""A study's tuning stage: each arm's settings chosen on a tuning split of the training data, before any reported run.
+
+A comparison decides only when every arm runs at its own best settings, and those were chosen without the split it
+is reported on. `tune_then_run` does both, in this order:
+
+1. **Tune.** For each arm (a `istjax.launch.study.Cell`), every point of its grid (`grid_points`: the product of a
+   few values per config field: the learning rate, an outer optimizer's rate, the optimizer state restarted or
+   carried over rounds, a variant such as a model's ``scaling``; `arm_grid` builds the usual one) is trained once,
+   at one seed, with ``data.tuning_fraction`` set: the run trains on the head of the training examples and evaluates
+   on their tail (`istjax.data.tuning`); the reported split is never read. The runs are ordinary runs under
+   ``<workdir>/tuning/<arm>/<grid point>``, so a killed study reuses the finished ones
+   (`istjax.launch.study.finished`).
+2. **Choose.** Each arm's choice is its grid point with the best `Objective` (the metric of the run's last
+   evaluation, lowest or highest as the study names it; a run that failed or ended non-finite is never chosen).
+3. **Run.** The reported cells are the arms with their choice applied (`tuned_cells`: ``--config.FIELD=VALUE``
+   overrides), trained over every seed by `istjax.launch.study.run_study`; its results file holds a ``tuning``
+   section: the objective, the fraction, the seed, each arm's grid, every tuning run (its settings, its metric, the
+   commit that trained it) and each arm's choice (`tune` returns it).
+
+The choice is pre-registered in the sense that matters: it is fixed before a reported run exists, and the file says
+what it was chosen from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import pathlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Optional, Union
+
+from istjax.launch import study as study_lib
+from istjax.launch.metrics import read_metrics
+from istjax.launch.study import Cell, Outcome, Planned
+
+__all__ = ["Objective", "TuningError", "arm_grid", "grid_points", "point_label", "with_settings", "tune",
+           "tuned_cells", "tune_then_run"]
+
+Grid = Mapping[str, Sequence[Any]]  # config field -> the values tried
+Grids = Union[Mapping[str, Grid], Callable[[Cell], Grid]]  # per arm label, or a function of the arm
+
+
+class Objective(NamedTuple):
+    """What a tuning run is judged by: ``metric``, a key of its last evaluation record (``test_loss``,
+    ``test_accuracy``, ``test_precision_at_3``: during tuning the "test" split is the tuning split), and
+    ``direction``, ``"min"`` (a loss) or ``"max"`` (an accuracy)."""
+    metric: str = "test_loss"
+    direction: str = "min"
+
+
+class TuningError(RuntimeError):
+    """An arm none of whose grid points trained to a finite metric: nothing to choose."""
+
+
+def _check_objective(objective: Objective) -> Objective:
+    if objective.direction not in ("min", "max"):
+        raise ValueError(f"Objective.direction={objective.direction!r}: choose 'min' (a loss) or 'max' (an "
+                         f"accuracy).")
+    return objective
+
+
+def arm_grid(cell: Cell, learning_rates: Sequence[float], *, outer_learning_rates: Sequence[float] = (),
+             optimizer_states: Sequence[str] = ("reset", "carry"), variants: Optional[Grid] = None,
+             root: os.PathLike = ".") -> dict[str, tuple]:
+    """The usual grid of an arm: ``learning_rate`` over ``learning_rates``; ``algorithm.outer_learning_rate`` over
+    ``outer_learning_rates`` where the arm's algorithm has an outer optimizer (DiLoCo); ``algorithm.optimizer_state``
+    over ``optimizer_states`` where it runs local steps from a state it may restart or carry (IST, local SGD,
+    DiLoCo, ResIST; data parallel carries its state by construction); then ``variants`` (``{"model.scaling":
+    ("train", "test")}``), as given. Only fields the arm's algorithm reads are tuned (`istjax.algorithms.ALGORITHMS`
+    names them)."""
+    from istjax.algorithms import ALGORITHMS
+
+    config = study_lib.plan([cell], [None], ".", root=root)[0].config
+    reads = ALGORITHMS.get(config.algorithm.name).options
+    grid: dict[str, tuple] = {"learning_rate": tuple(learning_rates)}
+    if outer_learning_rates and "outer_learning_rate" in reads:
+        grid["algorithm.outer_learning_rate"] = tuple(outer_learning_rates)
+    if optimizer_states and "optimizer_state" in reads:
+        grid["algorithm.optimizer_state"] = tuple(optimizer_states)
+    grid.update({k: tuple(v) for k, v in (variants or {}).items()})
+    return grid
+
+
+def grid_points(grid: Grid) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, the first field varying slowest: ``{"a": (1, 2), "b": ("x",)} ->
+    [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]``; ``[{}]`` for an empty grid (the arm as it is)."""
+    for field, values in grid.items():
+        if isinstance(values, (str, bytes)) or not len(values):
+            raise ValueError(f"grid field {field!r}: give a non-empty sequence of values, not {values!r}")
+    fields = list(grid)
+    return [dict(zip(fields, combo)) for combo in itertools.product(*(tuple(grid[f]) for f in fields))]
+
+
+def _flag(value: Any) -> str:
+    """A value as ``--config.FIELD=`` takes it: a string bare, a sequence as a tuple, anything else its repr."""
+    if isinstance(value, str):
+        return value
+    return repr(tuple(value)) if isinstance(value, list) else repr(value)
+
+
+def point_label(point: Mapping[str, Any]) -> str:
+    """A grid point's name, its run directory's: ``learning_rate=0.001,optimizer_state=carry`` (each field's last
+    component); ``as_is`` for the empty point."""
+    return ",".join(f"{k.rsplit('.', 1)[-1]}={_flag(v)}".replace("/", "_").replace(" ", "")
+                    for k, v in point.items()) or "as_is"
+
+
+def _set(config, point: Mapping[str, Any]):
+    for field, value in point.items():
+        *parents, leaf = field.split(".")
+        node = config
+        for part in parents:
+            node = node[part]
+        with node.unlocked():
+            node[leaf] = tuple(value) if isinstance(value, list) else value
+    return config
+
+
+def with_settings(cell: Cell, point: Mapping[str, Any], label: Optional[str] = None,
+                  info: Optional[Mapping[str, Any]] = None) -> Cell:
+    """``cell`` with the fields of ``point`` set: as ``--config.FIELD=VALUE`` overrides after its own (a config
+    file), or on a copy of its ConfigDict (or of what its function gives); named ``label`` (default its own)."""
+    label = cell.label if label is None else label
+    info = dict(cell.info if info is None else info)
+    if isinstance(cell.config, (str, os.PathLike)):
+        flags = tuple(f"--config.{k}={_flag(v)}" for k, v in point.items())
+        return Cell(label, cell.config, tuple(cell.overrides) + flags, info)
+    base = cell.config
+    if hasattr(base, "copy_and_resolve_references"):
+        return Cell(label, _set(base.copy_and_resolve_references(), point), (), info)
+    return Cell(label, lambda seed: _set(base(seed), point), (), info)
+
+
+def _grid_of(grids: Grids, cell: Cell) -> Grid:
+    if callable(grids):
+        return grids(cell)
+    if cell.label not in grids:
+        raise ValueError(f"arm {cell.label!r} has no grid; grids name {sorted(grids)} (give {{}} to run it as it "
+                         f"is)")
+    return grids[cell.label]
+
+
+def _metric(run_dir: pathlib.Path, metric: str) -> Optional[float]:
+    """The ``metric`` of the run's last evaluation record that has it; None without one, or where it is not
+    finite (a diverged run is never chosen)."""
+    try:
+        records = read_metrics(run_dir)
+    except (OSError, ValueError):
+        return None
+    value = next((r[metric] for r in reversed(records) if r.get(metric) is not None), None)
+    return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective: Objective = Objective(),
+         fraction: float = 0.1, seed: int = 0, root: os.PathLike = ".", study: str = "tuning",
+         train: Optional[Callable[[Planned], Optional[str]]] = None, **run_kwargs: Any) -> dict[str, Any]:
+    """Trains every arm's grid once at ``seed`` on the tuning split (``data.tuning_fraction = fraction``) into
+    ``<workdir>/tuning/<arm>/<grid point>``, skipping finished runs, and returns the tuning record (module
+    docstring): ``{"objective", "tuning_fraction", "seed", "grids", "runs", "chosen"}``. ``train`` and
+    ``run_kwargs`` are `istjax.launch.study.run_study`'s.
+
+    Raises:
+      ValueError: a fraction outside (0, 1), an unknown direction, an arm without a grid.
+      TuningError: an arm none of whose points trained to a finite metric.
+    """
+    objective = _check_objective(Objective(*objective))
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction={fraction!r}: the tuning split is a fraction in (0, 1) of the training examples "
+                         f"(0 would tune on the reported split)")
+    grids_used = {c.label: {k: list(v) for k, v in _grid_of(grids, c).items()} for c in cells}
+    points = {c.label: grid_points(grids_used[c.label]) for c in cells}
+    runs = [with_settings(c, {**p, "data.tuning_fraction": fraction}, f"{c.label}/{point_label(p)}", {})
+            for c in cells for p in points[c.label]]
+    outcome = study_lib.run_study(study, runs, [seed], pathlib.Path(workdir) / "tuning", root=root,
+                                  layout=lambda label, s: label, train=train, **run_kwargs)
+    by_label = {p.cell.label: p for p in outcome.planned}
+    records, chosen = [], {}
+    for c in cells:
+        scored = []
+        for point in points[c.label]:
+            planned = by_label[f"{c.label}/{point_label(point)}"]
+            value = _metric(planned.run_dir, objective.metric)
+            done = study_lib.run_record(planned) or {}
+            records.append({"arm": c.label, "settings": point, "run_dir": str(planned.run_dir),
+                            objective.metric: value, "error": outcome.failed.get(str(planned.run_dir)),
+                            "commit": (done.get("commit")), "clean": done.get("clean")})
+            if value is not None:
+                scored.append((value if objective.direction == "min" else -value, len(scored), point))
+        if not scored:
+            raise TuningError(f"arm {c.label!r}: none of its {len(points[c.label])} grid points trained to a finite "
+                              f"{objective.metric} (see the tuning runs under {pathlib.Path(workdir) / 'tuning'})")
+        chosen[c.label] = min(scored)[2]  # the first in grid order among equals
+    return {"objective": objective._asdict(), "tuning_fraction": fraction, "seed": seed, "grids": grids_used,
+            "runs": records, "chosen": chosen}
+
+
+def tuned_cells(cells: Sequence[Cell], tuning: Mapping[str, Any]) -> list[Cell]:
+    """The reported cells: each arm with its choice (``tuning["chosen"][label]``) applied (`with_settings`), the
+    choice also in its row's ``info`` (``tuned``)."""
+    return [with_settings(c, tuning["chosen"][c.label], info={**c.info, "tuned": tuning["chosen"][c.label]})
+            for c in cells]
+
+
+def tune_then_run(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]], workdir: os.PathLike, *,
+                  grids: Grids, objective: Objective = Objective(), fraction: float = 0.1, tuning_seed: int = 0,
+                  root: os.PathLike = ".", train: Optional[Callable[[Planned], Optional[str]]] = None,
+                  sections: Optional[Mapping[str, Any]] = None, **run_kwargs: Any) -> Outcome:
+    """`tune`, then `istjax.launch.study.run_study` of the `tuned_cells` over ``seeds`` into ``workdir`` (module
+    docstring); its results file (``out`` in ``run_kwargs``) holds the tuning record as ``tuning``, beside any
+    other ``sections`` (a study's ``baselines``, `istjax.launch.baselines.baseline_sections`)."""
+    passed = {k: run_kwargs[k] for k in ("cache", "jobs", "overwrite") if k in run_kwargs}
+    record = tune(cells, grids, workdir, objective=objective, fraction=fraction, seed=tuning_seed, root=root,
+                  study=f"{study} tuning", train=train, **passed)
+    json.dumps(record)  # a record the results file can hold (a value of a grid that is not JSON fails here)
+    return study_lib.run_study(study, tuned_cells(cells, record), seeds, workdir, root=root, train=train,
+                               sections={"tuning": record, **dict(sections or {})}, **run_kwargs)
