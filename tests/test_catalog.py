@@ -22,9 +22,9 @@ def test_lists_every_shipped_config_with_a_description():
     assert by_path["experiments/configs/digits_ist.py"].result == (
         f"test accuracy {format_mean_std(row['test_accuracy_mean'], row['test_accuracy_std'], len(row['seeds']))} "
         f"in experiments/mlp/results/digits.json")
-    # One with no committed result: its own words.
-    assert by_path["experiments/configs/csbm_gist.py"].result.startswith("none committed")
-    assert by_path["experiments/theory/configs/quadratic.py"].result is None
+    # One with no committed result says so; one with figures of its own shows them.
+    assert by_path["experiments/configs/csbm_gist.py"].result.startswith("not measured")
+    assert by_path["experiments/theory/configs/quadratic.py"].result.startswith("all 30 per-coordinate z-scores")
     # A first line that does not end the sentence: the whole first paragraph.
     assert by_path["experiments/speech/configs/speech_mlp.py"].description.endswith("local-step counts K.")
 
@@ -34,8 +34,9 @@ def test_main_text_and_markdown(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(catalog.shipped_configs())
     default = next(line for line in lines if line.startswith("experiments/configs/default.py "))
-    assert "The default study" in default and "| result: the IST row of `experiments/mlp/results/digits.json`" in default
-    assert next(line for line in lines if "two_by_two.py" in line).endswith("| result: -")
+    assert "The default study" in default and "| result: test accuracy " in default
+    assert default.endswith("in experiments/mlp/results/digits.json")
+    assert not [line for line in lines if line.endswith("| result: -")]
     assert catalog.main(["--format=markdown"]) == 0
     md = capsys.readouterr().out.splitlines()
     assert md[0] == "| config | description | result |" and md[2].startswith("| `experiments/configs/")
@@ -44,7 +45,7 @@ def test_main_text_and_markdown(capsys):
 def test_reads_docstrings_without_running_the_files(tmp_path, capsys):
     folder = tmp_path / "experiments" / "configs"
     folder.mkdir(parents=True)
-    (folder / "boom.py").write_text('"""A config that must not run.\n\nMeasured: test accuracy 0.5 after 3 rounds; '
+    (folder / "boom.py").write_text('"""A config that must not run.\n\nResult: test accuracy 0.5 after 3 rounds; '
                                     'slow.\n"""\nraise SystemExit("executed")\n')
     (folder / "plain.py").write_text("x = 1\n")
     (folder / "broken.py").write_text("def (\n")
@@ -59,8 +60,10 @@ def test_reads_docstrings_without_running_the_files(tmp_path, capsys):
 
 
 def test_describe():
-    assert catalog.describe("Title.\n\nExpected result (measured on a CPU):\ntest accuracy 0.9 (60 rounds; "
-                            "W=4). About 1 s.") == ("Title.", "test accuracy 0.9 (60 rounds; W=4)")
-    assert catalog.describe("Title.\n\nReaches test accuracy 0.8 quickly.") == ("Title.",
-                                                                               "Reaches test accuracy 0.8 quickly")
+    # The result is the paragraph that begins with "Result:", to its first clause; nothing else is read as one.
+    assert catalog.describe("Title.\n\nResult: test accuracy 0.9 (60 rounds;\nW=4). About 1 s.") == (
+        "Title.", "test accuracy 0.9 (60 rounds; W=4)")
+    assert catalog.describe("Title.\n\nExpected result (measured on a CPU):\ntest accuracy 0.9.") == ("Title.", None)
+    assert catalog.describe("Title.\n\nReaches test accuracy 0.8 quickly.") == ("Title.", None)
+    assert catalog.describe("Title.\n\nThe Result: of this line is prose.") == ("Title.", None)
     assert catalog.describe(None) == ("(no docstring)", None)

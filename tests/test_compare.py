@@ -294,11 +294,11 @@ def _climbing(c, i, n):
 
 def test_compare_defaults_to_three_seeds_equal_samples_and_a_target_that_separates(tmp_path, monkeypatch, capsys):
     """Without --seeds, --budget or --target: seeds 0,1,2; W=2 trains twice the rounds of W=4 (the config's
-    num_rounds * num_workers worker-rounds, eval_every alike); the config's target_accuracy (0.95), which every run
+    num_rounds * num_workers worker-rounds, eval_every alike); the config's target_accuracy (0.95, set), which every run
     reaches at its first evaluation, gives way to one derived from the runs, and the output says which and why."""
     trained = _fake_training(monkeypatch, _climbing)
     argv = ["--algorithms", "ist,local_sgd", "--workdir", str(tmp_path), "--config.num_rounds=4",
-            "--config.eval_every=1", "--config.model.hidden=(8,)"]
+            "--config.eval_every=1", "--config.model.hidden=(8,)", "--config.target_accuracy=0.95"]
     assert compare.main(argv) == 0
     captured = capsys.readouterr()
     assert sorted((c.algorithm.name, c.num_workers, c.seed) for c in trained) == sorted(

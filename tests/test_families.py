@@ -253,7 +253,7 @@ def test_cnn_trains_from_a_config_by_name(tmp_path):
      r"sampler.groups.blocks='overlapping': the model has no neuron group 'blocks'.*; its groups are"),
     (lambda c: setattr(c, "num_workers", 8),
      r"with num_workers=8 and sampler.name='uniform': num_workers=8 is larger than neuron group 'stage_0' \(4 units\)"),
-    (lambda c: setattr(c.model, "widths", (4, 0)), r"CNN.widths=\(4, 0\)"),
+    (lambda c: setattr(c.model, "widths", (4, 0)), r"model.widths=\(4, 0\)"),
 ])
 def test_bad_model_config_is_refused_naming_the_field(edit, message):
     c = _cnn_config()

@@ -69,13 +69,13 @@ def main_in_process(capsys, *args):
 
 def test_zero_hidden_width_is_refused_before_compiling(tmp_path):
     p = run_istjax("train", "--config.model.hidden=(0,)", f"--workdir={tmp_path / 'run'}")
-    refused((p.returncode, p.stderr), "MLP.hidden=(0,)", "positive ints", "hidden=(512,)")
+    refused((p.returncode, p.stderr), "model.hidden=(0,)", "positive ints", "hidden=(512,)")
     assert not (tmp_path / "run").exists()  # refused before the workdir was touched
 
 
 @pytest.mark.parametrize("hidden", ["(32,0)", "(-4,)", "(2.5,)"])
 def test_other_bad_mlp_widths_are_refused(capsys, hidden):
-    refused(main_in_process(capsys, f"--config.model.hidden={hidden}"), "MLP.hidden=", "positive ints")
+    refused(main_in_process(capsys, f"--config.model.hidden={hidden}"), "model.hidden=", "positive ints")
 
 
 def test_zero_width_from_python_is_refused_at_construction():
@@ -293,7 +293,8 @@ DEPTH_RESNET = {"algorithm.name": "resist", "model.name": "depth_resnet", "model
     ({**DEPTH_RESNET, "sampler.num_owners": 2, "algorithm.model_state": "recompute", "algorithm.test_scale": False,
       "num_workers": 2, "model.stage_sizes": "(5,)"},
      "Use --config.algorithm.model_state=carry or --config.runtime.mode=parameter_server"),
-    ({**DEPTH_RESNET, "num_workers": 2}, "Add --config.sampler.num_owners=2, or --config.runtime.mode=parameter_server"),
+    ({**DEPTH_RESNET, "num_workers": 2, "model.stage_sizes": "(5,)"},
+     "Add --config.sampler.num_owners=2, or --config.runtime.mode=parameter_server"),
     ({"sampler.groups.hidden_0": "uniform"}, "deals none that way. Add --config.sampler.name=stratified"),
 ])
 def test_other_sharded_mpi_misfits_speak_the_command_line(monkeypatch, capsys, fields, words):

@@ -86,7 +86,7 @@ def test_a_data_module_loads_a_users_function_with_its_kwargs(data_dir):
     assert (len(d.train_y) + len(d.test_y), d.num_classes) == (120, 3)
     with pytest.raises(ValueError, match=r"blobs takes no argument\(s\) \['rows'\].*\['classes', 'n', 'seed'\]"):
         load_module_dataset(f"{data_dir / 'my_data.py'}:blobs", rows=3)
-    with pytest.raises(ValueError, match="'nothing' is nothing of that name; name a function"):
+    with pytest.raises(ValueError, match=r"has no 'nothing'; the functions defined there are \["):
         load_module_dataset(f"{data_dir / 'my_data.py'}:nothing")
 
 

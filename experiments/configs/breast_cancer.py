@@ -7,7 +7,7 @@ Command::
     istjax train --config=experiments/configs/breast_cancer.py --workdir=runs/breast_cancer
     istjax train --config=experiments/configs/breast_cancer.py --config.algorithm.name=data_parallel ...
 
-Result: ``experiments/mlp/results/breast_cancer.json`` (three seeds, IST, data parallel and local SGD;
+Result: row ``ist`` of ``experiments/mlp/results/breast_cancer.json`` (three seeds, IST, data parallel and local SGD;
 ``python -m experiments.mlp.studies breast_cancer`` regenerates it), rendered in ``docs/your_data.md``.
 """
 

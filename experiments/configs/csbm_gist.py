@@ -9,7 +9,7 @@ Command::
 
     istjax train --config=experiments/configs/csbm_gist.py --workdir=runs/csbm_gist
 
-Result: none committed. This config shows GIST on a graph that needs no data; the committed GIST studies (three
+Result: not measured (no committed run). This config shows GIST on a graph that needs no data; the committed GIST studies (three
 seeds) are on Cora and Citeseer: ``experiments/graphs/results/``, rendered in ``docs/graphs.md``.
 """
 

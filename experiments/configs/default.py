@@ -6,7 +6,7 @@ Command::
 
 or, from any directory, just ``istjax`` (results in ``./runs/digits_ist-<timestamp>``).
 
-Result: the IST row of ``experiments/mlp/results/digits.json`` (the same config as ``digits_ist.py``, three
+Result: row ``ist`` of ``experiments/mlp/results/digits.json`` (the same config as ``digits_ist.py``, three
 seeds).
 """
 

@@ -9,7 +9,7 @@ cached, about 10 s). The paper's second speech claim, that IST generalises at le
     istjax compare --config=experiments/configs/keywords_speech.py:2 --algorithms ist,data_parallel --workers 2 \\
         --workdir=runs/keywords_generalisation
 
-Result: ``experiments/mlp/results/keywords.json`` (IST vs data parallel at equal samples, three seeds;
+Result: row ``ist`` of ``experiments/mlp/results/keywords.json`` (IST vs data parallel at equal samples, three seeds;
 ``python -m experiments.mlp.studies keywords``), rendered in docs/network.md ("Generalisation"); time to accuracy in
 ``experiments/network/results_keywords.json``.
 """

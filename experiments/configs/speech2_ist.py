@@ -10,7 +10,7 @@ Command::
 
     istjax train --config=experiments/configs/speech2_ist.py --workdir=runs/speech2_ist
 
-Result: none committed (the run prints its own summary). The committed speech studies are the keywords
+Result: not measured (no committed run; the run prints its own summary). The committed speech studies are the keywords
 generalisation study (``python -m experiments.mlp.studies keywords``) and the time-to-accuracy study on real spoken
 digits (``docs/network.md``).
 """

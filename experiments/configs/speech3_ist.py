@@ -9,7 +9,7 @@ Command::
 
     istjax train --config=experiments/configs/speech3_ist.py --workdir=runs/speech3_ist
 
-Result: none committed (the run prints its own summary). The committed speech studies are the keywords
+Result: not measured (no committed run; the run prints its own summary). The committed speech studies are the keywords
 generalisation study (``python -m experiments.mlp.studies keywords``) and the time-to-accuracy study on real spoken
 digits (``docs/network.md``).
 """

@@ -12,6 +12,10 @@ Commands::
     ISTJAX_DATA_DIR=../shared/data istjax train --config=experiments/configs/xmc_debian_ist.py --workdir=runs/debian
     ISTJAX_DATA_DIR=../shared/data mpiexec -n 2 istjax train --config=experiments/configs/xmc_debian_ist.py \
         --config.runtime.name=mpi --config.runtime.mode=sharded --workdir=runs/debian_mpi
+
+Result: P@1 0.530 ± 0.004 (3 seeds) at this config's H = 512 on 2 sharded ranks for 102,400 samples (40 of its 100
+rounds), PSP@1 0.132 ± 0.001, in ``experiments/extreme/results/debian.json`` (every arm and width under 1.90 GiB a
+rank; ``python -m experiments.extreme.study``), rendered in docs/extreme.md.
 """
 
 import ml_collections

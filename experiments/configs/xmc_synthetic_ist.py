@@ -17,6 +17,9 @@ baseline on the same data and model (every layer split across the 2 processes, a
 
     mpiexec -n 2 istjax train --config=experiments/configs/xmc_synthetic_ist.py \
         --config.algorithm.name=tensor_parallel --config.runtime.name=mpi --workdir=runs/xmc_synthetic_tp
+
+Result: not measured (no committed run of this config; the committed extreme studies train
+``xmc_synthetic_study_ist.py`` and ``xmc_debian_ist.py``, docs/extreme.md).
 """
 
 import ml_collections

@@ -18,7 +18,7 @@ import optax
 from istjax.algorithms.base import (Algorithm, SubnetPieces, bind, check_common, finish_round, init_state,
                                     local_train, loss_split)
 from istjax.algorithms.exchange import subnet_algorithm
-from istjax.core import precision
+from istjax.core import contract, precision
 from istjax.core.errors import ArgError
 from istjax.core import partition as partition_lib
 from istjax.core.schedule import at_round
@@ -63,7 +63,10 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
     wire = precision.wire(exchange_dtype, exchange_values)
     sampler = sampler or partition_lib.uniform()
     _check_groups(task)
-    slots = sampler.slots(task.spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
+    try:
+        slots = sampler.slots(task.spec.group_sizes, num_workers)  # validates sizes vs W before any tracing
+    except partition_lib.GroupSizeError as e:  # the model's own fix when its fields constrain the size
+        raise contract.group_size_refusal(task.module, e) from None
     task = scaled_for_test(task, slots)  # a module that scales its partitioned branches at test time
     loss = task.train_loss(slots)
     carry = optimizer_state == "carry"

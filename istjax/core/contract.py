@@ -41,6 +41,14 @@ Optional (`OPTIONAL`):
     ships provides it: `istjax.models.MLP`, `GCN`, `GraphSAGE`, `CNN`, `ResNet`, `PreActResNet` and `VGG` through
     `istjax.models.owner_forward` (their own ``__call__``, each dense and conv layer's partial sums over input units
     reduced), `DepthResNet` by running each owner's residual blocks in turn.
+``tensor_axes() -> frozenset of logical axis names``, ``tensor_logits(variables, x, shared=None, *, ops) -> logits``
+    tensor parallelism's split (`istjax.tensor_parallel`): every parameter axis named in ``tensor_axes`` is cut
+    into P equal blocks, shard ``p`` holding block ``p`` of the last such axis of each leaf (the others whole), and
+    ``tensor_logits`` is the forward pass of shard ``ops.index()`` on its blocks, exchanging activations through
+    ``ops`` (`istjax.core.collectives.Differentiable`): the whole network's logits on every shard, or, when
+    ``"classes"`` is among the axes, the shard's block of them. `istjax.models.MLP` and `SparseMLP` give Megatron's
+    layout through `istjax.models.tensor_forward` (their own ``__call__``, each dense layer cut by columns or rows),
+    `istjax.models.Transformer` its heads and feed-forward units.
 ``owner_statistics(variables, x, shared=None, *, owner, num_owners, reduce) -> {collection: tree}``
     this owner's slice of the statistics a training-mode pass over ``x`` leaves (``batch_stats``), computed like
     ``owner_logits``; with it, the sharded mode recomputes statistics (``model_state="recompute"``) in place
@@ -55,6 +63,15 @@ Optional (`OPTIONAL`):
 ``owner_whole_groups() -> (group, ...)``
     the neuron groups ``owner_logits`` accepts held whole by every owner rather than sharded (ResIST's dealt first
     blocks); without it, every group must be held in shards for the sharded mode to evaluate in place.
+``summary_metrics() -> ((key, label), ...)``
+    what a run's summary prints, in order, in place of test accuracy, test loss and train loss
+    (`istjax.launch.metrics.METRIC_LABELS`): ``key`` names a metric of the evaluation record (``test_<metric>``
+    or ``train_<metric>`` of ``scores``' metrics, ``test_loss``, ``train_loss``), ``label`` what the summary calls
+    it. `istjax.models.SparseMLP`: P@1, P@5, PSP@1, PSP@5.
+``group_size_fix(group, num_workers) -> (fix, config_fix) or None``
+    the fix for a neuron group the sampler cannot deal evenly among W workers, when the module's fields constrain
+    what sizes the group may have (`istjax.models.Transformer`: a head count must divide its width); in the Python
+    API's words and the command line's. None: any multiple of W will do, as the sampler says.
 """
 
 from __future__ import annotations
@@ -66,7 +83,8 @@ from istjax.core.errors import ArgError
 
 __all__ = ["Partitionable", "OPTIONAL", "ContractError", "check_module", "require_subnet", "has_subnet", "eval_module", "tied_axes",
            "batch_statistics_at_test", "batch_statistics_fix", "recomputable", "dropout_rate", "block_groups", "first_block_groups",
-           "owner_logits", "owner_statistics", "owner_whole_groups", "scores", "RATIO_PARTS", "ratios"]
+           "owner_logits", "owner_statistics", "owner_whole_groups", "tensor_axes", "tensor_logits", "scores", "RATIO_PARTS", "ratios",
+           "summary_metrics", "group_size_refusal"]
 
 
 @runtime_checkable
@@ -91,7 +109,12 @@ OPTIONAL = {
     "owner_logits": "method: the test-time logits from every owner's slice, partial sums reduced (sharded eval)",
     "owner_statistics": "method: a training pass's statistics from every owner's slice (sharded recompute)",
     "owner_whole_groups": "method: the groups owner_logits accepts held whole instead of sharded",
+    "tensor_axes": "method: the logical axes tensor parallelism cuts into a block per shard",
+    "tensor_logits": "method: a tensor-parallel shard's forward pass on its blocks, activations exchanged",
     "scores": "method: (logits, labels) -> (loss, metrics with 'accuracy'), replacing softmax cross-entropy",
+    "summary_metrics": "method: ((record key, label), ...) a run's summary prints, in place of accuracy and losses",
+    "group_size_fix": "method: (Python fix, command-line fix) for a group W workers cannot share, when fields "
+                      "constrain its size",
 }
 
 
@@ -126,6 +149,7 @@ def check_module(model, rules: Optional[Mapping[str, Any]] = None) -> Mapping:
     if _method(model, "eval_module") is not None and not isinstance(model.eval_module(), nn.Module):
         raise ContractError(f"{name}.eval_module() returned {type(model.eval_module()).__name__}; it must return the "
                             f"flax Module evaluated at test time.")
+    summary_metrics(model)
     return rules
 
 
@@ -244,7 +268,43 @@ def scores(model):
     return _method(model, "scores")
 
 
+def tensor_axes(model) -> Optional[frozenset]:
+    """The module's ``tensor_axes()`` as a frozenset of logical axis names, or None when it gives no tensor split."""
+    method = _method(model, "tensor_axes")
+    return None if method is None else frozenset(method())
+
+
+def tensor_logits(model):
+    """The module's ``tensor_logits`` (bound), or None: the module cannot be split by tensor parallelism."""
+    return _method(model, "tensor_logits") if _method(model, "tensor_axes") is not None else None
+
+
 def owner_whole_groups(model) -> tuple:
     """The module's ``owner_whole_groups()``, or ``()``."""
     method = _method(model, "owner_whole_groups")
     return tuple(method()) if method is not None else ()
+
+
+def summary_metrics(model) -> tuple[tuple[str, str], ...]:
+    """The module's ``summary_metrics()`` as a tuple of ``(key, label)`` string pairs, or ``()`` when it declares
+    none; a `ContractError` naming the fix when it returns anything else."""
+    method = _method(model, "summary_metrics")
+    if method is None:
+        return ()
+    pairs = method()
+    if (not isinstance(pairs, (tuple, list)) or not pairs
+            or not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(s, str) and s for s in p)
+                       for p in pairs)):
+        raise ContractError(f"{type(model).__name__}.summary_metrics() returned {pairs!r}; it must return a non-empty "
+                            f"tuple of (metric key, label) string pairs, e.g. (('test_accuracy', 'test accuracy'),).")
+    return tuple((str(k), str(label)) for k, label in pairs)
+
+
+def group_size_refusal(model, error):
+    """``error`` (an `istjax.core.partition.GroupSizeError`) with the module's own fix when it gives one
+    (``group_size_fix``): a suggested size then passes the module's checks as well as the sampler's."""
+    method = _method(model, "group_size_fix")
+    fix = method(error.group, error.num_workers) if method is not None else None
+    if fix is None:
+        return error
+    return ArgError(error.arg, error.value, error.problem, *fix)

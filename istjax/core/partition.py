@@ -35,7 +35,7 @@ from istjax.core.registry import Registry
 
 __all__ = ["Partition", "Sampler", "SamplerEntry", "SAMPLERS", "uniform", "stratified", "overlapping", "uneven",
            "nested", "per_group",
-           "disjoint_groups", "owner_counts", "check_partition"]
+           "disjoint_groups", "owner_counts", "check_partition", "GroupSizeError"]
 
 
 class Partition(NamedTuple):
@@ -100,6 +100,16 @@ def owner_counts(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[str, 
 GROUPS_WORKERS_SAMPLER = ("group_sizes", "num_workers", "sampler")
 
 
+class GroupSizeError(ArgError):
+    """A neuron group whose ``size`` the sampler cannot deal evenly among ``num_workers`` (`uniform`). The fix it
+    names, a multiple of W, holds for a width any number fits; a model whose fields constrain a group's size (the
+    transformer's heads must divide its width) gives its own (`istjax.core.contract.group_size_refusal`)."""
+
+    def __init__(self, group: str, size: int, num_workers: int, problem: str, fix: str, config_fix: str):
+        super().__init__(GROUPS_WORKERS_SAMPLER, num_workers, problem, fix, config_fix)
+        self.group, self.size, self.num_workers = group, size, num_workers
+
+
 def _close(name: str, known: list[str]) -> str:
     """`` (did you mean 'a'?)`` or an empty string."""
     import difflib
@@ -159,12 +169,12 @@ def uniform(pad: bool = False, idle: bool = False) -> Sampler:
         _check_workers(group_sizes, num_workers, allow_more_workers=idle)
         for g, n in group_sizes.items():
             if n % num_workers and not pad:
-                raise ArgError(
-                    GROUPS_WORKERS_SAMPLER, num_workers,
-                    f"neuron group {g!r} has {n} units, not divisible by num_workers={num_workers}. Use a width that "
-                    f"is a multiple of {num_workers} (e.g. {n - n % num_workers} or {n + num_workers - n % num_workers}),",
-                    "or sample with istjax.uniform(pad=True) to pad and mask the short workers.",
-                    "or sample with --config.sampler.name=uniform_pad to pad and mask the short workers.")
+                near = f"Use a width that is a multiple of {num_workers} (e.g. {n - n % num_workers} or " \
+                       f"{n + num_workers - n % num_workers}),"
+                raise GroupSizeError(
+                    g, n, num_workers, f"neuron group {g!r} has {n} units, not divisible by num_workers={num_workers}.",
+                    f"{near} or sample with istjax.uniform(pad=True) to pad and mask the short workers.",
+                    f"{near} or sample with --config.sampler.name=uniform_pad to pad and mask the short workers.")
         return {g: -(-n // num_workers) for g, n in group_sizes.items()}
 
     def sample(key, group_sizes, num_workers):

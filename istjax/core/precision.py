@@ -268,12 +268,19 @@ class Wire(NamedTuple):
 
 
 def wire(dtype: Any = FLOAT32, values: str = "delta") -> Wire:
-    """A `Wire`, its arguments checked: ``dtype`` in `DTYPES`, ``values`` in `EXCHANGE_VALUES`."""
+    """A `Wire`, its arguments checked: ``dtype`` in `DTYPES`, ``values`` in `EXCHANGE_VALUES`, and ``values`` left
+    at ``"delta"`` under a float32 exchange, where it would change nothing (refused, not ignored)."""
     name = check_dtype(dtype, "exchange_dtype")
     if values not in EXCHANGE_VALUES:
         raise ArgError("exchange_values", values, f"exchange_values={values!r}:",
                        f"choose one of {list(EXCHANGE_VALUES)}.",
                        f"Use --config.exchange_values=" + " or ".join(EXCHANGE_VALUES) + ".")
+    if name == FLOAT32 and values != EXCHANGE_VALUES[0]:
+        raise ArgError("exchange_values", values,
+                       f"exchange_values={values!r} with exchange_dtype='float32': what a worker sends back is chosen "
+                       f"only for a bfloat16 exchange (float32 carries every value exactly), so it would change "
+                       f"nothing.", "Drop it, or set exchange_dtype='bfloat16'.",
+                       "Drop it, or set --config.exchange_dtype=bfloat16.")
     return Wire(name, values)
 
 

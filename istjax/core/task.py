@@ -115,6 +115,10 @@ class Task:
         `MIN_BATCH_STATISTICS_SPLIT`; a whole split between the two is evaluated as one batch.
       owner: the network run from one owner's slice of it (`OwnerPass`, the MPI runtime's sharded mode), for a
         module with ``owner_logits`` or ``owner_statistics`` (`istjax.core.contract`); None otherwise.
+      summary_metrics: the metrics a run's summary prints, in order, as ``(record key, label)`` pairs: the
+        module's ``summary_metrics()`` (`istjax.core.contract`; P@1, P@5, PSP@1, PSP@5 for `istjax.models.SparseMLP`),
+        or ``()``: the classification default, test accuracy, test loss and train loss
+        (`istjax.launch.metrics.METRIC_LABELS`). A key the evaluation did not record is left out.
     """
 
     init: Callable[[jax.Array], PyTree]
@@ -131,6 +135,7 @@ class Task:
     owner: Optional[OwnerPass] = None
     no_groups_reason: str = ""  # why the spec has no neuron group, when it has none (for IST's refusal)
     eval_module: Any = None  # the Flax module `evaluate` runs (the test-time network: scaled branches, say)
+    summary_metrics: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_loss(cls, init: Callable[[jax.Array], PyTree], loss_fn: Callable[[Units], LossFn],
@@ -378,7 +383,7 @@ def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]
     recompute_state = None if fresh is None else _recomputer(call, fresh, collections)
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
-                eval_module=eval_model,
+                eval_module=eval_model, summary_metrics=contract.summary_metrics(model),
                 example_x=example_x, num_classes=num_classes, owner=_owner_pass(eval_model, fresh, score),
                 no_groups_reason="" if spec.group_sizes else model_checks.no_groups_reason(model, abstract["params"],
                                                                                             rules))

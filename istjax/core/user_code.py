@@ -7,29 +7,36 @@
 the file's absolute path (`absolute`), so ``istjax train --resume`` and ``istjax eval`` of that run find the code
 again in a fresh process, from any folder.
 
-Every failure is a `ValueError` naming the config field, the value and the fix. Loading a file runs it, as Python
-runs any module it imports: name only files you trust.
+Every failure is a `ValueError` naming the config field, the value and the fix; a spec without ``:Name``, or with a
+name the file lacks, lists what the file defines (its functions, or its flax modules) with the closest to the name
+given. Loading a file runs it, as Python runs any module it imports: name only files you trust.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from istjax.core.errors import ArgError
 
-__all__ = ["Field", "load_object", "is_file_spec", "absolute", "spec_of", "searched"]
+__all__ = ["Field", "load_object", "defined", "is_file_spec", "absolute", "spec_of", "searched"]
 
 
 class Field(NamedTuple):
-    """The config field a spec came from and what it names, for messages: ``Field("model.module", "ClassName")``."""
+    """The config field a spec came from and what it names, for messages: ``Field("model.module", "ClassName")``;
+    ``what`` and ``wanted``: the objects of a module listed when a spec names none of them (``"functions"``,
+    ``inspect.isfunction``)."""
 
     name: str
     noun: str
+    what: str = "functions"
+    wanted: Callable[[Any], bool] = inspect.isfunction
 
     @property
     def arg(self) -> str:
@@ -52,11 +59,11 @@ def absolute(spec: str, *, base: Optional[str] = None) -> str:
     unchanged."""
     if not is_file_spec(spec):
         return spec
-    path, name = spec.rsplit(":", 1)
+    path, colon, name = spec.rpartition(":") if ":" in spec else (spec, "", "")  # no ":Name": refused when loaded
     path = os.path.expanduser(path)
     if not os.path.isabs(path):
         path = os.path.join(base or os.getcwd(), path)
-    return f"{os.path.normpath(path)}:{name}"
+    return f"{os.path.normpath(path)}{colon}{name}"
 
 
 def searched() -> str:
@@ -151,13 +158,43 @@ def _import(where: str, spec: str, field: Field):
 
 def load_object(spec: str, field: Field) -> tuple[Any, Any]:
     """``(the object spec names, the module it was found in)``; a ValueError naming ``field`` and the fix when the
-    file or module does not load or lacks the name (a dotted name reaches a nested one: ``Outer.Inner``)."""
+    file or module does not load, or lacks the name (a dotted name reaches a nested one: ``Outer.Inner``), or the spec
+    gives no name: then the fix lists the names the module defines (`defined`), the closest first."""
+    if isinstance(spec, str) and spec.strip(": ") and ":" not in spec:
+        _refuse_missing_name(spec, _module(spec, spec, field), field)
     where, name = _split(spec, field)
-    module = _load_file(where, spec, field) if is_file_spec(spec) else _import(where, spec, field)
+    module = _module(where, spec, field)
     obj = module
     for part in name.split("."):
         obj = getattr(obj, part, None)
+    if obj is None:
+        close = difflib.get_close_matches(name, defined(module, field), n=3, cutoff=0.6)
+        mean = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+        listed = f"the {field.what} defined there are {defined(module, field)}"
+        raise ArgError(field.arg, spec, f"{field.name}={spec!r}: {where} has no {name!r}{mean};", f"{listed}.",
+                       f"{listed}" + (f"; use --config.{field.name}={where}:{close[0]}." if close else "."))
     return obj, module
+
+
+def _module(where: str, spec: str, field: Field):
+    return _load_file(where, spec, field) if where.endswith(".py") else _import(where, spec, field)
+
+
+def defined(module: Any, field: Field) -> list[str]:
+    """The public names of ``module`` that ``field`` can name: objects defined in it (not imported into it) that
+    ``field.wanted`` accepts, sorted."""
+    return sorted(n for n, v in vars(module).items() if not n.startswith("_") and field.wanted(v)
+                  and getattr(v, "__module__", None) == module.__name__)
+
+
+def _refuse_missing_name(spec: str, module: Any, field: Field) -> None:
+    """A spec that names a file or module but nothing in it (``data.module=my_data.py``): the form, and what it
+    defines (the one it defines, when it defines one)."""
+    names = defined(module, field)
+    example = names[0] if len(names) == 1 else field.noun
+    listed = f"the {field.what} it defines are {names}" if names else f"it defines no {field.what}"
+    raise ArgError(field.arg, spec, f"{field.name}={spec!r} names no {field.noun} in it: give 'where:{field.noun}';",
+                   f"e.g. '{spec}:{example}' ({listed}).", f"e.g. --config.{field.name}={spec}:{example} ({listed}).")
 
 
 def spec_of(obj: Any) -> Optional[str]:

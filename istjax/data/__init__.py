@@ -8,7 +8,8 @@ Modules:
   training split standardised row by row when indexed, as file-backed loaders return it).
 * ``builtin``: the loaders that ship with the install: `load_digits`, `load_mnist1d`, `load_synthetic_speech`.
 * ``images``: image datasets from their published files: `load_fashion_mnist` (Debian's IDX files).
-* ``registry``: `DATASETS` and `load_dataset(name, **kwargs)`, which also routes `tfds:<name>` to `tfds`.
+* ``registry``: `DATASETS`, `register_dataset(name, loader)` (a loader of yours by name) and
+  `load_dataset(name, **kwargs)`, which also routes `tfds:<name>` to `tfds`.
 * ``batching``: the on-device per-worker sampling plan: `make_index_fn`, `make_batch_fn`, `eval_batches`.
 * ``augment``: on-device image augmentation (random crop with zero padding, random flip): `augment.augment`,
   `augment_batches` (a round's `[W, K, B, H, W, C]` batch, keys from (seed, round, worker, step)).
@@ -16,9 +17,14 @@ Modules:
 * ``tfds``: real datasets prepared with tensorflow-datasets, loaded into memory (`load_tfds`).
 * ``audio``: log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
 * ``xmc``: extreme multi-label classification data: the Extreme Classification Repository's text format
-  (`read_xmc`, cached), `load_xmc` (`xmc-debian-deps`, `xmc-synthetic`), padded sparse batches
+  (`read_xmc`, cached; the format itself is ``xmc_format``), a folder of such files (`read_xmc_folder`,
+  ``xmc_folder``), `load_xmc` (`xmc-debian-deps`, `xmc-synthetic`), padded sparse batches
   (`pack_rows`), a generator (`synthetic_xmc`), and their training views (`as_dataset`: `(id, value)`
-  pairs, label sets) in `DATASETS` as `xmc_debian_deps` and `xmc_synthetic`.
+  pairs, label sets) in `DATASETS` as `xmc_debian_deps`, `xmc_synthetic` and `xmc` (your own folder).
+* ``tuning``: the tuning split, the last fraction of the training examples evaluated in place of the reported split
+  (`tuning_split`, ``data.tuning_fraction``), what a study chooses its settings on.
+* ``ngram``: character n-gram count tables, the trivial baselines of a language model (`fit_ngram`,
+  `ngram_baselines`).
 """
 
 from istjax.data.arrays import check_dataset as check_dataset
@@ -43,6 +49,7 @@ from istjax.data.images import load_fashion_mnist as load_fashion_mnist
 from istjax.data.registry import DATASETS as DATASETS
 from istjax.data.registry import load_dataset as load_dataset
 from istjax.data.registry import load_module_dataset as load_module_dataset
+from istjax.data.registry import register_dataset as register_dataset
 
 # Private names the tests reach as `istjax.data.X` (key tags of the sampling contract, the mnist1d caches).
 from istjax.core.streams import SHARD_TAG as _SHARD_TAG
@@ -61,6 +68,7 @@ __all__ = [
     "check_dataset",
     "from_arrays",
     "load_module_dataset",
+    "register_dataset",
     "augmented",
     "with_step_keys",
     "eval_batches",

@@ -70,10 +70,26 @@ def _features(arg: str, x: Any) -> np.ndarray:
     if a.ndim < 2:
         raise ArgError(arg, x, f"from_arrays: {arg} has shape {a.shape};",
                        f"give [N, ...] with one row per example (one feature per example: {arg}.reshape(-1, 1)).")
-    if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
-        raise ArgError(arg, x, f"from_arrays: {arg} holds {int(np.sum(~np.isfinite(a)))} NaN or infinite value(s);",
-                       "fill or drop those examples first.")
+    _check_finite(arg, a, "from_arrays")
     return a
+
+
+def _check_finite(arg: str, x: Any, where: str, chunk: int = 4096) -> None:
+    """Refuses NaN or infinite features in ``x`` (an array, or `istjax.data.Rows`: read ``chunk`` rows at a time),
+    naming it (``arg``'s last part: ``data.test_x`` is ``test_x``), the count and the first example that holds one:
+    a NaN in the training split reaches the loss at round 1, an inf in the test split makes a NaN test loss."""
+    if not np.issubdtype(np.dtype(getattr(x, "dtype", np.float32)), np.floating):
+        return
+    bad, first = 0, None
+    for start in range(0, len(x), chunk):
+        block = np.asarray(x[start:start + chunk])
+        rows = ~np.isfinite(block.reshape(len(block), -1)).all(1)
+        if first is None and rows.any():
+            first = start + int(np.argmax(rows))
+        bad += int(rows.sum())
+    if bad:
+        raise ArgError(arg, tuple(np.shape(x)), f"{where}: {arg.rsplit('.', 1)[-1]} holds NaN or infinite values in {bad} example(s) "
+                                                f"(the first: row {first});", "fill or drop those examples first.")
 
 
 def _labels(arg: str, y: Any) -> np.ndarray:
@@ -123,8 +139,9 @@ def _split(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int):
 
 
 def check_dataset(data: Any, where: str) -> Dataset:
-    """``data`` when it keeps the Dataset contract (module docstring), else a ValueError in one line that starts
-    with ``where`` (``"data.module='my_data.py:load'"``) and names what is wrong and the fix."""
+    """``data`` when it keeps the Dataset contract (module docstring: both splits non-empty with one example shape,
+    float32 features that are all finite, integer labels in ``[0, num_classes)``), else a ValueError in one line that
+    starts with ``where`` (``"data.module='my_data.py:load'"``) and names the split, the field and the fix."""
     if not isinstance(data, Dataset):
         raise ArgError("data", type(data).__name__,
                        f"{where} returned a {type(data).__name__}, not an istjax.data.Dataset;",
@@ -153,6 +170,7 @@ def _check_split(where: str, split: str, x: Any, y: Any, num_classes: int) -> No
         raise ArgError(f"data.{split}_x", getattr(x, "dtype", type(x).__name__),
                        f"{where}: {split}_x is {getattr(x, 'dtype', type(x).__name__)}, not float32;",
                        "build the Dataset with istjax.data.from_arrays (it standardises and casts).")
+    _check_finite(f"data.{split}_x", x, where)
     if y.shape != (shape[0],) or not np.issubdtype(y.dtype, np.integer):
         raise ArgError(f"data.{split}_y", y.shape, f"{where}: {split}_y is {y.dtype} of shape {y.shape};",
                        f"give [{shape[0]}] integer labels, one per example of {split}_x.")

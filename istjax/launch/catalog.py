@@ -11,9 +11,13 @@ Lists every ``*.py`` file under ``experiments/configs``, ``experiments/speech/co
 * its path, relative to the repository;
 * its description: the first line of the module docstring (the whole first paragraph when that line does not
   end it), read with `ast` without importing or running the file;
-* the result its docstring states, trimmed to its first clause: the paragraph of the first line saying "Measured"
-  or "Expected" (the lead-in such as "Expected result (measured on a shared 2-core CPU):" dropped), else the first
-  line mentioning "test accuracy"; ``-`` when the docstring states none.
+* its result line: the docstring's paragraph that begins with ``Result:`` at the start of a line (`RESULT_PREFIX`,
+  the one convention every shipped config follows), trimmed to its first clause. It states a measured figure, or
+  the results file that holds one (``Result: experiments/.../x.json ...``: the catalog then shows that file's test
+  accuracy for this config run as it is, or for the row the line names, ``row `ist` of experiments/...``), or
+  ``not measured`` and why. Nothing else
+  in a docstring is read as a result; ``-`` when there is no such paragraph (every shipped config has one:
+  ``tests/test_listings.py``).
 
 Exit codes: 0 listed; 2 none of the folders exists (an install without the repository's ``experiments/``: pass
 ``--root`` to a checkout).
@@ -29,14 +33,15 @@ import sys
 from collections.abc import Sequence
 from typing import NamedTuple, Optional
 
-__all__ = ["CONFIG_DIRS", "CatalogError", "ConfigEntry", "describe", "format_catalog", "main", "repo_root",
-           "shipped_configs"]
+__all__ = ["CONFIG_DIRS", "RESULT_PREFIX", "CatalogError", "ConfigEntry", "describe", "format_catalog", "main",
+           "repo_root", "shipped_configs"]
 
 CONFIG_DIRS = ("experiments/configs", "experiments/speech/configs", "experiments/theory/configs")
+#: What a config docstring's result paragraph begins with, at the start of a line.
+RESULT_PREFIX = "Result:"
 _RESULT_MAX = 150  # characters of a stated result kept on its line
-_RESULT_LINE = re.compile(r"\b(Measured|Expected|Result)\b")
-_LEAD_IN = re.compile(r"^.*?\b(?:Measured|Expected|Result)\b[^:.]*?(?:\([^)]*\))?\s*[:.]\s*")
 _RESULTS_FILE = re.compile(r"experiments/[\w./-]+\.json")
+_ROW = re.compile(r"\brow `+([\w.-]+)`+")  # ``Result: row `ist` of experiments/.../x.json``: the row to show
 
 
 class CatalogError(FileNotFoundError):
@@ -89,22 +94,17 @@ def _trim(text: str, limit: int = _RESULT_MAX) -> str:
 
 
 def describe(docstring: Optional[str]) -> tuple[str, Optional[str]]:
-    """``(description, result)`` of a config's module docstring (see the module's docstring); None: no result."""
+    """``(description, result)`` of a config's module docstring: the result is the first clause of the paragraph
+    that begins with `RESULT_PREFIX` (the module's docstring); None when there is none."""
     if not docstring or not docstring.strip():
         return "(no docstring)", None
     lines = docstring.strip().splitlines()
     description = _paragraph(lines, 0) if lines[0].strip() and not lines[0].rstrip().endswith(".") else \
         lines[0].strip()
+    at = next((i for i, line in enumerate(lines) if line.lstrip().startswith(RESULT_PREFIX)), None)
     result = None
-    for i, line in enumerate(lines):
-        if _RESULT_LINE.search(line):
-            text = _LEAD_IN.sub("", _paragraph(lines, i), count=1)
-            result = _trim(_first_clause(text)) or None
-            break
-    if result is None:
-        hit = next((line for line in lines[1:] if "test accuracy" in line.lower()), None)
-        if hit is not None:
-            result = _trim(_first_clause(hit))
+    if at is not None:
+        result = _trim(_first_clause(_paragraph(lines, at).removeprefix(RESULT_PREFIX).strip())) or None
     return re.sub(r"\s+", " ", description).strip().replace("``", "`"), result
 
 
@@ -143,8 +143,9 @@ def shipped_configs(root: str | pathlib.Path | None = None) -> list[ConfigEntry]
 
 def _committed(root: pathlib.Path, config: str, result: Optional[str]) -> Optional[str]:
     """The test accuracy the results file a docstring points to (``Result: experiments/.../x.json``) holds for
-    this config run as it is (a row with this ``config`` and no overrides): ``'test accuracy 0.971 ± 0.002
-    (3 seeds) in experiments/mlp/results/digits.json'``; None when there is no such file or row."""
+    this config: the row the result names (``row `ist` of experiments/...``), else the row of this ``config`` run
+    as it is (no overrides): ``'test accuracy 0.971 ± 0.002 (3 seeds) in experiments/mlp/results/digits.json'``;
+    None when there is no such file or row."""
     import json
 
     from istjax.launch.metrics import format_mean_std
@@ -152,9 +153,11 @@ def _committed(root: pathlib.Path, config: str, result: Optional[str]) -> Option
     found = _RESULTS_FILE.search(result or "")
     if found is None:
         return None
+    named = _ROW.search(result or "")
     try:
         rows = json.loads((root / found.group(0)).read_text(encoding="utf-8")).get("rows", [])
-        row = next(r for r in rows if r.get("config") == config and not r.get("overrides"))
+        row = next(r for r in rows if (r.get("label") == named.group(1) if named else
+                                       r.get("config") == config and not r.get("overrides")))
         acc = format_mean_std(row["test_accuracy_mean"], row["test_accuracy_std"], len(row["seeds"]))
     except (OSError, ValueError, AttributeError, StopIteration, KeyError, TypeError):
         return None

@@ -6,11 +6,18 @@ its raw ``jax.random.key_data``, `[2]` uint32 for threefry, and re-wrapped on re
 (seed, round), so the round number is the data position: restoring step ``r`` and running to ``M`` reproduces the
 uninterrupted run bit for bit.
 
-Every checkpoint proves itself. At save, the SHA-256 digest of every array (its dtype, shape and bytes) and of the
-metadata is recorded in the metadata; at restore each is recomputed and compared. A checkpoint that fails to restore
-or to verify (a half-written or truncated file, a missing file, a flipped byte that still decodes) is reported in
-one line naming the step and the first array that failed, moved aside to ``<dir>_corrupt/<step>``, and the next
-older one is tried: training never continues from state that did not verify.
+Every checkpoint proves itself. At save, the SHA-256 digest of every array (its dtype, shape and bytes), the layout of
+the state (every array's dtype and shape, `tree_layout`) and the digest of the metadata are recorded in the
+metadata; at restore each is recomputed and compared. A checkpoint that fails to restore or to verify (a
+half-written or truncated file, a missing file, a flipped byte that still decodes) is reported in one line naming the
+step and the first array that failed, moved aside to ``<dir>_corrupt/<step>``, and the next older one is tried:
+training never continues from state that did not verify.
+
+A checkpoint is corrupt only when its bytes are. Before orbax reads an array, the layout the checkpoint recorded
+(checked against the metadata's digest; for checkpoints written before layouts were recorded, orbax's own tree
+metadata) is compared with the layout the run expects: a state of another shape, dtype or tree is the run's config
+disagreeing with the checkpoint, not damage. `CheckpointMismatch` names the first differing array with both layouts
+and the config the checkpoint was written with, and nothing is moved.
 
 Restoring uses an abstract target built from a freshly initialised state, so optax's NamedTuple states come back as
 NamedTuples (not lists) and every array keeps its dtype and sharding.
@@ -43,8 +50,8 @@ import orbax.checkpoint as ocp
 from istjax.core.spec import path_str
 from istjax.core.state import TrainState
 
-__all__ = ["Checkpointer", "ShardedCheckpointer", "ShardCountMismatch", "CheckpointWriteError", "CheckpointCorrupt", "state_to_tree", "tree_to_state",
-           "tree_digests"]
+__all__ = ["Checkpointer", "ShardedCheckpointer", "ShardCountMismatch", "CheckpointWriteError", "CheckpointCorrupt",
+           "CheckpointMismatch", "state_to_tree", "tree_to_state", "tree_digests", "tree_layout"]
 
 
 @contextlib.contextmanager
@@ -69,6 +76,22 @@ class CheckpointCorrupt(ValueError):
     """A checkpoint restored but does not match the digests recorded when it was saved."""
 
 
+class CheckpointMismatch(ValueError):
+    """A checkpoint whose metadata verifies holds a state of another layout than the run expects: a config problem,
+    not damage (the checkpoint is left where it is).
+
+    Attributes:
+      step: the checkpoint's step.
+      leaf: the first array (``"params/dense_0/kernel"``) whose dtype or shape differs, or that only one side has.
+      stored, wanted: its layout in the checkpoint and in the run (``"float32[64,512]"``, or ``"absent"``).
+      config: the config the checkpoint was written with (its metadata's ``config``; None if it has none).
+    """
+
+    def __init__(self, step: int, leaf: str, stored: str, wanted: str, config: Optional[dict]):
+        super().__init__(f"checkpoint {step} holds {leaf} as {stored}; this run makes it {wanted}")
+        self.step, self.leaf, self.stored, self.wanted, self.config = step, leaf, stored, wanted, config
+
+
 def _leaf_digest(x) -> str:
     a = np.ascontiguousarray(np.asarray(jax.device_get(x)))
     h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
@@ -81,15 +104,38 @@ def tree_digests(tree) -> dict[str, str]:
     return {path_str(p): _leaf_digest(x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+def tree_layout(tree) -> dict[str, str]:
+    """``{"params/dense_0/kernel": "float32[64,512]", ...}``: every array's dtype and shape (arrays, shape structs or
+    orbax's array metadata alike), in tree order."""
+    return {path_str(p): f"{np.dtype(x.dtype).name}[{','.join(map(str, x.shape))}]"
+            for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _check_layout(stored: Optional[dict[str, str]], like: TrainState, step: int, meta: dict) -> None:
+    """Raises `CheckpointMismatch` for the first array whose stored layout differs from ``like``'s (no-op when the
+    checkpoint's layout is unknown: orbax then reads it and any failure is damage)."""
+    if stored is None:
+        return
+    wanted = tree_layout(jax.eval_shape(state_to_tree, like))
+    for leaf in [*wanted, *(k for k in stored if k not in wanted)]:
+        if stored.get(leaf) != wanted.get(leaf):
+            raise CheckpointMismatch(step, leaf, stored.get(leaf, "absent"), wanted.get(leaf, "absent"),
+                                     meta.get("config"))
+
+
 def _meta_digest(meta: dict) -> str:
     body = {k: v for k, v in meta.items() if k != "meta_digest"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _verify(tree, meta: dict, step: int) -> None:
-    """Raises `CheckpointCorrupt` naming the first array (or the metadata) whose digest does not match."""
+def _verify_meta(meta: dict, step: int) -> None:
+    """Raises `CheckpointCorrupt` when the metadata does not match its own digest."""
     if meta.get("meta_digest") != _meta_digest(meta):
         raise CheckpointCorrupt(f"checkpoint {step}: its metadata does not match its digest")
+
+
+def _verify(tree, meta: dict, step: int) -> None:
+    """Raises `CheckpointCorrupt` naming the first array whose digest does not match (the metadata verified)."""
     recorded = meta.get("digests")
     if not isinstance(recorded, dict):
         raise CheckpointCorrupt(f"checkpoint {step}: no array digests recorded (written by an older istjax?)")
@@ -134,7 +180,7 @@ class Checkpointer:
         self._manager = self._open()
 
     def _open(self) -> ocp.CheckpointManager:
-        options = ocp.CheckpointManagerOptions(max_to_keep=self.max_to_keep, create=self.enabled,
+        options = ocp.CheckpointManagerOptions(max_to_keep=self.max_to_keep, create=False,
                                                read_only=not self.enabled, enable_async_checkpointing=False)
         return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
@@ -160,9 +206,11 @@ class Checkpointer:
         if step in self.steps():
             return None
         tree = state_to_tree(state)
-        meta = dict(meta or {}, round=step, key_impl=str(jax.random.key_impl(state.key)), digests=tree_digests(tree))
+        meta = dict(meta or {}, round=step, key_impl=str(jax.random.key_impl(state.key)), digests=tree_digests(tree),
+                    layout=tree_layout(tree))
         meta["meta_digest"] = _meta_digest(meta)
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)  # created by the first save, never by opening
             with _quiet_orbax():
                 self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
                                                                  meta=ocp.args.JsonSave(meta)), force=True)
@@ -186,28 +234,44 @@ class Checkpointer:
 
     def restore(self, step: int, like: TrainState) -> tuple[TrainState, dict[str, Any]]:
         """The state and meta saved at ``step``; ``like`` (e.g. ``algorithm.init(key)``) gives structure, dtypes
-        and shardings. Raises whatever orbax raises for a damaged checkpoint."""
+        and shardings.
+
+        Raises:
+          CheckpointMismatch: the checkpoint's metadata verifies but records another layout than ``like``'s
+            (checked before any array is read).
+          Exception: whatever orbax raises for a damaged checkpoint, or `CheckpointCorrupt`.
+        """
+        with _quiet_orbax():
+            meta = dict(self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta or {})
+        _verify_meta(meta, step)
+        _check_layout(meta.get("layout") or self._orbax_layout(step), like, step, meta)
         target = _abstract(state_to_tree(like))
         with _quiet_orbax():
-            out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                                      meta=ocp.args.JsonRestore()))
-        meta = dict(out.meta or {})
+            out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
         _verify(out.state, meta, step)
-        state = tree_to_state(out.state, meta.get("key_impl"))
-        _check_like(state, like, step)
-        return state, meta
+        return tree_to_state(out.state, meta.get("key_impl")), meta
+
+    def _orbax_layout(self, step: int) -> Optional[dict[str, str]]:
+        """The layout orbax recorded for a checkpoint written before istjax recorded its own (None if unreadable)."""
+        try:
+            with _quiet_orbax():
+                return tree_layout(ocp.StandardCheckpointHandler().metadata(self.directory / str(step) / "state"))
+        except Exception:  # noqa: BLE001 - unreadable metadata: let the restore itself say what is wrong
+            return None
 
     def restore_latest(self, like: TrainState, *, log=None) -> Optional[tuple[TrainState, dict[str, Any], int]]:
         """The newest checkpoint that restores cleanly, as ``(state, meta, step)``; None when there is none.
 
         A checkpoint that fails to restore is reported through ``log`` (default: stderr), moved aside to
         ``<directory>_corrupt/<step>`` (when writing is enabled) so that training can save that step again, and the
-        next older one is tried.
+        next older one is tried. A `CheckpointMismatch` (the run expects another layout) is raised, nothing moved.
         """
         log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         for step in reversed(self.steps()):
             try:
                 state, meta = self.restore(step, like)
+            except CheckpointMismatch:
+                raise  # a config problem: the checkpoint stays where it is
             except Exception as e:  # noqa: BLE001 - any failure means "not usable"; we report it and go on
                 where = self.directory / str(step)
                 msg = f"checkpoint {where} is damaged and was skipped ({_root_cause(e)})"
@@ -231,14 +295,6 @@ class Checkpointer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _check_like(state: TrainState, like: TrainState, step: int) -> None:
-    got = jax.tree.map(lambda x: (x.shape, x.dtype), state_to_tree(state))
-    want = jax.tree.map(lambda x: (x.shape, x.dtype), state_to_tree(like))
-    if got != want:
-        raise ValueError(f"checkpoint step {step} holds a state of another shape than this run's model "
-                         f"(got {got}, expected {want}).")
 
 
 _TS_ERRNO = re.compile(r"os_error_code='?(\d+)")
@@ -271,7 +327,8 @@ class ShardedCheckpointer:
     rank 0 records the step in ``<directory>/committed.json`` (written to a temporary file and renamed, so it is
     never half-written). Restoring considers committed steps only, newest first; every rank restores and verifies
     its part and the ranks agree, so either all continue from the same step or all fall back to the previous one.
-    A job with another number of ranks than the checkpoint's is refused (`ShardCountMismatch`).
+    A job with another number of ranks than the checkpoint's is refused (`ShardCountMismatch`), and a part of
+    another layout than the run's makes every rank raise `CheckpointMismatch`.
 
     Args:
       directory: the run's checkpoint directory.
@@ -336,11 +393,17 @@ class ShardedCheckpointer:
                 f"shard), but this job has {self.size}. Launch with mpiexec -n {ledger['ranks']} to resume them, or "
                 f"start a new run in another --workdir.")
         for step in reversed(sorted(ledger["steps"])):
+            mismatch = None
             try:
                 state, meta = self.part.restore(step, like)
                 ok, why = True, ""
+            except CheckpointMismatch as e:
+                ok, why, mismatch = False, str(e), e
             except Exception as e:  # noqa: BLE001 - reported in one line, then every rank falls back together
                 ok, why = False, _root_cause(e)
+            if not self.agree_all(mismatch is None):  # a config problem on some rank: every rank refuses
+                raise mismatch or CheckpointMismatch(step, "another rank's part", "another layout",
+                                                     "this run's layout", None)
             if self.agree_all(ok):
                 return state, meta, step
             if not ok:

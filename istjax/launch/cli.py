@@ -4,6 +4,7 @@
 
     istjax [train] [--config=FILE[:ARG]] [--workdir=DIR] [--config.FIELD=VALUE ...] [--resume | --overwrite]
     istjax eval --workdir=DIR [--checkpoint=N]
+    istjax sample --workdir=DIR --prompt=TEXT --length=N [--seed=S] [--temperature=T]   (istjax.launch.sample.main)
     istjax plot RUN_DIR ...          (istjax.launch.plot.main)
     istjax compare ...               (istjax.launch.compare.main)
     istjax configs [--format=text|markdown]   (istjax.launch.catalog.main)
@@ -25,7 +26,8 @@ holds is refused (``run.lock``, istjax.launch.lock); ``eval`` and ``plot`` only 
 ``--resume`` continues the run in ``--workdir`` with that run's own config (its ``config.json``); overrides given
 with it may change run-control fields only (``num_rounds``, ``eval_every``, ...), anything else is refused with the
 list of differences. ``eval`` evaluates a saved run's newest verified checkpoint (or ``--checkpoint=N``) without
-training.
+training. ``sample`` prints text from a saved run of a transformer on text: the prompt and exactly ``--length``
+characters after it, seeded (``--seed``: the same seed, the same text), from its newest verified checkpoint.
 
 Exit codes: 0 success; 2 a config, flag or workdir error, a damaged data file, a workdir another run is writing
 (reported before anything compiles); 1 a training failure (e.g. a non-finite loss); 3 an environment failure (a
@@ -48,7 +50,7 @@ __all__ = ["main", "parse_train_args", "EXIT_OK", "EXIT_FAILURE", "EXIT_CONFIG",
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 2, 3
 _SUBCOMMANDS = {"plot": "istjax.launch.plot", "compare": "istjax.launch.compare",
-                "configs": "istjax.launch.catalog"}
+                "configs": "istjax.launch.catalog", "sample": "istjax.launch.sample"}
 
 
 def _usage() -> str:
@@ -56,21 +58,64 @@ def _usage() -> str:
         __doc__.split("Exit codes", 1)[1]
 
 
+def _train_help() -> str:
+    """``istjax train --help``: the usage, every config field with its default and meaning (the lines of
+    `default_config`'s source), and the names every registry holds when it is printed (`_registered_names`)."""
+    import inspect
+
+    import istjax.launch.config as config_lib
+    from istjax.launch.config.fields import FIELD_BUILDERS
+
+    lines = ["usage:", _usage(), "config fields, defaults and meaning (istjax.launch.config.default_config):"]
+    for line in "\n".join(inspect.getsource(f) for f in (config_lib.default_config, *FIELD_BUILDERS)).splitlines():
+        if line.strip().startswith(("c.", "# ")) and "ConfigDict()" not in line.split("#")[0]:
+            lines.append("  " + line.strip().removeprefix("c."))
+    return "\n".join(lines + _registered_names())
+
+
+def _registered_names() -> list[str]:
+    """The names each ``*.name`` field may take, read from the registries themselves when called: a data set, model
+    or algorithm your code registered (``istjax.data.register_dataset``, ``istjax.models.register_model``,
+    ``ALGORITHMS.register``) is listed as a shipped one is. Entries that carry a description list it."""
+    import textwrap
+
+    from istjax.algorithms import ALGORITHMS
+    from istjax.core.partition import SAMPLERS
+    from istjax.data import DATASETS
+    from istjax.models import MODELS
+    from istjax.runtimes import RUNTIMES
+
+    out = ["", "registered names (read from the registries now, with any your code added):"]
+    for field, registry, where, more in (
+            ("algorithm.name", ALGORITHMS, "istjax.algorithms.ALGORITHMS", ""),
+            ("sampler.name", SAMPLERS, "istjax.core.partition.SAMPLERS", ""),
+            ("model.name", MODELS, "istjax.models.MODELS", "a class of your own: model.module=path/to/file.py:Class"),
+            ("data.name", DATASETS, "istjax.data.DATASETS",
+             "tfds:<name>; data of your own: data.module=path/to/file.py:function"),
+            ("runtime.name", RUNTIMES, "istjax.runtimes.RUNTIMES", "")):
+        names = registry.names()
+        said = {n: getattr(registry.get(n), "description", "") for n in names}
+        if not any(isinstance(d, str) and d for d in said.values()):
+            out += textwrap.wrap(f"{field} ({where}): {', '.join(names)}{'; or ' + more if more else ''}.", 118,
+                                 initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+            continue
+        out.append(f"  {field} ({where}):")
+        width = max(map(len, names))
+        for n in names:
+            text = said[n] if isinstance(said[n], str) else ""
+            out += textwrap.wrap(f"{n:<{width}}  {text}", 118, initial_indent="    ",
+                                 subsequent_indent=" " * (width + 6)) or [f"    {n}"]
+        if more:
+            out.append(f"    or {more}")
+    return out
+
+
 def train_main(argv: Sequence[str]) -> int:
     """``istjax train``: returns the exit code."""
     import istjax.launch.config as config_lib
 
     if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
-        print("usage:\n" + _usage())
-        import inspect
-
-        print("config fields, defaults and meaning (istjax.launch.config.default_config):")
-        from istjax.launch.config.fields import FIELD_BUILDERS
-
-        sources = (config_lib.default_config, *FIELD_BUILDERS)
-        for line in "\n".join(inspect.getsource(f) for f in sources).splitlines():
-            if line.strip().startswith(("c.", "# ")) and "ConfigDict()" not in line.split("#")[0]:
-                print("  " + line.strip().removeprefix("c."))
+        print(_train_help())
         return EXIT_OK
     try:
         config, workdir, resume, overwrite = parse_train_args(argv)

@@ -6,9 +6,11 @@ since when, before it resumes from, overwrites or appends to anything. The lock 
 which the kernel releases when its process ends however it ends (``kill -9``, the OOM killer included): the file a
 dead run leaves behind never blocks a resume, only a live holder does. The file itself records who holds it (pid,
 host, start time, command) for the refusal; it is never deleted (deleting a held lock file would let a third
-process lock a new one beside it). Under ``mpiexec`` only the writing rank (rank 0) takes it, so the ranks of one job
-are one writer. Readers (``istjax eval``, ``istjax plot``) take no lock: checkpoints are committed by a rename and
-``metrics.jsonl`` by whole lines, so a running run can be read.
+process lock a new one beside it), except by a run refused before it wrote anything (`WorkdirLock.roll_back`),
+which leaves the file as it found it: deleted if it created it, else with its old contents. Under ``mpiexec`` only
+the writing rank (rank 0) takes it, so the ranks of one job are one writer. Readers (``istjax eval``, ``istjax
+plot``) take no lock: checkpoints are committed by a rename and ``metrics.jsonl`` by whole lines, so a running run
+can be read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import pathlib
 import socket
 import sys
+from typing import Optional
 
 from istjax.launch.config import ConfigError
 
@@ -31,13 +34,25 @@ LOCK_FILE = "run.lock"
 class WorkdirLock:
     """A held run-directory lock; `release` (or the end of the process) lets the next run in."""
 
-    def __init__(self, fd: int, path: pathlib.Path):
-        self.fd, self.path = fd, path
+    def __init__(self, fd: int, path: pathlib.Path, previous: Optional[bytes] = None):
+        self.fd, self.path, self.previous = fd, path, previous  # previous: the file's contents before, None if new
 
     def release(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)  # closing the descriptor releases the flock
             self.fd = -1
+
+    def roll_back(self) -> None:
+        """Releases the lock of a run refused before it wrote anything, leaving the lock file as `lock_workdir`
+        found it: deleted if it created it (while still held, so no other process holds that file), else with its
+        previous contents."""
+        if self.fd >= 0:
+            if self.previous is None:
+                self.path.unlink(missing_ok=True)
+            else:
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, self.previous, 0)
+        self.release()
 
 
 def lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
@@ -47,6 +62,7 @@ def lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
       ConfigError: another live process holds it (naming its pid, host, start time and command, and the fix).
     """
     path = pathlib.Path(workdir) / LOCK_FILE
+    existed = path.exists()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -59,9 +75,10 @@ def lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
         raise
     record = {"pid": os.getpid(), "host": socket.gethostname(),
               "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "command": sys.argv}
+    previous = os.pread(fd, os.fstat(fd).st_size, 0) if existed else None
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-    return WorkdirLock(fd, path)
+    return WorkdirLock(fd, path, previous)
 
 
 def _holder(fd: int) -> dict:

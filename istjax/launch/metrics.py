@@ -42,14 +42,27 @@ from istjax.core.process import is_primary as is_primary
 from istjax.core.process import process_count as process_count
 from istjax.core.process import process_index as process_index
 
-__all__ = ["RECORD_FIELDS", "SPLIT", "is_primary", "process_count", "process_index", "MetricWriter", "read_metrics", "truncate_metrics",
-           "write_atomic"]
+__all__ = ["METRIC_LABELS", "RECORD_FIELDS", "SPLIT", "metrics_text", "is_primary", "process_count", "process_index",
+           "MetricWriter", "read_metrics", "truncate_metrics", "write_atomic"]
 
 SPLIT = ("worker_train_loss", "merged_train_loss", "merged_test_loss", "merge_cost")  # the round's loss split
 
 RECORD_FIELDS = ("round", "step", "samples_seen", "wall_time_s", "train_loss", "train_accuracy", "test_loss",
                  "test_accuracy", "round_loss", "bytes_sent_per_worker", "bytes_received_per_worker", "bytes_total",
                  "algorithm", "num_workers")
+
+
+#: How a summary names its final metrics when its data names none of its own (``summary["metric_labels"]``, e.g. a
+#: language model's `istjax.data.text.METRIC_LABELS`): summary key -> label, in the order printed.
+METRIC_LABELS = {"test_accuracy": "test accuracy", "test_loss": "test loss", "train_loss": "train loss"}
+
+
+def metrics_text(summary: dict[str, Any]) -> str:
+    """A summary's final metrics, each named as its data names it (``summary["metric_labels"]``, else
+    `METRIC_LABELS`): ``"test accuracy 0.9722, test loss 0.0913, train loss 0.0121"``, or for text
+    ``"validation nats/char 2.3093, train nats/char 2.2510, validation next-character accuracy 0.3120"``."""
+    labels = summary.get("metric_labels") or METRIC_LABELS
+    return ", ".join(f"{label} {summary[key]:.4f}" for key, label in labels.items() if summary.get(key) is not None)
 
 
 def format_bytes(n: Optional[float]) -> str:

@@ -11,6 +11,10 @@ Reads each run directory's ``metrics.jsonl`` (one JSON object per evaluation, sc
 3. test accuracy vs bytes one worker moved each way so far (`bytes_per_worker`: ``bytes_total / (2 W)``, log
    scale), the convention of ``summary.json``'s ``bytes_sent_per_worker_per_round`` and of ``istjax compare``.
 
+A language model's runs (a `istjax.models.Transformer` on text: `is_language_model`) plot their validation loss in
+nats per character instead of the accuracy, the axis and title saying so (`y_metric`); a language model and a
+classifier in one figure are refused (one y axis cannot show both).
+
 Beside it, where the runs recorded the round's loss split (`istjax.algorithms.loss_split`, on by default), a second
 PNG, ``<out>_loss_split.png`` (`plot_loss_split`): the workers' own training loss and the merged model's test-mode loss
 on the same batches against rounds, and the merge cost.
@@ -25,9 +29,10 @@ rounds inside the range every seed covers, each seed's accuracy (and wall time, 
 between its own evaluations. In the time and bytes panels a point sits at the seeds' mean wall time / bytes at that
 round. The legend says what the band is. ``--no-bands`` draws every seed as its own line.
 
-**Legends** (`legend_labels`) read ``algorithm`` (``W=..`` and ``K=..`` when the runs differ in them; shared, they are
-in the title) followed by every config field in which the plotted runs
-(or seed groups) differ, ``learning_rate=0.1`` / ``learning_rate=0.05``; fields equal across all of them and
+**Legends** (`legend_labels`, `istjax.launch.plot_legend`) read ``algorithm`` (``W=..`` and ``K=..`` when the runs
+differ in them; shared, they are in the title) followed by every config field in which the plotted runs
+(or seed groups) differ and that applies to the run (`istjax.launch.plot_legend.applies`: an algorithm's option
+only on runs of an algorithm that takes it), ``learning_rate=0.1`` / ``learning_rate=0.05``; fields equal across all of them and
 run-control fields (`istjax.launch.config.RUN_CONTROL_FIELDS`: name, num_rounds, eval_every, ...) are left out,
 ``seed`` is named only when seeds are drawn as separate lines. A field one run lacks is shown only on the runs that
 have it (never as ``unset``); a model's fields are compared only between runs of the same model, so a run of your
@@ -55,13 +60,22 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
-from istjax.launch.config import RUN_CONTROL_FIELDS, flat_dict, upgrade_dict
+from istjax.launch.config import upgrade_dict
 from istjax.launch.metrics import format_bytes
+from istjax.launch.plot_legend import NAMED_SECTIONS as NAMED_SECTIONS
+from istjax.launch.plot_legend import NOISY_FIELDS as NOISY_FIELDS
+from istjax.launch.plot_legend import _common, _group_fields, _key, shown_fields
+from istjax.launch.plot_legend import group_runs as group_runs
+from istjax.launch.plot_legend import label as label
+from istjax.launch.plot_legend import legend_labels as legend_labels
+from istjax.launch.plot_legend import run_fields as run_fields
+from istjax.launch.plot_legend import varying_fields as varying_fields
 
 __all__ = ["PlotError", "Run", "BANDS", "BYTES_CONVENTION", "Curve", "NAMED_SECTIONS", "bytes_per_worker",
            "figure_title", "format_seconds", "group_curve", "group_runs", "label", "legend_labels", "load_run",
            "has_loss_split", "log_unit_formatters", "main", "plot_loss_split", "plot_runs", "read_json_object",
-           "run_fields", "shown_fields", "varying_fields", "wall_time_label", "wall_time_text", "wrap_label"]
+           "run_fields", "shown_fields", "varying_fields", "wall_time_label", "wall_time_text", "wrap_label",
+           "is_language_model", "y_metric"]
 
 # Fixed colours per algorithm (matplotlib's tab10), so every figure of a study reads the same way.
 ALGORITHM_COLORS = {"ist": "tab:blue", "data_parallel": "tab:red", "local_sgd": "tab:green"}
@@ -71,9 +85,6 @@ _PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab
 _LINESTYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
 
-# Config fields that never name a curve: how a run is driven, not what it computes.
-NOISY_FIELDS = frozenset(RUN_CONTROL_FIELDS) | {"workdir"}
-_BASE_FIELDS = ("algorithm", "num_workers", "local_steps")  # in the base label: ``algorithm`` (``W=.. K=..``)
 # The band drawn around a seed group's mean: the min..max across seeds, or mean +- one sample standard deviation.
 BANDS = {"minmax": "min–max across seeds", "std": "±1 std across seeds"}
 # The bytes panel (and `istjax compare`'s bytes columns): what one worker moved each way, as summary.json counts.
@@ -178,194 +189,7 @@ def read_json_object(path: pathlib.Path, fix: str = "") -> dict:
     return value
 
 
-def label(run: Run, *, workers: bool = True, steps: bool = True) -> str:
-    """``"ist W=4 K=10"`` (parts that are unknown, or turned off with ``workers`` / ``steps``, are left out)."""
-    parts = [run.algorithm]
-    if workers and run.num_workers is not None:
-        parts.append(f"W={run.num_workers}")
-    if steps and run.local_steps is not None:
-        parts.append(f"K={run.local_steps}")
-    return " ".join(parts)
-
-
-def _common(runs: Sequence[Run], attr: str) -> Optional[int]:
-    """The value of ``attr`` (``num_workers``, ``local_steps``) every run shares, or None when they differ or it is
-    unknown."""
-    values = {getattr(r, attr) for r in runs}
-    return values.pop() if len(values) == 1 else None
-
-
-# ----------------------------------------------------------------------------------------------- groups and labels
-
-def run_fields(run: Run) -> dict[str, Any]:
-    """What a run computes: its config as dotted fields (`istjax.launch.config.flat_dict`) without the
-    run-control fields (`NOISY_FIELDS`), with ``algorithm``, ``num_workers`` and ``local_steps`` as `Run` reads them
-    (so runs without ``config.json`` still tell apart)."""
-    out = {k: v for k, v in flat_dict(run.config).items()
-           if k not in NOISY_FIELDS and k.split(".")[0] not in NOISY_FIELDS and k != "algorithm.name"}
-    out.update(algorithm=run.algorithm, num_workers=run.num_workers, local_steps=run.local_steps)
-    return out
-
-
-def _key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def group_runs(runs: Sequence[Run]) -> list[list[Run]]:
-    """Runs grouped into seed groups: runs whose `run_fields` are equal except ``seed``, in first-seen order.
-
-    A run without a ``seed`` in its config is a group of its own, and so is a run whose seed is already in the
-    group it would join (the same run twice, or runs that differ only in run-control fields).
-    """
-    groups: list[list[Run]] = []
-    keys: list[Optional[str]] = []
-    for run in runs:
-        fields = run_fields(run)
-        if fields.get("seed") is None:
-            groups.append([run])
-            keys.append(None)
-            continue
-        seed = fields.pop("seed")
-        key = _key(fields)
-        for group, k in zip(groups, keys):
-            if k == key and all(r.seed != seed for r in group):
-                group.append(run)
-                break
-        else:
-            groups.append([run])
-            keys.append(key)
-    return groups
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_show(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_show(v)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
-# Open sections whose fields depend on a name: a field of one is compared only between runs of the same name (an MLP's
-# ``model.hidden`` means nothing to a CNN), so a field another model lacks is not a difference between the runs.
-NAMED_SECTIONS = {"model": "model.name", "data.kwargs": "data.name"}
-# Fields that say where a run's code lives, not what it computes: never a legend's difference.
-_UNSHOWN_FIELDS = frozenset({"model.module"})
 _WRAP = 60  # legend labels longer than this many characters are wrapped onto several lines
-
-
-def _group_fields(group: Sequence[Run], show_seed: bool) -> dict[str, Any]:
-    fields = run_fields(group[0])
-    if len(group) > 1 or not show_seed:
-        fields.pop("seed", None)
-    return fields
-
-
-def _set_fields(group: Sequence[Run], show_seed: bool) -> dict[str, Any]:
-    """`_group_fields` without those a legend never names: `_UNSHOWN_FIELDS`, and fields left empty (None, ``""``),
-    which read as absent, as in a run of a version that did not have the field."""
-    return {k: v for k, v in _group_fields(group, show_seed).items()
-            if k not in _UNSHOWN_FIELDS and v is not None and v != ""}
-
-
-def _config_order(keys: Sequence[str]) -> list[str]:
-    """``keys`` (the union of the groups' fields, in first-seen order) with every section's fields together, each
-    `NAMED_SECTIONS` name field ahead of its section's other fields (``model.name`` before ``model.hidden``), so a
-    label names the model before its fields."""
-    sections = list(dict.fromkeys(k.split(".")[0] for k in keys))
-    out = sorted((k for k in keys if k not in NAMED_SECTIONS.values()), key=lambda k: sections.index(k.split(".")[0]))
-    for name in NAMED_SECTIONS.values():
-        if name in keys:
-            section = name.rsplit(".", 1)[0]
-            first = next((i for i, k in enumerate(out) if k.startswith(section + ".")), None)
-            out.insert(len(out) if first is None else first, name)
-    return out
-
-
-def _name_of(field: str) -> Optional[str]:
-    """The field naming ``field``'s section when that section is one of `NAMED_SECTIONS` (``"model.hidden"`` ->
-    ``"model.name"``); None for every other field, and for the naming field itself."""
-    for section, name in NAMED_SECTIONS.items():
-        if field.startswith(section + ".") and field != name:
-            return name
-    return None
-
-
-def _differs_on(field: str, fields: Sequence[dict[str, Any]]) -> list[bool]:
-    """Per group, whether ``field`` tells it apart: it has the field, and another group of the same section name
-    (`NAMED_SECTIONS`; all groups for other fields) has another value or lacks the field."""
-    name = _name_of(field)
-    out = []
-    for f in fields:
-        peers = [g for g in fields if name is None or _key(g.get(name)) == _key(f.get(name))]
-        out.append(field in f and len({_key(g[field]) if field in g else None for g in peers}) > 1)
-    return out
-
-
-def shown_fields(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -> list[dict[str, Any]]:
-    """Per group, the fields (`run_fields`, besides algorithm, W and K) that tell it apart from the others, in config
-    order: a field whose value is not the same in all groups is shown on every group that has it; a group that lacks
-    a field (or leaves it empty: None, ``""``) shows nothing for it. Fields of a section named by another field
-    (`NAMED_SECTIONS`: ``model.*`` by ``model.name``) are compared only between groups of the same name, so runs of
-    different models differ in ``model.name``, not in every field one of the models lacks. ``seed`` only with
-    ``show_seed``."""
-    fields = [_set_fields(g, show_seed) for g in groups]
-    order: dict[str, None] = {}
-    for f in fields:
-        order.update(dict.fromkeys(k for k in f if k not in _BASE_FIELDS))
-    shown: list[dict[str, Any]] = [{} for _ in fields]
-    for k in _config_order(list(order)):
-        for out, f, differs in zip(shown, fields, _differs_on(k, fields)):
-            if differs:
-                out[k] = f[k]
-    return shown
-
-
-def _field_text(field: str, value: Any) -> str:
-    """``learning_rate=0.1``; a section's name field reads as the section: ``model=cnn``, not ``model.name=cnn``."""
-    name = field[: -len(".name")] if field.endswith(".name") else field
-    return f"{name}={_show(value)}"
-
-
-def varying_fields(groups: Sequence[Sequence[Run]], *, show_seed: bool = False) -> list[str]:
-    """Per group, ``"field=value ..."`` for its `shown_fields` (the fields in which it differs from the other groups),
-    in config order; ``""`` when there are none. A field a group lacks is left out of its text, never written as
-    unset; a model's name reads ``model=cnn``."""
-    return [" ".join(_field_text(k, v) for k, v in f.items()) for f in shown_fields(groups, show_seed=show_seed)]
-
-
-def legend_labels(groups: Sequence[Sequence[Run]], *, show_seed: bool = False,
-                  shared_in_title: bool = True) -> list[str]:
-    """One legend label per group: `label` of its first run, then ``field=value`` for every field in which it differs
-    from the other groups (`varying_fields`); a group of several seeds ends with ``(mean of N seeds)``.
-
-    ``seed`` is named only with ``show_seed`` (seeds drawn as separate lines). Groups whose labels would still be
-    equal (runs that differ only in run-control fields) get their run directory's name appended.
-
-    ``W=`` and ``K=`` are named only when the runs differ in them (shared, `figure_title` names them); with
-    ``shared_in_title=False`` (a title of the caller's own) always.
-
-    Example: two IST runs at W=2, K=2 that differ only in ``learning_rate`` give ``["ist learning_rate=0.1",
-    "ist learning_rate=0.05"]``; an MLP run beside a run of a registered model ``["ist model=mlp",
-    "ist model=residual_mlp"]``; IST at W=2 beside IST at W=4 ``["ist W=2", "ist W=4"]``.
-    """
-    runs = [r for g in groups for r in g]
-    # W and K are named where they differ; shared by all, they are in the title (`figure_title`).
-    workers = not shared_in_title or _common(runs, "num_workers") is None
-    steps = not shared_in_title or _common(runs, "local_steps") is None
-    out = []
-    for group, extra in zip(groups, varying_fields(groups, show_seed=show_seed)):
-        parts = [label(group[0], workers=workers, steps=steps)] + ([extra] if extra else [])
-        if len(group) > 1:
-            parts.append(f"(mean of {len(group)} seeds)")
-        out.append(" ".join(parts))
-    seen: dict[str, int] = {}
-    for text in out:
-        seen[text] = seen.get(text, 0) + 1
-    return [f"{text} [{group[0].path.name}]" if seen[text] > 1 else text for text, group in zip(out, groups)]
 
 
 def _styles(groups: Sequence[Sequence[Run]], show_seed: bool = False) -> list[dict[str, Any]]:
@@ -553,13 +377,41 @@ _CHAR_WIDTH, _LINE_HEIGHT = 0.075, 0.21  # inches per legend character / line at
 _HANDLE_WIDTH = 0.9  # inches of a legend entry besides its text: the line sample and the gaps
 
 
+ACCURACY = ("test_accuracy", "test accuracy")
+LM_LOSS = ("test_loss", "validation loss (nats/char)")
+
+
+def is_language_model(run: Run) -> bool:
+    """Whether ``run`` trained a character-level language model: its ``model.name`` names, in
+    `istjax.models.MODELS`, a `istjax.models.Transformer` (or a subclass), whose ``test_loss`` is the validation
+    split's mean loss in nats per character."""
+    from istjax.models import MODELS, Transformer
+
+    model = run.config.get("model")
+    name = model.get("name") if isinstance(model, dict) else None
+    cls = MODELS.get(name) if name in MODELS else None
+    return isinstance(cls, type) and issubclass(cls, Transformer)
+
+
+def y_metric(runs: Sequence[Run]) -> tuple[str, str]:
+    """``(record field, axis label)`` the panels plot: `LM_LOSS` when every run is a language model
+    (`is_language_model`), else `ACCURACY`. A `PlotError` for a mix of both: one y axis cannot show both."""
+    lm = [is_language_model(r) for r in runs]
+    if any(lm) and not all(lm):
+        first = next(r for r, is_lm in zip(runs, lm) if not is_lm)
+        raise PlotError(f"{first.path} is not a language model, but other runs are: the panels share one y axis "
+                        f"(validation nats/char or test accuracy); plot the two kinds of run separately.")
+    return LM_LOSS if lm and all(lm) else ACCURACY
+
+
 def _join(names: Sequence[str]) -> str:
     """``["a"] -> "a"``, ``["a", "b"] -> "a and b"``, ``["a", "b", "c"] -> "a, b and c"``."""
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def figure_title(runs: Sequence[Run]) -> str:
-    """The default title: ``"test accuracy of mlp and residual_mlp on digits, W=2, K=10"``: the models
+def figure_title(runs: Sequence[Run], what: Optional[str] = None) -> str:
+    """The default title: ``"test accuracy of mlp and residual_mlp on digits, W=2, K=10"`` (``what`` first: default
+    the plotted metric, `y_metric`): the models
     (``model.name``) and the data sets (``data.name``) of ``runs``, in first-seen order, and the worker count and
     local steps when every run shares them (`legend_labels` leaves them out then); a part no run's config names is
     left out."""
@@ -570,7 +422,7 @@ def figure_title(runs: Sequence[Run]) -> str:
     models, datasets = names("model"), names("data")
     shared = [f"{k}={v}" for k, v in (("W", _common(runs, "num_workers")), ("K", _common(runs, "local_steps")))
               if v is not None]
-    return ("test accuracy" + (f" of {_join(models)}" if models else "")
+    return ((y_metric(runs)[1] if what is None else what) + (f" of {_join(models)}" if models else "")
             + (f" on {_join(datasets)}" if datasets else "") + "".join(f", {p}" for p in shared))
 
 
@@ -651,12 +503,13 @@ def _legend_height(texts: Sequence[str], columns: int, title: Optional[str]) -> 
 
 
 def _draw_curves(axes, panels, groups: Sequence[Sequence[Run]], texts: Sequence[str],
-                 styles: Sequence[dict[str, Any]], band: str) -> dict[str, bool]:
-    """Each group's curve (and band) in every panel; returns, per panel's field, whether anything was drawn."""
+                 styles: Sequence[dict[str, Any]], band: str, y_field: str) -> dict[str, bool]:
+    """Each group's curve (and band) of the record's ``y_field`` in every panel; returns, per panel's field, whether
+    anything was drawn."""
     drawn = {field: False for field, _, _ in panels}
     for group, text, style in zip(groups, texts, styles):
         for ax, (field, _, _) in zip(axes, panels):
-            curve = group_curve(group, field, band)
+            curve = group_curve(group, field, band, y_field=y_field)
             if curve is None or not curve.x:
                 continue
             drawn[field] = True
@@ -666,8 +519,9 @@ def _draw_curves(axes, panels, groups: Sequence[Sequence[Run]], texts: Sequence[
     return drawn
 
 
-def _decorate_axes(axes, panels, drawn: dict[str, bool], target: Optional[float]) -> None:
-    """Axis labels and scales (log axes in units), grids, the target line and the accuracy axis in percent."""
+def _decorate_axes(axes, panels, drawn: dict[str, bool], target: Optional[float], metric: tuple[str, str]) -> None:
+    """Axis labels and scales (log axes in units), grids, the target line and the y axis (`y_metric`'s label; an
+    accuracy in percent)."""
     from matplotlib.ticker import MaxNLocator, PercentFormatter
 
     for ax, (field, xlabel, scale) in zip(axes, panels):
@@ -680,8 +534,9 @@ def _decorate_axes(axes, panels, drawn: dict[str, bool], target: Optional[float]
         ax.grid(True, which="major", alpha=0.35)
         if target is not None:
             ax.axhline(target, color="black", linestyle=":", linewidth=1, alpha=0.7)
-    axes[0].set_ylabel("test accuracy")
-    axes[0].yaxis.set_major_formatter(PercentFormatter(1.0))
+    axes[0].set_ylabel(metric[1])
+    if metric == ACCURACY:
+        axes[0].yaxis.set_major_formatter(PercentFormatter(1.0))
 
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
@@ -694,7 +549,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
       out: the PNG to write (parent folders are created).
       title: figure title (default: `figure_title`, the models and data sets the runs trained, and W and K when
         every run shares them; with a title of your own the labels name W and K instead).
-      target: draw a dotted horizontal line at this test accuracy.
+      target: draw a dotted horizontal line at this test accuracy (a language model's: validation nats/char).
       band: runs that differ only in ``seed`` are one mean curve with this band (a key of `BANDS`: ``"minmax"``,
         ``"std"``); None draws every run as its own line, labelled with its seed.
       log_time: the wall-time axis on a log scale (labelled ``10 ms``, ``1 s``, ...).
@@ -709,6 +564,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     if not run_dirs:
         raise PlotError("no run directories given; pass at least one RUN_DIR.")
     runs = [load_run(d) for d in run_dirs]
+    metric = y_metric(runs)
     out = pathlib.Path(out)
     if out.suffix.lower() != ".png":
         raise PlotError(f"--out {str(out)!r}: the figure is written as PNG; give a file name ending in .png.")
@@ -731,8 +587,8 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     columns = _legend_columns(texts)
     height = _PANEL_HEIGHT + _legend_height(texts, columns, legend_title)
     fig, axes = plt.subplots(1, 3, figsize=(_FIG_WIDTH, height), sharey=True, layout="constrained")
-    drawn = _draw_curves(axes, panels, groups, texts, styles, band or "minmax")
-    _decorate_axes(axes, panels, drawn, target)
+    drawn = _draw_curves(axes, panels, groups, texts, styles, band or "minmax", metric[0])
+    _decorate_axes(axes, panels, drawn, target, metric)
     fig.suptitle(wrap_label(figure_title(runs) if title is None else title, 120))
     handles, shown = axes[0].get_legend_handles_labels()
     # Below the panels, as wide as the figure: the panels keep their width however long the labels are.
@@ -792,7 +648,7 @@ def plot_loss_split(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLik
     axes[-1].axhline(0.0, color="black", linewidth=0.8, alpha=0.6)
     handles, shown = axes[0].get_legend_handles_labels()
     fig.legend(handles, shown, loc="outside lower center", ncols=columns, frameon=False)
-    fig.suptitle(wrap_label(title or "loss split" + figure_title(runs).removeprefix("test accuracy"), 120))
+    fig.suptitle(wrap_label(title or figure_title(runs, what="loss split"), 120))
     out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, bbox_inches="tight")
@@ -802,14 +658,16 @@ def plot_loss_split(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLik
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="istjax plot", description="Plot test accuracy against rounds, wall time and bytes communicated for "
+        prog="istjax plot", description="Plot test accuracy (a language model's: validation nats/char) against "
+        "rounds, wall time and bytes communicated for "
         "one or more run directories into a PNG: one line per run, runs that differ only in seed as one mean curve "
         "with a band; the legend names every config field in which the runs differ.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (their metrics.jsonl)")
     p.add_argument("--out", default=None, help="PNG to write (default: RUN_DIR/accuracy.png for one run, "
                    "./comparison.png for several)")
     p.add_argument("--title", default=None, help="figure title")
-    p.add_argument("--target", type=float, default=None, help="draw a line at this test accuracy")
+    p.add_argument("--target", type=float, default=None, help="draw a line at this test accuracy (a language "
+                   "model's: validation nats/char)")
     p.add_argument("--band", choices=sorted(BANDS), default="minmax",
                    help="band around the mean of runs that differ only in seed: minmax (default: min..max across "
                         "seeds) or std (mean +- one sample standard deviation)")

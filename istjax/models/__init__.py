@@ -28,6 +28,7 @@ before anything is built, and `register_model` adds a user's module (see ``docs/
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -119,6 +120,11 @@ def _fields_of(cls: type[nn.Module]) -> dict[str, Any]:
             if f.name not in _FLAX_FIELDS + _FROM_DATA and f.init}
 
 
+def _flag_text(value: Any) -> str:
+    """``value`` as written after ``--config.model.FIELD=`` (a str bare, anything else as its literal)."""
+    return value if isinstance(value, str) else repr(value)
+
+
 def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, module: str = "",
                 num_feature_ids: Optional[int] = None, label_weights: Optional[Any] = None,
                 compute_dtype: str = "float32") -> nn.Module:
@@ -140,13 +146,17 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
     unknown = sorted(set(fields) - set(known))
     if unknown:
         stale = ", ".join(f"model.{k}={values[k]!r}{close_matches(k, known)}" for k in unknown)
+        remove = (f"Remove {'them' if len(unknown) > 1 else 'it'}: a config that switches model.name keeps the old "
+                  f"model's fields, so start its model section afresh (istjax.launch.config.use_model(config, "
+                  f"{name!r}, ...) in a config file; on the command line --config.model.name replaces the file's "
+                  f"model fields).")
+        renamed = [f"--config.model.{close[0]}={_flag_text(values[k])}" for k in unknown
+                   for close in [difflib.get_close_matches(k, sorted(known), n=1)] if close]
         raise ArgError("fields", {k: values[k] for k in unknown},
                        f"model {name!r} ({cls.__name__}) has no field{'s' if len(unknown) > 1 else ''} {stale}; its "
-                       f"fields are {sorted(known)}.",
-                       f"Remove {'them' if len(unknown) > 1 else 'it'}: a config that "
-                       f"switches model.name keeps the old model's fields, so start its model section afresh "
-                       f"(istjax.launch.config.use_model(config, {name!r}, ...) in a config file; on the "
-                       f"command line --config.model.name replaces the file's model fields).")
+                       f"fields are {sorted(known)}.", remove,
+                       f"If misspelt, use {' '.join(renamed)}; if left by another model, r{remove[1:]}" if renamed
+                       else remove)
     if num_feature_ids is not None and "num_features" in known and "num_features" not in values:
         values["num_features"] = int(num_feature_ids)
     if label_weights is not None and any(f.name == "label_weights" for f in dataclasses.fields(cls)):

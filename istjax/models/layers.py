@@ -4,6 +4,7 @@ input reshape; BatchNorm and the classifier head with their logical axis names."
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -60,8 +61,13 @@ def check_common(module: nn.Module) -> None:
 
 
 def check_choice(owner: str, field: str, value: Any, choices: Sequence[str]) -> None:
+    """Refuses a ``value`` not among ``choices``, with the closest one: ``Transformer.scaling='tset': unknown (did
+    you mean 'test'?); choose one of [...]``, the command line's fix naming ``--config.model.<field>``."""
     if value not in choices:
-        raise ArgError(field, value, f"{owner}.{field}={value!r}:", f"choose one of {list(choices)}.")
+        close = difflib.get_close_matches(str(value), list(choices), n=1)
+        mean = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ArgError(field, value, f"{owner}.{field}={value!r}: unknown{mean};", f"choose one of {list(choices)}.",
+                       f"choose one of {list(choices)}: --config.model.{field}={(close or list(choices))[0]}.")
 
 
 def scaled(width: int, multiplier: float) -> int:

@@ -58,23 +58,28 @@ def lm_scores(logits_BxTxV: jax.Array, labels_BxT: jax.Array) -> tuple[jax.Array
 
 
 def generate(model: "Transformer", params, prompt_ids, length: int, key: jax.Array,
-             temperature: float = 0.8) -> list[int]:
+             temperature: float = 0.8, context: Optional[int] = None) -> list[int]:
     """``length`` characters after ``prompt_ids``, each drawn from the softmax of the model's logits over
-    ``temperature``, the model reading the last ``model.context`` characters. The window is right-padded to the
-    context (causal attention: padding after a position never reaches it), so one program serves every step."""
+    ``temperature``, the model reading the last ``context`` characters (default ``model.context``; give the windows
+    the model trained on when they were shorter: later learned positions never trained). The window is right-padded
+    to ``context`` (causal attention: padding after a position never reaches it), so one jitted step, logits and
+    draw, serves every character. The same ``key`` gives the same characters."""
     if not 0 < temperature:
         raise ArgError("temperature", temperature, f"temperature={temperature!r}:", "give a number > 0.")
     ids = [int(i) for i in prompt_ids]
     if not ids:
         raise ArgError("prompt_ids", prompt_ids, "generate() needs a prompt of at least one character;", "")
-    c = model.context
-    logits_at = jax.jit(lambda p, x, t: jax.lax.dynamic_index_in_dim(
-        model.apply({"params": p}, x, train=False)[0], t, keepdims=False))
+    c = min(int(context or model.context), model.context)
+
+    @jax.jit
+    def step(p, x_1xC, t, k):
+        logits_V = jax.lax.dynamic_index_in_dim(model.apply({"params": p}, x_1xC, train=False)[0], t, keepdims=False)
+        return jax.random.categorical(k, logits_V.astype(jnp.float32) / temperature)
+
     for k in jax.random.split(key, length):
         window = ids[-c:]
         x = jnp.asarray([window + [0] * (c - len(window))], jnp.int32)
-        logits = logits_at(params, x, len(window) - 1)
-        ids.append(int(jax.random.categorical(k, logits / temperature)))
+        ids.append(int(step(params, x, len(window) - 1, k)))
     return ids[len(prompt_ids):]
 
 
@@ -181,6 +186,14 @@ class _Block(nn.Module):
         return scale * (branch + bias) if self.whole_branch else scale * branch + bias
 
 
+def _head_counts(width: int, positions: str, multiple_of: int, near: int) -> list[int]:
+    """Up to two head counts nearest ``near``, ascending, that are multiples of ``multiple_of`` and divide ``width``
+    (``head_dim=0``: each head ``width / count`` wide, an even number under rotary positions)."""
+    fits = [h for h in range(multiple_of, width + 1, multiple_of)
+            if width % h == 0 and (positions != "rotary" or width // h % 2 == 0)]
+    return sorted(sorted(fits, key=lambda h: (abs(h - near), h))[:2])
+
+
 class Transformer(nn.Module):
     """A decoder-only character-level transformer split by width or depth (module docstring).
 
@@ -269,10 +282,13 @@ class Transformer(nn.Module):
                                               f"which differs between layers here;",
                                "give head_dim explicitly (every layer's heads share it).")
             if any(self.embed_dim % h for h in full):
+                width = max(1, self.embed_dim // full[0])
+                width += width % 2 if self.positions == "rotary" else 0  # rotary rotates pairs: an even width
                 raise ArgError("head_dim", k, f"Transformer(embed_dim={self.embed_dim}, num_heads={full}): head_dim=0 "
                                               f"means embed_dim / num_heads, which is not a whole number;",
-                               f"give head_dim explicitly (e.g. head_dim={max(1, self.embed_dim // full[0])}) or "
-                               f"num_heads dividing {self.embed_dim}.")
+                               f"give head_dim explicitly (e.g. head_dim={width}) or num_heads dividing "
+                               f"{self.embed_dim}.", f"give --config.model.head_dim={width}, or "
+                                                     f"--config.model.num_heads dividing {self.embed_dim}.")
             k = self.embed_dim // full[0]
         if not is_pos_int(k):
             raise ArgError("head_dim", k, f"Transformer.head_dim={k!r}: must be a positive integer", "(0: embed_dim / "
@@ -280,7 +296,7 @@ class Transformer(nn.Module):
         if self.positions == "rotary" and k % 2:
             raise ArgError("head_dim", k, f"Transformer.head_dim={k} with positions='rotary': rotary embeddings rotate "
                                           f"pairs of a head's features, so head_dim must be even;",
-                           f"use head_dim={k + 1} or {k - 1}, or positions='learned'.")
+                           f"use head_dim={' or '.join(str(e) for e in (k + 1, k - 1) if e)}, or positions='learned'.")
         return int(k)
 
     # The model contract (istjax.core.contract) ---------------------------------------------------------------
@@ -314,6 +330,26 @@ class Transformer(nn.Module):
             return self
         return self.clone(test_fractions=tuple(sorted((g, float(p)) for g, p in fractions.items())))
 
+    def group_size_fix(self, group: str, num_workers: int) -> Optional[tuple[str, str]]:
+        """The fix for a layer's heads that W workers cannot share evenly (`istjax.core.contract`): a head count W
+        divides that also divides embed_dim (``head_dim=0`` derives each head's width from it), else that count with
+        each head's width given, or padding. None for feed-forward units and blocks: any multiple of W builds."""
+        heads = tuple(self.full_heads) or self.num_heads
+        if not group.startswith("heads_") or len(set(heads)) > 1 or self.head_dim * heads[0] != self.embed_dim:
+            return None  # head_dim set apart from the width: any head count builds
+        w, pad = num_workers, ("istjax.uniform(pad=True)", "--config.sampler.name=uniform_pad")
+        counts = _head_counts(self.embed_dim, self.positions, w, heads[0])
+        if counts:
+            why = f"(a multiple of {w} that divides embed_dim={self.embed_dim})"
+            counts = " or ".join(map(str, counts))
+            use = (f"num_heads={counts}", f"--config.model.num_heads={counts}")
+        else:
+            why = f"(no multiple of {w} divides embed_dim={self.embed_dim}: give each head its width)"
+            h = w * max(1, round(heads[0] / w))
+            use = (f"num_heads={h} with head_dim={self.head_dim}",
+                   f"--config.model.num_heads={h} --config.model.head_dim={self.head_dim}")
+        return tuple(f"Use {u} {why}, or sample with {p} to pad and mask the short workers." for u, p in zip(use, pad))
+
     def group_sizes(self) -> dict[str, int]:
         """The neuron groups and their sizes in the full network."""
         if self.split == "depth":
@@ -337,6 +373,32 @@ class Transformer(nn.Module):
                 if context.method_name == "__call__" and isinstance(context.module, (_Attention, _FeedForward)):
                     return reduce(out)  # partial sums over the owner's heads or units
                 return out
+        with nn.intercept_methods(intercept):
+            return mine.apply(variables, ids, train=False)
+
+    def tensor_axes(self) -> frozenset:
+        """Tensor parallelism's cut (`istjax.core.contract`): every layer's heads and feed-forward units (Megatron's
+        attention and MLP split); refused by depth (its blocks run one after another)."""
+        if self.split != "width":
+            raise ArgError("split", self.split, f"tensor_parallel cuts every layer's heads and feed-forward units; "
+                                                f"Transformer(split={self.split!r}) stacks its blocks as one scanned "
+                                                f"parameter.", "Use split='width' (the same network).")
+        return frozenset(self.group_sizes())
+
+    def tensor_logits(self, variables, ids: jax.Array, shared=None, *, ops) -> jax.Array:
+        """Shard ``ops.index()``'s forward pass (`istjax.core.contract`): it holds heads and units
+        ``[p * s, (p + 1) * s)`` of every layer and the rest whole; each attention and feed-forward branch runs on
+        the shard's heads or units (its input entering them, `istjax.core.collectives.Differentiable.enter`) and
+        their partial sums are added (``reduce``): one all-reduce after each branch, the whole logits on every
+        shard."""
+        del shared
+        mine = self.subnet({g: n // ops.size for g, n in self.group_sizes().items()})
+
+        def intercept(next_fun, args, kwargs, context):
+            if context.method_name == "__call__" and isinstance(context.module, (_Attention, _FeedForward)):
+                return ops.reduce(next_fun(ops.enter(args[0]), *args[1:], **kwargs))
+            return next_fun(*args, **kwargs)
+
         with nn.intercept_methods(intercept):
             return mine.apply(variables, ids, train=False)
 

@@ -18,18 +18,15 @@ from istjax.core.user_code import Field, absolute, is_file_spec, load_object, sp
 
 __all__ = ["load", "is_file_spec", "absolute", "spec_of", "FIELD"]
 
-FIELD = Field("model.module", "ClassName")
+FIELD = Field("model.module", "ClassName", "flax modules",
+              lambda v: inspect.isclass(v) and issubclass(v, nn.Module))
 
 
 def load(spec: str) -> type[nn.Module]:
-    """The ``flax.linen.Module`` subclass ``spec`` names; a ValueError with the fix otherwise."""
-    cls, module = load_object(spec, FIELD)
-    where, cls_name = spec.rsplit(":", 1)
-    if cls is None:
-        found = sorted(n for n, v in vars(module).items()
-                       if inspect.isclass(v) and issubclass(v, nn.Module) and v.__module__ == module.__name__)
-        raise ArgError("module", spec, f"model.module={spec!r}: {where} has no {cls_name!r};",
-                       f"the flax modules defined there are {found}.")
+    """The ``flax.linen.Module`` subclass ``spec`` names; a ValueError with the fix otherwise (a name the file lacks
+    lists the flax modules it defines: `istjax.core.user_code.load_object`)."""
+    cls, _ = load_object(spec, FIELD)
+    cls_name = spec.rsplit(":", 1)[1]
     if not (inspect.isclass(cls) and issubclass(cls, nn.Module)):
         raise ArgError("module", spec, f"model.module={spec!r}: {cls_name} is a {type(cls).__name__}, not a "
                                        f"flax.linen.Module subclass.", "Name the model's class.")

@@ -21,6 +21,7 @@ import jax
 import istjax.core.tiled_init as tiled_init
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
+import istjax.models.tensor_forward as tensor_forward
 from istjax.core import precision
 from istjax.core.errors import ArgError
 from istjax.models.cnn import is_pos_int
@@ -81,9 +82,9 @@ class SparseMLP(nn.Module):
         if not is_pos_int(self.num_features):  # last: the data fills it, so a field above is the likelier mistake
             raise ArgError("num_features", self.num_features,
                            f"SparseMLP.num_features={self.num_features!r}: the embedding bag needs the number of "
-                           f"feature ids;", "istjax fills it from sparse data (Dataset.num_feature_ids: --config.data.name="
-                           "xmc_synthetic or xmc_debian_deps); in Python, SparseMLP(..., "
-                           "num_features=data.num_feature_ids).")
+                           f"feature ids;", "istjax fills it from sparse data (Dataset.num_feature_ids: "
+                           "--config.data.name=xmc_synthetic, xmc_debian_deps or xmc: your folder); in Python, "
+                           "SparseMLP(..., num_features=data.num_feature_ids).")
         super().__post_init__()
 
     def partition_rules(self) -> dict[str, str | None]:
@@ -107,9 +108,25 @@ class SparseMLP(nn.Module):
         ``label_weights`` (`istjax.xmc.loss`)."""
         return xmc_loss.scores(logits_BxC, labels_BxL, self.loss, self.label_weights)
 
+    def summary_metrics(self) -> tuple[tuple[str, str], ...]:
+        """The model contract's ``summary_metrics``: what a run's summary prints, P@1 (the record's
+        ``test_accuracy``), P@5 and, with ``label_weights``, PSP@1 and PSP@5, then the losses."""
+        psp = (("test_psp_at_1", "PSP@1"), ("test_psp_at_5", "PSP@5")) if self.label_weights is not None else ()
+        return (("test_accuracy", "test P@1"), ("test_precision_at_5", "P@5"), *psp, ("test_loss", "test loss"),
+                ("train_loss", "train loss"))
+
     # Evaluation from an owner's slice of every hidden layer (the sharded MPI mode): the embedding bag on the owner's
     # columns gives its units, each dense layer's partial sums are reduced (`istjax.models.owner_forward`).
     owner_logits = owner_forward.owner_logits_method
+
+    def tensor_axes(self) -> frozenset:
+        """Tensor parallelism's cut (`istjax.core.contract`): every other hidden layer's units (Megatron's pairs, as
+        `istjax.models.MLP`) and the labels: each shard computes its block of the logits, scored by the
+        vocabulary-parallel loss (`istjax.algorithms.tensor.sharded_multilabel_loss`), so the whole ``[B, C]``
+        logits never exist (`istjax.models.tensor_forward`)."""
+        return tensor_forward.every_other([f"hidden_{i}" for i in range(len(self.hidden))]) | {"classes"}
+
+    tensor_logits = tensor_forward.tensor_logits_method
 
     @nn.compact
     def __call__(self, x_BxNx2: jax.Array, train: bool = True) -> jax.Array:

@@ -25,7 +25,7 @@ Commands (one run, then the three algorithms at 2, 4 and 8 workers under one bud
     done
     istjax plot runs/speech/mlp2_K20/*_W4 --out runs/speech/mlp2_K20_W4.png
 
-Expected result. On the real Google Speech Commands the paper reports final test accuracy (data parallel / local
+What to expect. On the real Google Speech Commands the paper reports final test accuracy (data parallel / local
 SGD / IST) .7938 / .7998 / .8153 for the 2-layer and .7950 / .7992 / .8327 for the 3-layer net, and IST reaching
 77% 4.2x (2-layer) and 6.1x (3-layer) faster than local SGD on 2 to 8 cloud CPU instances. On the synthetic stand-in
 the absolute accuracies differ (it is a generated, easier or harder task depending on ``class_sep`` and
@@ -34,6 +34,9 @@ worker per round, local SGD all of it, data parallel all of it K times) and IST'
 SGD's at equal samples. The full-size ``mlp2``/``mlp3`` runs need a GPU or hours of CPU; ``mlp2_small`` runs here:
 ``istjax compare --config=experiments/speech/configs/speech_mlp.py:mlp2_small --workers 2,4 --workdir=runs/speech/small``
 (its numbers: run it; they are measured, not quoted).
+
+Result: not measured (no committed run: the real data cannot be downloaded here, and the paper's figures above are
+its own, on the real data).
 """
 
 from istjax.launch.config import default_config

@@ -17,6 +17,10 @@ heterogeneous problem with d = 6 coordinates on n = 3 workers (90 partitions, en
 * a single run (faint) fluctuates around x̂ with an RMS distance that shrinks with γ.
 
 Vary with ``--config.heterogeneity=0`` (homogeneous), ``--config.dim=4 --config.num_workers=4`` (d = n), etc.
+
+Result: all 30 per-coordinate z-scores of the mean of 1000 runs against the enumerated x̂ lie within ±2 (largest
+1.96), and the bias ||x̂ - x*|| is 0.65 (0.64 for K = 4, γ = 0.08), in
+``experiments/theory/results/quadratic/results.json``, rendered in docs/theory.md.
 """
 
 import ml_collections

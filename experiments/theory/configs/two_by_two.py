@@ -12,6 +12,10 @@ Writes ``two_by_two.png`` and ``results.json``. What the plot should show (a = 1
   Diag(L)^(-1/2) coordinates (dashed) f decreases at every round again;
 * right: the smallest eigenvalue of n (L Diag(L) + Diag(L) L) / 2 against c, crossing zero exactly at
   c = 2ab / (a + b) (vertical line), for the unscaled and the rescaled problem (which stays positive).
+
+Result: above the threshold (c = 1.9) f rises for the first 2 rounds (f(x₁)/f(x₀) = 1.434) and still converges
+(f(x₆₀)/f(x₀) = 1.4e-5), below it (c = 1.2) it never rises (4.7e-6 after 60 rounds), with a = 1, b = 4, γ = 0.05, in
+docs/theory.md (no results file is committed).
 """
 
 import ml_collections

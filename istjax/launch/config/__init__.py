@@ -22,8 +22,7 @@ The modules, by what they do:
     >>> c.num_workers, c.model.hidden = 3, (100,)
     >>> cfg.build(c)  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    ConfigError: 1 problem(s) in the config:
-      - model.hidden=(100,) with num_workers=3 and sampler.name='uniform': neuron group 'hidden_0' has 100 units ...
+    ConfigError: model.hidden=(100,) with num_workers=3 and sampler.name='uniform': neuron group 'hidden_0' has 100 ...
 """
 
 from typing import Optional

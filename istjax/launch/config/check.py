@@ -219,6 +219,10 @@ def _check_data_fields(config, p: Problems) -> None:
         p.bad("data.augment", "must be True or False.")
     if not _is_int(config.data.augment_pad) or config.data.augment_pad < 0:
         p.bad("data.augment_pad", "must be an integer >= 0 (pixels of zero padding before the random crop).")
+    f = config.data.tuning_fraction
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f < 1:
+        p.bad("data.tuning_fraction", "must be a fraction in [0, 1) of the training examples held out for tuning "
+                                      "(0: none), e.g. 0.1.")
     if not p.choice("data.graph_batches", GRAPH_BATCHES) or config.data.graph_batches == FULL_GRAPH:
         return
     p.choice("data.cluster_method", METHODS)

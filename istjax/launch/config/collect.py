@@ -10,6 +10,7 @@ step's own description.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Union
 
@@ -68,11 +69,12 @@ class Collector:
         shown = [self.render(arg, fields) for arg in error.args_named]
         shown = [s for s in shown if s]
         if len(error.args_named) == 1 and _names_itself(error):
-            # "MLP.hidden=(0,): ..." says the field and the value; a bare "num_workers=3 ..." gets its field's name.
+            # "num_workers=3 ..." and a model's "Transformer.scaling='tset': ..." say the value: each gets its
+            # field's name, the one the command line sets (model.scaling).
             arg, field = error.args_named[0], fields.get(error.args_named[0])
             text = config_terms(error)
-            return text.replace(f"{arg}=", f"{field}=", 1) if isinstance(field, str) and text.startswith(
-                f"{arg}=") else text
+            named = re.match(rf"(\w+\.)?{re.escape(arg)}(?=[\[=])", text)
+            return f"{field}{text[named.end():]}" if isinstance(field, str) and named else text
         if not shown:
             return f"{context}: {config_terms(error)}" if context else config_terms(error)
         where = shown[0] + (f" with {' and '.join(shown[1:])}" if len(shown) > 1 else "")

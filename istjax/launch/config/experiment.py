@@ -75,7 +75,8 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
 
 def _dataset(config, c: Collector):
     """The dataset, with its cluster table under ``data.graph_batches='clusters'``."""
-    fields = {"name": "data.name", "module": "data.module", "kwargs": "data.kwargs", "sharding": "data.sharding"}
+    fields = {"name": "data.name", "module": "data.module", "kwargs": "data.kwargs", "sharding": "data.sharding",
+              "tuning_fraction": "data.tuning_fraction"}
     fields.update({k: f"data.kwargs.{k}" for k in config.data.kwargs})
     where = "" if data_module(config) else (f"data.kwargs={to_dict(config.data.kwargs)!r} for "
                                             f"data.name={config.data.name!r}")

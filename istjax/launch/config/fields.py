@@ -29,10 +29,14 @@ RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "m
 
 
 class ConfigError(ValueError):
-    """A configuration (or a workdir/config mismatch) that cannot run. ``problems`` lists each one."""
+    """A configuration (or a workdir/config mismatch) that cannot run. ``problems`` lists each one; one problem is
+    the message itself (one line), several are listed under a count."""
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
+        if len(self.problems) == 1:
+            super().__init__(self.problems[0])
+            return
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{len(self.problems)} problem(s) in the config:\n{lines}")
 
@@ -57,8 +61,8 @@ def default_config() -> ml_collections.ConfigDict:
 def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     """What is trained: the algorithm (`istjax.algorithms.ALGORITHMS`) and the options its factories take."""
     c.algorithm = ml_collections.ConfigDict()
-    c.algorithm.name = "ist"  # "ist" | "data_parallel" | "local_sgd" | "diloco" | "resist" (model.name="depth_resnet") |
-    # "tensor_parallel" (runtime.name="mpi"; one hidden layer: sparse_mlp, or mlp without BatchNorm)
+    # A name in istjax.algorithms.ALGORITHMS (`istjax train --help` lists every registered one and what it needs).
+    c.algorithm.name = "ist"
     c.algorithm.optimizer_state = "reset"  # "reset": fresh optimizer state every round; "carry": travels with params
     # Model state (BatchNorm running statistics of models that keep them): "carry" (extracted and merged with the
     # channels they belong to) | "recompute" (recomputed on the merged model after every round).
@@ -78,7 +82,7 @@ def _algorithm_section(c: ml_collections.ConfigDict) -> None:
 def _sampler_section(c: ml_collections.ConfigDict) -> None:
     """How the neurons are dealt (`istjax.core.partition.SAMPLERS`), for the algorithms that read a sampler."""
     c.sampler = ml_collections.ConfigDict()
-    c.sampler.name = "uniform"  # "uniform" | "uniform_pad" | "overlapping" | "stratified" | "uneven" | "nested"
+    c.sampler.name = "uniform"  # a name in istjax.core.partition.SAMPLERS (`istjax train --help` lists them)
     c.sampler.min_units = 0  # overlapping: minimum units per worker per group
     c.sampler.num_owners = 1  # stratified (and ResIST's blocks): number of owner shards of every group
     c.sampler.weights = ()  # uneven: one positive weight per worker
@@ -93,8 +97,8 @@ def _model_section(c: ml_collections.ConfigDict) -> None:
     """The model: `name` from istjax.models.MODELS and that module's fields (``istjax.models.model_fields(name)``
     lists them; num_classes comes from the data). Its neuron groups come from the module's partition_rules()."""
     c.model = ml_collections.ConfigDict()
-    # "mlp", "cnn", "resnet", "preact_resnet", "vgg", "depth_resnet", "gcn", "graphsage", "sparse_mlp" (sparse
-    # multi-label data), or one added with register_model.
+    # A name in istjax.models.MODELS: a shipped model or one added with register_model (`istjax train --help` lists
+    # every registered one).
     c.model.name = "mlp"
     # Where a model of your own lives: "path/to/file.py:ClassName" (no PYTHONPATH needed) or "package.module:Class";
     # "" for a model istjax ships or one added with register_model. A run records it, with the file's absolute path,
@@ -108,8 +112,8 @@ def _model_section(c: ml_collections.ConfigDict) -> None:
 def _data_section(c: ml_collections.ConfigDict) -> None:
     """The data set (`istjax.data.DATASETS`), its loader's arguments, and how workers read it."""
     c.data = ml_collections.ConfigDict()
-    # "digits" | "mnist1d" | "synthetic_speech" | "fashion_mnist" | graphs: "cora" | "citeseer" | "pubmed" | "csbm" |
-    # "graph_npz" | extreme multi-label: "xmc_debian_deps" | "xmc_synthetic" (istjax.data.DATASETS) | "tfds:<name>"
+    # A name in istjax.data.DATASETS: a shipped data set or one added with istjax.data.register_dataset (`istjax train
+    # --help` lists every registered one), or "tfds:<name>" (a set prepared with tensorflow-datasets).
     c.data.name = "digits"
     # Your own data: "path/to/file.py:function" (no PYTHONPATH needed) or "package.module:function", a function
     # returning an istjax.data.Dataset (istjax.data.from_arrays), called with data.kwargs; data.name is then your
@@ -120,6 +124,9 @@ def _data_section(c: ml_collections.ConfigDict) -> None:
     # (--config.data.kwargs.num_train=5000).
     c.data.kwargs = ml_collections.ConfigDict()
     c.data.sharding = "disjoint"  # "disjoint": worker w samples only its shard; "shared": every worker the whole set
+    # A study's tuning runs (istjax.launch.tuning): > 0 holds out this last fraction of the *training* examples as
+    # the evaluated split and trains on the rest; the reported split is not read (istjax.data.tuning). 0: off.
+    c.data.tuning_fraction = 0.0
     c.data.augment = False  # random crop (zero padding of augment_pad pixels) and horizontal flip of image batches
     c.data.augment_pad = 4
     # Graph datasets (GIST): "full" (every step runs the model over the whole graph; a batch is batch_size training
@@ -180,8 +187,9 @@ def _run_fields(c: ml_collections.ConfigDict) -> None:
     c.eval_train_examples = 2000  # the train loss is measured on this many training examples (0: all)
     c.checkpoint_every = 20  # rounds between checkpoints (also at the end and on SIGINT/SIGTERM)
     c.max_to_keep = 3  # checkpoints kept
-    # Report the time and samples to this test accuracy (None: do not); a float field that may be None.
-    c.target_accuracy = config_dict.FieldReference(0.95, field_type=float)
+    # Report the time and samples to this test accuracy (the task's own: P@1 for XMC); None, the default: no target,
+    # and no target line in the summary. A config that studies time to accuracy sets its own (a float field).
+    c.target_accuracy = config_dict.FieldReference(None, field_type=float)
     c.stop_at_target = False  # stop after the first evaluation at or above target_accuracy (time-to-accuracy runs)
     c.progress = True  # tqdm progress bar
 

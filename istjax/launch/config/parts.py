@@ -93,13 +93,17 @@ def _record_data_source(config: ml_collections.ConfigDict) -> None:
 
 def load_config_data(config: ml_collections.ConfigDict):
     """The dataset the config names: a built-in loader's (``data.name``) or your function's (``data.module``), with
-    ``data.kwargs``. Raises ValueError naming the field and the fix."""
+    ``data.kwargs``; with ``data.tuning_fraction`` > 0, its training split's tail as the evaluated split and the
+    reported split unread (`istjax.data.tuning.tuning_split`). Raises ValueError naming the field and the fix."""
     import istjax.data as data_lib
+    from istjax.data.tuning import tuning_split
 
     kwargs = dict(config.data.kwargs)
     if data_module(config):
-        return data_lib.load_module_dataset(data_module(config), **kwargs)._replace(name=str(config.data.name))
-    return data_lib.load_dataset(config.data.name, **kwargs)
+        data = data_lib.load_module_dataset(data_module(config), **kwargs)._replace(name=str(config.data.name))
+    else:
+        data = data_lib.load_dataset(config.data.name, **kwargs)
+    return tuning_split(data, config.data.get("tuning_fraction", 0.0))
 
 
 def _check_sparse(config, dataset, model) -> None:
@@ -117,7 +121,8 @@ def _check_sparse(config, dataset, model) -> None:
     if dataset.num_feature_ids is None and sparse_model:
         raise ArgError("name", config.model.name,
                        f"model.name={config.model.name!r} reads sparse multi-label data, but data.name="
-                       f"{config.data.name!r} is dense;", "use --config.data.name=xmc_synthetic or xmc_debian_deps.")
+                       f"{config.data.name!r} is dense;", "use --config.data.name=xmc_synthetic or xmc_debian_deps, or "
+                       "--config.data.name=xmc --config.data.kwargs.path=<your XMC folder>.")
 
 
 def make_task(config: ml_collections.ConfigDict, dataset, model=None):

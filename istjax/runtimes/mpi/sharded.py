@@ -64,10 +64,20 @@ def _not_stratified(alg, sampler, owners: dict, n: int) -> ArgError:
     problem = (f"mode='sharded' with {n} processes needs a partition sampler that deals the neuron groups stratified "
                f"by {n} owners (so each round's exchange is a fixed-size all-to-all); each process owns 1/{n} of "
                f"them. The algorithm samples with {has}, which deals none that way.")
-    if contract.block_groups(alg.task.module) is not None:  # a depth-split model: ResIST deals its own blocks
-        return ArgError("num_owners", None, problem, f"Build it with istjax.resist(..., num_owners={n}), or use "
-                        f"mode='parameter_server'.", f"Add --config.sampler.num_owners={n}, or "
-                        f"--config.runtime.mode=parameter_server.")
+    blocks = contract.block_groups(alg.task.module)
+    if blocks is not None:  # a depth-split model: ResIST deals its own blocks, n * W equal shares of each stage's
+        share = n * alg.num_workers
+        if all(b % share == 0 for b in blocks.values()):
+            return ArgError("num_owners", None, problem, f"Build it with istjax.resist(..., num_owners={n}), or use "
+                            f"mode='parameter_server'.", f"Add --config.sampler.num_owners={n}, or "
+                            f"--config.runtime.mode=parameter_server.")
+        return ArgError("num_owners", None, f"{problem} Stratified by {n} owners, ResIST would need every stage's "
+                                            f"partitioned blocks {blocks} in multiples of {n} owners x "
+                                            f"{alg.num_workers} workers = {share}.",
+                        f"Use mode='parameter_server', or deepen the stages to a multiple of {share} partitioned "
+                        f"blocks and build it with istjax.resist(..., num_owners={n}).",
+                        f"Use --config.runtime.mode=parameter_server, or deepen the stages (model.stage_sizes) to a "
+                        f"multiple of {share} partitioned blocks and add --config.sampler.num_owners={n}.")
     return ArgError("sampler", sampler.name, problem, f"Build it with istjax.ist(..., "
                     f"sampler=istjax.stratified(num_owners={n})), or use mode='parameter_server'.",
                     f"Add --config.sampler.name=stratified --config.sampler.num_owners={n}, or "
