@@ -213,6 +213,16 @@ def seconds_to_target(r: dict[str, Any]) -> str:
                    if r["reached"] < len(r["seeds"]) else "")
 
 
+ROUND_COLUMNS = ["seconds a round", "bytes a worker sends a round"]
+
+
+def round_cells(r: dict[str, Any]) -> list[str]:
+    """A race's `ROUND_COLUMNS`: the mean seconds a round (``time_per_round_s``) and the bytes a worker sends a round
+    (``bytes_per_worker_per_round``, what the links carried), '-' where not measured."""
+    return [f"{r['time_per_round_s']:.2f}" if r.get("time_per_round_s") else "-",
+            nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
+
+
 def mib(b: float) -> str:
     return f"{b / 2 ** 20:.1f}"
 

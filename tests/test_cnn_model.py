@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from istjax import spec_from_logical
-from istjax.models.cnn import CNN, channel_batch_norm
+from istjax.models.cnn import CNN
+from istjax.models.layers import channel_batch_norm
 
 X = jax.random.normal(jax.random.key(1), (4, 8, 8, 3))
 FULL = dict(widths=(4, 8), blocks=(2, 1), inner=((6, 4), (12,)))

@@ -28,7 +28,7 @@ from istjax.data.graphs import (
     read_planetoid_pickle,
     save_npz,
 )
-from istjax.data.images import DataNotFoundError
+from istjax.data import DataNotFoundError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA_ROOT = pathlib.Path(os.environ.get("ISTJAX_DATA_DIR") or REPO.parent / "shared" / "data")

@@ -127,6 +127,7 @@ def test_a_run_stopped_between_two_records_averages_the_same_rounds(tmp_path, mo
 
     from istjax.launch import config as config_lib
     from istjax.launch import driver
+    from istjax.launch import run as run_lib
 
     c = config_lib.default_config()
     c.model.hidden = (16,)
@@ -135,7 +136,7 @@ def test_a_run_stopped_between_two_records_averages_the_same_rounds(tmp_path, mo
     c.eval_train_examples, c.progress = 256, False
     driver.train_and_evaluate(c, tmp_path / "whole")
 
-    add, rounds = driver._SplitWindow.add, []
+    add, rounds = run_lib._SplitWindow.add, []
 
     def add_then_stop(self, metrics):  # a real SIGTERM to this process after the first round
         add(self, metrics)
@@ -143,7 +144,7 @@ def test_a_run_stopped_between_two_records_averages_the_same_rounds(tmp_path, mo
         if len(rounds) == 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(driver._SplitWindow, "add", add_then_stop)
+    monkeypatch.setattr(run_lib._SplitWindow, "add", add_then_stop)
     with pytest.raises(driver.Interrupted):
         driver.train_and_evaluate(c, tmp_path / "stopped")
     assert [p.name for p in (tmp_path / "stopped" / "checkpoints").iterdir()] == ["1"]

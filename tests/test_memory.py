@@ -19,6 +19,7 @@ from istjax.core import memory
 from istjax.core.errors import ArgError
 from istjax.launch import config as config_lib
 from istjax.launch import driver
+from istjax.launch.config.fix_words import config_terms
 from conftest import FAST_COMPILE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def test_check_refuses_naming_predicted_and_allowed_bytes_and_the_fix():
     assert "rank 1 of 2 would hold 512.0 MiB" in text and "memory_limit of 400.0 MiB" in text, text
     assert f"{512 * MiB:,} > {400 * MiB:,} bytes" in text
     assert "more ranks" in text and "smaller hidden width" in text and "larger memory_limit" in text
-    assert "--config.runtime.memory_limit" in e.value.in_config_terms()
+    assert "--config.runtime.memory_limit" in config_terms(e.value)
 
 
 @pytest.mark.parametrize("value,expected", [(0, 0), (123, 123), ("800MiB", 800 * MiB), ("1.5GiB", 3 << 29),

@@ -270,7 +270,7 @@ def test_a_training_loop_prints_its_stacks_on_sigusr1_and_goes_on(capfd):
     import os
     import signal
 
-    from istjax.launch.driver import _stop_on_signals
+    from istjax.launch.train_loop import _stop_on_signals
 
     with _stop_on_signals(lambda msg: None) as stop:
         os.kill(os.getpid(), signal.SIGUSR1)
@@ -286,7 +286,7 @@ def test_the_training_loop_runs_where_stderr_has_no_file_descriptor(capsys):
     import signal
     import sys
 
-    from istjax.launch.driver import _stop_on_signals
+    from istjax.launch.train_loop import _stop_on_signals
 
     with pytest.raises(Exception):
         sys.stderr.fileno()  # capsys: no descriptor

@@ -320,3 +320,20 @@ def test_wall_time_axis_says_what_was_timed(tmp_path, monkeypatch):
         "one process computes every worker, no communication (runtime=simulate); runtime=mpi (sharded), 4 processes")
     # Runs that record no runtime (hand-written ones, runs of old versions): the plain label.
     assert plot.wall_time_label([plot.load_run(_hand_run(tmp_path / "old", [0.5]))]) == "training wall time (s)"
+
+
+def test_wall_time_text_reads_what_the_runtime_declares(tmp_path, monkeypatch):
+    """What the wall time measures comes from the runtime's declaration (`Runtime.wall_time`), never from its name:
+    a runtime registered later is described in its own words, and one declaring none by name and process count."""
+    from istjax import runtimes
+
+    simulate = runtimes.RUNTIMES["simulate"]
+    monkeypatch.setitem(runtimes.RUNTIMES._entries, "in_house",
+                        simulate._replace(name="in_house", wall_time="one GPU per worker, NCCL between them"))
+    monkeypatch.setitem(runtimes.RUNTIMES._entries, "simulate", simulate._replace(wall_time=""))
+    mine = _hand_run(tmp_path / "mine", [0.5], runtime={"name": "in_house"})
+    sim = _hand_run(tmp_path / "sim", [0.5], runtime={"name": "simulate"})
+    (sim / "summary.json").write_text(json.dumps({"num_processes": 1}))
+    assert plot.wall_time_label([plot.load_run(mine)]) == (
+        "training wall time (s): one GPU per worker, NCCL between them (runtime=in_house)")
+    assert plot.wall_time_label([plot.load_run(sim)]) == "training wall time (s) under runtime=simulate, 1 process"

@@ -11,8 +11,7 @@ import wave
 import numpy as np
 import pytest
 
-from istjax.data import audio, registry, speech
-from istjax.data.images import DataNotFoundError
+from istjax.data import DataNotFoundError, audio, registry, speech
 
 DATA = pathlib.Path(os.environ.get("ISTJAX_DATA_DIR", ""))
 ARCHIVE = DATA / speech.FSDD_ARCHIVE

@@ -89,7 +89,7 @@ def test_per_worker_statistics_carried_are_the_workers_running_averages_averaged
 def test_batch_statistics_at_test_time_normalise_with_the_evaluated_batch():
     """``batch_norm="batch"``: the layer normalises each channel with the batch's own mean and (biased) variance at
     test time as in training (numpy's definition), so the test-time network's logits are its training-mode ones."""
-    from istjax.models.cnn import BatchStatNorm
+    from istjax.models.layers import BatchStatNorm
 
     x = jax.random.normal(jax.random.key(3), (5, 4, 4, 3)) * 2.0 + 1.0
     layer = BatchStatNorm(group="g")

@@ -267,10 +267,10 @@ def test_paired_difference_by_hand():
 
 
 def test_the_gap_parts_add_up_to_the_test_loss_gap_by_hand():
-    """experiments.images.report.gap_parts: IST's test loss minus data parallel's, split into the workers' fit, the
+    """experiments.images.gap.gap_parts: IST's test loss minus data parallel's, split into the workers' fit, the
     merge, the statistics and the rest; per seed the parts add up to the gap (hand numbers: seed 0's gap 0.2 = 0.3
     fit - 0.05 merge + 0.01 statistics - 0.06 rest)."""
-    from experiments.images import report as images_report
+    from experiments.images import gap
 
     def run(label, seed, test, worker, merge, merged_train, merged_test, acc):
         return {"label": label, "seed": seed, "test_loss": test, "worker_train_loss": worker, "merge_cost": merge,
@@ -280,16 +280,16 @@ def test_the_gap_parts_add_up_to_the_test_loss_gap_by_hand():
                                                                                   0.6, 0.7),
                   run("data_parallel_W2_1k", 0, 0.4, 0.3, 0.0, 0.3, 0.3, 0.9),
                   run("data_parallel_W2_1k", 1, 0.4, 0.35, 0.0, 0.35, 0.36, 0.85)]}
-    g = images_report.gap_parts(d, "ist_W2_1k", "data_parallel_W2_1k")
+    g = gap.gap_parts(d, "ist_W2_1k", "data_parallel_W2_1k")
     assert g["test_loss"]["differences"] == pytest.approx([0.2, 0.3])
     assert g["workers' own fit"]["differences"] == pytest.approx([0.3, 0.35])
     assert g["the merge"]["differences"] == pytest.approx([-0.05, -0.1])
     assert g["the statistics"]["differences"] == pytest.approx([0.01, -0.01])
     assert g["test set vs training batches"]["differences"] == pytest.approx([-0.06, 0.06])
-    parts = [g[name]["mean"] for name, _ in images_report.GAP_PARTS]
+    parts = [g[name]["mean"] for name, _ in gap.GAP_PARTS]
     assert sum(parts) == pytest.approx(g["test_loss"]["mean"])
     assert g["accuracy"]["mean"] == pytest.approx(-0.125)
-    assert images_report.gap_parts(d, "ist_W2_1k", "local_sgd_W2_1k") is None  # no baseline runs: no row
+    assert gap.gap_parts(d, "ist_W2_1k", "local_sgd_W2_1k") is None  # no baseline runs: no row
 
 
 

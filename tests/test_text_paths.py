@@ -10,6 +10,7 @@ import pytest
 from istjax.core.errors import ArgError
 from istjax.data.text import Vocabulary, load_text
 from istjax.launch import cli
+from istjax.launch.config.fix_words import config_terms
 
 WORDS = "to be or not that is the question whether tis nobler in mind suffer".split()
 
@@ -66,7 +67,7 @@ def test_validation_file_refusals_name_the_field_and_their_fixes_pass(tmp_path):
     with pytest.raises(ArgError, match=r"v.txt, line 2, column 8: character '\u20ac'.*'shakespeare' vocabulary of 84 "
                                        r"characters.*add text holding them to the training file .*vocabulary='own'") as e:
         load_text(str(train), context=4, validation_path=str(valid))
-    assert e.value.arg == "validation_path" and "--config.data.kwargs.vocabulary=own" in e.value.in_config_terms()
+    assert e.value.arg == "validation_path" and "--config.data.kwargs.vocabulary=own" in config_terms(e.value)
     train.write_text(_lines(20, 0) + "\u20ac\n", encoding="utf-8")  # the fix, applied: it passes
     assert "\u20ac" in load_text(str(train), context=4, validation_path=str(valid), vocabulary="own").vocabulary
     with pytest.raises(ArgError, match=r"val_fraction=0.2 with validation_path=.*drop val_fraction") as e:
@@ -130,11 +131,11 @@ def _sample(capsys, *args):
 def test_sample_prints_exactly_n_characters_after_the_prompt_seeded(text_run, capsys):
     import json
 
-    from istjax.launch.driver import _summary_text
+    from istjax.launch.summary import summary_text
 
     summary = json.loads((text_run / "summary.json").read_text())
     assert summary["metric_labels"]["test_loss"] == "validation nats/char"
-    line = _summary_text(summary).splitlines()[2]
+    line = summary_text(summary).splitlines()[2]
     assert line.startswith(f"  validation nats/char {summary['test_loss']:.4f}, train nats/char") and "test" not in line
     vocab = set("".join(WORDS) + " \n")
     texts = {}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from istjax.core import shard as shard_lib
 from istjax.core import tiled_init
 from istjax.core.task import classifier
-from istjax.models.xmc import SparseMLP
+from istjax.models.sparse_mlp import SparseMLP
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from istjax.data import xmc, xmc_format
-from istjax.data.images import DataNotFoundError
+from istjax.data import DataNotFoundError, extreme
+from istjax.data.extreme import text_format
 from istjax.xmc import metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -43,11 +43,11 @@ def _write(path: pathlib.Path, text: str) -> pathlib.Path:
     return path
 
 
-def _arrays(d: xmc.XMCData) -> list[np.ndarray]:
+def _arrays(d: extreme.XMCData) -> list[np.ndarray]:
     return [d.features.indptr, d.features.ids, d.features.values, d.labels.indptr, d.labels.ids]
 
 
-def _same(a: xmc.XMCData, b: xmc.XMCData) -> bool:
+def _same(a: extreme.XMCData, b: extreme.XMCData) -> bool:
     return (a.num_features, a.num_labels) == (b.num_features, b.num_labels) and all(
         x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(_arrays(a), _arrays(b)))
 
@@ -59,7 +59,7 @@ def _same(a: xmc.XMCData, b: xmc.XMCData) -> bool:
 
 @pytest.mark.parametrize("name", ["small.txt", "small.txt.gz"])
 def test_a_small_file_reads_as_written(tmp_path, name):
-    d = xmc.read_xmc(_write(tmp_path / name, SMALL), cache=False)
+    d = extreme.read_xmc(_write(tmp_path / name, SMALL), cache=False)
     assert (d.num_points, d.num_features, d.num_labels, d.name) == (5, 10, 6, name)
     np.testing.assert_array_equal(d.features.indptr, [0, 3, 5, 6, 6, 6])
     np.testing.assert_array_equal(d.features.ids, [1, 4, 9, 0, 7, 2])
@@ -73,12 +73,12 @@ def test_a_small_file_reads_as_written(tmp_path, name):
                        f"per point)")
     # written back (plain and gzipped) and read again: the same arrays, and gzip's bytes do not depend on the time
     for out in ("back.txt", "back.txt.gz"):
-        assert _same(xmc.read_xmc(xmc.write_xmc(tmp_path / out, d), cache=False), d)
-    assert xmc.write_xmc(tmp_path / "again.txt.gz", d).read_bytes() == (tmp_path / "back.txt.gz").read_bytes()
+        assert _same(extreme.read_xmc(extreme.write_xmc(tmp_path / out, d), cache=False), d)
+    assert extreme.write_xmc(tmp_path / "again.txt.gz", d).read_bytes() == (tmp_path / "back.txt.gz").read_bytes()
 
 
 def test_a_line_may_start_with_its_features_and_lines_may_end_in_crlf(tmp_path):
-    d = xmc.read_xmc(_write(tmp_path / "f.txt", "2 3 2\r\n0:1 2:2\r\n1 1:3\r\n"), cache=False)
+    d = extreme.read_xmc(_write(tmp_path / "f.txt", "2 3 2\r\n0:1 2:2\r\n1 1:3\r\n"), cache=False)
     np.testing.assert_array_equal(d.labels.indptr, [0, 0, 1])
     np.testing.assert_array_equal(d.features.ids, [0, 2, 1])
 
@@ -116,7 +116,7 @@ BAD = [  # (file text, the 1-based line named, words of the message)
 def test_malformed_input_is_refused_naming_file_line_and_fix(tmp_path, text, line, words, suffix):
     path = _write(tmp_path / f"bad{suffix}", text)
     with pytest.raises(ValueError) as e:
-        xmc.read_xmc(path)
+        extreme.read_xmc(path)
     msg = str(e.value)
     assert msg.startswith(f"{path}: line {line}: ") and words in msg, msg
     assert any(w in msg for w in ("Fix", "fix", "Give", "copy", "Copy", "remove")), msg  # and says what to do
@@ -128,41 +128,41 @@ def test_a_cut_gzip_file_and_a_missing_file_are_refused(tmp_path):
     path = tmp_path / "cut.txt.gz"
     path.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(ValueError, match=r"cut\.txt\.gz: not a complete gzip file.*truncated or corrupt"):
-        xmc.read_xmc(path)
+        extreme.read_xmc(path)
     with pytest.raises(DataNotFoundError, match="nowhere.txt does not exist"):
-        xmc.read_xmc(tmp_path / "nowhere.txt")
+        extreme.read_xmc(tmp_path / "nowhere.txt")
 
 
 def test_the_second_read_comes_from_the_cache_and_a_changed_file_is_parsed_again(tmp_path, monkeypatch):
     path = _write(tmp_path / "small.txt", SMALL)
-    first = xmc.read_xmc(path)
+    first = extreme.read_xmc(path)
     (cached,) = (tmp_path / "cache").glob("xmc-small.txt-*.npz")
-    monkeypatch.setattr(xmc_format, "parse_xmc", lambda p: pytest.fail("parsed again"))
-    assert _same(xmc.read_xmc(path), first)
+    monkeypatch.setattr(text_format, "parse_xmc", lambda p: pytest.fail("parsed again"))
+    assert _same(extreme.read_xmc(path), first)
     monkeypatch.undo()
     monkeypatch.setenv("ISTJAX_CACHE_DIR", str(tmp_path / "cache"))
     _write(path, SMALL.replace("5 2:0.125", "5 2:0.25"))
     os.utime(path, ns=(cached.stat().st_mtime_ns + 10**9,) * 2)
-    assert xmc.read_xmc(path).features.values[5] == np.float32(0.25)
+    assert extreme.read_xmc(path).features.values[5] == np.float32(0.25)
     assert len(list((tmp_path / "cache").glob("xmc-small.txt-*.npz"))) == 2
 
 
 def test_a_damaged_cache_file_is_refused_naming_it(tmp_path):
     path = _write(tmp_path / "small.txt", SMALL)
-    xmc.read_xmc(path)
+    extreme.read_xmc(path)
     (cached,) = (tmp_path / "cache").glob("*.npz")
     cached.write_bytes(cached.read_bytes()[:100])
     with pytest.raises(ValueError, match=rf"{cached.name}: not a complete istjax cache file.*Delete it"):
-        xmc.read_xmc(path)
+        extreme.read_xmc(path)
     cached.unlink()
-    xmc.read_xmc(path)  # rebuilt
+    extreme.read_xmc(path)  # rebuilt
     with np.load(cached) as z:
         arrays = dict(z)
     arrays["label_ids"] = arrays["label_ids"] + 100  # reads whole, but breaks the record's invariants
     np.savez(cached, **arrays)
     with pytest.raises(ValueError, match=r"labels: an id outside \[0, 6\).*Delete it"):
-        xmc.read_xmc(path)
-    assert _same(xmc.read_xmc(path, cache=False), xmc.parse_xmc(path))
+        extreme.read_xmc(path)
+    assert _same(extreme.read_xmc(path, cache=False), extreme.parse_xmc(path))
 
 
 # --------------------------------------------------------------------------
@@ -171,8 +171,8 @@ def test_a_damaged_cache_file_is_refused_naming_it(tmp_path):
 
 
 def test_pack_rows_pads_ids_with_zero_labels_with_minus_one_and_buckets_widths(tmp_path):
-    d = xmc.read_xmc(_write(tmp_path / "small.txt", SMALL), cache=False)
-    b = xmc.pack_rows(d, [0, 3, 4])
+    d = extreme.read_xmc(_write(tmp_path / "small.txt", SMALL), cache=False)
+    b = extreme.pack_rows(d, [0, 3, 4])
     assert b.ids.shape == b.values.shape == (3, 8) and b.labels.shape == (3, 8)
     assert b.ids.dtype == np.int32 and b.values.dtype == np.float32 and b.labels.dtype == np.int32
     np.testing.assert_array_equal(b.ids[0], [1, 4, 9, 0, 0, 0, 0, 0])
@@ -181,30 +181,30 @@ def test_pack_rows_pads_ids_with_zero_labels_with_minus_one_and_buckets_widths(t
     np.testing.assert_array_equal(b.labels[:, :3], [[0, 3, -1], [-1, -1, -1], [1, 2, 4]])
     assert (b.labels[:, 3:] == -1).all()
     # any shape of rows (a round's [W, K, B]); fixed widths; a wider row than asked is refused, naming it
-    r = xmc.pack_rows(d, np.array([[[0, 1]], [[2, 0]]]), nnz=3, max_labels=2)
+    r = extreme.pack_rows(d, np.array([[[0, 1]], [[2, 0]]]), nnz=3, max_labels=2)
     assert r.ids.shape == (2, 1, 2, 3) and r.labels.shape == (2, 1, 2, 2)
     np.testing.assert_array_equal(r.ids[1, 0, 1], [1, 4, 9])
     with pytest.raises(ValueError, match=r"point 0 has 3 entries, more than nnz=2.*nnz>=3"):
-        xmc.pack_rows(d, [1, 0], nnz=2)
+        extreme.pack_rows(d, [1, 0], nnz=2)
     with pytest.raises(ValueError, match=r"point 4 has 3 entries, more than max_labels=2"):
-        xmc.pack_labels(d, [4], max_labels=2)
+        extreme.pack_labels(d, [4], max_labels=2)
     with pytest.raises(ValueError, match=r"row 5 is outside \[0, 5\)"):
-        xmc.pack_rows(d, [5])
-    np.testing.assert_array_equal(xmc.pack_labels(d, [4, 2], max_labels=4), [[1, 2, 4, -1], [5, -1, -1, -1]])
+        extreme.pack_rows(d, [5])
+    np.testing.assert_array_equal(extreme.pack_labels(d, [4, 2], max_labels=4), [[1, 2, 4, -1], [5, -1, -1, -1]])
 
 
 def test_bucket_is_the_next_power_of_two_at_least_eight():
-    assert [xmc.bucket(n) for n in (0, 1, 8, 9, 16, 17, 76, 815)] == [8, 8, 8, 16, 16, 32, 128, 1024]
-    assert xmc.bucket(3, minimum=1) == 4
+    assert [extreme.bucket(n) for n in (0, 1, 8, 9, 16, 17, 76, 815)] == [8, 8, 8, 16, 16, 32, 128, 1024]
+    assert extreme.bucket(3, minimum=1) == 4
 
 
 def test_take_rows_keeps_the_order_and_repeats():
-    d = xmc.synthetic_xmc(50, 40, 20, seed=1)
-    t = xmc.take_rows(d, [7, 3, 7])
+    d = extreme.synthetic_xmc(50, 40, 20, seed=1)
+    t = extreme.take_rows(d, [7, 3, 7])
     assert t.num_points == 3
     for got, want in ((0, 7), (1, 3), (2, 7)):
-        np.testing.assert_array_equal(xmc.pack_rows(t, [got]).ids, xmc.pack_rows(d, [want]).ids)
-        np.testing.assert_array_equal(xmc.pack_rows(t, [got]).labels, xmc.pack_rows(d, [want]).labels)
+        np.testing.assert_array_equal(extreme.pack_rows(t, [got]).ids, extreme.pack_rows(d, [want]).ids)
+        np.testing.assert_array_equal(extreme.pack_rows(t, [got]).labels, extreme.pack_rows(d, [want]).labels)
 
 
 # --------------------------------------------------------------------------
@@ -313,8 +313,8 @@ def _eqns(jaxpr):
 
 def test_the_generator_is_deterministic_per_seed_and_has_the_asked_statistics(tmp_path):
     kw = dict(num_points=4000, num_features=3000, num_labels=500, labels_per_point=4.0, features_per_point=30.0)
-    d = xmc.synthetic_xmc(**kw, seed=3)
-    assert _same(d, xmc.synthetic_xmc(**kw, seed=3)) and not _same(d, xmc.synthetic_xmc(**kw, seed=4))
+    d = extreme.synthetic_xmc(**kw, seed=3)
+    assert _same(d, extreme.synthetic_xmc(**kw, seed=3)) and not _same(d, extreme.synthetic_xmc(**kw, seed=4))
     assert (d.num_points, d.num_features, d.num_labels) == (4000, 3000, 500)
     labels_per_point = np.diff(d.labels.indptr)
     nnz = np.diff(d.features.indptr)
@@ -325,15 +325,15 @@ def test_the_generator_is_deterministic_per_seed_and_has_the_asked_statistics(tm
     # Zipf with exponent 1: frequency falls about as 1 / rank (slope of log count on log rank near -1 in the head)
     slope = np.polyfit(np.log(np.arange(1, 51)), np.log(counts[:50]), 1)[0]
     assert -1.3 < slope < -0.6 and counts[0] > 10 * counts[99] > 0
-    head = xmc.take_rows(d, np.arange(50))
-    assert _same(xmc.read_xmc(xmc.write_xmc(tmp_path / "s.txt.gz", head), cache=False), head)
+    head = extreme.take_rows(d, np.arange(50))
+    assert _same(extreme.read_xmc(extreme.write_xmc(tmp_path / "s.txt.gz", head), cache=False), head)
     with pytest.raises(ValueError, match=r"signal=1.5 must be a number in \[0.0, 1.0\]"):
-        xmc.synthetic_xmc(10, 10, 10, signal=1.5)
+        extreme.synthetic_xmc(10, 10, 10, signal=1.5)
 
 
 def test_more_capacity_predicts_the_synthetic_labels_better():
     """The best rank-H linear predictor (a linear model with H hidden units) gains P@1 with H."""
-    data = xmc.synthetic_xmc(1500, 300, 100, labels_per_point=3.0, features_per_point=20.0, signal=0.6, seed=0)
+    data = extreme.synthetic_xmc(1500, 300, 100, labels_per_point=3.0, features_per_point=20.0, signal=0.6, seed=0)
     x = np.zeros((1500, 300))
     x[np.repeat(np.arange(1500), np.diff(data.features.indptr)), data.features.ids] = data.features.values
     y = np.zeros((1500, 100))
@@ -343,7 +343,7 @@ def test_more_capacity_predicts_the_synthetic_labels_better():
         w = np.linalg.solve(x[train].T @ x[train] + 0.1 * np.eye(300), x[train].T @ y[train])
         directions = np.linalg.svd(x[train] @ w, full_matrices=False)[2]
         scores = {h: x[test] @ w @ directions[:h].T @ directions[:h] for h in (2, 8, 32)}  # top-h output directions
-    true = xmc.pack_labels(data, np.arange(1000, 1500))
+    true = extreme.pack_labels(data, np.arange(1000, 1500))
     p1 = {h: metrics.precision_at_k(np.argsort(-s, axis=1)[:, :1], true, 1) for h, s in scores.items()}
     assert p1[2] + 0.1 < p1[8] < p1[32] - 0.05, p1  # measured: 0.58, 0.75, 0.84
 
@@ -364,28 +364,28 @@ def _one_blas_thread():
 def test_the_loader_says_to_set_istjax_data_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("ISTJAX_DATA_DIR", raising=False)
     with pytest.raises(DataNotFoundError, match="ISTJAX_DATA_DIR is not set"):
-        xmc.load_xmc_debian_deps()
+        extreme.load_xmc_debian_deps()
     monkeypatch.setenv("ISTJAX_DATA_DIR", str(tmp_path))
     with pytest.raises(DataNotFoundError, match=r"xmc-debian-deps does not exist.*set ISTJAX_DATA_DIR"):
-        xmc.load_xmc("xmc-debian-deps")
+        extreme.load_xmc("xmc-debian-deps")
     (tmp_path / "xmc-debian-deps").mkdir()
     with pytest.raises(DataNotFoundError, match=r"has no train.txt or train.txt.gz \(found: nothing\)"):
-        xmc.load_xmc_debian_deps()
+        extreme.load_xmc_debian_deps()
     with pytest.raises(ValueError, match=r"'xmc-debain-deps' is not a known XMC data set.*xmc-synthetic"):
-        xmc.load_xmc("xmc-debain-deps")
+        extreme.load_xmc("xmc-debain-deps")
 
 
 def test_xmc_synthetic_by_name_splits_one_problem():
-    ds = xmc.load_xmc("xmc-synthetic", num_train=300, num_test=100, num_features=200, num_labels=50, seed=2)
-    whole = xmc.synthetic_xmc(400, 200, 50, seed=2)
+    ds = extreme.load_xmc("xmc-synthetic", num_train=300, num_test=100, num_features=200, num_labels=50, seed=2)
+    whole = extreme.synthetic_xmc(400, 200, 50, seed=2)
     assert (ds.train.num_points, ds.test.num_points, ds.label_names) == (300, 100, None)
-    assert _same(ds.test, xmc.take_rows(whole, np.arange(300, 400)))
+    assert _same(ds.test, extreme.take_rows(whole, np.arange(300, 400)))
 
 
 @pytest.mark.skipif(not (DEBIAN / "train.txt.gz").is_file(),
                     reason=f"xmc-debian-deps is not in {DEBIAN} (set ISTJAX_DATA_DIR to the folder holding it)")
 def test_xmc_debian_deps_counts_and_its_readme_baseline():
-    ds = xmc.load_xmc_debian_deps(DEBIAN)
+    ds = extreme.load_xmc_debian_deps(DEBIAN)
     train, test = ds.train, ds.test
     assert (train.num_points, test.num_points) == (43_333, 10_345)
     assert (train.num_features, train.num_labels) == (31_435, 15_186) == (test.num_features, test.num_labels)
@@ -397,7 +397,7 @@ def test_xmc_debian_deps_counts_and_its_readme_baseline():
     assert counts.min() == 2 and counts[0] == 17_243 and np.all(np.diff(counts) <= 0)  # ordered by frequency
     # README baseline: always the five most frequent training labels; propensities from training counts, N = 43,333
     top = np.tile(np.argsort(-counts, kind="stable")[:5], (test.num_points, 1))
-    true = xmc.pack_labels(test, np.arange(test.num_points))
+    true = extreme.pack_labels(test, np.arange(test.num_points))
     m = metrics.ranking_metrics(top, true, metrics.propensities(counts, train.num_points))
     got = {name: round(m[name], 4) for name in ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")}
     assert got == {"P@1": 0.4428, "P@3": 0.2412, "P@5": 0.1895, "PSP@1": 0.1033, "PSP@3": 0.0895, "PSP@5": 0.0958}

@@ -1,4 +1,4 @@
-"""Your own XMC folder (`istjax.data.xmc_folder`, ``data.name=xmc``): read defensively, named after its folder, with
+"""Your own XMC folder (`istjax.data.extreme.folder`, ``data.name=xmc``): read defensively, named after its folder, with
 ``labels.txt`` optional; trained from the command line with a summary in the task's own metrics (P@1, P@5, PSP@1,
 PSP@5) and no target unless the config sets one; and the docs' example ("Your own XMC files") as written."""
 
@@ -16,11 +16,10 @@ import pytest
 
 import istjax.launch.config as config_lib
 from conftest import persistent_compilation_cache
-from istjax.data import load_dataset
-from istjax.data.images import DataNotFoundError
-from istjax.data.xmc_folder import FOLDER_HOLDS, read_xmc_folder
+from istjax.data import DataNotFoundError, load_dataset
+from istjax.data.extreme.folder import FOLDER_HOLDS, read_xmc_folder
 from istjax.launch import cli
-from istjax.launch.driver import _summary_text
+from istjax.launch.summary import summary_text
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NUM_FEATURES, NUM_LABELS = 24, 6
@@ -166,12 +165,12 @@ def test_the_target_line_appears_only_when_the_config_sets_one_and_names_the_tas
             "test_accuracy": 0.5, "test_loss": 1.0, "train_loss": 1.0, "samples_seen": 64, "time_per_round_s": 0.1,
             "wall_time_s": 0.2, "compile_time_s": 1.0, "bytes_received_per_worker_per_round": 10,
             "bytes_sent_per_worker_per_round": 10, "bytes_total": 80, "workdir": "w"}
-    assert "reached" not in _summary_text(base)
+    assert "reached" not in summary_text(base)
     xmc = {**base, "metric_labels": {"test_accuracy": "test P@1", "test_loss": "test loss"}}
-    assert "  test P@1 0.6 not reached" in _summary_text({**xmc, "target_accuracy": 0.6, "round_to_target": None})
+    assert "  test P@1 0.6 not reached" in summary_text({**xmc, "target_accuracy": 0.6, "round_to_target": None})
     hit = {"target_accuracy": 0.4, "round_to_target": 1, "samples_to_target": 32, "time_to_target_s": 0.1}
-    assert "  reached test P@1 0.4 at round 1 (32 samples, 0.1 s of training)" in _summary_text({**xmc, **hit})
-    assert "  reached test accuracy 0.4 at round 1" in _summary_text({**base, **hit})  # a classifier's
+    assert "  reached test P@1 0.4 at round 1 (32 samples, 0.1 s of training)" in summary_text({**xmc, **hit})
+    assert "  reached test accuracy 0.4 at round 1" in summary_text({**base, **hit})  # a classifier's
 
 
 def test_a_run_on_your_own_data_without_a_target_prints_no_target(tmp_path, capsys):

@@ -17,7 +17,8 @@ import pytest
 import istjax
 from istjax.core import contract, subnet
 from istjax.core.errors import ArgError
-from istjax.data import load_dataset, xmc
+from istjax.data import extreme, load_dataset
+from istjax.data.extreme.text_format import make_record
 from istjax.launch.config import build
 from istjax.launch import config as config_lib
 from istjax.launch import driver
@@ -61,23 +62,23 @@ def _points(rows):
         f_ptr.append(len(f_ids))
         l_ptr.append(len(l_ids))
     arr = lambda a, t: np.asarray(a, t)  # noqa: E731
-    return xmc._record("t", arr(f_ptr, np.int64), arr(f_ids, np.int32), arr(f_vals, np.float32),
+    return make_record("t", arr(f_ptr, np.int64), arr(f_ids, np.int32), arr(f_vals, np.float32),
                        arr(l_ptr, np.int64), arr(l_ids, np.int32), 10, 6)
 
 
 def test_feature_pairs_pad_with_zero_and_keep_the_largest_values_of_a_long_row():
     data = _points([([0], {3: 0.5, 1: -2.0, 9: 0.25}), ([1, 2], {0: 1.0, 2: 0.1, 4: -0.3, 5: 0.2, 8: 0.05})])
-    pairs, cut = xmc.feature_pairs(data, nnz=4)
+    pairs, cut = extreme.feature_pairs(data, nnz=4)
     assert cut == 1 and pairs.shape == (2, 4, 2) and pairs.dtype == np.float32
     np.testing.assert_array_equal(pairs[0], [[1, -2.0], [3, 0.5], [9, 0.25], [0, 0]])
     # Row 1 keeps |value| 1.0, 0.3, 0.2, 0.1 (drops 8: 0.05), ids ascending.
     np.testing.assert_allclose(pairs[1], [[0, 1.0], [2, 0.1], [4, -0.3], [5, 0.2]])
-    ds = xmc.as_dataset(xmc.XMCDataset("t", data, data), nnz=4, log=(seen := []).append)
+    ds = extreme.as_dataset(extreme.XMCDataset("t", data, data), nnz=4, log=(seen := []).append)
     assert ds.num_feature_ids == 10 and ds.num_classes == 6 and ds.train_y.shape == (2, 8)
     np.testing.assert_array_equal(ds.train_y[1], [1, 2, -1, -1, -1, -1, -1, -1])
     assert len(seen) == 2 and "1 of 2 train points have more than nnz=4" in seen[0]
     with pytest.raises(ArgError, match="nnz"):
-        xmc.feature_pairs(data, nnz=0)
+        extreme.feature_pairs(data, nnz=0)
 
 
 def _model_and_params(hidden=(8,), loss="softmax", seed=0, rescale=True):
@@ -260,5 +261,5 @@ def test_the_debian_training_view_has_the_sets_shapes_and_truncates_what_it_says
     assert ds.train_x.shape == (43333, 256, 2) and ds.test_x.shape == (10345, 256, 2)
     assert ds.train_y.shape == (43333, 256) and ds.num_classes == 15186 and ds.num_feature_ids == 31435
     assert ds.train_x[..., 0].max() < 31435 and ds.train_y.max() < 15186 and (ds.train_y[:, 0] >= 0).all()
-    raw = xmc.load_xmc_debian_deps(DEBIAN)
-    assert xmc.feature_pairs(raw.train)[1] == 21 and xmc.feature_pairs(raw.test)[1] == 2
+    raw = extreme.load_xmc_debian_deps(DEBIAN)
+    assert extreme.feature_pairs(raw.train)[1] == 21 and extreme.feature_pairs(raw.test)[1] == 2

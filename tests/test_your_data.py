@@ -198,17 +198,17 @@ def test_the_sharded_mode_for_an_algorithm_that_holds_replicas_is_refused(tmp_pa
 
 
 def test_the_run_summary_names_the_runtime_and_the_process_count():
-    from istjax.launch.driver import _summary_text
+    from istjax.launch.summary import summary_text
 
     base = {"rounds": 2, "algorithm": "ist", "dataset": "digits", "num_workers": 4, "local_steps": 2, "batch_size": 8,
             "test_accuracy": 0.5, "test_loss": 1.0, "train_loss": 1.0, "samples_seen": 128, "time_per_round_s": 0.1,
             "wall_time_s": 0.2, "compile_time_s": 1.0, "eval_compile_time_s": 0.5,
             "bytes_received_per_worker_per_round": 10, "bytes_sent_per_worker_per_round": 10, "bytes_total": 80,
             "workdir": "w"}
-    assert "runtime simulate, 1 process\n" in _summary_text({**base, "runtime": "simulate", "num_processes": 1})
-    assert "runtime mpi (sharded), 2 processes" in _summary_text(
+    assert "runtime simulate, 1 process\n" in summary_text({**base, "runtime": "simulate", "num_processes": 1})
+    assert "runtime mpi (sharded), 2 processes" in summary_text(
         {**base, "runtime": "mpi", "runtime_mode": "sharded", "num_processes": 2})
-    assert "compiling the step 1.0 s, the evaluation 0.5 s" in _summary_text({**base, "runtime": "simulate"})
+    assert "compiling the step 1.0 s, the evaluation 0.5 s" in summary_text({**base, "runtime": "simulate"})
 
 
 def test_the_dataset_of_arrays_reaches_the_python_api_end_to_end():

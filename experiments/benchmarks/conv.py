@@ -40,7 +40,7 @@ import optax
 import istjax
 from experiments.benchmarks import measure
 from experiments.benchmarks import run as suite
-from istjax.launch.provenance import code_version
+from experiments.tables import markdown_table
 from istjax.models import DepthResNet, ResNet
 
 
@@ -114,7 +114,7 @@ def run(quick: bool) -> dict[str, Any]:
     resnet, depth = QUICK if quick else FULL
     reps = 2 if quick else 5
     t0 = time.time()
-    out: dict[str, Any] = {"code": code_version(), "machine": suite.machine(), "quick": quick}
+    out: dict[str, Any] = suite.header(quick)
     print(f"1. local phase vs its own convolutions ({resnet.name})", flush=True)
     out["local_vs_convs"] = local_vs_convs(resnet, reps)
     print("2. extract + merge vs copy", flush=True)
@@ -139,28 +139,19 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                   0.5),
                  (f"extract + merge / copy of the same {gs['leaves']} arrays ({gs['model']})",
                   gs["extract_merge_vs_copy_leaves"], ">=", 0.5)]
-    rows += [
-        ("partition + extract + merge share of a round", out["round_overhead"]["overhead_share_parts"], "<=", 0.10)]
-    return [{"goal": g, "measured": v, "target": f"{op} {x}", "met": bool(v >= x if op == ">=" else v <= x)}
-            for g, v, op, x in rows]
+    rows.append(measure.overhead_target(out["round_overhead"]))
+    return measure.targets(rows)
 
 
 def markdown(out: dict[str, Any]) -> str:
-    m = out["machine"]
-    lines = [f"Conv benchmarks ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, "
-             f"jax {m.get('jax', '')}, {out['wall_s']:.0f} s", "",
-             "| goal | measured | target | met |", "|---|---|---|---|"]
-    lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
-              for r in out["targets"]]
+    lines = measure.heading("Conv benchmarks", out)
     lv = out["local_vs_convs"]
-    ro = out["round_overhead"]
     lines += ["", f"Local phase {lv['local_s'] * 1e3:.1f} ms for W={lv['W']} x K={lv['K']} steps of B={lv['B']}; its "
-                  f"{lv['convs']} convolutions alone {lv['convs_alone_s'] * 1e3:.1f} ms. IST round "
-                  f"{ro['round_s'] * 1e3:.1f} ms: partition {ro['partition_s'] * 1e3:.2f} ms, extract "
-                  f"{ro['extract_s'] * 1e3:.2f} ms, merge {ro['merge_s'] * 1e3:.2f} ms.", "",
-              "| model | algorithm | W | K | B | round (ms) | samples/s |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['model']} | {r['algorithm']} | {r['W']} | {r['K']} | {r['B']} | {r['round_s'] * 1e3:.1f} | "
-              f"{r['samples_per_s']:.0f} |" for r in out["throughput"]]
+                  f"{lv['convs']} convolutions alone {lv['convs_alone_s'] * 1e3:.1f} ms. "
+                  + measure.round_line(out["round_overhead"]), "",
+              markdown_table(["model", "algorithm", "W", "K", "B", "round (ms)", "samples/s"],
+                             [[r["model"], r["algorithm"], str(r["W"]), str(r["K"]), str(r["B"]),
+                               f"{r['round_s'] * 1e3:.1f}", f"{r['samples_per_s']:.0f}"] for r in out["throughput"]])]
     return "\n".join(lines) + "\n"
 
 

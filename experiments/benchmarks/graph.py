@@ -32,7 +32,7 @@ import optax
 import istjax
 from experiments.benchmarks import measure
 from experiments.benchmarks import run as suite
-from istjax.launch.provenance import code_version
+from experiments.tables import markdown_table
 from istjax.data.graphs import as_dataset, csbm
 from istjax.graph import ops
 from istjax.graph import task as graph_task
@@ -89,39 +89,30 @@ def run(quick: bool) -> dict[str, Any]:
     shared = dataset.shared
     task = graph_task.node_classifier(GraphSAGE(hidden=(s["hidden"], s["hidden"]), num_classes=10,
                                                 layer_norm=True), dataset)
-    out: dict[str, Any] = {"code": code_version(), "machine": suite.machine(), "quick": quick, "graph": repr(data),
-                           "hidden": s["hidden"]}
+    out: dict[str, Any] = {**suite.header(quick), "graph": repr(data), "hidden": s["hidden"]}
     print("1. aggregation vs copy", flush=True)
     out["aggregation"] = aggregation(shared, s["hidden"], s["reps"])
     print("2-3. round overhead and throughput", flush=True)
     out["round_overhead"], out["throughput"] = overhead_and_throughput(
         task, shared, s["batch"], s["reps"], (1, 2, 4), 4 if quick else 20)
     agg, ro = out["aggregation"], out["round_overhead"]
-    out["targets"] = [
-        {"goal": "aggregation / copy of the gathered messages", "measured": agg["aggregate_vs_copy"],
-         "target": ">= 0.5", "met": agg["aggregate_vs_copy"] >= 0.5},
-        {"goal": "partition + extract + merge share of a GIST round", "measured": ro["overhead_share_parts"],
-         "target": "<= 0.1", "met": ro["overhead_share_parts"] <= 0.1}]
+    out["targets"] = measure.targets([
+        ("aggregation / copy of the gathered messages", agg["aggregate_vs_copy"], ">=", 0.5),
+        measure.overhead_target(ro, "GIST")])
     out["wall_s"] = time.time() - t0
     return out
 
 
 def markdown(out: dict[str, Any]) -> str:
-    m = out["machine"]
-    lines = [f"GIST benchmarks ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, jax {m.get('jax', '')}, "
-             f"{out['wall_s']:.0f} s; {out['graph']}, GraphSAGE {out['hidden']}-{out['hidden']}", "",
-             "| goal | measured | target | met |", "|---|---|---|---|"]
-    lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
-              for r in out["targets"]]
-    a, ro = out["aggregation"], out["round_overhead"]
+    lines = measure.heading("GIST benchmarks", out, f"{out['graph']}, GraphSAGE {out['hidden']}-{out['hidden']}")
+    a = out["aggregation"]
     lines += ["", f"Mean aggregation of [{a['nodes']}, {a['hidden']}] over {a['edges']} edges: "
                   f"{a['aggregate_s'] * 1e3:.2f} ms ({a['aggregate_GBps']:.2f} GB/s of messages); copy of the messages "
-                  f"{a['copy_s'] * 1e3:.2f} ms ({a['copy_GBps']:.2f} GB/s). GIST round at W={ro['W']}, K={ro['K']}: "
-                  f"{ro['round_s'] * 1e3:.1f} ms; partition {ro['partition_s'] * 1e3:.2f} ms, extract "
-                  f"{ro['extract_s'] * 1e3:.2f} ms, merge {ro['merge_s'] * 1e3:.2f} ms.", "",
-              "| algorithm | W | K | round (ms) | nodes/s |", "|---|---|---|---|---|"]
-    lines += [f"| {r['algorithm']} | {r['W']} | {r['K']} | {r['round_s'] * 1e3:.1f} | {r['nodes_per_s']:,.0f} |"
-              for r in out["throughput"]]
+                  f"{a['copy_s'] * 1e3:.2f} ms ({a['copy_GBps']:.2f} GB/s). "
+                  + measure.round_line(out["round_overhead"], "GIST"), "",
+              markdown_table(["algorithm", "W", "K", "round (ms)", "nodes/s"],
+                             [[r["algorithm"], str(r["W"]), str(r["K"]), f"{r['round_s'] * 1e3:.1f}",
+                               f"{r['nodes_per_s']:,.0f}"] for r in out["throughput"]])]
     return "\n".join(lines) + "\n"
 
 

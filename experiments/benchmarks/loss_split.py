@@ -26,8 +26,8 @@ import numpy as np
 
 from experiments.benchmarks import measure
 from experiments.benchmarks import run as suite
+from experiments.tables import markdown_table
 from istjax.launch.args import load_config
-from istjax.launch.provenance import code_version
 
 FULL = dict(config="experiments/configs/fmnist_resnet_ist.py", algorithms=("ist", "data_parallel", "local_sgd"),
             workers=(2, 4), reps=5)
@@ -71,17 +71,15 @@ def run(quick: bool) -> dict[str, Any]:
         for name in s["algorithms"]:
             print(f"{name}, W = {w}", flush=True)
             rows.append(one(s, name, w))
-    return {"code": code_version(), "machine": suite.machine(), "quick": quick, "config": s["config"],
+    return {**suite.header(quick), "config": s["config"],
             "rows": rows, "wall_s": time.time() - t0}
 
 
 def markdown(out: dict[str, Any]) -> str:
-    m = out["machine"]
-    lines = [f"The loss split's cost ({'quick' if out['quick'] else 'full'}), `{out['config']}`, "
-             f"{m.get('platform', '')}, jax {m.get('jax', '')}, {out['wall_s']:.0f} s", "",
-             "| algorithm | W | K | round without (ms) | with (ms) | share of the round |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['algorithm']} | {r['W']} | {r['K']} | {r['without_s'] * 1e3:.0f} | {r['with_s'] * 1e3:.0f} | "
-              f"{r['share']:.3f} |" for r in out["rows"]]
+    lines = measure.heading("The loss split's cost", out, f"`{out['config']}`")
+    lines.append(markdown_table(["algorithm", "W", "K", "round without (ms)", "with (ms)", "share of the round"],
+                                [[r["algorithm"], str(r["W"]), str(r["K"]), f"{r['without_s'] * 1e3:.0f}",
+                                  f"{r['with_s'] * 1e3:.0f}", f"{r['share']:.3f}"] for r in out["rows"]]))
     return "\n".join(lines) + "\n"
 
 

@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.tables import markdown_table
+
 __all__ = [
     "Timing",
     "interleaved",
@@ -38,6 +40,9 @@ __all__ = [
     "rss_bytes",
     "peak_rss_bytes",
     "round_overhead",
+    "round_line",
+    "targets",
+    "heading",
 ]
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax._src.dispatch.BACKEND_COMPILE_EVENT
@@ -104,6 +109,40 @@ def round_overhead(alg, state, batch: Any, reps: int, shared: Any = None) -> dic
     return {"W": w, "K": alg.local_steps, "round_s": t["round"].median, "partition_s": t["partition"].median,
             "extract_s": t["extract"].median, "merge_s": t["merge"].median,
             "overhead_share_parts": parts / t["round"].median, "timings": {n: v.as_dict() for n, v in t.items()}}
+
+
+def round_line(ro: Mapping[str, Any], name: str = "IST") -> str:
+    """A `round_overhead` result in words: the round's milliseconds at its W and K, and its parts'."""
+    return (f"{name} round at W = {ro['W']}, K = {ro['K']}: {ro['round_s'] * 1e3:.1f} ms; partition "
+            f"{ro['partition_s'] * 1e3:.2f} ms, extract {ro['extract_s'] * 1e3:.2f} ms, merge "
+            f"{ro['merge_s'] * 1e3:.2f} ms.")
+
+
+def targets(rows: Sequence[tuple[str, float, str, float]]) -> list[dict[str, Any]]:
+    """A family's speed goals judged: ``(goal, measured, ">=" or "<=", bound)`` rows as the ``targets`` records its
+    results file holds (``met``: the measured value is on the bound's side)."""
+    return [{"goal": g, "measured": v, "target": f"{op} {x}", "met": bool(v >= x if op == ">=" else v <= x)}
+            for g, v, op, x in rows]
+
+
+def overhead_target(ro: Mapping[str, Any], name: str = "IST") -> tuple[str, float, str, float]:
+    """The goal every family's `round_overhead` is held to, as a `targets` row: partition + extract + merge at
+    most 10 % of a round."""
+    return (f"partition + extract + merge share of {'an' if name[0] in 'AEIOU' else 'a'} {name} round (K = {ro['K']})",
+            ro["overhead_share_parts"], "<=", 0.1)
+
+
+def heading(title: str, out: Mapping[str, Any], detail: str = "") -> list[str]:
+    """The first line of a family's results page (``title``, quick or full, the platform, jax, the wall seconds,
+    then ``detail``), a blank line, and the table of its ``targets`` when it has them."""
+    m = out["machine"]
+    lines = [f"{title} ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, jax {m.get('jax', '')}, "
+             f"{out['wall_s']:.0f} s" + (f"; {detail}" if detail else ""), ""]
+    if "targets" in out:
+        lines.append(markdown_table(["goal", "measured", "target", "met"],
+                                    [[r["goal"], f"{r['measured']:.3f}", r["target"], "yes" if r["met"] else "no"]
+                                     for r in out["targets"]]))
+    return lines
 
 
 def dense_train_flops(kernel_shapes: Sequence[tuple[int, int]], batch: int, *, first_input_grad: bool = False) -> int:

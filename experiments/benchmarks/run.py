@@ -559,6 +559,26 @@ def machine() -> dict[str, Any]:
             "devices": [str(d) for d in jax.devices()], "loadavg_start": os.getloadavg()}
 
 
+def header(quick: bool) -> dict[str, Any]:
+    """The first fields of a model family's results: the code and the machine it ran on, and whether it was quick."""
+    return {"code": code_version(), "machine": machine(), "quick": quick}
+
+
+def run_family(quick: bool, sizes: dict, studies: Sequence[tuple[str, str, Callable[[dict], Any]]],
+               targets: Callable[[dict], Sequence[tuple[str, float, str, float]]]) -> dict[str, Any]:
+    """A model family's benchmark (the ``run`` of `measure.family_main`): each study ``(key, what, fn)`` in turn,
+    announced by number and stored as ``fn(sizes)`` under ``key``; then the family's goals judged from them
+    (``targets(out)``: `measure.targets` rows) and the wall seconds."""
+    t0 = time.time()
+    out: dict[str, Any] = {**header(quick), "sizes": sizes}
+    for i, (key, what, fn) in enumerate(studies, 1):
+        print(f"{i}. {what}", flush=True)
+        out[key] = fn(sizes)
+    out["targets"] = measure.targets(targets(out))
+    out["wall_s"] = time.time() - t0
+    return out
+
+
 def _jaxlib_version():
     try:
         import jaxlib

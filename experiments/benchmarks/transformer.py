@@ -23,7 +23,6 @@ Ratios of medians measured interleaved in one process (`measure.interleaved`); r
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +36,6 @@ from experiments.benchmarks import measure
 from experiments.benchmarks import run as suite
 from istjax.algorithms.base import local_train
 from istjax.core.state import WorkerState
-from istjax.launch.provenance import code_version
 from istjax.models import Transformer
 
 FULL = dict(layers=4, embed=128, heads=4, mlp=512, context=64, vocab=84, batch=32, workers=2, k=20, reps=5)
@@ -196,37 +194,26 @@ def round_overhead(s: dict) -> dict[str, Any]:
     return measure.round_overhead(alg, state, _batches(s, (s["workers"], s["k"], s["batch"])), s["reps"])
 
 
-def run(quick: bool) -> dict[str, Any]:
-    s = QUICK if quick else FULL
-    t0 = time.time()
-    out: dict[str, Any] = {"code": code_version(), "machine": suite.machine(), "quick": quick, "sizes": s}
-    print("1. local phase vs its matmuls", flush=True)
-    out["local"] = local_phase(s)
-    print("2. extract + merge vs copy", flush=True)
-    out["extract_merge"] = extract_merge(s)
-    print("3. IST round overhead", flush=True)
-    out["round_overhead"] = round_overhead(s)
+def targets(out: dict[str, Any]) -> list[tuple[str, float, str, float]]:
     lp, em, ro = out["local"], out["extract_merge"], out["round_overhead"]
-    out["targets"] = [
-        {"goal": "a worker's local phase / its matmuls alone", "measured": lp["phase_vs_matmuls"], "target": ">= 0.6",
-         "met": lp["phase_vs_matmuls"] >= 0.6},
-        {"goal": "extract + merge / a copy of the bytes they write", "measured": em["extract_merge_vs_copy"],
-         "target": ">= 0.5", "met": em["extract_merge_vs_copy"] >= 0.5},
-        {"goal": f"partition + extract + merge share of an IST round (K = {ro['K']})",
-         "measured": ro["overhead_share_parts"], "target": "<= 0.1", "met": ro["overhead_share_parts"] <= 0.1}]
-    out["wall_s"] = time.time() - t0
-    return out
+    return [("a worker's local phase / its matmuls alone", lp["phase_vs_matmuls"], ">=", 0.6),
+            ("extract + merge / a copy of the bytes they write", em["extract_merge_vs_copy"], ">=", 0.5),
+            measure.overhead_target(ro)]
+
+
+def run(quick: bool) -> dict[str, Any]:
+    return suite.run_family(quick, QUICK if quick else FULL, [
+        ("local", "local phase vs its matmuls", local_phase),
+        ("extract_merge", "extract + merge vs copy", extract_merge),
+        ("round_overhead", "IST round overhead", round_overhead)], targets)
 
 
 def markdown(out: dict[str, Any]) -> str:
-    m, s = out["machine"], out["sizes"]
-    lines = [f"Transformer benchmarks ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, jax "
-             f"{m.get('jax', '')}, {out['wall_s']:.0f} s; {s['layers']} layers, {s['heads']} heads, width "
-             f"{s['embed']}, {s['mlp']} feed-forward units, context {s['context']}, B = {s['batch']}, "
-             f"W = {s['workers']}", "", "| goal | measured | target | met |", "|---|---|---|---|"]
-    lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
-              for r in out["targets"]]
-    lp, em, ro = out["local"], out["extract_merge"], out["round_overhead"]
+    s = out["sizes"]
+    lines = measure.heading("Transformer benchmarks", out, f"{s['layers']} layers, {s['heads']} heads, width "
+                            f"{s['embed']}, {s['mlp']} feed-forward units, context {s['context']}, B = {s['batch']}, "
+                            f"W = {s['workers']}")
+    lp, em = out["local"], out["extract_merge"]
     if "parts_s" in lp:
         lines += ["", f"Where the local phase's {lp['phase_s'] * 1e3:.0f} ms go (K = {lp['K']}; each part timed alone, "
                       "K times):", "", "| part | ms | share of the phase |", "|---|---|---|"]
@@ -237,9 +224,7 @@ def markdown(out: dict[str, Any]) -> str:
                   f"ms. Extract {em['extract_s'] * 1e3:.2f} ms, merge {em['merge_s'] * 1e3:.2f} ms, a copy of the "
                   f"{em['bytes_written'] / 1e6:.1f} MB they write {em['copy_s'] * 1e3:.2f} ms as one array, "
                   f"{em['copy_leaves_s'] * 1e3:.2f} ms as their {em['leaves']} arrays (extract + merge at "
-                  f"{em['extract_merge_vs_copy_leaves']:.2f} of that). IST round at W = "
-                  f"{ro['W']}, K = {ro['K']}: {ro['round_s'] * 1e3:.1f} ms; partition {ro['partition_s'] * 1e3:.2f} "
-                  f"ms, extract {ro['extract_s'] * 1e3:.2f} ms, merge {ro['merge_s'] * 1e3:.2f} ms."]
+                  f"{em['extract_merge_vs_copy_leaves']:.2f} of that). " + measure.round_line(out["round_overhead"])]
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,6 @@ Ratios of medians measured interleaved in one process (`measure.interleaved`); r
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +33,6 @@ import optax
 import istjax
 from experiments.benchmarks import measure
 from experiments.benchmarks import run as suite
-from istjax.launch.provenance import code_version
 from istjax.models import SparseMLP
 from istjax.models.embedding_bag import bag
 from istjax.xmc import loss as xmc_loss
@@ -99,42 +97,29 @@ def round_overhead(s: dict) -> dict[str, Any]:
     return measure.round_overhead(alg, state, batch, s["reps"])
 
 
-def run(quick: bool) -> dict[str, Any]:
-    s = QUICK if quick else FULL
-    t0 = time.time()
-    out: dict[str, Any] = {"code": code_version(), "machine": suite.machine(), "quick": quick, "sizes": s}
-    print("1. embedding bag vs gather", flush=True)
-    out["bag"] = bag_vs_gather(s)
-    print("2. output layer's local phase vs its matmuls", flush=True)
-    out["output"] = output_phase(s)
-    print("3. IST round overhead", flush=True)
-    out["round_overhead"] = round_overhead(s)
+def targets(out: dict[str, Any]) -> list[tuple[str, float, str, float]]:
     bg, op, ro = out["bag"], out["output"], out["round_overhead"]
-    out["targets"] = [
-        {"goal": "embedding bag / gather of the same rows", "measured": bg["bag_vs_gather"], "target": ">= 0.5",
-         "met": bg["bag_vs_gather"] >= 0.5},
-        {"goal": "output layer's local phase / its matmuls alone", "measured": op["phase_vs_matmuls"],
-         "target": ">= 0.6", "met": op["phase_vs_matmuls"] >= 0.6},
-        {"goal": f"partition + extract + merge share of an IST round (K = {ro['K']})",
-         "measured": ro["overhead_share_parts"], "target": "<= 0.1", "met": ro["overhead_share_parts"] <= 0.1}]
-    out["wall_s"] = time.time() - t0
-    return out
+    return [("embedding bag / gather of the same rows", bg["bag_vs_gather"], ">=", 0.5),
+            ("output layer's local phase / its matmuls alone", op["phase_vs_matmuls"], ">=", 0.6),
+            measure.overhead_target(ro)]
+
+
+def run(quick: bool) -> dict[str, Any]:
+    return suite.run_family(quick, QUICK if quick else FULL, [
+        ("bag", "embedding bag vs gather", bag_vs_gather),
+        ("output", "output layer's local phase vs its matmuls", output_phase),
+        ("round_overhead", "IST round overhead", round_overhead)], targets)
 
 
 def markdown(out: dict[str, Any]) -> str:
-    m, s = out["machine"], out["sizes"]
-    lines = [f"XMC benchmarks ({'quick' if out['quick'] else 'full'}), {m.get('platform', '')}, jax {m.get('jax', '')}, "
-             f"{out['wall_s']:.0f} s; {s['features']:,} features, {s['labels']:,} labels, H = {s['hidden']}, "
-             f"B = {s['batch']}, {s['filled']} of {s['nnz']} slots filled, W = {s['workers']}", "",
-             "| goal | measured | target | met |", "|---|---|---|---|"]
-    lines += [f"| {r['goal']} | {r['measured']:.3f} | {r['target']} | {'yes' if r['met'] else 'no'} |"
-              for r in out["targets"]]
-    bg, op, ro = out["bag"], out["output"], out["round_overhead"]
+    s = out["sizes"]
+    lines = measure.heading("XMC benchmarks", out, f"{s['features']:,} features, {s['labels']:,} labels, "
+                            f"H = {s['hidden']}, B = {s['batch']}, {s['filled']} of {s['nnz']} slots filled, "
+                            f"W = {s['workers']}")
+    bg, op = out["bag"], out["output"]
     lines += ["", f"Embedding bag {bg['bag_s'] * 1e3:.2f} ms, gather {bg['gather_s'] * 1e3:.2f} ms. Output layer "
                   f"{op['shape']}: local phase {op['phase_s'] * 1e3:.2f} ms, its matmuls {op['matmuls_s'] * 1e3:.2f} ms. "
-                  f"IST round at W = {ro['W']}, K = {ro['K']}: {ro['round_s'] * 1e3:.1f} ms; partition "
-                  f"{ro['partition_s'] * 1e3:.2f} ms, extract {ro['extract_s'] * 1e3:.2f} ms, merge "
-                  f"{ro['merge_s'] * 1e3:.2f} ms."]
+                  + measure.round_line(out["round_overhead"])]
     return "\n".join(lines) + "\n"
 
 

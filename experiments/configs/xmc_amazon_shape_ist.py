@@ -1,4 +1,4 @@
-"""IST at Amazon-670k's shape, for memory: synthetic extreme multi-label data (`istjax.data.xmc.synthetic_xmc`) with
+"""IST at Amazon-670k's shape, for memory: synthetic extreme multi-label data (`istjax.data.extreme.synthetic_xmc`) with
 135,909 sparse features and 670,088 power-law labels (Amazon-670k has 670,091; three fewer so that tensor
 parallelism's equal label blocks divide them on 2, 4 or 8 ranks), the IST paper's Amazon-670k network (embedding bag
 -> H hidden -> the labels, softmax loss over each point's label set), W = 4 workers dealt stratified by 4 owners, K = 5

@@ -1,4 +1,4 @@
-"""IST on synthetic extreme multi-label data sized for a 2-core machine (`istjax.data.xmc.synthetic_xmc`: 8,000 /
+"""IST on synthetic extreme multi-label data sized for a 2-core machine (`istjax.data.extreme.synthetic_xmc`: 8,000 /
 2,000 points, 5,000 sparse features, 1,000 power-law labels, about 4 labels and 26 nonzero features a point).
 
 `istjax.models.SparseMLP` (embedding bag -> 512 hidden -> 1,000 labels, softmax loss over each point's label set),

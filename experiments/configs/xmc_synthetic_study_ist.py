@@ -1,5 +1,5 @@
 """IST on synthetic extreme multi-label data sized for the extreme study on a 2-core machine
-(`istjax.data.xmc.synthetic_xmc`: 20,000 / 5,000 points, 20,000 sparse features, 2,000 power-law labels, about 4
+(`istjax.data.extreme.synthetic_xmc`: 20,000 / 5,000 points, 20,000 sparse features, 2,000 power-law labels, about 4
 labels and 26 nonzero features a point, label-dependent features plus noise, so that a wider H helps up to about
 the number of labels).
 

@@ -21,7 +21,7 @@ Used by ``experiments/custom/fit.py`` through ``model.module`` (``configs/conv1d
 import flax.linen as nn
 import jax.numpy as jnp
 
-from istjax.models.cnn import BatchStatNorm, channel_batch_norm
+from istjax.models.layers import BatchStatNorm, channel_batch_norm
 
 
 def _names(*names):

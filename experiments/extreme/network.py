@@ -34,12 +34,13 @@ import json
 import math
 import pathlib
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
 from experiments.extreme.study import CONFIG
 from experiments.grid import seed_list
-from experiments.network import slow_net
+from experiments.network import common, slow_net
 from experiments.network import time_to_accuracy as tta
 from istjax.launch import study as study_lib
 
@@ -111,42 +112,26 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    why = slow_net.missing_privileges()
-    if why:
-        print(f"extreme network study: {why}", file=sys.stderr)
-        return 2
+    if (code := common.refused("extreme network study", args.links)) is not None:
+        return code
     arms = [(a, int(k)) for a, _, k in (s.partition(":") for s in args.arms.split(","))]
     for a, _ in arms:
         if a not in ALGORITHMS:
             print(f"--arms: {a!r} is not one of {ALGORITHMS}", file=sys.stderr)
             return 2
-    links = args.links.split(",")
-    for rate in links:
-        slow_net.Link(rate)  # validates the units before anything runs
     cells = [cell(args.hidden, args.ranks, link, a, k, target=args.target, samples=args.samples)
-             for link in links for a, k in arms]
-    given = sys.argv[1:] if argv is None else list(argv)
-    command = "python -m experiments.extreme.network " + " ".join(a for a in given if not a.startswith("--out"))
-    started = study_lib.time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    every = study_lib.plan(cells, args.seeds, args.workdir, root=ROOT)
-    tags = iter(range(10 ** 6))
+             for link in args.links.split(",") for a, k in arms]
+    command = common.command("experiments.extreme.network", argv)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
-    def train(p: study_lib.Planned) -> Optional[str]:
-        print(f"== {p.cell.label} seed {p.seed}", flush=True)
-        return tta.launch(p, timeout=args.timeout, tag=f"xn{next(tags) % 1000}")
+    def document(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"study": "extreme_network", "command": command, "started": started,
+                "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "target": args.target, "hidden": args.hidden,
+                "ranks": args.ranks, "samples": args.samples, "cells": {c.label: list(c.overrides) for c in cells},
+                "summary": summarise(runs), "runs": runs}
 
-    def write(*_):
-        runs = [r for p in every if (r := record(p)) is not None]
-        doc = {"study": "extreme_network", "command": command, "started": started,
-               "written": study_lib.time.strftime("%Y-%m-%dT%H:%M:%S%z"), "target": args.target,
-               "hidden": args.hidden, "ranks": args.ranks, "samples": args.samples,
-               "cells": {c.label: list(c.overrides) for c in cells}, "summary": summarise(runs), "runs": runs}
-        study_lib.write_json(args.out, doc)
-
-    study_lib.run_study("extreme_network", cells, args.seeds, args.workdir, root=ROOT, train=train, record=record,
-                        after_run=write)
-    write()
-    print(json.dumps(summarise([r for p in every if (r := record(p)) is not None]), indent=1))
+    runs = common.run_to_file("extreme_network", cells, args, record=record, document=document, tag="xn")
+    print(json.dumps(summarise(runs), indent=1))
     return 0
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from experiments.tables import cell, markdown_table, nbytes, scalar, seconds_to_target, table
+from experiments.tables import (ROUND_COLUMNS, cell, markdown_table, nbytes, round_cells, scalar, seconds_to_target,
+                               table)
 from istjax.algorithms.tensor import step_bytes
 from istjax.launch.metrics import format_mean_std
 
@@ -177,12 +178,9 @@ def _network_name(d: dict, algorithm: str) -> str:
 @table("extreme_network", NETWORK)
 def _network(d):
     body = markdown_table(
-        ["link", "algorithm", "K", "seconds to target", "samples to target", "seconds a round",
-         "bytes a worker sends a round"],
+        ["link", "algorithm", "K", "seconds to target", "samples to target", *ROUND_COLUMNS],
         [[r["link"], _network_name(d, r["algorithm"]), cell(r["local_steps"]), seconds_to_target(r),
-          cell(round(r["samples_to_target"])) if r.get("samples_to_target") else "-",
-          f"{r['time_per_round_s']:.2f}" if r.get("time_per_round_s") else "-",
-          nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
+          cell(round(r["samples_to_target"])) if r.get("samples_to_target") else "-", *round_cells(r)]
          for r in d["summary"]])
     return (f"xmc-debian-deps, H = {d['hidden']}, {d['ranks']} ranks on shaped links, to test P@1 >= {d['target']} "
             f"(training seconds: compilation and evaluation excluded; at most {d['samples']:,} samples a run), "

@@ -235,9 +235,9 @@ def _data_shape(data: dict) -> dict[str, int]:
     arguments."""
     if data["name"] == "xmc_synthetic":
         return {"features": int(data["kwargs"]["num_features"]), "labels": int(data["kwargs"]["num_labels"])}
-    from istjax.data import xmc
+    from istjax.data import extreme
 
-    train = xmc.load_xmc_debian_deps().train
+    train = extreme.load_xmc_debian_deps().train
     return {"features": int(train.num_features), "labels": int(train.num_labels)}
 
 

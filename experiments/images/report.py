@@ -9,8 +9,9 @@ from typing import Any, Optional
 
 from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
                                nbytes, result_rows, results_table, scalar, spread, table)
+from experiments.images.gap import GAP_PARTS, gap_parts, runs_of
 from experiments.images.studies import (ABLATION_RECOMPUTABLE, ABLATION_STEPS, DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS,
-                                        PAPER_ABLATION, RESIST_SAMPLES, ablation_label)
+                                        LARGEST, PAPER_ABLATION, RESIST_SAMPLES, ablation_label)
 from istjax.launch.metrics import format_mean_std
 
 DIAGNOSIS = "experiments/images/results/diagnosis.json"
@@ -176,12 +177,6 @@ def _headline_resnet(d):
 
 # The decomposition (issue 35): `python -m experiments.images.studies decompose --seeds 0,1,2,3,4`.
 DECOMPOSE = "experiments/images/results/decompose.json"
-LARGEST = f"{DECOMPOSE_SAMPLES[0] // 1000}k"  # the label suffix of the largest budget's cells
-
-
-def _runs(d, label: str) -> list[dict[str, Any]]:
-    return [r for r in d["runs"] if r["label"] == label]
-
 
 def _in_points(p: dict[str, Any]) -> str:
     """A paired accuracy difference in points: 'mean [low, high]'."""
@@ -192,7 +187,7 @@ def _paired_points(d, a: str, b: str) -> str:
     """``a``'s test accuracy minus ``b``'s in points, paired by seed: mean [95 % interval] (n seeds)."""
     from istjax.launch.study import paired_difference
 
-    p = paired_difference(_runs(d, a), _runs(d, b), "test_accuracy")
+    p = paired_difference(runs_of(d, a), runs_of(d, b), "test_accuracy")
     return "-" if p is None else f"{_in_points(p)} ({len(p['seeds'])})"
 
 
@@ -223,45 +218,6 @@ def _images_decompose(d):
             "The loss split is the last evaluation window's mean over rounds, on the batch each worker trained last "
             "(`istjax.algorithms.loss_split`; the merge cost is merged minus the workers' own, train mode).\n\n"
             + body)
-
-
-# IST's test loss minus a baseline's, split into parts that add up to it run by run: the workers' own fit (their
-# training loss after K steps), the merge (the merged model's train-mode loss on the same batches minus theirs), the
-# statistics (test mode minus train mode on those batches) and the rest (the test set's loss at the end minus the
-# training batches' in test mode over the last evaluation window).
-GAP_PARTS = (
-    ("workers' own fit", lambda r: r["worker_train_loss"]),
-    ("the merge", lambda r: r["merge_cost"]),
-    ("the statistics", lambda r: r["merged_test_loss"] - r["merged_train_loss"]),
-    ("test set vs training batches", lambda r: r["test_loss"] - r["merged_test_loss"]),
-)
-
-
-def _with_parts(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run records with each `GAP_PARTS` value under its name (None where a run lacks a number it needs)."""
-    def part(fn, r):
-        try:
-            return fn(r)
-        except (KeyError, TypeError):
-            return None
-    return [{**r, **{name: part(fn, r) for name, fn in GAP_PARTS}} for r in runs]
-
-
-def gap_parts(d, ist: str, baseline: str) -> Optional[dict[str, Any]]:
-    """``ist``'s test loss minus ``baseline``'s and each `GAP_PARTS` difference, paired by seed
-    (`paired_difference`) over the seeds whose runs have every part (so the parts add up to the total on one seed
-    set), or None with fewer than two such seeds."""
-    from istjax.launch.study import paired_difference
-
-    def whole(runs):
-        return [r for r in _with_parts(runs) if all(r.get(k) is not None for k in ("test_loss", *dict(GAP_PARTS)))]
-
-    a, b = whole(_runs(d, ist)), whole(_runs(d, baseline))
-    total = paired_difference(a, b, "test_loss")
-    if total is None:
-        return None
-    return {"test_loss": total, "accuracy": paired_difference(a, b, "test_accuracy"),
-            **{name: paired_difference(a, b, name) for name, _ in GAP_PARTS}}
 
 
 def _interval(p: Optional[dict[str, Any]], total: Optional[dict[str, Any]] = None) -> str:
@@ -309,7 +265,7 @@ def fit_parts(d, control: str, ist: str, full: Optional[str] = None) -> dict[str
     dp = ist.replace("ist_", "data_parallel_", 1)
     pairs = {"fit": (ist, dp), "narrow": (control, dp), "repartitioning": (ist, control),
              "width": (control, full), "samples": (full, dp)}
-    return {k: None if None in (a, b) else paired_difference(_runs(d, a), _runs(d, b), "worker_train_loss")
+    return {k: None if None in (a, b) else paired_difference(runs_of(d, a), runs_of(d, b), "worker_train_loss")
             for k, (a, b) in pairs.items()}
 
 
@@ -369,7 +325,7 @@ def _paired_scalar(a: str, b: str) -> Callable[[Any], str]:
     def fn(d):
         from istjax.launch.study import paired_difference
 
-        p = paired_difference(_runs(d, a), _runs(d, b), "test_accuracy")
+        p = paired_difference(runs_of(d, a), runs_of(d, b), "test_accuracy")
         return "(fewer than two seeds so far)" if p is None else (
             f"{_in_points(p)} points ({len(p['seeds'])} seeds; {_verdict(p)})")
     return fn
@@ -378,7 +334,7 @@ def _paired_scalar(a: str, b: str) -> Callable[[Any], str]:
 def _paired_loss(d, a: str, b: str, key: str) -> str:
     from istjax.launch.study import paired_difference
 
-    return _interval(paired_difference(_runs(d, a), _runs(d, b), key))
+    return _interval(paired_difference(runs_of(d, a), runs_of(d, b), key))
 
 
 @table("images_decompose_variants", DECOMPOSE)
@@ -390,7 +346,7 @@ def _images_decompose_variants(d):
         return "(no variant has finished a run yet: `python -m experiments.images.studies decompose`)"
     lines = []
     for r in sorted(rows, key=lambda r: (r["num_workers"], r["group"], r["label"])):
-        acc = paired_difference(_runs(d, r["label"]), _runs(d, r["base"]), "test_accuracy")
+        acc = paired_difference(runs_of(d, r["label"]), runs_of(d, r["base"]), "test_accuracy")
         lines.append([r["num_workers"], r["group"], r["what"].split(": ", 1)[-1], accuracy(r),
                       "-" if acc is None else f"{_in_points(acc)} ({len(acc['seeds'])})", _verdict(acc),
                       _paired_loss(d, r["label"], r["base"], "worker_train_loss"),
@@ -410,7 +366,7 @@ def _variant_scalar(w: int, suffix: str) -> Callable[[Any], str]:
         from istjax.launch.study import paired_difference
 
         label, base = f"ist_W{w}_{LARGEST}_{suffix}", f"ist_W{w}_{LARGEST}"
-        p = paired_difference(_runs(d, label), _runs(d, base), "test_accuracy")
+        p = paired_difference(runs_of(d, label), runs_of(d, base), "test_accuracy")
         if p is None:
             return "(fewer than two seeds so far)"
         return f"{_in_points(p)} points ({len(p['seeds'])} seeds; {_verdict(p)})"
@@ -617,7 +573,7 @@ def _test_network_cost(w: int) -> Callable[[Any], str]:
         from istjax.launch.study import paired_difference
 
         def with_cost(label):
-            return [{**r, "cost": r["merged_test_loss"] - r["worker_train_loss"]} for r in _runs(d, label)
+            return [{**r, "cost": r["merged_test_loss"] - r["worker_train_loss"]} for r in runs_of(d, label)
                     if r.get("merged_test_loss") is not None and r.get("worker_train_loss") is not None]
 
         p = paired_difference(with_cost(f"resist_W{w}"), with_cost(f"resist_local_sgd_W{w}"), "cost")

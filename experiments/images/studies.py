@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 
 from experiments.grid import REPO, Cell, parser, plot, run_grid
+from experiments.images.gap import GAP_PARTS, gap_parts
 
 CONFIGS = REPO / "experiments" / "configs"
 RESULTS = REPO / "experiments" / "images" / "results"
@@ -169,6 +170,7 @@ def _ablation_cells() -> list[Cell]:
 # largest first: 163,840 samples is 2.7 epochs of Fashion-MNIST, where data parallel at 1/8 width is meant to pass
 # 0.91; then a half and a quarter of it.
 DECOMPOSE_SAMPLES = (163_840, 81_920, 40_960)
+LARGEST = f"{DECOMPOSE_SAMPLES[0] // 1000}k"  # the label suffix of the largest budget's cells
 
 
 # Channel IST's variants at the largest budget (label suffix: overrides, group, what it is).
@@ -296,15 +298,13 @@ def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Seq
 
 def plot_gap(results: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     """The decomposition's picture: for each W and baseline at the largest budget, IST's test-loss gap and its parts
-    (`experiments.images.report.GAP_PARTS`) as bars with their 95 % paired intervals, each seed's difference a dot."""
+    (`experiments.images.gap.GAP_PARTS`) as bars with their 95 % paired intervals, each seed's difference a dot."""
     import json
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from experiments.images.report import GAP_PARTS, LARGEST, gap_parts
 
     doc = json.loads(results.read_text())
     pairs = [(w, base) for w in (2, 4) for base in ("data_parallel", "local_sgd")]
@@ -339,15 +339,13 @@ def plot_gap(results: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
 
 def plot_budgets(results: pathlib.Path, out: pathlib.Path, baseline: str = "data_parallel") -> pathlib.Path:
     """The decomposition across budgets: for each W, IST's test-loss gap to ``baseline`` and its parts
-    (`experiments.images.report.GAP_PARTS`) against the samples trained on, each with its 95 % paired interval."""
+    (`experiments.images.gap.GAP_PARTS`) against the samples trained on, each with its 95 % paired interval."""
     import json
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from experiments.images.report import GAP_PARTS, gap_parts
 
     doc = json.loads(results.read_text())
     keys = ["test_loss", *(name for name, _ in GAP_PARTS)]

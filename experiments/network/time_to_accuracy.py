@@ -38,7 +38,7 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from experiments.grid import seed_list
@@ -103,6 +103,18 @@ def launch(p: study.Planned, *, timeout: float, tag: str) -> Optional[str]:
     error = (out.stderr or out.stdout)[-2000:] if out.returncode or not (p.run_dir / "summary.json").exists() else None
     study.write_json(job, {"returncode": out.returncode, "job_wall_s": time.time() - t0, "error": error})
     return error
+
+
+def trainer(timeout: float, prefix: str) -> Callable[[study.Planned], Optional[str]]:
+    """The study runner's ``train`` for a study on shaped links: announces each run, then `launch`es it with a tag
+    of its own (``prefix``, at most 3 characters, and a count below 1000: slow_net's names allow 6)."""
+    tags = itertools.count()
+
+    def train(p: study.Planned) -> Optional[str]:
+        print(f"{p.cell.label}, seed {p.seed} ...", flush=True)
+        return launch(p, timeout=timeout, tag=f"{prefix}{next(tags) % 1000}")
+
+    return train
 
 
 def row(p: study.Planned) -> Optional[dict[str, Any]]:
@@ -438,15 +450,9 @@ def cells(args: argparse.Namespace) -> list[study.Cell]:
 def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every cell (`cells`) once per seed of ``args``, by the study runner (a finished run in the workdir is
     reused); the rows of the runs this invocation asked for."""
-    tags = itertools.count()
-
-    def train(p: study.Planned) -> Optional[str]:
-        print(f"{p.cell.label}, seed {p.seed} ...", flush=True)
-        return launch(p, timeout=args.timeout, tag=f"tta{next(tags) % 1000}")
-
     workdir = pathlib.Path(args.workdir or ROOT / "runs" / "network" / args.dataset)
-    outcome = study.run_study("time_to_accuracy", cells(args), args.seeds, workdir, root=ROOT, train=train,
-                              record=lambda p: row(p))
+    outcome = study.run_study("time_to_accuracy", cells(args), args.seeds, workdir, root=ROOT,
+                              train=trainer(args.timeout, "tta"), record=row)
     for r in outcome.records:
         print(f"  {r['model']}-layer, {r['ranks']} ranks, {r['link']}, seed {r['seed']}, {r['algorithm']}: time to "
               f"target {r.get('time_to_target_s')} s, rounds {r.get('rounds')}, warm-up {r.get('compile_time_s')} s, "

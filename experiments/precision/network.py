@@ -79,19 +79,13 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
-    tags = itertools.count()
-
-    def train(p: study.Planned) -> Optional[str]:
-        print(f"{p.cell.label}, seed {p.seed} ...", flush=True)
-        return tta.launch(p, timeout=args.timeout, tag=f"bf{next(tags) % 1000}")
-
     def record(p: study.Planned) -> Optional[dict[str, Any]]:
         r = tta.row(p)
         return None if r is None else {**r, "exchange": p.cell.info["exchange"]}
 
     workdir = pathlib.Path(args.workdir or REPO / "runs" / "precision" / "network")
-    outcome = study.run_study("precision_network", cells(args), args.seeds, workdir, root=REPO, train=train,
-                              record=record)
+    outcome = study.run_study("precision_network", cells(args), args.seeds, workdir, root=REPO,
+                              train=tta.trainer(args.timeout, "bf"), record=record)
     return outcome.records
 
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from experiments.grid import seed_list
-from experiments.network import slow_net
+from experiments.network import common
 from experiments.network import time_to_accuracy as tta
 from experiments.text.study import B, CONFIG, K
 from istjax.launch import study as study_lib
@@ -94,39 +94,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--workdir", default="runs/text-network")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
-    why = slow_net.missing_privileges()
-    if why:
-        print(f"text network study: {why}", file=sys.stderr)
-        return 2
+    if (code := common.refused("text network study", args.links)) is not None:
+        return code
     arms = args.arms.split(",")
     if any(a not in ARMS for a in arms):
         print(f"--arms: each of {ARMS}", file=sys.stderr)
         return 2
-    links = args.links.split(",")
-    for rate in links:
-        slow_net.Link(rate)  # validates the units before anything runs
-    cells = [cell(args.ranks, link, a, samples=args.samples, eval_every=args.eval_every) for link in links
-             for a in arms]
-    given = sys.argv[1:] if argv is None else list(argv)
-    command = "python -m experiments.text.network " + " ".join(a for a in given if not a.startswith("--out"))
-    every = study_lib.plan(cells, args.seeds, args.workdir, root=ROOT)
-    tags = iter(range(10 ** 6))
+    cells = [cell(args.ranks, link, a, samples=args.samples, eval_every=args.eval_every)
+             for link in args.links.split(",") for a in arms]
+    command = common.command("experiments.text.network", argv)
 
-    def train(p: study_lib.Planned) -> Optional[str]:
-        print(f"== {p.cell.label} seed {p.seed}", flush=True)
-        return tta.launch(p, timeout=args.timeout, tag=f"tn{next(tags) % 1000}")
+    def document(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"study": "text_network", "command": command, "target": args.target, "ranks": args.ranks,
+                "samples": args.samples, "cells": {c.label: list(c.overrides) for c in cells},
+                "summary": summarise(runs), "runs": runs}
 
-    def write(*_):
-        runs = [r for p in every if (r := record(p, args.target)) is not None]
-        doc = {"study": "text_network", "command": command, "target": args.target, "ranks": args.ranks,
-               "samples": args.samples, "cells": {c.label: list(c.overrides) for c in cells},
-               "summary": summarise(runs), "runs": runs}
-        study_lib.write_json(args.out, doc)
-
-    study_lib.run_study("text_network", cells, args.seeds, args.workdir, root=ROOT, train=train,
-                        record=lambda p: record(p, args.target), after_run=write)
-    write()
-    print(json.dumps(summarise([r for p in every if (r := record(p, args.target)) is not None]), indent=1))
+    runs = common.run_to_file("text_network", cells, args, record=lambda p: record(p, args.target),
+                              document=document, tag="tn")
+    print(json.dumps(summarise(runs), indent=1))
     return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from experiments.tables import cell, markdown_table, nbytes, scalar, seconds_to_target, table
+from experiments.tables import (ROUND_COLUMNS, cell, markdown_table, nbytes, round_cells, scalar, seconds_to_target,
+                               table)
 from istjax.launch.metrics import format_mean_std
 
 STUDY = "experiments/text/results/study.json"
@@ -112,11 +113,8 @@ NETWORK = "experiments/text/results/network.json"
 @table("text_network", NETWORK)
 def _network(d):
     body = markdown_table(
-        ["link", "algorithm", "seconds to target", "seconds a round", "bytes a worker sends a round"],
-        [[r["link"], NAMES[r["algorithm"]], seconds_to_target(r),
-          f"{r['time_per_round_s']:.2f}" if r.get("time_per_round_s") else "-",
-          nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
-         for r in d["summary"]])
+        ["link", "algorithm", "seconds to target", *ROUND_COLUMNS],
+        [[r["link"], NAMES[r["algorithm"]], seconds_to_target(r), *round_cells(r)] for r in d["summary"]])
     return (f"The transformer on {d['ranks']} MPI processes in network namespaces, one worker each, to validation "
             f"loss <= {d['target']} nats per character (training seconds: compilation and evaluation excluded; at "
             f"most {d['samples']:,} windows a run), mean ± std over the seeds that reached it.\n\n" + body)

@@ -132,7 +132,7 @@ def samples(out: pathlib.Path, workdir: pathlib.Path, seed: int = 0) -> dict[str
     import jax
 
     from istjax.data.text import Vocabulary
-    from istjax.launch.driver import restore_run
+    from istjax.launch.restore import restore_run
     from istjax.models.transformer import generate
 
     doc = json.loads(out.read_text())

@@ -54,7 +54,7 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
     "tensor_parallel": AlgorithmEntry(tensor_parallel, ("batch_size", "exchange_dtype"),
                                       "every layer split across the MPI processes, activations exchanged every step "
-                                      "(runtime.name='mpi'; one hidden layer: sparse_mlp, or mlp without BatchNorm)"),
+                                      "(runtime.name='mpi'; models giving their tensor split: mlp, sparse_mlp, transformer)"),
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Exchange", "apply_update",

@@ -59,7 +59,10 @@ from istjax.core.comm import CommBytes, Exchange
 from istjax.core.partition import Sampler
 from istjax.core.precision import Wire
 from istjax.core.spec import SubnetSpec
-from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, recompute_batches
+from istjax.core.state import MODEL_STATE_POLICIES as MODEL_STATE_POLICIES
+from istjax.core.state import OPTIMIZER_STATE_POLICIES as OPTIMIZER_STATE_POLICIES
+from istjax.core.state import (WORKERS, ModelStatePolicy, OptimizerStatePolicy, RoundPlan, TrainState, WorkerState,
+                               recompute_batches)
 from istjax.core.task import MIN_BATCH_STATISTICS_SPLIT, Task
 
 __all__ = [
@@ -70,6 +73,8 @@ __all__ = [
     "Exchange",
     "MODEL_STATE_POLICIES",
     "OPTIMIZER_STATE_POLICIES",
+    "ModelStatePolicy",
+    "OptimizerStatePolicy",
     "apply_update",
     "local_train",
     "finish_round",
@@ -83,8 +88,7 @@ __all__ = [
 ]
 
 PyTree = Any
-OPTIMIZER_STATE_POLICIES = ("reset", "carry")
-MODEL_STATE_POLICIES = ("carry", "recompute")
+
 
 
 class SubnetPieces(NamedTuple):
@@ -173,6 +177,9 @@ class Algorithm:
       wire: what crosses between workers and the server (`istjax.core.precision.Wire`), rounded by the algorithm's
         own pieces; ``collect(..., sent=True)`` reads workers' trees that are what they sent (`Wire.up`). A runtime
         that moves bytes moves the rounded values as their 16 bits (`istjax.core.precision.pack`).
+      reads_every_worker: every process's round reads every worker's batches each step (tensor parallel: each
+        shard computes on all W x B examples), so a process must be given all rows of ``batches``, never only its
+        own workers' (`istjax.launch.config.experiment.own_rows`).
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -190,7 +197,7 @@ class Algorithm:
     local_fused: Optional[Callable[..., tuple[WorkerState, dict]]] = None
     exchange: Exchange = Exchange.SUBNETWORKS
     carries_optimizer_state: bool = False
-    model_state_policy: str = "carry"
+    model_state_policy: ModelStatePolicy = ModelStatePolicy.CARRY
     runtime: Any = None
     subnet: Optional[SubnetPieces] = None
     owner_side: Optional[OwnerSide] = None
@@ -199,16 +206,16 @@ class Algorithm:
     split: Optional[Callable[..., dict]] = None
     recompute_batches: int = 1
     wire: Wire = Wire()
+    reads_every_worker: bool = False
 
-    def __post_init__(self):  # the declarations are checked where they are made
-        try:
-            object.__setattr__(self, "exchange", Exchange(self.exchange))
-        except ValueError:
-            raise ValueError(f"Algorithm {self.name!r}: exchange={self.exchange!r}; choose one of "
-                             f"{EXCHANGES}.") from None
-        if self.model_state_policy not in MODEL_STATE_POLICIES:
-            raise ValueError(f"Algorithm {self.name!r}: model_state_policy={self.model_state_policy!r}; choose one of "
-                             f"{MODEL_STATE_POLICIES}.")
+    def __post_init__(self):  # the declarations are checked where they are made, and held as their enums
+        for field, policy in (("exchange", Exchange), ("model_state_policy", ModelStatePolicy)):
+            value = getattr(self, field)
+            try:
+                object.__setattr__(self, field, policy(value))
+            except ValueError:
+                raise ValueError(f"Algorithm {self.name!r}: {field}={value!r}; choose one of "
+                                 f"{policy.values()}.") from None
 
 
 def apply_update(optimizer: optax.GradientTransformation, grads: PyTree, worker: WorkerState) -> WorkerState:
@@ -252,7 +259,7 @@ def finish_round(policy: str, state: TrainState, params, model_state, opt_state,
     """The next `TrainState` from collected pieces, after the model-state policy: ``"recompute"`` replaces the model
     state by ``recompute(params, model_state)``, the statistics of the merged model (`recompute_from`; from each
     owner's slice in the sharded mode), when the task has state and ``recompute`` is given."""
-    if policy == "recompute" and recompute is not None and jax.tree.leaves(model_state):
+    if policy == ModelStatePolicy.RECOMPUTE and recompute is not None and jax.tree.leaves(model_state):
         model_state = recompute(params, model_state)
     return TrainState(params, model_state, opt_state, key, state.round + 1)
 
@@ -327,22 +334,21 @@ def check_common(task: Task, num_workers, local_steps, optimizer_state: str, mod
                        f"choose one of {MODEL_STATE_POLICIES} (carry: running statistics travel with the parameters; "
                        f"recompute: recomputed on the merged model after every round).")
     _check_recompute_batches(recompute_batches, local_steps, model_state)
-    if model_state == "recompute" and task.recompute_state is None and task.has_state:
+    if model_state == ModelStatePolicy.RECOMPUTE and task.recompute_state is None and task.has_state:
         raise ArgError("model_state", model_state, "model_state='recompute' needs a task that can recompute its "
                        "statistics (a classifier of a module with a bn_momentum field, e.g. istjax.models.CNN);",
-                       "use model_state='carry'.", "use --config.algorithm.model_state=carry.")
+                       use={"model_state": "carry"})
 
 
 def _check_recompute_batches(n, local_steps: int, model_state: str) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= local_steps:
         raise ArgError("recompute_batches", n, f"recompute_batches={n!r}: need an integer from 1 to "
                        f"local_steps={local_steps} (each worker's first that many batches of the round);",
-                       "e.g. 1, or local_steps for all of them.", "e.g. --config.algorithm.recompute_batches=1.")
-    if n != 1 and model_state != "recompute":
+                       ("e.g.", {"recompute_batches": 1}, ", or local_steps for all of them."))
+    if n != 1 and model_state != ModelStatePolicy.RECOMPUTE:
         raise ArgError("recompute_batches", n, f"recompute_batches={n} says how many batches the statistics are "
                        f"recomputed from, but model_state={model_state!r} recomputes none, so it would change "
-                       "nothing;", "use model_state='recompute' or drop it.",
-                       "add --config.algorithm.model_state=recompute or drop it.")
+                       "nothing;", ("use", {"model_state": "recompute"}, "or drop it."))
 
 
 def init_state(task: Task, optimizer: optax.GradientTransformation, carry_optimizer: bool):

@@ -29,7 +29,8 @@ from istjax.algorithms.base import Algorithm, OwnerSide, SubnetPieces, recompute
 from istjax.core import partition as partition_lib
 from istjax.core import shard
 from istjax.core.collectives import Collectives
-from istjax.core.comm import subnet_bytes
+from istjax.core.comm import Exchange, subnet_bytes
+from istjax.core.precision import ExchangeValues
 from istjax.core.subnet import extract, merge
 from istjax.core.task import Task
 
@@ -74,7 +75,7 @@ def owner_side(task: Task, pieces: SubnetPieces) -> OwnerSide:
 
     def collect(layout, state, round_plan, returned, gathered, sums, first=None, shared=None, reduce=None):
         held = pieces.held(state)
-        if not wire.exact and wire.values == "delta":  # the workers sent their changes (`Wire.up`)
+        if not wire.exact and wire.values == ExchangeValues.DELTA:  # the workers sent their changes (`Wire.up`)
             returned, gathered, sums = shard.owner_sent(layout, leaves, held, round_plan.partition, returned, gathered,
                                                         sums)
         tree = shard.owner_collect(layout, leaves, held, round_plan.partition, returned, gathered, sums, disjoint)
@@ -121,5 +122,5 @@ def subnet_algorithm(task: Task, pieces: SubnetPieces, *, init, num_workers: int
     slots = pieces.sampler.slots(pieces.spec.group_sizes, num_workers)
     return Algorithm(init=init, round=None, distribute=distribute, collect=collect, num_workers=num_workers,
                      comm=subnet_bytes(pieces.wire.shapes(held), pieces.spec, slots), task=task, sampler=pieces.sampler,
-                     exchange="subnetworks", subnet=pieces, owner_side=owner_side(task, pieces), wire=pieces.wire,
-                     **fields)
+                     exchange=Exchange.SUBNETWORKS, subnet=pieces, owner_side=owner_side(task, pieces),
+                     wire=pieces.wire, **fields)

@@ -15,11 +15,11 @@ from typing import Any, Optional, Union
 import jax
 import optax
 
-from istjax.algorithms.base import (Algorithm, SubnetPieces, bind, check_common, finish_round, init_state,
-                                    local_train, loss_split)
+from istjax.algorithms.base import (Algorithm, OptimizerStatePolicy, SubnetPieces, bind, check_common, finish_round,
+                                    init_state, local_train, loss_split)
 from istjax.algorithms.exchange import subnet_algorithm
 from istjax.core import contract, precision
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core import partition as partition_lib
 from istjax.core.schedule import at_round
 from istjax.core.spec import SubnetSpec, spec_like_params
@@ -69,7 +69,7 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
         raise contract.group_size_refusal(task.module, e) from None
     task = scaled_for_test(task, slots)  # a module that scales its partitioned branches at test time
     loss = task.train_loss(slots)
-    carry = optimizer_state == "carry"
+    carry = optimizer_state == OptimizerStatePolicy.CARRY
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally
         del axis_name, reduce
@@ -90,7 +90,7 @@ def _check_groups(task: Task) -> None:
                                         "'hidden_0'}).")
         raise ArgError("task", type(task.module).__name__,
                        f"the model has no neuron group, so every weight is shared and IST would train it as local "
-                       f"SGD. {why}", "Or use istjax.local_sgd.", "Or use --config.algorithm.name=local_sgd.")
+                       f"SGD. {why}", ("Or use", Code("istjax.local_sgd", {"algorithm": "local_sgd"}), "."))
 
 
 def held_spec(task: Task, optimizer: optax.GradientTransformation, carry: bool) -> SubnetSpec:

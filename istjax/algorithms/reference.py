@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.algorithms.base import Algorithm, apply_update
+from istjax.algorithms.base import Algorithm, ModelStatePolicy, apply_update
+from istjax.core.comm import Exchange
+from istjax.core.precision import ExchangeValues
 from istjax.core.schedule import at_round
 from istjax.core.spec import tile_positions
 from istjax.core.state import TrainState, WorkerState, round_keys
@@ -104,7 +106,7 @@ def _returned(alg: Algorithm, trained, exact):
     values (``"params"``), or ``exact`` plus the rounded change (``"delta"``)."""
     if alg.wire.exact:
         return trained
-    if alg.wire.values == "params":
+    if alg.wire.values == ExchangeValues.PARAMS:
         return _rounded(alg, trained)
     change = jax.tree.map(lambda t, s: np.asarray(t) - np.asarray(s), trained, _rounded(alg, exact))
     return jax.tree.map(lambda e, d: jnp.asarray(np.asarray(e) + np.asarray(d)), exact, _rounded(alg, change))
@@ -166,7 +168,7 @@ def _mean(trees):
 
 def _policy(alg: Algorithm, params, model_state, batches, shared):
     """The model-state policy on the merged model (see `istjax.algorithms.base.finish_round`)."""
-    if alg.model_state_policy == "recompute" and jax.tree.leaves(model_state):
+    if alg.model_state_policy == ModelStatePolicy.RECOMPUTE and jax.tree.leaves(model_state):
         model_state = alg.task.recompute_state(params, model_state, jax.tree.map(lambda b: b[:, 0], batches), shared)
     return model_state
 
@@ -237,10 +239,10 @@ def reference_round(algorithm: Algorithm, state: TrainState, batches: PyTree, sh
     Covers every exchange an algorithm declares: ``"subnetworks"`` (IST, any sampler, optimizer state reset),
     ``"gradients"`` (data parallel) and ``"replicas"`` (local SGD, optimizer state reset; DiLoCo's outer step).
     """
-    if algorithm.exchange in ("subnetworks", "replicas") and algorithm.carries_optimizer_state:
+    if algorithm.exchange in (Exchange.SUBNETWORKS, Exchange.REPLICAS) and algorithm.carries_optimizer_state:
         raise NotImplementedError(f"the reference {algorithm.exchange} round resets the optimizer state every round; "
                                   f"build {algorithm.name} with optimizer_state='reset' to compare against it.")
-    rounds = {"subnetworks": _subnetworks, "gradients": _gradients, "replicas": _replicas}
+    rounds = {Exchange.SUBNETWORKS: _subnetworks, Exchange.GRADIENTS: _gradients, Exchange.REPLICAS: _replicas}
     if algorithm.exchange not in rounds:
         raise ValueError(f"no reference round for exchange {algorithm.exchange!r} (algorithm {algorithm.name!r})")
     return rounds[algorithm.exchange](algorithm, state, batches, shared)

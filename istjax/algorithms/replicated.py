@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.algorithms.base import (Algorithm, apply_update, bind, check_common, finish_round, init_state, local_train,
-                                    loss_split, recompute_from, with_outer)
+from istjax.algorithms.base import (Algorithm, OptimizerStatePolicy, apply_update, bind, check_common, finish_round,
+                                    init_state, local_train, loss_split, recompute_from, with_outer)
 from istjax.core import precision
-from istjax.core.comm import replicated_bytes
+from istjax.core.comm import Exchange, replicated_bytes
 from istjax.core.errors import ArgError
 from istjax.core.schedule import at_round
 from istjax.core.state import (WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, round_keys,
@@ -93,7 +93,7 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
                           collect=collect, name="data_parallel", num_workers=num_workers, local_steps=local_steps,
                           comm=comm, task=task, optimizer=optimizer, wire=wire,
                           local_fused=local_fused if wire.exact else None,  # one replica: no gradient per worker
-                          exchange="gradients", carries_optimizer_state=True, model_state_policy=model_state,
+                          exchange=Exchange.GRADIENTS, carries_optimizer_state=True, model_state_policy=model_state,
                           split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
 
@@ -109,7 +109,7 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
     check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
     wire = precision.wire(exchange_dtype, exchange_values)
     loss = task.train_loss(None)
-    carry = optimizer_state == "carry"
+    carry = optimizer_state == OptimizerStatePolicy.CARRY
 
     def distribute(state):
         params = replicas_of(wire, state.params, num_workers)
@@ -135,7 +135,7 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
     comm = replicated_bytes(wire.shapes((abstract_params, abstract_state, abstract_opt)), times=1)
     algorithm = Algorithm(init=init_state(task, optimizer, carry), round=None, distribute=distribute, local=local,
                           collect=collect, name="local_sgd", num_workers=num_workers, local_steps=local_steps,
-                          comm=comm, task=task, optimizer=optimizer, exchange="replicas", wire=wire,
+                          comm=comm, task=task, optimizer=optimizer, exchange=Exchange.REPLICAS, wire=wire,
                           carries_optimizer_state=carry, model_state_policy=model_state,
                           split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
@@ -183,7 +183,7 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     algorithm = Algorithm(init=with_outer(init_state(task, optimizer, False), outer), round=None,
                           distribute=distribute, local=local, collect=collect, name="diloco", wire=wire,
                           num_workers=num_workers, local_steps=local_steps, comm=comm, task=task, optimizer=optimizer,
-                          exchange="replicas", carries_optimizer_state=False, model_state_policy=model_state,
+                          exchange=Exchange.REPLICAS, carries_optimizer_state=False, model_state_policy=model_state,
                           outer_optimizer=outer, split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
 
@@ -222,10 +222,9 @@ def _check_outer(learning_rate, momentum, optimizer_state: str) -> None:
                                                                           else 0 <= v < 1)
         if not ok:
             raise ArgError(name, v, f"diloco({name}={v!r}): must be a number {low};",
-                           "the paper uses outer_learning_rate=0.7, outer_momentum=0.9.",
-                           f"e.g. --config.algorithm.{name}={0.7 if name == 'outer_learning_rate' else 0.9}.")
-    if optimizer_state != "reset":
+                           ("the paper uses", {"outer_learning_rate": 0.7, "outer_momentum": 0.9}, "."))
+    if optimizer_state != OptimizerStatePolicy.RESET:
         raise ArgError("optimizer_state", optimizer_state,
                        "diloco(optimizer_state='carry'): the outer optimizer's state is what travels with the global "
                        "model; the inner optimizer starts fresh every round here.",
-                       "Use optimizer_state='reset'.", "Use --config.algorithm.optimizer_state=reset.")
+                       use={"optimizer_state": "reset"})

@@ -22,8 +22,8 @@ from typing import Any, Union
 import flax.linen as nn
 import optax
 
-from istjax.core.errors import ArgError
-from istjax.algorithms.base import Algorithm
+from istjax.core.errors import ArgError, Code
+from istjax.algorithms.base import Algorithm, ModelStatePolicy
 from istjax.algorithms.ist import ist
 from istjax.core import contract
 from istjax.core import partition as partition_lib
@@ -51,8 +51,7 @@ def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: in
         raise ArgError("min_depth", min_depth, f"min_depth={min_depth!r}: need an integer >= 0", "(0: no overlap).")
     if num_owners > 1 and min_depth:
         raise ArgError(("min_depth", "num_owners"), min_depth, "blocks dealt stratified by owner do not overlap.",
-                       "Use min_depth=0 for the sharded mode, or num_owners=1.",
-                       "Use --config.algorithm.min_depth=0 for the sharded mode, or --config.sampler.num_owners=1.")
+                       ("Use", {"min_depth": 0}, "for the sharded mode, or", {"num_owners": 1}, "."))
     for g, n in block_groups.items():
         if min_depth > n:
             raise ArgError(("group_sizes", "min_depth"), min_depth,
@@ -62,10 +61,8 @@ def resist_sampler(block_groups: dict[str, int], num_workers: int, min_depth: in
             raise ArgError(("group_sizes", "num_workers", "min_depth"), num_workers,
                            f"num_workers={num_workers} is more than the {n} partitioned block(s) of {g!r}: without "
                            f"overlap some worker would train no block of it.",
-                           f"Pass min_depth >= 1 (blocks then overlap and are averaged), use at most {n} workers, or "
-                           f"deepen the stage.",
-                           f"Set --config.algorithm.min_depth=1 or more (blocks then overlap and are averaged), use "
-                           f"at most {n} workers, or deepen the stage.")
+                           ("Set", {"min_depth": 1}, f"or more (blocks then overlap and are averaged), use at most "
+                                                      f"{n} workers, or deepen the stage."))
     if num_owners > 1:
         per = partition_lib.stratified(num_owners)
         per.slots(block_groups, num_workers)  # equal shares of every owner's blocks, or a ValueError naming the stage
@@ -99,19 +96,18 @@ def resist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
         `istjax.ist`.
     """
     model = _depth_split_module(task)
-    if test_scale and model_state == "recompute":
+    if test_scale and model_state == ModelStatePolicy.RECOMPUTE:
         raise ArgError(("model_state", "test_scale"), model_state,
                        "resist(model_state='recompute', test_scale=True): recomputed statistics describe the full, "
                        "unscaled network, but the test-time network scales "
                        "its partitioned branches, so its BatchNorm layers would normalise with the wrong statistics "
                        "(measured: test accuracy 0.148 against 0.304 carried after 12 rounds of fmnist_resist.py).",
-                       "Use model_state='carry' (the statistics of the shallow sub-networks, as the paper) or "
-                       "test_scale=False.", "Use --config.algorithm.model_state=carry (the statistics of the shallow "
-                       "sub-networks, as the paper) or --config.algorithm.test_scale=False.")
+                       ("Use", {"model_state": "carry"}, "(the statistics of the shallow sub-networks, as the paper) "
+                        "or", {"test_scale": False}, "."))
     groups = model.block_groups()
     if not groups:
         raise ArgError("task", "", "resist(): the model partitions no stage (partitioned_stages is empty);",
-                       "name at least one.", "name at least one (--config.model.partitioned_stages).")
+                       ("name at least one (", {"partitioned_stages": ...}, ")."))
     first = _first_blocks(model)
     sampler = resist_sampler(groups, num_workers, min_depth, tuple(first), num_owners)
     slots = sampler.slots({**groups, **first}, num_workers)
@@ -140,8 +136,8 @@ def _depth_split_module(task: Any):
                        "resist() needs a depth-split ResNet: ResIST deals residual blocks, so it needs "
                        "model.name='depth_resnet' in a config, istjax.models.DepthResNet in Python; its residual "
                        "blocks are the neuron groups ResIST deals to workers.",
-                       "Build the task with istjax.classifier(DepthResNet(...), data).",
-                       "Use --config.model.name=depth_resnet.")
+                       Code("Build the task with istjax.classifier(DepthResNet(...), data).",
+                            ("Use", {"model": "depth_resnet"}, ".")))
     return task.module
 
 

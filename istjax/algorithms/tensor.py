@@ -41,7 +41,7 @@ from istjax.algorithms.base import Algorithm, apply_update, bind, init_state
 from istjax.core import contract, precision, tiled_init
 from istjax.core.collectives import Collectives, Differentiable, differentiable, lax_collectives
 from istjax.core.comm import CommBytes, Exchange
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core.shard import Layout
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, round_keys
 from istjax.core.task import Task, scores as default_scores
@@ -351,7 +351,7 @@ def _check_sizes(task: Task, num_shards: int) -> None:
         if size % num_shards:
             raise ArgError("num_workers", num_shards, f"tensor_parallel cuts the {size} units of {name} (axis "
                            f"{axis}) into num_workers={num_shards} equal blocks, but {size} % {num_shards} != 0.",
-                           f"Use num_workers dividing {size}.", f"Use --config.num_workers dividing {size}.")
+                           ("Use", {"num_workers": ...}, f"dividing {size}."))
 
 
 def _check(task: Task, num_workers, local_steps, batch_size) -> None:
@@ -364,8 +364,10 @@ def _check(task: Task, num_workers, local_steps, batch_size) -> None:
     if module is None or task.example_x is None or contract.tensor_logits(module) is None:
         raise ArgError("task", type(module).__name__, f"tensor_parallel needs a model that gives its tensor split "
                        f"(tensor_axes() and tensor_logits(), istjax.core.contract); {type(module).__name__} gives "
-                       f"none.", "Use istjax.models.MLP, SparseMLP or Transformer, or add the two methods (see "
-                       "istjax.models.tensor_forward).", "Use --config.model.name=mlp, sparse_mlp or transformer.")
+                       f"none.", ("Use", [Code("istjax.models.MLP", {"model": "mlp"}),
+                                          Code("SparseMLP", {"model": "sparse_mlp"}),
+                                          Code("Transformer", {"model": "transformer"})],
+                                  ", or add the two methods (see istjax.models.tensor_forward)."))
     if task.has_state:
         raise ArgError("task", type(module).__name__, f"tensor_parallel with {type(module).__name__}, which keeps "
                        f"running statistics (a model state): each shard would keep its own.",
@@ -396,11 +398,15 @@ def tensor_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_
         raise ArgError("exchange_dtype", exchange_dtype,
                        f"tensor_parallel(exchange_dtype={exchange_dtype!r}): its activations and their gradients are "
                        f"all-gathered and summed inside every step in float32 (mpi4jax has no bfloat16 collective);",
-                       "use exchange_dtype='float32'.", "Use --config.exchange_dtype=float32.")
-    if getattr(backend, "name", backend) != "mpi":
+                       use={"exchange_dtype": "float32"})
+    import istjax.runtimes as runtimes  # the registry; runtimes never import algorithms
+
+    if not runtimes.get(backend).multi_process:
+        spanning = [n for n in runtimes.RUNTIMES.names() if runtimes.get(n).multi_process]
         raise ArgError("backend", backend, f"tensor_parallel splits every layer across processes and exchanges "
-                       f"activations every step; it runs on the mpi runtime only, not {backend!r}.",
-                       "Use backend='mpi' under mpiexec -n W.", "Use --config.runtime.name=mpi under mpiexec -n W.")
+                       f"activations every step; it runs on a runtime whose workers span processes "
+                       f"({', '.join(spanning)}), not {runtimes.get(backend).name!r}.",
+                       ("Use", {"backend": spanning[0]}, "under mpiexec -n W."))
     algorithm = tensor_parallel_pieces(task, optimizer, num_workers=num_workers, local_steps=local_steps,
                                        batch_size=batch_size)
     return bind(algorithm, backend, **backend_options)
@@ -473,4 +479,4 @@ def tensor_parallel_pieces(task: Task, optimizer: optax.GradientTransformation, 
     return Algorithm(init=init_state(task, optimizer, True), round=None, distribute=distribute, local=local,
                      collect=collect, name="tensor_parallel", num_workers=num_workers, local_steps=local_steps,
                      comm=comm, task=task, optimizer=optimizer, exchange=Exchange.ACTIVATIONS,
-                     carries_optimizer_state=True, tensor=pieces)
+                     carries_optimizer_state=True, tensor=pieces, reads_every_worker=True)

@@ -11,39 +11,31 @@ the buffers it actually moves and reports them beside these.
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
+from istjax.core.choice import Choice
 from istjax.core.spec import SubnetSpec
 from istjax.core.subnet import subnet_shapes
 
 __all__ = ["EXCHANGES", "Exchange", "CommBytes", "subnet_bytes", "replicated_bytes", "tree_bytes"]
 
 PyTree = Any
-#: What crosses between workers and the server, by name (`Exchange`).
-EXCHANGES = ("subnetworks", "replicas", "gradients", "activations")
-
-
-class Exchange(str, enum.Enum):
+class Exchange(Choice):
     """What crosses between workers and the server each round (`istjax.algorithms.base` says what each means); equal
-    to its string value, so a config's string compares equal to its member."""
+    to its string value, so a config's string compares equal to its member (`istjax.core.choice`)."""
 
     SUBNETWORKS = "subnetworks"
     REPLICAS = "replicas"
     GRADIENTS = "gradients"
     ACTIVATIONS = "activations"
 
-    def __str__(self) -> str:  # messages, metrics and f-strings show the plain name
-        return self.value
 
-    __format__ = str.__format__
-
-    def __repr__(self) -> str:
-        return repr(self.value)
+#: What crosses between workers and the server, by name (`Exchange`).
+EXCHANGES = Exchange.values()
 
 
 class CommBytes(NamedTuple):

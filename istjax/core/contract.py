@@ -68,10 +68,11 @@ Optional (`OPTIONAL`):
     (`istjax.launch.metrics.METRIC_LABELS`): ``key`` names a metric of the evaluation record (``test_<metric>``
     or ``train_<metric>`` of ``scores``' metrics, ``test_loss``, ``train_loss``), ``label`` what the summary calls
     it. `istjax.models.SparseMLP`: P@1, P@5, PSP@1, PSP@5.
-``group_size_fix(group, num_workers) -> (fix, config_fix) or None``
+``group_size_fix(group, num_workers) -> fix or None``
     the fix for a neuron group the sampler cannot deal evenly among W workers, when the module's fields constrain
-    what sizes the group may have (`istjax.models.Transformer`: a head count must divide its width); in the Python
-    API's words and the command line's. None: any multiple of W will do, as the sampler says.
+    what sizes the group may have (`istjax.models.Transformer`: a head count must divide its width), as data: the
+    pieces of `istjax.core.errors.ArgError`'s fix, the module's fields by their names (``("Use", {"num_heads": 3},
+    ...)``). None: any multiple of W will do, as the sampler says.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ OPTIONAL = {
     "tensor_logits": "method: a tensor-parallel shard's forward pass on its blocks, activations exchanged",
     "scores": "method: (logits, labels) -> (loss, metrics with 'accuracy'), replacing softmax cross-entropy",
     "summary_metrics": "method: ((record key, label), ...) a run's summary prints, in place of accuracy and losses",
-    "group_size_fix": "method: (Python fix, command-line fix) for a group W workers cannot share, when fields "
+    "group_size_fix": "method: the fix (ArgError's pieces) for a group W workers cannot share, when fields "
                       "constrain its size",
 }
 
@@ -249,7 +250,7 @@ RATIO_PARTS = ("_numerator", "_denominator")
 
 def ratios(means: Mapping[str, float]) -> dict[str, float]:
     """``means`` with each ``<name>_numerator`` / ``<name>_denominator`` pair replaced by ``<name>``, their ratio
-    (0 when the denominator is 0): how an evaluation (`istjax.launch.driver.Evaluator`) turns the means over its
+    (0 when the denominator is 0): how an evaluation (`istjax.launch.evaluator.Evaluator`) turns the means over its
     batches into PSP@k over the split."""
     num, den = RATIO_PARTS
     out = {}
@@ -307,4 +308,4 @@ def group_size_refusal(model, error):
     fix = method(error.group, error.num_workers) if method is not None else None
     if fix is None:
         return error
-    return ArgError(error.arg, error.value, error.problem, *fix)
+    return ArgError(error.arg, error.value, error.problem, fix)

@@ -48,7 +48,7 @@ BARE_JAX_BYTES = 186 * MiB
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
           "tb": 10**12, "kib": 1 << 10, "mib": MiB, "gib": GiB, "tib": 1 << 40}
 _SIZE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
-_FIX = "Give bytes as an integer or a size such as '800MiB', '1.5GiB' or '2GB' (0: no cap)."
+_FIX = "bytes as an integer, or a size such as '800MiB', '1.5GiB' or '2GB'; 0: no cap"
 
 
 def parse_bytes(value: Union[int, float, str], arg: str = "memory_limit") -> int:
@@ -68,8 +68,7 @@ def parse_bytes(value: Union[int, float, str], arg: str = "memory_limit") -> int
 
 
 def _bad(arg: str, value: Any, problem: str) -> ArgError:
-    return ArgError(arg, value, f"{arg}={value!r} {problem}.", _FIX,
-                    config_fix=f"Set --config.runtime.{arg}=1.5GiB (bytes or a size with a unit; 0: no cap).")
+    return ArgError(arg, value, f"{arg}={value!r} {problem}.", ("Set", {arg: "1.5GiB"}, f"({_FIX})."))
 
 
 def format_size(n: float) -> str:
@@ -148,7 +147,5 @@ def check_memory(predicted: MemoryPrediction, limit: int, *, what: str = "this p
     problem = (f"{what} would hold {predicted.describe()}; that is more than the memory_limit of "
                f"{format_size(limit)} ({predicted.total:,} > {limit:,} bytes).")
     raise ArgError("memory_limit", limit, problem,
-                   "Use more ranks (mpiexec -n ... with mode='sharded'), a smaller hidden width, or a larger "
-                   "memory_limit.",
-                   config_fix="Use more ranks (mpiexec -n ... --config.runtime.mode=sharded), a smaller hidden "
-                              "width (--config.model.hidden=...), or a larger --config.runtime.memory_limit.")
+                   ("Use more ranks (mpiexec -n ... with", {"mode": "sharded"}, "), a smaller hidden width (",
+                    {"hidden": ...}, "), or a larger", {"memory_limit": ...}, "."))

@@ -30,12 +30,12 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core.registry import Registry
 
 __all__ = ["Partition", "Sampler", "SamplerEntry", "SAMPLERS", "uniform", "stratified", "overlapping", "uneven",
            "nested", "per_group",
-           "disjoint_groups", "owner_counts", "check_partition", "GroupSizeError"]
+           "disjoint_groups", "owner_counts", "check_partition", "GroupSizeError", "PAD"]
 
 
 class Partition(NamedTuple):
@@ -98,6 +98,8 @@ def owner_counts(sampler: Sampler, group_sizes: Mapping[str, int]) -> dict[str, 
 
 # The arguments a sampler refuses together when it cannot deal a model's groups among W workers.
 GROUPS_WORKERS_SAMPLER = ("group_sizes", "num_workers", "sampler")
+# The fix "pad and mask the short workers": the padded uniform sampler, in a fix (`istjax.core.errors`).
+PAD = Code("istjax.uniform(pad=True)", {"sampler": "uniform_pad"})
 
 
 class GroupSizeError(ArgError):
@@ -105,8 +107,8 @@ class GroupSizeError(ArgError):
     names, a multiple of W, holds for a width any number fits; a model whose fields constrain a group's size (the
     transformer's heads must divide its width) gives its own (`istjax.core.contract.group_size_refusal`)."""
 
-    def __init__(self, group: str, size: int, num_workers: int, problem: str, fix: str, config_fix: str):
-        super().__init__(GROUPS_WORKERS_SAMPLER, num_workers, problem, fix, config_fix)
+    def __init__(self, group: str, size: int, num_workers: int, problem: str, fix):
+        super().__init__(GROUPS_WORKERS_SAMPLER, num_workers, problem, fix)
         self.group, self.size, self.num_workers = group, size, num_workers
 
 
@@ -129,10 +131,9 @@ def _check_workers(group_sizes: Mapping[str, int], num_workers: int, *, allow_mo
                            f"would leave some worker without a unit.")
                 raise ArgError(
                     GROUPS_WORKERS_SAMPLER, num_workers, problem,
-                    f"Use at most {n} workers, widen the layer, or deal this group with a sampler that lets workers "
-                    f"share units: istjax.per_group({{{g!r}: istjax.overlapping(1)}}, default=...).",
-                    f"Use at most {n} workers, widen the layer, or deal this group with a sampler that lets workers "
-                    f"share units: --config.sampler.groups.{g}=overlapping.")
+                    (f"Use at most {n} workers, widen the layer, or deal this group with a sampler that lets workers "
+                     f"share units:", Code(f"istjax.per_group({{{g!r}: istjax.overlapping(1)}}, default=...)",
+                                           {f"samplers.{g}": "overlapping"}), "."))
 
 
 def _group_keys(key: jax.Array, group_sizes: Mapping[str, int]) -> dict[str, jax.Array]:
@@ -173,8 +174,7 @@ def uniform(pad: bool = False, idle: bool = False) -> Sampler:
                        f"{n + num_workers - n % num_workers}),"
                 raise GroupSizeError(
                     g, n, num_workers, f"neuron group {g!r} has {n} units, not divisible by num_workers={num_workers}.",
-                    f"{near} or sample with istjax.uniform(pad=True) to pad and mask the short workers.",
-                    f"{near} or sample with --config.sampler.name=uniform_pad to pad and mask the short workers.")
+                    (near, "or sample with", PAD, "to pad and mask the short workers."))
         return {g: -(-n // num_workers) for g, n in group_sizes.items()}
 
     def sample(key, group_sizes, num_workers):

@@ -28,39 +28,49 @@ from __future__ import annotations
 import functools
 import inspect
 import string
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from istjax.core.choice import Choice
 from istjax.core.errors import ArgError
 
-__all__ = ["DTYPES", "EXCHANGE_VALUES", "FLOAT32", "Wire", "cast", "check_dtype", "dense_options", "dot_general",
-           "dtype_options", "einsum", "has_low_matmul", "in_float32", "is_low", "map_in_turn", "pack", "unpack",
-           "wire"]
+__all__ = ["DTYPES", "EXCHANGE_VALUES", "ExchangeValues", "FLOAT32", "Wire", "cast", "check_dtype", "dense_options",
+           "dot_general", "dtype_options", "einsum", "has_low_matmul", "in_float32", "is_low", "map_in_turn", "pack",
+           "unpack", "wire"]
 
 #: The dtypes a model may compute in and an exchange may carry.
 DTYPES = ("float32", "bfloat16")
-#: What a worker sends back under a bfloat16 exchange: its change since it received (``"delta"``) or its values.
-EXCHANGE_VALUES = ("delta", "params")
+
+
+class ExchangeValues(Choice):
+    """What a worker sends back under a bfloat16 exchange: its change since it received (``delta``) or its values
+    (``params``)."""
+
+    DELTA = "delta"
+    PARAMS = "params"
+
+
+#: What a worker may send back under a bfloat16 exchange (`ExchangeValues`' values).
+EXCHANGE_VALUES = ExchangeValues.values()
 #: The exact dtype: a float32 compute or exchange changes nothing.
 FLOAT32 = "float32"
 
 PyTree = Any
 
 
-def check_dtype(value: Any, arg: str = "dtype", config_field: Optional[str] = None) -> str:
+def check_dtype(value: Any, arg: str = "dtype") -> str:
     """``value`` as a name in `DTYPES` (a dtype object is accepted), or an `ArgError` listing the choices."""
     try:
         name = jnp.dtype(value).name if not isinstance(value, str) else value
     except TypeError:
         name = None
     if name not in DTYPES:
-        field = config_field or arg
         raise ArgError(arg, value, f"{arg}={value!r} is not a dtype istjax computes or exchanges in;",
-                       f"choose one of {list(DTYPES)}.", f"Use --config.{field}=" + " or ".join(DTYPES) + ".")
+                       (f"choose one of {list(DTYPES)}:", [{arg: d} for d in DTYPES], "."))
     return name
 
 
@@ -215,7 +225,7 @@ class Wire(NamedTuple):
     """
 
     dtype: str = FLOAT32
-    values: str = "delta"
+    values: ExchangeValues = ExchangeValues.DELTA
 
     @property
     def exact(self) -> bool:
@@ -236,7 +246,7 @@ class Wire(NamedTuple):
         ``trained`` itself, rounded."""
         if self.exact:
             return trained
-        if self.values == "params":
+        if self.values == ExchangeValues.PARAMS:
             return self.round(trained)
         return jax.tree.map(lambda t, s: _round(t - s, self.dtype) if jnp.issubdtype(t.dtype, jnp.floating) else t,
                             trained, started)
@@ -244,7 +254,7 @@ class Wire(NamedTuple):
     def back(self, sent_up: PyTree, exact: PyTree) -> PyTree:
         """The receiver's reading of `up`: ``exact`` (its float32 copy of what it sent the worker) plus the change,
         or the values themselves."""
-        if self.exact or self.values == "params":
+        if self.exact or self.values == ExchangeValues.PARAMS:
             return sent_up
         return jax.tree.map(lambda e, d: e + d if jnp.issubdtype(e.dtype, jnp.floating) else d, exact, sent_up)
 
@@ -273,15 +283,14 @@ def wire(dtype: Any = FLOAT32, values: str = "delta") -> Wire:
     name = check_dtype(dtype, "exchange_dtype")
     if values not in EXCHANGE_VALUES:
         raise ArgError("exchange_values", values, f"exchange_values={values!r}:",
-                       f"choose one of {list(EXCHANGE_VALUES)}.",
-                       f"Use --config.exchange_values=" + " or ".join(EXCHANGE_VALUES) + ".")
-    if name == FLOAT32 and values != EXCHANGE_VALUES[0]:
+                       (f"choose one of {list(EXCHANGE_VALUES)}:", [{"exchange_values": v} for v in EXCHANGE_VALUES],
+                        "."))
+    if name == FLOAT32 and values != ExchangeValues.DELTA:
         raise ArgError("exchange_values", values,
                        f"exchange_values={values!r} with exchange_dtype='float32': what a worker sends back is chosen "
                        f"only for a bfloat16 exchange (float32 carries every value exactly), so it would change "
-                       f"nothing.", "Drop it, or set exchange_dtype='bfloat16'.",
-                       "Drop it, or set --config.exchange_dtype=bfloat16.")
-    return Wire(name, values)
+                       f"nothing.", ("Drop it, or set", {"exchange_dtype": "bfloat16"}, "."))
+    return Wire(name, ExchangeValues(values))
 
 
 def pack(tree: PyTree, dtype: Any) -> PyTree:

@@ -12,11 +12,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from istjax.core.choice import Choice
 from istjax.core.partition import Partition
 from istjax.core.schedule import at_round
 
 __all__ = [
     "WORKERS",
+    "MODEL_STATE_POLICIES",
+    "OPTIMIZER_STATE_POLICIES",
+    "ModelStatePolicy",
+    "OptimizerStatePolicy",
     "round_keys",
     "worker_init",
     "TrainState",
@@ -35,6 +40,26 @@ PyTree = Any
 
 #: The axis name a runtime binds to the workers it maps over (data parallel's `lax.pmean` reduces over it).
 WORKERS = "workers"
+
+
+class OptimizerStatePolicy(Choice):
+    """A worker's optimizer state at a round's end: ``reset`` (fresh every round) or ``carry`` (it travels with the
+    parameters)."""
+
+    RESET = "reset"
+    CARRY = "carry"
+
+
+class ModelStatePolicy(Choice):
+    """The model state (BatchNorm statistics) at a round's end: ``carry`` (it travels with the parameters) or
+    ``recompute`` (recomputed on the merged model)."""
+
+    CARRY = "carry"
+    RECOMPUTE = "recompute"
+
+
+OPTIMIZER_STATE_POLICIES = OptimizerStatePolicy.values()
+MODEL_STATE_POLICIES = ModelStatePolicy.values()
 
 
 class TrainState(NamedTuple):

@@ -427,7 +427,5 @@ def check_evaluation(task: Task, split_sizes: Mapping[str, int], *, batch_size: 
                        f"a split of {smallest} examples; model {name} normalises with the statistics of the batch it "
                        f"is given at test time, and a batch under {MIN_BATCH_STATISTICS_SPLIT} examples scores another, "
                        f"worse model.",
-                       f"Use more examples, or the model without test-time batch statistics"
-                       f"{': ' + ', '.join(f'{k}={v!r}' for k, v in fix.items()) if fix else ''}.",
-                       f"Use more examples, or the model without test-time batch statistics"
-                       f"{': ' + ' '.join(f'--config.model.{k}={v}' for k, v in fix.items()) if fix else ''}.")
+                       ("Use more examples, or the model without test-time batch statistics" + (":" if fix else ""),
+                        fix or "", "."))

@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Any, Callable, NamedTuple, Optional
 
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 
 __all__ = ["Field", "load_object", "defined", "is_file_spec", "absolute", "spec_of", "searched"]
 
@@ -44,9 +44,10 @@ class Field(NamedTuple):
         return self.name.rsplit(".", 1)[-1]
 
     @property
-    def fix(self) -> str:
-        return (f"Name it as --config.{self.name}=path/to/file.py:{self.noun} (a file, no PYTHONPATH needed) or "
-                f"--config.{self.name}=package.module:{self.noun} (importable from here).")
+    def fix(self) -> tuple:
+        """The two forms of a spec, as a fix (`istjax.core.errors`) setting `arg`."""
+        return ("Name it as", {self.arg: f"path/to/file.py:{self.noun}"}, "(a file, no PYTHONPATH needed) or",
+                {self.arg: f"package.module:{self.noun}"}, "(importable from here).")
 
 
 def is_file_spec(spec: str) -> bool:
@@ -171,8 +172,8 @@ def load_object(spec: str, field: Field) -> tuple[Any, Any]:
         close = difflib.get_close_matches(name, defined(module, field), n=3, cutoff=0.6)
         mean = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
         listed = f"the {field.what} defined there are {defined(module, field)}"
-        raise ArgError(field.arg, spec, f"{field.name}={spec!r}: {where} has no {name!r}{mean};", f"{listed}.",
-                       f"{listed}" + (f"; use --config.{field.name}={where}:{close[0]}." if close else "."))
+        raise ArgError(field.arg, spec, f"{field.name}={spec!r}: {where} has no {name!r}{mean};",
+                       (listed, Code("", ("; use", {field.arg: f"{where}:{close[0]}"})) if close else "", "."))
     return obj, module
 
 
@@ -194,7 +195,7 @@ def _refuse_missing_name(spec: str, module: Any, field: Field) -> None:
     example = names[0] if len(names) == 1 else field.noun
     listed = f"the {field.what} it defines are {names}" if names else f"it defines no {field.what}"
     raise ArgError(field.arg, spec, f"{field.name}={spec!r} names no {field.noun} in it: give 'where:{field.noun}';",
-                   f"e.g. '{spec}:{example}' ({listed}).", f"e.g. --config.{field.name}={spec}:{example} ({listed}).")
+                   ("e.g.", {field.arg: f"{spec}:{example}"}, f"({listed})."))
 
 
 def spec_of(obj: Any) -> Optional[str]:

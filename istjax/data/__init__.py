@@ -4,8 +4,9 @@ Modules:
 
 * ``arrays``: your own data: `from_arrays` (a Dataset of your arrays: split, standardised, checked) and
   `check_dataset` (the checks a `data.module` function's result passes).
-* ``dataset``: `Dataset`, the container every loader returns, `standardize` (train statistics) and `Rows` (a
-  training split standardised row by row when indexed, as file-backed loaders return it).
+* ``dataset``: `Dataset`, the container every loader returns, `standardize` (train statistics), `Rows` (a
+  training split standardised row by row when indexed, as file-backed loaders return it) and `finalise`, what
+  every loader ends with.
 * ``builtin``: the loaders that ship with the install: `load_digits`, `load_mnist1d`, `load_synthetic_speech`.
 * ``images``: image datasets from their published files: `load_fashion_mnist` (Debian's IDX files).
 * ``registry``: `DATASETS`, `register_dataset(name, loader)` (a loader of yours by name) and
@@ -16,11 +17,14 @@ Modules:
   `istjax.data.augment` stays the module; the function is `istjax.data.augment.augment`.
 * ``tfds``: real datasets prepared with tensorflow-datasets, loaded into memory (`load_tfds`).
 * ``audio``: log-mel speech features in JAX (`speech_features`), as the IST paper computed them.
-* ``xmc``: extreme multi-label classification data: the Extreme Classification Repository's text format
-  (`read_xmc`, cached; the format itself is ``xmc_format``), a folder of such files (`read_xmc_folder`,
-  ``xmc_folder``), `load_xmc` (`xmc-debian-deps`, `xmc-synthetic`), padded sparse batches
-  (`pack_rows`), a generator (`synthetic_xmc`), and their training views (`as_dataset`: `(id, value)`
-  pairs, label sets) in `DATASETS` as `xmc_debian_deps`, `xmc_synthetic` and `xmc` (your own folder).
+* ``extreme``: extreme multi-label classification (XMC) data, one job to a module: the Extreme Classification
+  Repository's text format (``extreme.text_format``: `read_xmc`, cached), a folder of such files
+  (``extreme.folder``: `read_xmc_folder`), padded sparse batches (``extreme.batches``: `pack_rows`), a generator
+  (``extreme.synthetic``: `synthetic_xmc`); `load_xmc` (`xmc-debian-deps`, `xmc-synthetic`) and the training views
+  (`as_dataset`: `(id, value)` pairs, label sets) in `DATASETS` as `xmc_debian_deps`, `xmc_synthetic` and `xmc`
+  (your own folder).
+* ``files``: what every loader shares: `DataNotFoundError`, the data folder (`data_folder`: ``data_dir`` or
+  ``$ISTJAX_DATA_DIR``), the damaged-file error and the on-disk cache.
 * ``tuning``: the tuning split, the last fraction of the training examples evaluated in place of the reported split
   (`tuning_split`, ``data.tuning_fraction``), what a study chooses its settings on.
 * ``ngram``: character n-gram count tables, the trivial baselines of a language model (`fit_ngram`,
@@ -44,7 +48,7 @@ from istjax.data.builtin import load_synthetic_speech as load_synthetic_speech
 from istjax.data.dataset import Dataset as Dataset
 from istjax.data.dataset import Rows as Rows
 from istjax.data.dataset import standardize as standardize
-from istjax.data.images import DataNotFoundError as DataNotFoundError
+from istjax.data.files import DataNotFoundError as DataNotFoundError
 from istjax.data.images import load_fashion_mnist as load_fashion_mnist
 from istjax.data.registry import DATASETS as DATASETS
 from istjax.data.registry import load_dataset as load_dataset

@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.data.dataset import Dataset, _finalise
+from istjax.data.dataset import Dataset, finalise
 
 __all__ = ["from_arrays", "check_dataset"]
 
@@ -59,7 +59,7 @@ def from_arrays(x: Any, y: Any, *, test_x: Any = None, test_y: Any = None, test_
     num_classes = top if num_classes is None else operator.index(num_classes)
     _check_label_range("y", y, num_classes, "num_classes")
     _check_label_range("test_y", test_y, num_classes, "num_classes")
-    return check_dataset(_finalise(str(name), x, y, test_x, test_y, num_classes), "from_arrays")
+    return check_dataset(finalise(str(name), x, y, test_x, test_y, num_classes), "from_arrays")
 
 
 def _features(arg: str, x: Any) -> np.ndarray:

@@ -17,7 +17,7 @@ Pure functions of a PRNG key, jitted, shape- and dtype-preserving:
 
 The zero padding is applied to the features as they are: on standardised data (every istjax loader) a padded
 pixel is 0, the training mean of the pixel, not black.  :func:`augmented` wraps a batch function so that every
-round's batches come augmented (the driver does this for ``--config.data.augment=True``); or call
+round's batches come augmented (the driver does this for a config's ``data.augment=True``); or call
 :func:`augment_batches` on a round's batch yourself (inside or outside your own ``jax.jit``).
 """
 
@@ -32,9 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core.streams import as_round as _as_round
-from istjax.core.streams import check_positive as _check_positive
+from istjax.core.streams import check_positive
 from istjax.core.streams import check_seed
 from istjax.data.batching import BatchFn
 
@@ -129,7 +129,7 @@ def augment_params(key: jax.Array, batch_size: int, *, pad: int = 4, flip: bool 
       ``pad`` zeros on each side, mirrored along the width if ``flips[b]``.
     """
     pad, flip = _check_options(pad, flip)
-    return _draw_jit(key, _check_positive("batch_size", batch_size), pad, flip)
+    return _draw_jit(key, check_positive("batch_size", batch_size), pad, flip)
 
 
 def _round_keys(seed: jax.Array, round_index: jax.Array, num_workers: int, local_steps: int,
@@ -198,9 +198,10 @@ class AugmentedBatchFn(BatchFn):
         if len(shape) != 4:
             raise ArgError("batch_fn", shape[1:],
                            f"augmentation crops and flips images [N, H, W, C], but the training examples are "
-                           f"{shape[1:]}-shaped.", "Augment an image dataset (load it unflattened, e.g. "
-                           "load_fashion_mnist(flatten=False)), or do not augment.",
-                           "Use an image dataset (e.g. fashion_mnist) or --config.data.augment=False.")
+                           f"{shape[1:]}-shaped.", Code(
+                               "Augment an image dataset (load it unflattened, e.g. "
+                               "load_fashion_mnist(flatten=False)), or do not augment.",
+                               ("Use an image dataset (e.g. fashion_mnist) or", {"augment": False}, ".")))
 
     def apply(self, data: dict, round_index: Any) -> dict:
         return augment_batches(self.seed, round_index, super().apply(data, round_index), pad=self.pad,

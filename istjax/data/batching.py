@@ -28,7 +28,7 @@ import numpy as np
 from istjax.core.errors import ArgError
 from istjax.core.streams import SHARD_TAG as _SHARD_TAG
 from istjax.core.streams import as_round as _as_round
-from istjax.core.streams import check_positive as _check_positive
+from istjax.core.streams import check_positive
 from istjax.core.streams import check_seed
 from istjax.core.streams import is_traced as _is_traced
 from istjax.core.streams import stream_key as _stream_key
@@ -130,24 +130,24 @@ def _make_plan(
     sharding: Any,
 ) -> tuple[_Plan, int]:
     """Validate batching arguments (before any tracing); return `(plan, seed)`."""
-    w = _check_positive("num_workers", num_workers)
-    k = _check_positive("local_steps", local_steps)
-    b = _check_positive("batch_size", batch_size)
+    w = check_positive("num_workers", num_workers)
+    k = check_positive("local_steps", local_steps)
+    b = check_positive("batch_size", batch_size)
     s = check_seed(seed)
     if sharding not in SHARDINGS:
         raise ArgError("sharding", sharding, f"sharding={sharding!r} is not supported;",
                        f"pass one of {list(SHARDINGS)}.")
-    n = _check_positive("num_examples", num_examples)
+    n = check_positive("num_examples", num_examples)
     pool = n // w if sharding == "disjoint" else n
     if pool < b:
         if sharding == "disjoint":
             raise ArgError(
                 "batch_size", b,
                 f"sharding='disjoint' splits {n} training examples into num_workers={w} shards of {pool}, fewer "
-                f"than batch_size={b};", "reduce num_workers or batch_size, or use sharding='shared'.",
-                f"use --config.batch_size={pool} or less, fewer workers, or --config.data.sharding=shared.")
+                f"than batch_size={b};", ("use", {"batch_size": pool}, "or less, fewer workers, or",
+                                          {"sharding": "shared"}, "."))
         raise ArgError("batch_size", b, f"the training set has {n} examples, fewer than batch_size={b};",
-                       "reduce batch_size.", f"use --config.batch_size={n} or less.")
+                       ("use", {"batch_size": n}, "or less."))
     kb = k * b
     if pool * (kb + 1) >= 2**31:
         raise ArgError(("local_steps", "batch_size"), local_steps,
@@ -344,7 +344,7 @@ def eval_batches(
       y: `[N]`.
       batch_size: `B >= 1`; the last chunk has `N % B` rows if nonzero.
     """
-    batch_size = _check_positive("batch_size", batch_size)
+    batch_size = check_positive("batch_size", batch_size)
     if len(x) != len(y):
         raise ArgError(("x", "y"), len(x), f"x has {len(x)} rows but y has {len(y)};", "they must match.")
     for start in range(0, len(x), batch_size):

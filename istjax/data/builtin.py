@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.core.streams import check_positive as _check_positive
-from istjax.data.dataset import Dataset, _cache_dir, _finalise
+from istjax.core.streams import check_positive
+from istjax.data.dataset import Dataset, finalise
+from istjax.data.files import cache_dir
 
 __all__ = [
     "load_digits",
@@ -49,7 +50,7 @@ def load_digits(*, test_size: int = 360, seed: int = 0) -> Dataset:
     from sklearn.datasets import load_digits as _sk_load_digits
     from sklearn.model_selection import train_test_split
 
-    test_size = _check_positive("test_size", test_size)
+    test_size = check_positive("test_size", test_size)
     if test_size > 1797 - 10:
         raise ArgError("test_size", test_size, f"test_size={test_size} leaves fewer than 10 training examples of the "
                                                f"1797 digits;", "pass test_size <= 1787 (default 360).")
@@ -57,7 +58,7 @@ def load_digits(*, test_size: int = 360, seed: int = 0) -> Dataset:
     tx, vx, ty, vy = train_test_split(
         x, y, test_size=test_size, stratify=y, random_state=operator.index(seed)
     )
-    return _finalise("digits", tx, ty, vx, vy, 10)
+    return finalise("digits", tx, ty, vx, vy, 10)
 
 
 # --------------------------------------------------------------------------
@@ -123,7 +124,7 @@ def _mnist1d_raw(args_items: tuple[tuple[str, Any], ...], use_disk_cache: bool) 
     args = {k: list(v) if isinstance(v, tuple) else v for k, v in args_items}
     blob = json.dumps({"args": args, "mnist1d": _mnist1d_version()}, sort_keys=True, default=str)
     key = hashlib.sha1(blob.encode()).hexdigest()[:16]
-    path = _cache_dir() / f"mnist1d-{key}.npz"
+    path = cache_dir() / f"mnist1d-{key}.npz"
     if use_disk_cache and path.exists():
         try:
             with np.load(path) as f:
@@ -174,7 +175,7 @@ def load_mnist1d(*, disk_cache: bool = True, **dataset_args: Any) -> Dataset:
 def _check_mnist1d_sizes(args: dict[str, Any]) -> None:
     """``num_samples`` and ``train_split`` that leave examples in both splits (mnist1d makes ``num_samples // 10``
     per class and would fail deep inside with fewer than 10)."""
-    n = _check_positive("num_samples", args["num_samples"], 10)
+    n = check_positive("num_samples", args["num_samples"], 10)
     total, split = n // 10 * 10, args["train_split"]
     if isinstance(split, bool) or not isinstance(split, (int, float)) or not 1 <= int(total * split) < total:
         raise ArgError("train_split", split, f"train_split={split!r}: a fraction in (0, 1) that leaves at least one "
@@ -185,7 +186,7 @@ def _check_mnist1d_sizes(args: dict[str, Any]) -> None:
 @functools.lru_cache(maxsize=4)
 def _mnist1d_standardised(items: tuple[tuple[str, Any], ...], disk_cache: bool) -> Dataset:
     raw = _mnist1d_raw(items, disk_cache)
-    return _finalise("mnist1d", raw["x"], raw["y"], raw["x_test"], raw["y_test"], 10)
+    return finalise("mnist1d", raw["x"], raw["y"], raw["x_test"], raw["y_test"], 10)
 
 
 # --------------------------------------------------------------------------
@@ -256,17 +257,17 @@ def _speech_split(
 
 def _speech_shape(num_features: int, num_frames: int | None, max_shift: int | None) -> tuple[int, int, int]:
     """``(M mels, T frames, max_shift)`` of `load_synthetic_speech`'s examples, checked."""
-    num_features = _check_positive("num_features", num_features)
+    num_features = check_positive("num_features", num_features)
     if num_frames is None:
         num_frames = _speech_num_frames(num_features)
-    num_frames = _check_positive("num_frames", num_frames)
+    num_frames = check_positive("num_frames", num_frames)
     if num_features % num_frames:
         raise ArgError(("num_frames", "num_features"), num_frames,
                        f"num_frames={num_frames} does not divide num_features={num_features};",
                        "pass a divisor of num_features or num_frames=None to pick one.")
     if max_shift is None:
         max_shift = max(1, num_frames // 8)
-    return num_features // num_frames, num_frames, _check_positive("max_shift", max_shift, minimum=0)
+    return num_features // num_frames, num_frames, check_positive("max_shift", max_shift, minimum=0)
 
 
 def _speech_prototypes(rng: np.random.Generator, num_classes: int, num_mels: int, num_frames: int, max_shift: int,
@@ -339,9 +340,9 @@ def load_synthetic_speech(
     Returns:
       A `Dataset` whose ``train_x`` is ``[num_train, num_features] float32``.
     """
-    num_train = _check_positive("num_train", num_train)
-    num_test = _check_positive("num_test", num_test)
-    num_classes = _check_positive("num_classes", num_classes, minimum=2)
+    num_train = check_positive("num_train", num_train)
+    num_test = check_positive("num_test", num_test)
+    num_classes = check_positive("num_classes", num_classes, minimum=2)
     seed = operator.index(seed)
     num_mels, num_frames, max_shift = _speech_shape(num_features, num_frames, max_shift)
     if not (class_sep > 0):
@@ -354,5 +355,5 @@ def load_synthetic_speech(
     kw = dict(num_frames=num_frames, max_shift=max_shift, noise_scale=noise_scale)
     tx, ty = _speech_split(np.random.default_rng([seed, 1]), num_train, protos, background, noise_bases, **kw)
     vx, vy = _speech_split(np.random.default_rng([seed, 2]), num_test, protos, background, noise_bases, **kw)
-    return _finalise("synthetic_speech", tx, ty, vx, vy, num_classes, owned=True)
+    return finalise("synthetic_speech", tx, ty, vx, vy, num_classes, owned=True)
 

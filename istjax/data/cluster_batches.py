@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from istjax.core.errors import ArgError
 from istjax.core.streams import as_round as _as_round
-from istjax.core.streams import check_positive as _check_positive
+from istjax.core.streams import check_positive
 from istjax.core.streams import check_seed
 from istjax.core.streams import is_traced as _is_traced
 from istjax.core.streams import stream_key as _stream_key
@@ -154,13 +154,13 @@ def cluster_batches(num_clusters: int, num_workers: int, local_steps: int, clust
       clusters_per_step: ``q``, ``1 <= q <= C`` clusters merged into each step's subgraph.
       seed: an int in ``[0, 2**32)``.
     """
-    c = _check_positive("num_clusters", num_clusters)
-    w = _check_positive("num_workers", num_workers)
-    k = _check_positive("local_steps", local_steps)
-    q = _check_positive("clusters_per_step", clusters_per_step)
+    c = check_positive("num_clusters", num_clusters)
+    w = check_positive("num_workers", num_workers)
+    k = check_positive("local_steps", local_steps)
+    q = check_positive("clusters_per_step", clusters_per_step)
     if q > c:
         raise ArgError("clusters_per_step", q, f"clusters_per_step={q} exceeds num_clusters={c};",
-                       f"pass clusters_per_step <= {c}.", f"use --config.data.clusters_per_step={c} or less.")
+                       ("use", {"clusters_per_step": c}, "or less."))
     seed = check_seed(seed)
     s = steps_per_epoch(c, q)
     if (s + 1) * k >= 2**31 or s * q >= 2**31:

@@ -10,18 +10,13 @@ the network (the shipped ones are in :mod:`istjax.data.builtin`, the registry
 in :mod:`istjax.data.registry`).  Loaded arrays are cached in memory and
 returned read-only, so callers must copy before mutating.
 
-Also here: `_check_positive`, the integer-argument check used by the loaders
-and the batching plan (:mod:`istjax.data.batching`); `_damaged_file`, the one
-error every loader raises for a file that does not read whole (an archive or
-cache cut short); and `_cache_dir`, `_read_cache` and `_write_cache`, the
-on-disk cache of generated and derived datasets.
+Also here: `finalise` and `finalise_rows`, which every loader ends with (standardise,
+cast, freeze, wrap). Where loaders find their files and keep their caches is
+:mod:`istjax.data.files`.
 """
 
 from __future__ import annotations
 
-import os
-import pathlib
-import zipfile
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -31,6 +26,8 @@ from istjax.core.errors import ArgError
 __all__ = [
     "Dataset",
     "Rows",
+    "finalise",
+    "finalise_rows",
     "standardize",
     "standardized_rows",
 ]
@@ -52,7 +49,7 @@ class Dataset(NamedTuple):
         table), passed to a round once and never stacked per worker; None for
         ordinary datasets.
       num_feature_ids: sparse data only (extreme classification,
-        :func:`istjax.data.xmc.as_dataset`): ``x`` holds ``(feature id, value)``
+        :func:`istjax.data.extreme.as_dataset`): ``x`` holds ``(feature id, value)``
         pairs with ids in ``[0, num_feature_ids)`` (a model's ``num_features``
         field is filled from it), and ``y`` label sets ``[N, L]`` padded with -1;
         None for dense data.
@@ -254,7 +251,7 @@ def standardize(
     return apply(train_x), apply(test_x)
 
 
-def _finalise(
+def finalise(
     name: str,
     train_x: np.ndarray,
     train_y: np.ndarray,
@@ -275,9 +272,9 @@ def _finalise(
     return Dataset(name, *arrays, num_classes=int(num_classes))
 
 
-def _finalise_rows(name: str, train_raw: np.ndarray, train_y: np.ndarray, test_raw: np.ndarray,
+def finalise_rows(name: str, train_raw: np.ndarray, train_y: np.ndarray, test_raw: np.ndarray,
                    test_y: np.ndarray, num_classes: int, transform: Any) -> Dataset:
-    """`_finalise` for a file-backed loader: the training split stays :class:`Rows` over ``train_raw`` (standardised
+    """`finalise` for a file-backed loader: the training split stays :class:`Rows` over ``train_raw`` (standardised
     when indexed); the test split, which every process evaluates, is made whole with the same statistics."""
     train_x = standardized_rows(train_raw, transform)
     test = Rows(test_raw, transform, train_x.mean, train_x.inv)
@@ -290,39 +287,3 @@ def _finalise_rows(name: str, train_raw: np.ndarray, train_y: np.ndarray, test_r
     for a in labels:
         a.flags.writeable = False
     return Dataset(name, train_x, labels[0], test_x, labels[1], num_classes=int(num_classes))
-
-
-def _cache_dir() -> pathlib.Path:
-    """On-disk cache root: `$ISTJAX_CACHE_DIR` or `~/.cache/istjax`."""
-    return pathlib.Path(
-        os.environ.get("ISTJAX_CACHE_DIR", pathlib.Path.home() / ".cache" / "istjax")
-    )
-
-
-def _damaged_file(path: Any, what: str, error: BaseException, fix: str) -> ValueError:
-    """The error for a file that does not read whole: ``{path}: not a {what} ({error}); the file is truncated or
-    corrupt. {fix}``. A ValueError, so config validation reports it as bad input (exit 2), in one line."""
-    first = str(error).splitlines()[0].rstrip(":") if str(error).strip() else ""
-    cause = f"{type(error).__name__}: {first}" if first else type(error).__name__
-    return ValueError(f"{path}: not a {what} ({cause}); the file is truncated or corrupt. {fix}")
-
-
-def _read_cache(path: pathlib.Path, names: tuple[str, ...]) -> Optional[tuple[np.ndarray, ...]]:
-    """The arrays ``names`` of a cache file `_write_cache` wrote (read without pickles), or None when there is
-    none; a cache file that does not read whole (cut short by a copy, a full disk) is refused, naming it."""
-    if not path.exists():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return tuple(z[n] for n in names)
-    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as e:
-        raise _damaged_file(path, "complete istjax cache file", e, "Delete it; the next load rebuilds it.") from None
-
-
-def _write_cache(path: pathlib.Path, **arrays: np.ndarray) -> None:
-    """Writes ``arrays`` to the cache file ``path`` atomically (a temporary file renamed over it), so concurrent
-    loaders (MPI ranks) never read half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)

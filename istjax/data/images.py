@@ -28,14 +28,14 @@ from typing import Optional, Union
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.core.streams import check_positive as _check_positive
-from istjax.data.dataset import Dataset, _damaged_file, _finalise_rows
+from istjax.core.streams import check_positive
+from istjax.data.dataset import Dataset, finalise_rows
+from istjax.data.files import DataNotFoundError, damaged_file, data_folder
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
     "FASHION_MNIST_DEFAULT_DIR",
     "FASHION_MNIST_FILES",
-    "DataNotFoundError",
     "fashion_mnist_dir",
     "load_fashion_mnist",
     "read_idx",
@@ -62,17 +62,9 @@ IDX_LABELS_MAGIC = 0x00000801  # unsigned bytes, 1 dimension: [N]
 
 _HOW_TO_GET = (
     "Install it with `apt-get install dataset-fashion-mnist` (as root; scripts/setup_env.sh does this), or point "
-    "data_dir= (--config.data.kwargs.data_dir=...) or $ISTJAX_DATA_DIR/fashion-mnist at a folder holding "
+    "data_dir= (a config's data.kwargs.data_dir) or $ISTJAX_DATA_DIR/fashion-mnist at a folder holding "
     f"{', '.join(FASHION_MNIST_FILES.values())} (gzipped or not)."
 )
-
-
-class DataNotFoundError(FileNotFoundError, ValueError):
-    """A dataset's files are not where the loader looked.
-
-    Both a `FileNotFoundError` and a `ValueError`, so config validation that reports bad dataset arguments
-    (``except ValueError``) reports this one too, with how to get the data.
-    """
 
 
 # --------------------------------------------------------------------------
@@ -88,7 +80,7 @@ def _idx_bytes(path: pathlib.Path) -> bytes:
     try:
         return gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as e:
-        raise _damaged_file(path, "complete gzip file", e, "Re-install it (`apt-get install --reinstall "
+        raise damaged_file(path, "complete gzip file", e, "Re-install it (`apt-get install --reinstall "
                             "dataset-fashion-mnist` as root) or copy it again.") from None
 
 
@@ -192,17 +184,8 @@ def _read_split(images_key: tuple[str, int, int], labels_key: tuple[str, int, in
 def fashion_mnist_dir(data_dir: Optional[Union[str, os.PathLike]] = None) -> pathlib.Path:
     """The folder :func:`load_fashion_mnist` reads: `data_dir` if given, else `$ISTJAX_DATA_DIR/fashion-mnist`
     if that folder exists, else :data:`FASHION_MNIST_DEFAULT_DIR` (Debian's).  The path is not checked."""
-    if data_dir is not None:
-        if not isinstance(data_dir, (str, os.PathLike)) or not str(data_dir):
-            raise ArgError("data_dir", data_dir, f"data_dir={data_dir!r} must be a folder path (a non-empty str) or "
-                                                 f"None.", "")
-        return pathlib.Path(data_dir).expanduser()
-    env = os.environ.get("ISTJAX_DATA_DIR")
-    if env:
-        candidate = pathlib.Path(env).expanduser() / "fashion-mnist"
-        if candidate.is_dir():
-            return candidate
-    return pathlib.Path(FASHION_MNIST_DEFAULT_DIR)
+    return data_folder(data_dir, "fashion-mnist", what="Fashion-MNIST", how=_HOW_TO_GET,
+                       default=FASHION_MNIST_DEFAULT_DIR)
 
 
 def _check_count(field: str, value: Optional[int], available: int, path: str) -> int:
@@ -249,8 +232,8 @@ def load_fashion_mnist(
     """
     if not isinstance(flatten, (bool, np.bool_)):
         raise ArgError("flatten", flatten, f"flatten={flatten!r} must be True or False.", "")
-    num_train = None if num_train is None else _check_positive("num_train", num_train)
-    num_test = None if num_test is None else _check_positive("num_test", num_test)
+    num_train = None if num_train is None else check_positive("num_train", num_train)
+    num_test = None if num_test is None else check_positive("num_test", num_test)
     directory = fashion_mnist_dir(data_dir)
     if not directory.is_dir():
         raise DataNotFoundError(f"Fashion-MNIST folder {directory} does not exist. {_HOW_TO_GET}")
@@ -276,7 +259,7 @@ def _fashion_mnist(train_images, train_labels, test_images, test_labels, num_tra
     m = _check_count("num_test", num_test, len(vx), test_images[0])
 
     # The training images stay bytes; a process converts to float32 only the rows it reads (`Rows`).
-    return _finalise_rows("fashion_mnist", tx[:n], ty[:n], vx[:m], vy[:m], len(FASHION_MNIST_CLASSES), _scaled)
+    return finalise_rows("fashion_mnist", tx[:n], ty[:n], vx[:m], vy[:m], len(FASHION_MNIST_CLASSES), _scaled)
 
 
 def _scaled(images: np.ndarray) -> np.ndarray:

@@ -26,9 +26,10 @@ import jax
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.core.streams import check_positive as _check_positive
+from istjax.core.streams import check_positive
 from istjax.data.audio import PAPER, speech_features
-from istjax.data.dataset import Dataset, _cache_dir, _finalise, _read_cache, _write_cache
+from istjax.data.dataset import Dataset, finalise
+from istjax.data.files import cache_dir, read_cache, write_cache
 
 __all__ = ["ACCENTS", "TEST_VARIANTS", "VARIANTS", "WORDS", "Synthesiser", "load_spoken_keywords"]
 
@@ -137,21 +138,21 @@ def load_spoken_keywords(per_word: int = 100, test_fraction: float = 0.2, seed: 
                          cache: bool = True) -> Dataset:
     """The 35 keywords, ``per_word`` clips each (a ``test_fraction`` of them in held-out voices), as a `Dataset` of
     4096 standardised log-mel features (module docstring)."""
-    per_word = _check_positive("per_word", per_word, 2)
+    per_word = check_positive("per_word", per_word, 2)
     if not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1 \
             or not 1 <= round(per_word * test_fraction) < per_word:
         raise ArgError("test_fraction", test_fraction,
                        f"test_fraction={test_fraction!r}: a fraction in (0, 1) that leaves at least one test and "
                        f"one training clip of each of the per_word={per_word} clips per word,", "e.g. 0.2.")
-    seed = _check_positive("seed", seed, 0)
+    seed = check_positive("seed", seed, 0)
     key = hashlib.sha256(f"keywords|{per_word}|{test_fraction}|{seed}|{tuple(PAPER)}|{ACCENTS}|{VARIANTS}|"
                          f"{TEST_VARIANTS}|v1".encode()).hexdigest()[:16]
-    path = _cache_dir() / f"keywords-{key}.npz"
-    cached = _read_cache(path, ("x", "y", "is_test")) if cache else None
+    path = cache_dir() / f"keywords-{key}.npz"
+    cached = read_cache(path, ("x", "y", "is_test")) if cache else None
     if cached is not None:
         x, y, is_test = cached
     else:
         x, y, is_test = _generate(per_word, float(test_fraction), seed)
         if cache:
-            _write_cache(path, x=x, y=y, is_test=is_test)
-    return _finalise("spoken_keywords", x[~is_test], y[~is_test], x[is_test], y[is_test], len(WORDS))
+            write_cache(path, x=x, y=y, is_test=is_test)
+    return finalise("spoken_keywords", x[~is_test], y[~is_test], x[is_test], y[is_test], len(WORDS))

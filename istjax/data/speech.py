@@ -37,10 +37,9 @@ from typing import Optional, Union
 import jax
 import numpy as np
 
-from istjax.core.errors import ArgError
 from istjax.data.audio import MelConfig, speech_features
-from istjax.data.dataset import Dataset, _cache_dir, _damaged_file, _finalise, _read_cache, _write_cache
-from istjax.data.images import DataNotFoundError
+from istjax.data.dataset import Dataset, finalise
+from istjax.data.files import DataNotFoundError, cache_dir, damaged_file, data_folder, read_cache, write_cache
 
 __all__ = ["FSDD_ARCHIVE", "FSDD_MEL", "load_fsdd", "read_fsdd", "read_wav"]
 
@@ -51,7 +50,7 @@ _NAME = re.compile(r"^([0-9])_([a-z]+)_([0-9]{1,2})\.wav$")
 _MAX_FILE_BYTES = 1 << 20
 _MAX_FILES = 10_000
 _TEST_TAKES = range(0, 5)
-_HOW_TO_GET = (f"Point data_dir= (--config.data.kwargs.data_dir=...) or $ISTJAX_DATA_DIR at a folder holding "
+_HOW_TO_GET = (f"Point data_dir= (a config's data.kwargs.data_dir) or $ISTJAX_DATA_DIR at a folder holding "
                f"{FSDD_ARCHIVE} (the recordings of github.com/Jakobovski/free-spoken-digit-dataset, packed as "
                f"recordings/*.wav) or a recordings/ folder of its WAV files.")
 
@@ -102,19 +101,13 @@ def _members(source: pathlib.Path) -> Iterator[tuple[str, bytes]]:
                 if m.isreg() and admit(name, m.size):
                     yield name, tar.extractfile(m).read(_MAX_FILE_BYTES + 1)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:  # cut short (an interrupted copy)
-        raise _damaged_file(source, "complete tar archive", e, "Copy it again, or point data_dir= "
-                            "(--config.data.kwargs.data_dir=...) at a recordings/ folder of its WAV files.") from None
+        raise damaged_file(source, "complete tar archive", e, "Copy it again, or point data_dir= "
+                            "(a config's data.kwargs.data_dir) at a recordings/ folder of its WAV files.") from None
 
 
 def _source(data_dir: Optional[Union[str, os.PathLike]]) -> pathlib.Path:
     """The archive or folder to read: in ``data_dir`` if given, else in ``$ISTJAX_DATA_DIR``."""
-    if data_dir is not None and (not isinstance(data_dir, (str, os.PathLike)) or not str(data_dir)):
-        raise ArgError("data_dir", data_dir, f"data_dir={data_dir!r} must be a folder path (a non-empty str) or None.",
-                       "")
-    root = data_dir if data_dir is not None else os.environ.get("ISTJAX_DATA_DIR")
-    if root is None:
-        raise DataNotFoundError(f"FSDD: no data_dir and no $ISTJAX_DATA_DIR. {_HOW_TO_GET}")
-    root = pathlib.Path(root).expanduser()
+    root = data_folder(data_dir, "", what="FSDD", how=_HOW_TO_GET)
     for candidate in (root / FSDD_ARCHIVE, root / "recordings", root / "fsdd" / "recordings", root / "fsdd"):
         if candidate.exists() and (candidate.is_file() or any(candidate.glob("*.wav"))):
             return candidate
@@ -159,14 +152,14 @@ def load_fsdd(data_dir: Optional[Union[str, os.PathLike]] = None, cache: bool = 
     source = _source(data_dir)
     st = source.stat()
     key = hashlib.sha256(f"{source.resolve()}|{st.st_size}|{st.st_mtime_ns}|{tuple(FSDD_MEL)}".encode()).hexdigest()
-    path = _cache_dir() / f"fsdd-{key[:16]}.npz"
-    cached = _read_cache(path, ("x", "digits", "takes")) if cache else None
+    path = cache_dir() / f"fsdd-{key[:16]}.npz"
+    cached = read_cache(path, ("x", "digits", "takes")) if cache else None
     if cached is not None:
         x, digits, takes = cached
     else:
         waves, digits, takes, _ = read_fsdd(source)
         x = _features(waves, FSDD_MEL)
         if cache:
-            _write_cache(path, x=x, digits=digits, takes=takes)
+            write_cache(path, x=x, digits=digits, takes=takes)
     test = np.isin(takes, list(_TEST_TAKES))
-    return _finalise("fsdd", x[~test], digits[~test], x[test], digits[test], 10)
+    return finalise("fsdd", x[~test], digits[~test], x[test], digits[test], 10)

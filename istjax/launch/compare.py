@@ -38,7 +38,7 @@ bytes per worker per round, each way          what one worker sends (= receives)
 
 Bytes follow one convention in the table, ``summary.json`` and the figure: per worker, each way (where a runtime
 measured sent and received apart, the table shows both per round, and "to target" their mean). Wall times are what
-the run's runtime measured, and the table says which (`istjax.launch.plot.wall_time_text`): under
+the run's runtime measured, and the table says which (`istjax.launch.plot_records.wall_time_text`): under
 ``runtime=simulate`` one process computes every worker and nothing is communicated.
 
 With several seeds per cell (`cells`) the table reads ``mean ± std (n)`` in every column: the mean over the cell's
@@ -146,7 +146,7 @@ def plan_budget(config, workers: Sequence[int], budget: str = "samples") -> Budg
         multiple to set, or ``--budget=rounds``); an unknown ``budget``.
     """
     from istjax.launch.config import ConfigError
-    from istjax.launch.driver import step_examples
+    from istjax.launch.summary import step_examples
 
     if budget not in BUDGETS:
         raise ConfigError([f"--budget={budget!r}: choose one of {sorted(BUDGETS)}."])

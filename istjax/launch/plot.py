@@ -52,16 +52,20 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import pathlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
-from istjax.launch.config import upgrade_dict
 from istjax.launch.metrics import format_bytes
+from istjax.launch.plot_curves import BANDS as BANDS
+from istjax.launch.plot_curves import BYTES_CONVENTION as BYTES_CONVENTION
+from istjax.launch.plot_curves import BYTES_FIELDS, BYTES_PER_WORKER
+from istjax.launch.plot_curves import Curve as Curve
+from istjax.launch.plot_curves import bytes_per_worker as bytes_per_worker
+from istjax.launch.plot_curves import group_curve as group_curve
 from istjax.launch.plot_legend import NAMED_SECTIONS as NAMED_SECTIONS
 from istjax.launch.plot_legend import NOISY_FIELDS as NOISY_FIELDS
 from istjax.launch.plot_legend import _common, _group_fields, _key, shown_fields
@@ -70,6 +74,11 @@ from istjax.launch.plot_legend import label as label
 from istjax.launch.plot_legend import legend_labels as legend_labels
 from istjax.launch.plot_legend import run_fields as run_fields
 from istjax.launch.plot_legend import varying_fields as varying_fields
+from istjax.launch.plot_records import PlotError as PlotError
+from istjax.launch.plot_records import Run as Run
+from istjax.launch.plot_records import load_run as load_run
+from istjax.launch.plot_records import read_json_object as read_json_object
+from istjax.launch.plot_records import wall_time_text as wall_time_text
 
 __all__ = ["PlotError", "Run", "BANDS", "BYTES_CONVENTION", "Curve", "NAMED_SECTIONS", "bytes_per_worker",
            "figure_title", "format_seconds", "group_curve", "group_runs", "label", "legend_labels", "load_run",
@@ -85,108 +94,8 @@ _PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab
 _LINESTYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
 
-# The band drawn around a seed group's mean: the min..max across seeds, or mean +- one sample standard deviation.
-BANDS = {"minmax": "min–max across seeds", "std": "±1 std across seeds"}
-# The bytes panel (and `istjax compare`'s bytes columns): what one worker moved each way, as summary.json counts.
-BYTES_PER_WORKER = "bytes_per_worker"
-BYTES_CONVENTION = "bytes per worker, each way"
 
 
-class PlotError(ValueError):
-    """A run directory that cannot be plotted (missing, empty or malformed ``metrics.jsonl``)."""
-
-
-class Run(NamedTuple):
-    """One run's records.
-
-    Fields:
-      path: the run directory.
-      records: the ``metrics.jsonl`` objects, in file order (one per evaluation).
-      config: ``config.json`` as a dict (empty when the file is absent).
-    """
-
-    path: pathlib.Path
-    records: list[dict[str, Any]]
-    config: dict[str, Any]
-
-    @property
-    def algorithm(self) -> str:
-        return str(self.records[-1].get("algorithm") or self.config.get("algorithm", {}).get("name") or "?")
-
-    @property
-    def num_workers(self) -> Optional[int]:
-        w = self.records[-1].get("num_workers", self.config.get("num_workers"))
-        return None if w is None else int(w)
-
-    @property
-    def local_steps(self) -> Optional[int]:
-        """K from ``config.json``, else ``step / round`` of the last record (``step = round * K``)."""
-        if "local_steps" in self.config:
-            return int(self.config["local_steps"])
-        last = self.records[-1]
-        if last.get("round") and last.get("step") is not None:
-            return int(last["step"]) // int(last["round"])
-        return None
-
-    @property
-    def seed(self) -> Optional[int]:
-        """``seed`` from ``config.json`` (None when the file or the field is absent)."""
-        s = self.config.get("seed")
-        return None if s is None else int(s)
-
-
-def load_run(run_dir: str | os.PathLike) -> Run:
-    """Reads ``RUN_DIR/metrics.jsonl`` (and ``config.json`` if present).
-
-    A half-written *last* line (a run killed mid-write) is skipped; any other unparsable line is an error.
-
-    Raises:
-      PlotError: the directory or its metrics file is missing, empty, malformed, or lacks ``round`` /
-        ``test_accuracy``; the message names the file and line.
-    """
-    path = pathlib.Path(run_dir)
-    if not path.is_dir():
-        raise PlotError(f"run directory {str(path)!r} does not exist; pass the --workdir of an `istjax train` run.")
-    metrics = path / "metrics.jsonl"
-    if not metrics.exists():
-        raise PlotError(f"{str(metrics)!r} not found: {str(path)!r} is not a run directory (or the run has not "
-                        f"evaluated yet; it writes a line every eval_every rounds).")
-    lines = [(i + 1, line) for i, line in enumerate(metrics.read_text().splitlines()) if line.strip()]
-    records = []
-    for n, (lineno, line) in enumerate(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if n == len(lines) - 1 and records:
-                break  # a half-written last line: the run was interrupted while writing it
-            raise PlotError(f"{metrics}:{lineno}: not a JSON object ({e.msg}); each line must be one record.") from e
-        if not isinstance(rec, dict):
-            raise PlotError(f"{metrics}:{lineno}: expected a JSON object, got {type(rec).__name__}.")
-        for field in ("round", "test_accuracy"):
-            if field not in rec:
-                raise PlotError(f"{metrics}:{lineno}: the record has no {field!r} field (fields: {sorted(rec)}); "
-                                f"metrics.jsonl must follow the schema in istjax.launch.metrics.")
-        records.append(rec)
-    if not records:
-        raise PlotError(f"{str(metrics)!r} is empty: the run has not evaluated yet (it writes a line every "
-                        f"eval_every rounds). Plot it again once it has.")
-    config = read_json_object(path / "config.json")
-    if config:
-        config = upgrade_dict(config)  # a run of an earlier, flat config version
-    return Run(path, records, config)
-
-
-def read_json_object(path: pathlib.Path, fix: str = "") -> dict:
-    """The JSON object in ``path`` (``{}`` when there is no such file); a `PlotError` naming the file otherwise."""
-    if not path.exists():
-        return {}
-    try:
-        value = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise PlotError(f"{path}: not valid JSON ({e.msg}){fix}.") from e
-    if not isinstance(value, dict):
-        raise PlotError(f"{path}: expected a JSON object, got {type(value).__name__}.")
-    return value
 
 
 _WRAP = 60  # legend labels longer than this many characters are wrapped onto several lines
@@ -238,83 +147,6 @@ def _styles(groups: Sequence[Sequence[Run]], show_seed: bool = False) -> list[di
                for i in range(len(out))]
     return out
 
-
-# ----------------------------------------------------------------------------------------------- curves and bands
-
-def bytes_per_worker(rec: dict[str, Any], num_workers: Optional[int]) -> Optional[float]:
-    """Bytes one worker moved each way so far, from a record's ``bytes_total`` (all workers, both ways):
-    ``bytes_total / (2 W)``; the convention of ``summary.json``'s ``bytes_sent_per_worker_per_round`` and
-    ``bytes_received_per_worker_per_round`` (equal for the analytic counts; the mean of the two where a runtime
-    measured them apart). None when the record lacks ``bytes_total`` or W is unknown."""
-    total = rec.get("bytes_total")
-    w = rec.get("num_workers", num_workers)
-    if not isinstance(total, (int, float)) or isinstance(total, bool) or not w:
-        return None
-    return float(total) / (2 * int(w))
-
-
-BYTES_FIELDS = ("bytes_total", BYTES_PER_WORKER)
-
-
-def _points(run: Run, x_field: str, y_field: str = "test_accuracy") -> tuple[list[float], list[float], list[float]]:
-    """``(rounds, x, y)`` of the records with finite values (x = round for ``"round"``, `bytes_per_worker` for
-    ``"bytes_per_worker"``; y the record's ``y_field``, the test accuracy by default), by round."""
-    by_round: dict[float, tuple[float, float]] = {}
-    for rec in run.records:
-        r, y = rec.get("round"), rec.get(y_field)
-        x = r if x_field == "round" else rec.get(x_field)
-        if x_field == BYTES_PER_WORKER:
-            x = bytes_per_worker(rec, run.num_workers)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (r, x, y)):
-            continue
-        if x_field in BYTES_FIELDS and x <= 0:
-            continue  # nothing communicated yet: no place on a log axis
-        if x_field != "round" and "wall_time_s" not in rec and float(r) in by_round:
-            continue  # a re-evaluation of a finished run: keep the training record of that round
-        by_round[float(r)] = (float(x), float(y))
-    rounds = sorted(by_round)
-    return rounds, [by_round[r][0] for r in rounds], [by_round[r][1] for r in rounds]
-
-
-class Curve(NamedTuple):
-    """A group's curve in one panel: x, mean accuracy, and the band (None for a single run)."""
-
-    x: list[float]
-    y: list[float]
-    lo: Optional[list[float]]
-    hi: Optional[list[float]]
-
-
-def group_curve(group: Sequence[Run], x_field: str, band: str = "minmax",
-                y_field: str = "test_accuracy") -> Optional[Curve]:
-    """The mean curve of a seed group in the panel of ``x_field`` (``"round"``, ``"wall_time_s"``,
-    ``"bytes_per_worker"``: `bytes_per_worker`; or any numeric record field, such as ``"bytes_total"``) with its band
-    (``band``: a key of `BANDS`), on the group's grid of rounds: the union of the seeds' evaluated rounds inside the
-    range all of them cover, each seed interpolated linearly between its own evaluations (exact at rounds every seed
-    evaluated). x is the seeds' mean at each round; y the record's ``y_field`` (the test accuracy by default). None:
-    no common range.
-    """
-    import numpy as np
-
-    pts = [_points(r, x_field, y_field) for r in group]
-    if any(not p[0] for p in pts):
-        return None
-    if len(group) == 1:
-        _, x, y = pts[0]
-        return Curve(x, y, None, None)
-    start, stop = max(p[0][0] for p in pts), min(p[0][-1] for p in pts)
-    grid = sorted({r for p in pts for r in p[0] if start <= r <= stop})
-    if not grid:
-        return None
-    xs = np.array([np.interp(grid, p[0], p[1]) for p in pts])
-    ys = np.array([np.interp(grid, p[0], p[2]) for p in pts])
-    mean = ys.mean(0)
-    if band == "std":
-        std = ys.std(0, ddof=1)
-        lo, hi = mean - std, mean + std
-    else:
-        lo, hi = ys.min(0), ys.max(0)
-    return Curve(xs.mean(0).tolist(), mean.tolist(), lo.tolist(), hi.tolist())
 
 
 # ----------------------------------------------------------------------------------------------- log axes in units
@@ -426,46 +258,6 @@ def figure_title(runs: Sequence[Run], what: Optional[str] = None) -> str:
             + (f" on {_join(datasets)}" if datasets else "") + "".join(f", {p}" for p in shared))
 
 
-def _runtime_of(run: Run) -> tuple[Optional[str], Optional[int]]:
-    """``(runtime, processes)`` a run recorded: ``runtime.name`` of its ``config.json`` (else ``summary.json``'s
-    ``runtime``; with ``summary.json``'s ``runtime_mode`` where it names one: ``"mpi (sharded)"``), and its process
-    count (``summary.json``'s ``num_processes``, else the length of its ``peak_rss_mib_per_process``). None: not
-    recorded."""
-    try:
-        summary = read_json_object(run.path / "summary.json")
-    except PlotError:
-        summary = {}
-    runtime = run.config.get("runtime")
-    name = runtime.get("name") if isinstance(runtime, dict) else None
-    name = summary.get("runtime") if name is None else name
-    if name is not None and summary.get("runtime_mode"):
-        name = f"{name} ({summary['runtime_mode']})"
-    processes = summary.get("num_processes")
-    if not isinstance(processes, int) or isinstance(processes, bool):
-        per = summary.get("peak_rss_mib_per_process")
-        processes = len(per) if isinstance(per, list) and per else None
-    return (None if name is None else str(name)), processes
-
-
-SIMULATE_WALL = "one process computes every worker, no communication (runtime=simulate)"
-
-
-def wall_time_text(runs: Sequence[Run]) -> str:
-    """What the runs' training wall time measures, from the runtime each recorded (`_runtime_of`):
-    ``"one process computes every worker, no communication (runtime=simulate)"``, ``"runtime=mpi, 4 processes"``;
-    several kinds joined by ``"; "``; ``""`` when no run records its runtime."""
-    recorded = [_runtime_of(r) for r in runs]
-    parts = []
-    for name, processes in recorded:
-        if name == "simulate":
-            parts.append(SIMULATE_WALL)
-        elif name is not None:
-            parts.append(f"runtime={name}" + (f", {processes} process{'es' if processes != 1 else ''}"
-                                              if processes else ""))
-    if parts and any(name is None for name, _ in recorded):
-        parts.append("runtime not recorded")
-    return "; ".join(dict.fromkeys(parts))
-
 
 def wall_time_label(runs: Sequence[Run], *, log_time: bool = False) -> str:
     """The wall-time panel's axis label, saying what was timed (`wall_time_text`): ``"training wall time (s): one
@@ -475,8 +267,9 @@ def wall_time_label(runs: Sequence[Run], *, log_time: bool = False) -> str:
     text = wall_time_text(runs)
     if not text:
         return "training wall time" + unit
-    return "training wall time" + unit + (f": {text}" if text.startswith(SIMULATE_WALL) or ";" in text
-                                          else f" under {text}")
+    # One named runtime reads "under runtime=mpi, 4 processes"; a runtime's own words, or several kinds, follow a colon.
+    return "training wall time" + unit + (f" under {text}" if text.startswith("runtime=") and ";" not in text
+                                          else f": {text}")
 
 
 def wrap_label(text: str, width: int = _WRAP) -> str:

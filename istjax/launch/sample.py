@@ -4,7 +4,7 @@
 
     istjax sample --workdir=RUN --prompt=TEXT --length=N [--seed=S] [--temperature=T] [--checkpoint=STEP]
 
-Loads the run in ``RUN`` as ``istjax eval`` does (`istjax.launch.driver.restore_run`: the run's own config, its
+Loads the run in ``RUN`` as ``istjax eval`` does (`istjax.launch.restore.restore_run`: the run's own config, its
 newest checkpoint that verifies, or ``--checkpoint``), rebuilds the vocabulary from the run's config (its data set's
 characters, `istjax.data.text`) and prints the prompt followed by exactly N characters. Each character is drawn from
 the softmax of the test-time network's logits over T (default 0.8), the network reading the last ``context``
@@ -62,7 +62,7 @@ def sample_run(workdir: str | pathlib.Path, prompt: str, length: int, *, seed: i
 
     from istjax.data.text import vocabulary_of
     from istjax.launch.config import ConfigError
-    from istjax.launch.driver import restore_run
+    from istjax.launch.restore import restore_run
     from istjax.models.transformer import Transformer, generate
 
     _check_request(prompt, length, temperature)

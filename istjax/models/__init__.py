@@ -20,7 +20,7 @@ before anything is built, and `register_model` adds a user's module (see ``docs/
 * ``"gcn"`` / ``"graphsage"``: graph networks for GIST, hidden features partitioned, reading the dataset's graph as
   the shared input (`istjax.models.gnn`).
 * ``"sparse_mlp"``: `SparseMLP`, extreme multi-label classification on sparse ``(id, value)`` rows through an
-  embedding bag, hidden units partitioned, a multi-label loss (`istjax.models.xmc`).
+  embedding bag, hidden units partitioned, a multi-label loss (`istjax.models.sparse_mlp`).
 * ``"transformer"``: `Transformer`, a decoder-only character-level language model, its heads and feed-forward units
   (``split="width"``) or its blocks (``split="depth"``) partitioned (`istjax.models.transformer`).
 """
@@ -36,7 +36,7 @@ import flax.linen as nn
 
 import istjax.models.user as user
 from istjax.core import precision
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core.registry import Registry, close_matches
 from istjax.models.cnn import CNN as CNN
 from istjax.models.gnn import GCN as GCN
@@ -49,7 +49,7 @@ from istjax.models.resnet import ResNet as ResNet
 from istjax.xmc.loss import LabelWeights
 from istjax.models.vgg import VGG as VGG
 from istjax.models.transformer import Transformer as Transformer
-from istjax.models.xmc import SparseMLP as SparseMLP
+from istjax.models.sparse_mlp import SparseMLP as SparseMLP
 
 __all__ = ["BUILTIN", "CNN", "DepthResNet", "GCN", "GraphSAGE", "MLP", "MODELS", "PreActResNet", "ResNet", "SparseMLP",
            "Transformer", "VGG",
@@ -61,8 +61,9 @@ MODELS: Registry[type[nn.Module]] = Registry(
     entries={"mlp": MLP, "cnn": CNN, "resnet": ResNet, "preact_resnet": PreActResNet, "vgg": VGG,
              "depth_resnet": DepthResNet, "gcn": GCN, "graphsage": GraphSAGE, "sparse_mlp": SparseMLP,
              "transformer": Transformer},
-    hint="A model of your own: --config.model.module=path/to/file.py:ClassName (istjax eval of a run that does "
-         "not record it: --model-module=path/to/file.py:ClassName), or istjax.models.register_model(name, Class).")
+    hint="A model of your own: the config field model.module='path/to/file.py:ClassName' (istjax eval of a run "
+         "that does not record it: --model-module=path/to/file.py:ClassName), or "
+         "istjax.models.register_model(name, Class).")
 
 #: The names of the models istjax ships (a model of your own may not take one).
 BUILTIN = frozenset(MODELS.names())  # the models istjax ships
@@ -94,7 +95,7 @@ def model_class(name: str, module: str = "") -> type[nn.Module]:
         if name in BUILTIN and MODELS.get(name) is not cls:
             raise ArgError("name", name, f"model.name={name!r} is a model istjax ships, but model.module={module!r} "
                                          f"names another class ({cls.__name__});",
-                           f"give yours its own name, e.g. --config.model.name={cls.__name__.lower()}.")
+                           ("give yours its own name, e.g.", {"name": cls.__name__.lower()}, "."))
         MODELS.register(name, cls)  # the contract is checked when the task is built (istjax.classifier)
         return cls
     return MODELS.get(name)
@@ -120,11 +121,6 @@ def _fields_of(cls: type[nn.Module]) -> dict[str, Any]:
             if f.name not in _FLAX_FIELDS + _FROM_DATA and f.init}
 
 
-def _flag_text(value: Any) -> str:
-    """``value`` as written after ``--config.model.FIELD=`` (a str bare, anything else as its literal)."""
-    return value if isinstance(value, str) else repr(value)
-
-
 def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, module: str = "",
                 num_feature_ids: Optional[int] = None, label_weights: Optional[Any] = None,
                 compute_dtype: str = "float32") -> nn.Module:
@@ -148,15 +144,15 @@ def build_model(name: str, fields: Mapping[str, Any], *, num_classes: int, modul
         stale = ", ".join(f"model.{k}={values[k]!r}{close_matches(k, known)}" for k in unknown)
         remove = (f"Remove {'them' if len(unknown) > 1 else 'it'}: a config that switches model.name keeps the old "
                   f"model's fields, so start its model section afresh (istjax.launch.config.use_model(config, "
-                  f"{name!r}, ...) in a config file; on the command line --config.model.name replaces the file's "
-                  f"model fields).")
-        renamed = [f"--config.model.{close[0]}={_flag_text(values[k])}" for k in unknown
-                   for close in [difflib.get_close_matches(k, sorted(known), n=1)] if close]
+                  f"{name!r}, ...) in a config file; on the command line, setting the config field model.name "
+                  f"replaces the file's model fields).")
+        renamed = {close[0]: values[k] for k in unknown
+                   for close in [difflib.get_close_matches(k, sorted(known), n=1)] if close}
         raise ArgError("fields", {k: values[k] for k in unknown},
                        f"model {name!r} ({cls.__name__}) has no field{'s' if len(unknown) > 1 else ''} {stale}; its "
-                       f"fields are {sorted(known)}.", remove,
-                       f"If misspelt, use {' '.join(renamed)}; if left by another model, r{remove[1:]}" if renamed
-                       else remove)
+                       f"fields are {sorted(known)}.",
+                       Code(remove, ("If misspelt, use", renamed, f"; if left by another model, r{remove[1:]}"))
+                       if renamed else remove)
     if num_feature_ids is not None and "num_features" in known and "num_features" not in values:
         values["num_features"] = int(num_feature_ids)
     if label_weights is not None and any(f.name == "label_weights" for f in dataclasses.fields(cls)):
@@ -177,19 +173,17 @@ def _set_compute_dtype(cls: type[nn.Module], name: str, values: dict, compute_dt
     if "dtype" in values:
         raise ArgError("fields", {"dtype": values["dtype"]},
                        f"model {name!r}: dtype={values['dtype']!r} is set as a model field;",
-                       f"pass compute_dtype={values['dtype']!r} to build_model instead.",
-                       f"Use --config.compute_dtype={values['dtype']} instead of model.dtype.")
+                       (Code("pass", ("Use",)), {"compute_dtype": values["dtype"]},
+                        Code("to build_model instead.", ("instead of model.dtype.",))))
     if "dtype" in {f.name for f in dataclasses.fields(cls)}:
         values["dtype"] = dtype
     elif dtype != precision.FLOAT32:
         raise ArgError("compute_dtype", dtype,
                        f"compute_dtype={dtype!r}: model {name!r} ({cls.__name__}) has no field dtype, the Flax "
                        f"convention for the dtype a module computes in, so it would silently compute in float32;",
-                       "add a field `dtype: str = \"float32\"` and pass dtype=self.dtype to its layers (with "
-                       "istjax.core.precision.dense_options(self.dtype) for a Dense's fast bfloat16 matmul), or "
-                       "use compute_dtype='float32'.",
-                       "add a field `dtype: str = \"float32\"` to the model and pass it to its layers "
-                       "(docs/custom_models.md), or use --config.compute_dtype=float32.")
+                       ("add a field `dtype: str = \"float32\"` and pass dtype=self.dtype to its layers (with "
+                        "istjax.core.precision.dense_options(self.dtype) for a Dense's fast bfloat16 matmul; "
+                        "docs/custom_models.md), or use", {"compute_dtype": "float32"}, "."))
 
 
 def _check_num_classes_field(cls: type[nn.Module], name: str) -> None:

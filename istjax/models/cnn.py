@@ -33,110 +33,27 @@ BatchNorm (``batch_norm=``):
   ``train=False`` uses the running averages. The running ``mean``/``var`` carry no logical names: they are
   partitioned like the sibling ``scale`` of the same BatchNorm module (``params/<bn>/scale`` ->
   ``batch_stats/<bn>/mean``, ``batch_stats/<bn>/var``).
-* ``"batch"``: `channel_batch_norm`, always the current batch's statistics, no state (the IST paper's choice). The
-  parameter tree is the same as with ``"running"`` (``<bn>/scale``, ``<bn>/bias``); there is no ``batch_stats``.
+* ``"batch"``: `istjax.models.layers.BatchStatNorm`, always the current batch's statistics, no state (the IST
+  paper's choice). The parameter tree is the same as with ``"running"`` (``<bn>/scale``, ``<bn>/bias``); there is
+  no ``batch_stats``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-import istjax.models.owner_forward as owner_forward
-from istjax.core import precision
+import istjax.models.layers as layers
 from istjax.core.errors import ArgError
 from istjax.models.conv_ops import conv
 
-__all__ = ["CNN", "BatchStatNorm", "channel_batch_norm"]
-
-BATCH_NORM_KINDS = ("running", "batch")
+__all__ = ["CNN"]
 
 
-@precision.in_float32
-def channel_batch_norm(x_BxHxWxC: jax.Array, scale_C=None, bias_C=None, eps: float = 1e-5) -> jax.Array:
-    """Normalises each channel (last axis) with the mean and biased variance over every other axis.
-
-    Works for any rank >= 2 (``[B, C]``, ``[B, H, W, C]``, ...); optional affine ``scale_C``, ``bias_C``.
-    """
-    axes = tuple(range(x_BxHxWxC.ndim - 1))
-    mean_1x1x1xC = jnp.mean(x_BxHxWxC, axis=axes, keepdims=True)
-    var_1x1x1xC = jnp.mean(jnp.square(x_BxHxWxC - mean_1x1x1xC), axis=axes, keepdims=True)
-    y = (x_BxHxWxC - mean_1x1x1xC) * jax.lax.rsqrt(var_1x1x1xC + eps)
-    bshape = (1,) * (x_BxHxWxC.ndim - 1) + (-1,)
-    if scale_C is not None:
-        y = y * jnp.reshape(scale_C, bshape)
-    if bias_C is not None:
-        y = y + jnp.reshape(bias_C, bshape)
-    return y
-
-
-class BatchStatNorm(nn.Module):
-    """Stateless BatchNorm over the last axis (batch statistics always), params ``scale``/``bias`` named ``group``."""
-
-    group: str | None = None
-    epsilon: float = 1e-5
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        c = x.shape[-1]
-        scale_C = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (self.group,)), (c,))
-        bias_C = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, (self.group,)), (c,))
-        return channel_batch_norm(x, scale_C, bias_C, self.epsilon)
-
-
-def is_pos_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0
-
-
-def _tuple_of_pos_ints(field: str, value: Any, fix: str) -> tuple[int, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value \
-            or not all(is_pos_int(v) for v in value):
-        raise ArgError(field.split("[")[0], value, f"CNN.{field}={value!r}: must be a non-empty sequence of positive "
-                                                   f"ints;", fix)
-    return tuple(int(v) for v in value)
-
-
-def check_image_model_fields(module: nn.Module) -> None:
-    """Validates (and normalises) the fields every image model here shares: ``num_classes``, ``batch_norm``,
-    ``bn_momentum`` and ``image_shape``; a ValueError names ``<Class>.<field>``, the value and the fix."""
-    owner = type(module).__name__
-    if not is_pos_int(module.num_classes):
-        raise ArgError("num_classes", module.num_classes, f"{owner}.num_classes={module.num_classes!r}: must be a "
-                                                          f"positive int,", "e.g. num_classes=10.")
-    if module.batch_norm not in BATCH_NORM_KINDS:
-        raise ArgError("batch_norm", module.batch_norm,
-                       f"{owner}.batch_norm={module.batch_norm!r}: must be one of {BATCH_NORM_KINDS}",
-                       "('running' keeps running averages in batch_stats; 'batch' always uses batch statistics).")
-    m = module.bn_momentum
-    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, float, np.integer, np.floating)) or not 0 <= m < 1:
-        raise ArgError("bn_momentum", m, f"{owner}.bn_momentum={m!r}: must be a number with 0 <= bn_momentum < 1,",
-                       "e.g. 0.9.")
-    if module.image_shape is not None:
-        value = module.image_shape
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 3 \
-                or not all(is_pos_int(v) for v in value):
-            raise ArgError("image_shape", value, f"{owner}.image_shape={value!r}:",
-                           "give (height, width, channels) as positive ints, e.g. (32, 32, 3), or None for inputs "
-                           "that are already images [B, H, W, C].")
-        object.__setattr__(module, "image_shape", tuple(int(v) for v in value))
-
-
-def batch_norm(module: nn.Module, name: str, group: str, x: jax.Array, train: bool) -> jax.Array:
-    """A BatchNorm named ``name`` whose scale and bias carry logical name ``group`` (running stats follow them)."""
-    if module.batch_norm == "batch":
-        return BatchStatNorm(group=group, name=name)(x)
-    return precision.in_float32(nn.BatchNorm(
-        use_running_average=not train, momentum=module.bn_momentum, use_scale=True, use_bias=True, name=name,
-        scale_init=nn.with_logical_partitioning(nn.initializers.ones, (group,)),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (group,))))(x)
-
-
-class CNN(nn.Module):
+class CNN(layers.ImageModelMethods, nn.Module):
     """Residual CNN with BatchNorm, partitioned over channels (see the module docstring).
 
     Attributes:
@@ -164,9 +81,9 @@ class CNN(nn.Module):
     dtype: str = "float32"
 
     def __post_init__(self):
-        widths = _tuple_of_pos_ints("widths", self.widths, "e.g. widths=(8, 16).")
-        blocks = _tuple_of_pos_ints(
-            "blocks", self.blocks, f"give one positive block count per stage, e.g. blocks={(1,) * len(widths)}.")
+        widths = layers.pos_ints("CNN", "widths", self.widths, "e.g. widths=(8, 16).")
+        blocks = layers.pos_ints(
+            "CNN", "blocks", self.blocks, f"give one positive block count per stage, e.g. blocks={(1,) * len(widths)}.")
         if len(blocks) != len(widths):
             raise ArgError(("blocks", "widths"), self.blocks,
                            f"CNN.blocks={self.blocks!r} has {len(blocks)} entries but widths={self.widths!r} has "
@@ -177,30 +94,17 @@ class CNN(nn.Module):
             fix = f"give one tuple per stage with one width per block, e.g. inner={example} (or inner=None)."
             if isinstance(inner, (str, bytes)) or not isinstance(inner, Sequence) or len(inner) != len(widths):
                 raise ArgError("inner", inner, f"CNN.inner={inner!r}: needs {len(widths)} entries (one per stage);", fix)
-            inner = tuple(_tuple_of_pos_ints(f"inner[{i}]", row, fix) for i, row in enumerate(inner))
+            inner = tuple(layers.pos_ints("CNN", f"inner[{i}]", row, fix) for i, row in enumerate(inner))
             for i, (row, b) in enumerate(zip(inner, blocks)):
                 if len(row) != b:
                     raise ArgError(("inner", "blocks"), self.inner,
                                    f"CNN.inner[{i}]={row!r} has {len(row)} entries but blocks[{i}]={b};", fix)
-        check_image_model_fields(self)
+        layers.check_image_model_fields(self)
         # Normalise lists to tuples (fields are frozen; flax compares and hashes them).
         object.__setattr__(self, "widths", widths)
         object.__setattr__(self, "blocks", blocks)
         object.__setattr__(self, "inner", inner)
         super().__post_init__()
-
-    # The sharded MPI mode: this network's forward pass from one owner's channels, the partial sums of each conv
-    # reduced across the owners (`istjax.models.owner_forward`), for evaluation and recomputed statistics.
-    owner_logits = owner_forward.owner_logits_method
-    owner_statistics = owner_forward.owner_statistics_method
-
-    def test_batch_statistics(self) -> bool:
-        """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
-        return self.batch_norm == "batch"
-
-    def without_batch_statistics(self) -> dict:
-        """The fields that make this module evaluate with running statistics instead."""
-        return {"batch_norm": "running"}
 
     def inner_widths(self) -> tuple[tuple[int, ...], ...]:
         """``inner`` with None filled in: ``inner_widths()[i][j]`` is block j of stage i's inner channel count."""
@@ -228,18 +132,14 @@ class CNN(nn.Module):
         return self.clone(widths=widths, inner=inner)
 
     def _bn(self, name: str, group: str, x: jax.Array, train: bool) -> jax.Array:
-        return batch_norm(self, name, group, x, train)
+        return layers.batch_norm(self, name, group, x, train)
 
     def _conv(self, features: int, names_in: str, names_out: str, name: str, strides: int = 1) -> nn.Conv:
         return conv(features, 3, names_in, names_out, name, strides, dtype=self.dtype)
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:
-        x = x_BxHxWxC
-        if self.image_shape is not None:
-            x = x.reshape((x.shape[0],) + tuple(self.image_shape))
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            x = x.astype(jnp.float32)
+        x = layers.as_image(self, x_BxHxWxC)
         inner = self.inner_widths()
         group = "stage_0"
         x = self._conv(self.widths[0], "image_channels", group, "conv_stem")(x)
@@ -258,6 +158,4 @@ class CNN(nn.Module):
                 h = self._bn(f"{pre}_bn2", group, h, train)
                 x = nn.relu(x + h)
         x_BxF = jnp.mean(x, axis=(1, 2))
-        return nn.Dense(self.num_classes, use_bias=True, name="head", **precision.dense_options(self.dtype),
-                        kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), (group, "classes")),
-                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x_BxF)
+        return layers.head(self.num_classes, group, dtype=self.dtype)(x_BxF)

@@ -1,8 +1,8 @@
 """`EmbeddingBag`: a linear layer on sparse rows that never densifies them.
 
-A sparse input row is a list of ``(feature id, value)`` pairs, padded with ``(0, 0)`` (`istjax.data.xmc.feature_pairs`:
-``x [B, nnz, 2] float32``, ids exact in float32). The layer computes ``x_dense @ kernel`` as
-``sum_j value_j * kernel[id_j]``: a gather of ``nnz`` kernel rows per example and a weighted sum, ``B * nnz * H``
+A sparse input row is a list of ``(feature id, value)`` pairs, padded with ``(0, 0)``
+(`istjax.data.extreme.feature_pairs`: ``x [B, nnz, 2] float32``, ids exact in float32). The layer computes
+``x_dense @ kernel`` as ``sum_j value_j * kernel[id_j]``: a gather of ``nnz`` kernel rows per example and a weighted sum, ``B * nnz * H``
 multiply-adds instead of ``B * F * H`` for ``F`` features (Amazon-670k: 135,909 features, about 75 nonzero per point).
 A padded slot has value 0 and adds nothing, so no mask is needed.
 

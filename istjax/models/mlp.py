@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
@@ -24,17 +23,9 @@ import istjax.models.tensor_forward as tensor_forward
 from istjax.core import precision
 
 
-@precision.in_float32
-def batch_norm(x_BxH: jax.Array, scale_H=None, bias_H=None, eps: float = 1e-5) -> jax.Array:
-    """Normalises each feature with the batch's mean and (biased) variance; optional affine `scale`, `bias`."""
-    mean_1xH = jnp.mean(x_BxH, axis=0, keepdims=True)
-    var_1xH = jnp.mean(jnp.square(x_BxH - mean_1xH), axis=0, keepdims=True)
-    y = (x_BxH - mean_1xH) * jax.lax.rsqrt(var_1xH + eps)
-    if scale_H is not None:
-        y = y * scale_H[None, :]
-    if bias_H is not None:
-        y = y + bias_H[None, :]
-    return y
+batch_norm = layers.channel_batch_norm
+"""``batch_norm(x [B, H], scale=None, bias=None)``: each feature normalised with the batch's mean and (biased)
+variance, optional affine scale and bias (`istjax.models.layers.channel_batch_norm` on ``[B, H]``)."""
 
 
 class MLP(nn.Module):
@@ -66,8 +57,9 @@ class MLP(nn.Module):
 
     @staticmethod
     def rules(num_hidden: int) -> dict[str, str | None]:
-        """Logical axis name -> neuron group: every hidden layer is its own group; input and classes stay whole."""
-        return {"input": None, "classes": None, **{f"hidden_{i}": f"hidden_{i}" for i in range(num_hidden)}}
+        """Logical axis name -> neuron group: every hidden layer is its own group; input and classes stay whole
+        (`istjax.models.layers.hidden_rules`)."""
+        return layers.hidden_rules(num_hidden)
 
     def partition_rules(self) -> dict[str, str | None]:
         """This module's rules: `MLP.rules` for its number of hidden layers (how the model registry reads groups)."""

@@ -83,7 +83,6 @@ import numpy as np
 
 import istjax.models.layers as layers
 from istjax.core.errors import ArgError
-import istjax.models.owner_forward as owner_forward
 from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["ResNet", "PreActResNet", "RESNET_PRESETS", "CHANNEL_PARTITIONS", "ACTIVATION_SCALES"]
@@ -104,7 +103,7 @@ RESNET_PRESETS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class _ResNetBase(nn.Module):
+class _ResNetBase(layers.ImageModelMethods, nn.Module):
     """Fields, validation, groups and presets shared by `ResNet` and `PreActResNet` (see the module docstring).
 
     Attributes:
@@ -145,7 +144,7 @@ class _ResNetBase(nn.Module):
 
     def __post_init__(self):
         owner = type(self).__name__
-        if self.activation_scale is None:  # ``--config.model.activation_scale=none`` arrives as None
+        if self.activation_scale is None:  # a config's model.activation_scale=none arrives as None
             object.__setattr__(self, "activation_scale", "none")
         layers.check_choice(owner, "channel_partition", self.channel_partition, CHANNEL_PARTITIONS)
         layers.check_choice(owner, "activation_scale", self.activation_scale, ACTIVATION_SCALES)
@@ -280,19 +279,6 @@ class _ResNetBase(nn.Module):
         if self.inner_scale is None or self.inner_scale[i][j] == 1.0:
             return h
         return h * jnp.asarray(self.inner_scale[i][j], h.dtype)
-
-    # The sharded MPI mode: this network's forward pass from one owner's channels, the partial sums of each conv
-    # reduced across the owners (`istjax.models.owner_forward`), for evaluation and recomputed statistics.
-    owner_logits = owner_forward.owner_logits_method
-    owner_statistics = owner_forward.owner_statistics_method
-
-    def test_batch_statistics(self) -> bool:
-        """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
-        return self.batch_norm == "batch"
-
-    def without_batch_statistics(self) -> dict:
-        """The fields that make this module evaluate with running statistics instead."""
-        return {"batch_norm": "running"}
 
     def _blocks(self):
         """``(i, j, stride, in_group, out_group, inner_group, width, inner, projection)`` for every block."""

@@ -34,9 +34,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.core import precision
-from istjax.core.errors import ArgError
-from istjax.models.cnn import is_pos_int
+from istjax.core import partition, precision
+from istjax.core.errors import ArgError, Code
 import istjax.models.layers as layers
 import istjax.models.owner_forward as owner_forward
 
@@ -235,12 +234,12 @@ class Transformer(nn.Module):
 
     def __post_init__(self):
         for field in ("num_layers", "embed_dim", "context"):
-            if not is_pos_int(getattr(self, field)):
+            if not layers.is_pos_int(getattr(self, field)):
                 raise ArgError(field, getattr(self, field),
                                f"Transformer.{field}={getattr(self, field)!r}: must be a positive integer,",
                                "e.g. num_layers=4, embed_dim=128, context=64.")
         layers.check_choice("Transformer", "split", self.split, SPLITS)
-        if self.scaling is None:  # --config.model.scaling=none reads as None
+        if self.scaling is None:  # a config's model.scaling=none reads as None
             object.__setattr__(self, "scaling", "none")
         layers.check_choice("Transformer", "scaling", self.scaling, SCALINGS)
         layers.check_choice("Transformer", "positions", self.positions, POSITIONS)
@@ -264,7 +263,7 @@ class Transformer(nn.Module):
         super().__post_init__()
 
     def _per_layer(self, field: str, value) -> tuple[int, ...]:
-        if is_pos_int(value):
+        if layers.is_pos_int(value):
             return (int(value),) * self.num_layers
         values = layers.pos_ints("Transformer", field, value, f"give one positive number, or one per layer "
                                                                f"({self.num_layers}).")
@@ -286,11 +285,10 @@ class Transformer(nn.Module):
                 width += width % 2 if self.positions == "rotary" else 0  # rotary rotates pairs: an even width
                 raise ArgError("head_dim", k, f"Transformer(embed_dim={self.embed_dim}, num_heads={full}): head_dim=0 "
                                               f"means embed_dim / num_heads, which is not a whole number;",
-                               f"give head_dim explicitly (e.g. head_dim={width}) or num_heads dividing "
-                               f"{self.embed_dim}.", f"give --config.model.head_dim={width}, or "
-                                                     f"--config.model.num_heads dividing {self.embed_dim}.")
+                               ("give head_dim explicitly (e.g.", {"head_dim": width}, ") or", {"num_heads": ...},
+                                f"dividing {self.embed_dim}."))
             k = self.embed_dim // full[0]
-        if not is_pos_int(k):
+        if not layers.is_pos_int(k):
             raise ArgError("head_dim", k, f"Transformer.head_dim={k!r}: must be a positive integer", "(0: embed_dim / "
                                                                                                     "num_heads).")
         if self.positions == "rotary" and k % 2:
@@ -330,25 +328,22 @@ class Transformer(nn.Module):
             return self
         return self.clone(test_fractions=tuple(sorted((g, float(p)) for g, p in fractions.items())))
 
-    def group_size_fix(self, group: str, num_workers: int) -> Optional[tuple[str, str]]:
+    def group_size_fix(self, group: str, num_workers: int) -> Optional[tuple]:
         """The fix for a layer's heads that W workers cannot share evenly (`istjax.core.contract`): a head count W
         divides that also divides embed_dim (``head_dim=0`` derives each head's width from it), else that count with
         each head's width given, or padding. None for feed-forward units and blocks: any multiple of W builds."""
         heads = tuple(self.full_heads) or self.num_heads
         if not group.startswith("heads_") or len(set(heads)) > 1 or self.head_dim * heads[0] != self.embed_dim:
             return None  # head_dim set apart from the width: any head count builds
-        w, pad = num_workers, ("istjax.uniform(pad=True)", "--config.sampler.name=uniform_pad")
+        w = num_workers
         counts = _head_counts(self.embed_dim, self.positions, w, heads[0])
         if counts:
             why = f"(a multiple of {w} that divides embed_dim={self.embed_dim})"
-            counts = " or ".join(map(str, counts))
-            use = (f"num_heads={counts}", f"--config.model.num_heads={counts}")
+            use = [[{"num_heads": c} for c in counts]]
         else:
             why = f"(no multiple of {w} divides embed_dim={self.embed_dim}: give each head its width)"
-            h = w * max(1, round(heads[0] / w))
-            use = (f"num_heads={h} with head_dim={self.head_dim}",
-                   f"--config.model.num_heads={h} --config.model.head_dim={self.head_dim}")
-        return tuple(f"Use {u} {why}, or sample with {p} to pad and mask the short workers." for u, p in zip(use, pad))
+            use = [{"num_heads": w * max(1, round(heads[0] / w))}, Code("with", ()), {"head_dim": self.head_dim}]
+        return ("Use", *use, why, ", or sample with", partition.PAD, "to pad and mask the short workers.")
 
     def group_sizes(self) -> dict[str, int]:
         """The neuron groups and their sizes in the full network."""

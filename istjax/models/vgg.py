@@ -34,13 +34,12 @@ import jax.numpy as jnp
 
 import istjax.models.layers as layers
 from istjax.core import precision
-import istjax.models.owner_forward as owner_forward
 from istjax.models.conv_ops import conv as _conv
 
 __all__ = ["VGG"]
 
 
-class VGG(nn.Module):
+class VGG(layers.ImageModelMethods, nn.Module):
     """VGG with BatchNorm and a global-average-pooled Dense classifier (see the module docstring).
 
     Attributes:
@@ -106,19 +105,6 @@ class VGG(nn.Module):
                          for i, row in enumerate(self.conv_widths()))
         hidden = tuple(int(units.get(f"fc_{k}", h)) for k, h in enumerate(self.hidden_widths()))
         return self.clone(features=features, hidden=hidden, width_multiplier=1.0)
-
-    # The sharded MPI mode: this network's forward pass from one owner's channels, the partial sums of each conv
-    # reduced across the owners (`istjax.models.owner_forward`), for evaluation and recomputed statistics.
-    owner_logits = owner_forward.owner_logits_method
-    owner_statistics = owner_forward.owner_statistics_method
-
-    def test_batch_statistics(self) -> bool:
-        """True for ``batch_norm="batch"``: test-time BatchNorm then uses the statistics of the evaluation batch."""
-        return self.batch_norm == "batch"
-
-    def without_batch_statistics(self) -> dict:
-        """The fields that make this module evaluate with running statistics instead."""
-        return {"batch_norm": "running"}
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool = True) -> jax.Array:

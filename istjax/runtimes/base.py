@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from istjax.core import precision
+from istjax.core.comm import Exchange
 from istjax.core.process import is_primary
 from istjax.core.state import WORKERS, first_worker, summarize
 
@@ -91,6 +92,8 @@ class Runtime(NamedTuple):
       check_launch: ``(num_workers, **options) -> None``: what the runtime refuses before any algorithm is built
         (the MPI runtime: its mode, the process count, W's fit to it); ``build`` makes the same call first, so a
         config's build can report the launch's problem before the algorithm's.
+      wall_time: what a run's training wall time measures under it, in words for a plot's axis and a comparison's
+        header (`istjax.launch.plot_records.wall_time_text`); ``""``: its name, mode and process count say it.
     """
 
     name: str
@@ -99,6 +102,7 @@ class Runtime(NamedTuple):
     config_options: tuple[str, ...] = ()
     multi_process: bool = False
     check_launch: Callable[..., None] = lambda num_workers, **options: None
+    wall_time: str = ""
 
 
 def end_round(algorithm, state, workers, plan, metrics_WxK: dict, batches: Any, shared: Any = None, *,
@@ -154,7 +158,7 @@ def check_worker_map(worker_map: str) -> str:
 
 def communicates(algorithm) -> bool:
     """Whether ``algorithm``'s workers talk during the local phase (data parallel's per-step gradient mean)."""
-    return algorithm.exchange == "gradients"
+    return algorithm.exchange == Exchange.GRADIENTS
 
 
 def map_workers(local: Callable, num_workers: int, *, outer_axes: tuple[str, ...] = (),

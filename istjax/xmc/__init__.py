@@ -1,7 +1,7 @@
 """Extreme multi-label classification (XMC): ranking metrics and the blockwise top-k over labels
 (`istjax.xmc.metrics`); the constant predictor, always the most frequent training labels, a study's trivial baseline
 (`istjax.xmc.baselines`). The data side (the repository text format, sparse batches, a generator) is
-`istjax.data.xmc`.
+`istjax.data.extreme`.
 """
 
 from istjax.xmc.metrics import blockwise_top_k as blockwise_top_k

@@ -24,7 +24,7 @@ __all__ = ["most_frequent_labels", "constant_predictor_scores", "constant_baseli
 
 def most_frequent_labels(train_labels: Any, k: int, num_labels: Optional[int] = None) -> np.ndarray:
     """``[k] int64``: the ``k`` label ids most training points carry, most first, the lower id among equals.
-    ``train_labels [N, L]``: each point's label ids padded with -1 (`istjax.data.xmc.pack_labels`)."""
+    ``train_labels [N, L]``: each point's label ids padded with -1 (`istjax.data.extreme.pack_labels`)."""
     labels = np.asarray(train_labels, np.int64)
     ids = labels[labels >= 0]
     counts = np.bincount(ids, minlength=int(num_labels or 0))

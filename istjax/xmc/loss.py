@@ -1,6 +1,6 @@
 """Multi-label losses and on-device ranking scores for extreme classification, on label sets padded with -1.
 
-``labels [B, L] int32`` holds each point's true label ids, then -1 (`istjax.data.xmc.pack_labels`); ``logits
+``labels [B, L] int32`` holds each point's true label ids, then -1 (`istjax.data.extreme.pack_labels`); ``logits
 [B, C]`` one score per label. Two losses, the researcher's choice (``SparseMLP.loss``):
 
 * ``"softmax"``: cross-entropy of the softmax over all labels against the point's labels as a uniform target

@@ -4,7 +4,7 @@ The metrics run on the host in numpy (float64) from two small integer arrays:
 
 * ``top_ids [N, K]``: each point's predicted label ids, best first, distinct within a row (only the first ``k``
   are read for a metric "@k");
-* ``labels [N, L]``: each point's true label ids, padded with -1 (`istjax.data.xmc.pack_labels`).
+* ``labels [N, L]``: each point's true label ids, padded with -1 (`istjax.data.extreme.pack_labels`).
 
 With ``hit[i, r] = 1`` when ``top_ids[i, r]`` is a true label of point ``i`` and ``y_i`` its number of true labels:
 
@@ -57,7 +57,7 @@ def propensities(label_counts: Any, num_points: int, *, a: float = 0.55, b: floa
     """Jain et al. (2016) label propensities ``p_l = 1 / (1 + C (N_l + B)^-A)``, ``C = (ln N - 1) (B + 1)^A``.
 
     Args:
-      label_counts: ``[L]`` training points per label ``N_l`` (`istjax.data.xmc.XMCData.label_counts`).
+      label_counts: ``[L]`` training points per label ``N_l`` (`istjax.data.extreme.XMCData.label_counts`).
       num_points: ``N``, the training points the counts are over.
       a, b: ``A`` and ``B``: 0.55 and 1.5 by default (the paper's for most sets; 0.6 and 2.6 for Amazon, 0.5 and
         0.4 for Wikipedia).
@@ -87,7 +87,7 @@ def _checked(top_ids: Any, labels: Any, k: int) -> tuple[np.ndarray, np.ndarray]
             or top.shape[0] != true.shape[0]:
         raise ArgError(("top_ids", "labels"), (f"{top.dtype} {top.shape}", f"{true.dtype} {true.shape}"),
                        "top_ids [N, K] and labels [N, L] must be integer arrays over the same N points;",
-                       "pass the predicted ids and istjax.data.xmc.pack_labels(data, rows).")
+                       "pass the predicted ids and istjax.data.extreme.pack_labels(data, rows).")
     k = check_positive("k", k)
     if k > top.shape[1]:
         raise ArgError("k", k, f"k={k} but top_ids holds {top.shape[1]} predictions per point;",

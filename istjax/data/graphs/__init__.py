@@ -24,7 +24,7 @@ import numpy as np
 
 from istjax.core.errors import ArgError
 from istjax.data.dataset import Dataset
-from istjax.data.images import DataNotFoundError
+from istjax.data.files import data_folder
 from istjax.graph.graph import Graph
 
 from istjax.data.graphs.container import GraphData as GraphData
@@ -70,17 +70,7 @@ GRAPH_DATASETS = PLANETOID_NAMES + ("npz", "csbm")
 def planetoid_dir(data_dir: Optional[Union[str, os.PathLike]] = None, name: str = "cora") -> pathlib.Path:
     """The folder :func:`load_graph` reads Planetoid files from: ``data_dir`` if given, else
     ``$ISTJAX_DATA_DIR/planetoid``; with neither, a DataNotFoundError saying how to get the files."""
-    if data_dir is not None:
-        if not isinstance(data_dir, (str, os.PathLike)) or not str(data_dir):
-            raise ArgError("data_dir", data_dir, f"data_dir={data_dir!r} must be a folder path (a non-empty str) or "
-                                                 f"None.", "")
-        return pathlib.Path(data_dir).expanduser()
-    env = os.environ.get("ISTJAX_DATA_DIR")
-    if env:
-        return pathlib.Path(env).expanduser() / "planetoid"
-    raise DataNotFoundError(f"Planetoid dataset {name!r}: no folder given; pass data_dir=<folder holding "
-                            f"ind.{name}.*> or set ISTJAX_DATA_DIR (files in $ISTJAX_DATA_DIR/planetoid). "
-                            f"{_how_to_get(name)}")
+    return data_folder(data_dir, "planetoid", what=f"Planetoid dataset {name!r}", how=_how_to_get(name))
 
 
 def load_graph(name: str, data_dir: Optional[Union[str, os.PathLike]] = None, *,

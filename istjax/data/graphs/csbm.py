@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.core.streams import check_positive as _check_positive
+from istjax.core.streams import check_positive
 from istjax.graph.graph import from_edges
 
 from istjax.data.graphs.container import GraphData
@@ -39,13 +39,13 @@ def _check_csbm_args(num_nodes: int, num_classes: int, num_features: int, avg_de
                      snr: float, seed: int, train_per_class: int, num_val: int,
                      num_test: int) -> tuple[int, int, int, int, int, int, int]:
     """`(n, c, f, train_per_class, num_val, num_test, seed)` as checked ints; a ValueError naming a bad argument."""
-    n = _check_positive("num_nodes", num_nodes, 2)
-    c = _check_positive("num_classes", num_classes, 2)
-    f = _check_positive("num_features", num_features, 1)
-    train_per_class = _check_positive("train_per_class", train_per_class, 1)
-    num_val = _check_positive("num_val", num_val, 0)
-    num_test = _check_positive("num_test", num_test, 0)
-    seed = _check_positive("seed", seed, 0)
+    n = check_positive("num_nodes", num_nodes, 2)
+    c = check_positive("num_classes", num_classes, 2)
+    f = check_positive("num_features", num_features, 1)
+    train_per_class = check_positive("train_per_class", train_per_class, 1)
+    num_val = check_positive("num_val", num_val, 0)
+    num_test = check_positive("num_test", num_test, 0)
+    seed = check_positive("seed", seed, 0)
     for field, value, low, high in (("avg_degree", avg_degree, 0.0, float(n - 1)), ("homophily", homophily, 0.0, 1.0),
                                     ("snr", snr, 0.0, math.inf)):
         if not isinstance(value, (int, float, np.integer, np.floating)) or not low <= float(value) <= high:

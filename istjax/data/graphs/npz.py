@@ -26,7 +26,7 @@ from typing import Optional, Union
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.data.images import DataNotFoundError
+from istjax.data.files import DataNotFoundError
 from istjax.graph.graph import from_edges
 
 from istjax.data.graphs.container import GraphData

@@ -54,9 +54,8 @@ from typing import Any, Mapping, Optional, Union
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.core.streams import check_positive as _check_positive
-from istjax.data.dataset import _damaged_file
-from istjax.data.images import DataNotFoundError
+from istjax.core.streams import check_positive
+from istjax.data.files import DataNotFoundError, damaged_file
 from istjax.graph.graph import Graph
 from istjax.graph.graph import from_edges
 
@@ -214,7 +213,7 @@ def read_planetoid_pickle(path: Union[str, os.PathLike]) -> Any:
         except _RefusedGlobal:
             raise
         except Exception as e:  # a truncated or malformed pickle fails in many ways
-            raise _damaged_file(path, "readable pickle", e, "Download it again (fetch_planetoid checks its sha256) "
+            raise damaged_file(path, "readable pickle", e, "Download it again (fetch_planetoid checks its sha256) "
                                 "or copy it again.") from None
 
 
@@ -438,7 +437,7 @@ def read_planetoid(name: str, data_dir: Union[str, os.PathLike], *, normalize_fe
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ArgError("name", name, f"name={name!r} must be a Planetoid dataset name such as 'cora'",
                        "(letters, digits, '.', '_', '-').")
-    num_val = _check_positive("num_val", num_val, 0)
+    num_val = check_positive("num_val", num_val, 0)
     directory = pathlib.Path(data_dir).expanduser()
     paths = _planetoid_paths(name, directory)
     adjacency, mats, test_ids = _planetoid_arrays(paths)

@@ -5,7 +5,8 @@ every problem of every step is reported together (`ConfigError`) before anything
 A step says which config field stands behind each argument of the call it makes (``{"num_workers": "num_workers",
 "mode": "runtime.mode"}``); a field may also be a function of the config that renders several fields (the model's
 sizes). An error naming an argument the step does not map, or one that is not an `ArgError`, is reported under the
-step's own description.
+step's own description. The same map writes the refusal's fix, values named by their Python names, as ``--config.``
+flags (`istjax.launch.config.fix_words`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any, Union
 
 import ml_collections
 
-from istjax.core.errors import ArgError, config_terms
+from istjax.core.errors import ArgError
 from istjax.launch.config.fields import ConfigError, get_field
+from istjax.launch.config.fix_words import config_terms
 
 __all__ = ["Collector", "FAILED", "Field"]
 
@@ -65,20 +67,21 @@ class Collector:
             self.problems.append(problem)
 
     def arg_problem(self, error: ArgError, fields: Mapping[str, Field], context: str) -> str:
-        """``error`` as a config problem: ``field=value [with field=value [and ...]]: problem config-fix``."""
+        """``error`` as a config problem: ``field=value [with field=value [and ...]]: problem config-fix``, the fix's
+        settings named by the fields behind them (`istjax.launch.config.fix_words`)."""
         shown = [self.render(arg, fields) for arg in error.args_named]
         shown = [s for s in shown if s]
+        text = config_terms(error, fields, self.config)
         if len(error.args_named) == 1 and _names_itself(error):
             # "num_workers=3 ..." and a model's "Transformer.scaling='tset': ..." say the value: each gets its
             # field's name, the one the command line sets (model.scaling).
             arg, field = error.args_named[0], fields.get(error.args_named[0])
-            text = config_terms(error)
             named = re.match(rf"(\w+\.)?{re.escape(arg)}(?=[\[=])", text)
             return f"{field}{text[named.end():]}" if isinstance(field, str) and named else text
         if not shown:
-            return f"{context}: {config_terms(error)}" if context else config_terms(error)
+            return f"{context}: {text}" if context else text
         where = shown[0] + (f" with {' and '.join(shown[1:])}" if len(shown) > 1 else "")
-        return f"{where}: {config_terms(error)}"
+        return f"{where}: {text}"
 
     def render(self, arg: str, fields: Mapping[str, Field]) -> str:
         """``field=value`` for argument ``arg`` (``"samplers.hidden_0"`` under ``{"samplers": "sampler.groups"}``

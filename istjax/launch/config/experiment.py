@@ -17,7 +17,7 @@ import optax
 
 import istjax.data as data_lib
 from istjax.algorithms import ALGORITHMS
-from istjax.algorithms.base import Algorithm
+from istjax.algorithms.base import Algorithm, ModelStatePolicy
 from istjax.core import contract
 from istjax.core.memory import parse_bytes
 from istjax.core.task import Task, check_evaluation
@@ -139,15 +139,22 @@ def _task(config, dataset, c: Collector):
 _OPTIMIZER_FIELDS = {f: f for f in ("optimizer", "learning_rate", "momentum", "weight_decay", "lr_schedule",
                                      "lr_decay_at", "lr_decay_factor", "warmup_rounds", "lr_schedule_rounds",
                                      "num_rounds")}
+#: Factory options that are settings of the whole run, read from the config's top level, not its ``algorithm``
+#: section: an algorithm that asks for one (`AlgorithmEntry.options`) gets the run's value.
+RUN_OPTIONS = ("batch_size", "exchange_dtype", "exchange_values")
 _SAMPLER_FIELDS = {"name": "sampler.name", "min_units": "sampler.min_units", "num_owners": "sampler.num_owners",
                    "weights": "sampler.weights", "fractions": "sampler.fractions", "shuffle": "sampler.shuffle",
                    "samplers": "sampler.groups"}
 
 
 def _sampler_text(config) -> str:
+    """The sampler as a message names it: its name, the options its registry entry reads, and any groups."""
+    from istjax.core.partition import SAMPLERS
+
     shown = f"sampler.name={config.sampler.name!r}"
-    if config.sampler.name == "stratified":
-        shown += f" with num_owners={config.sampler.num_owners}"
+    options = SAMPLERS.get(config.sampler.name).options if config.sampler.name in SAMPLERS else ()
+    if options:
+        shown += " with " + ", ".join(f"{o}={config.sampler[o]!r}" for o in options)
     return shown + (f", sampler.groups={to_dict(config.sampler.groups)!r}" if len(config.sampler.groups) else "")
 
 
@@ -160,8 +167,7 @@ def option_fields(config, options: tuple[str, ...]) -> dict[str, Any]:
     fields: dict[str, Any] = {"num_workers": "num_workers", "local_steps": "local_steps", "backend": "runtime.name",
                               "task": "model.name", "group_sizes": _sizes_text, "sampler": _sampler_text,
                               "samplers": "sampler.groups", "num_owners": "sampler.num_owners",
-                              "batch_size": "batch_size", "exchange_dtype": "exchange_dtype",
-                              "exchange_values": "exchange_values"}
+                              **{o: o for o in RUN_OPTIONS}}
     fields.update({o: f"algorithm.{o}" for o in options if o not in fields})
     fields.update({o: f"runtime.{o}" for o in runtimes.get(config.runtime.name).config_options})
     fields.update({"min_units": "sampler.min_units", "weights": "sampler.weights", "fractions": "sampler.fractions"})
@@ -169,14 +175,13 @@ def option_fields(config, options: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _option_value(config, option: str, sampler) -> Any:
-    """The config value behind an algorithm option: the sampler, its owner count, or the ``algorithm`` field."""
+    """The config value behind an algorithm option: the sampler, its owner count, a setting of the whole run
+    (`RUN_OPTIONS`), or the ``algorithm`` field."""
     if option == "sampler":
         return sampler
     if option == "num_owners":
         return int(config.sampler.num_owners)
-    if option == "batch_size":  # tensor parallel's analytic bytes scale with the examples of a step
-        return int(config.batch_size)
-    if option in ("exchange_dtype", "exchange_values"):  # precision is set for the whole run, at the top
+    if option in RUN_OPTIONS:
         return config[option]
     return config.algorithm[option]
 
@@ -229,11 +234,11 @@ def own_rows(algorithm: Algorithm) -> Optional[tuple[int, int]]:
     """``(start, stop)``: the workers this process runs, when it needs only their batches (several processes, a
     round called between device steps, and no collect on this process that reads every worker's batches: the
     parameter-server and replica modes recompute statistics from all of them; nor an algorithm whose every process
-    reads every row: tensor parallel); else None."""
+    reads every row, `Algorithm.reads_every_worker`); else None."""
     rt = algorithm.runtime
-    if algorithm.exchange == "activations":  # tensor parallel: every shard reads every worker's rows each step
+    if algorithm.reads_every_worker or rt.size <= 1 or rt.fusable:
         return None
-    if rt.size <= 1 or rt.fusable or (algorithm.model_state_policy == "recompute" and rt.whole_state):
+    if algorithm.model_state_policy == ModelStatePolicy.RECOMPUTE and rt.whole_state:
         return None
     lanes = algorithm.num_workers // rt.size
     return rt.rank * lanes, (rt.rank + 1) * lanes

@@ -1,7 +1,7 @@
 """The ``mpi`` runtime: an algorithm's W workers spread over the N processes of ``mpiexec -n N`` (one per host).
 
-``istjax.ist(..., backend="mpi", mode="parameter_server" | "sharded")`` (any factory; the CLI's
-``--config.runtime.name=mpi``) binds an algorithm to it; `mpi_runtime(algorithm, mode=...)` gives the `MPIRuntime` itself
+``istjax.ist(..., backend="mpi", mode="parameter_server" | "sharded")`` (any factory; a config's field
+runtime.name=mpi) binds an algorithm to it; `mpi_runtime(algorithm, mode=...)` gives the `MPIRuntime` itself
 (byte and memory counters, ``gather_params``). Process ``r`` runs workers ``r * L .. (r + 1) * L - 1`` (``L = W / N``)
 through the same `istjax.runtimes.base.map_workers` as the single-process runtimes (one worker per process runs
 unmapped). Every process passes the same full ``batches`` (leaves `[W, K, B, ...]`, e.g. from
@@ -64,7 +64,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from istjax.core.comm import Exchange
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
 from istjax.runtimes.base import Runtime
 from istjax.runtimes.mpi import parameter_server, replicas, sharded, tensor
@@ -119,10 +119,9 @@ def check_launch(num_workers: int, *, mode: str = "parameter_server", comm=None,
         raise ArgError("backend", "mpi",
                        "runs the workers on several processes, but this is one process (not launched by mpiexec, or "
                        "mpiexec -n 1): it would run every worker here, slower than simulate.",
-                       "Launch the script as `mpiexec -n 2 python ...` (mpiexec is in .venv/bin), or use "
-                       "backend='simulate'.",
-                       "Launch it as `mpiexec -n 2 istjax train --config.runtime.name=mpi ...` (mpiexec is in "
-                       ".venv/bin), or use --config.runtime.name=simulate.")
+                       (Code("Launch the script as `mpiexec -n 2 python ...`",
+                             ("Launch it as `mpiexec -n 2 istjax train", {"backend": "mpi"}, "...`")),
+                        "(mpiexec is in .venv/bin), or use", {"backend": "simulate"}, "."))
     return check_fit(num_workers, n)
 
 
@@ -149,7 +148,7 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
                        f"mode='sharded' splits the model among the processes for an algorithm that exchanges "
                        f"sub-networks (ist, resist), but {algorithm.name!r} exchanges {algorithm.exchange}: every "
                        f"process holds the whole model, so the mode would change nothing.",
-                       "Use mode='parameter_server'.", "Use --config.runtime.mode=parameter_server.")
+                       use={"mode": "parameter_server"})
     if (algorithm.exchange, mode) not in ROUNDS:
         raise ValueError(f"algorithm {algorithm.name!r} declares exchange={algorithm.exchange!r}, which the MPI "
                          f"runtime does not know; exchanges: subnetworks, replicas, gradients, activations.")

@@ -25,7 +25,9 @@ WHOLE_STATE = True
 
 
 def install(rt: MPIRuntime) -> None:
-    """Fills in ``rt``'s ``init``, ``round`` and ``gather`` for the parameter server's round."""
+    """Fills in ``rt``'s ``init``, ``round`` and ``gather`` for the parameter server's round. The buffers a rank
+    owns between rounds: "lanes" `[L, ...]` (the received workers, trained in place, then sent back) and "all" (root:
+    `[W, ...]`, the cut workers, scattered, then the gathered ones; elsewhere `[L, ...]`, gather's unread result)."""
     alg, comm = rt.algorithm, rt.comm
     x = buffers.TreeCollectives(comm)
     lanes, root = rt.workers_per_rank, rt.rank == ROOT
@@ -39,9 +41,6 @@ def install(rt: MPIRuntime) -> None:
     template = None if root else buffers.zeros_like(lane_shapes)  # a non-root rank's (unread) scatter input
     send_up = None if wire.exact else (lambda trained, started: packed[0](wire.up(held(trained), held(started))))
     train = rounds.lane_step(alg, lanes, rt.rank * lanes, start=lambda tree, r: start(packed[1](tree), r), send=send_up)
-    # Buffers this rank owns between rounds: "lanes" [L, ...] (the received workers, trained in place, then sent
-    # back) and "all" (root: [W, ...], the cut workers, scattered, then the gathered ones; elsewhere [L, ...],
-    # gather's unread result).
     spares = buffers.Spares()
 
     @functools.partial(jax.jit, donate_argnums=1, keep_unused=True)

@@ -69,7 +69,8 @@ class MPIRuntime:
         soon as its gradient is computed) or ``"one"`` (the gradients concatenated into one buffer after the whole
         backward pass); `GRADIENT_BUFFERS`.
       evaluate: sharded mode: the task's evaluation from this rank's part (`istjax.algorithms.exchange.owner_evaluate`:
-        a one-hidden-layer SparseMLP by label blocks, any other model with ``owner_logits`` by reduced partial sums;
+        a model whose tensor split cuts its labels (SparseMLP) by label blocks, any other model with
+        ``owner_logits`` by reduced partial sums;
         no rank gathers the model); None when the model cannot be evaluated from its parts (`RuntimeHandle.evaluate`).
       phases: set to a dict to profile the parameter-server round: seconds per phase (``batches``, ``distribute``,
         ``scatter``, ``local``, ``gather``, ``collect``, ``metrics``) are added to it, each phase waited for

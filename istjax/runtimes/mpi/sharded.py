@@ -16,9 +16,9 @@ from istjax.core import memory as memory_lib
 from istjax.core import precision
 from istjax.core import shard as shard_lib
 from istjax.core import tiled_init
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core.partition import owner_counts
-from istjax.core.state import TrainState
+from istjax.core.state import ModelStatePolicy, TrainState
 import istjax.runtimes.mpi.buffers as buffers
 import istjax.runtimes.mpi.rounds as rounds
 from istjax.runtimes.mpi.runtime import MPIRuntime, Traffic
@@ -36,8 +36,7 @@ def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
     if side is None:
         raise ArgError("mode", "sharded",
                        f"algorithm {alg.name!r} exchanges subnetworks but gives no owner side (Algorithm.owner_side), "
-                       f"so it cannot run with the model split over ranks.", "Use mode='parameter_server'.",
-                       "Use --config.runtime.mode=parameter_server.")
+                       f"so it cannot run with the model split over ranks.", use={"mode": "parameter_server"})
     sizes = dict(alg.task.spec.group_sizes)
     sampler = alg.subnet.sampler
     owners = owner_counts(sampler, sizes)
@@ -45,14 +44,13 @@ def sharded_layout(alg, n: int, me: int) -> shard_lib.Layout:
     if not owned:
         raise _not_stratified(alg, sampler, owners, n)
     from_slices = alg.task.owner is not None and alg.task.owner.recompute_state is not None
-    if alg.model_state_policy == "recompute" and alg.task.has_state and not from_slices:
+    if alg.model_state_policy == ModelStatePolicy.RECOMPUTE and alg.task.has_state and not from_slices:
         raise ArgError("model_state", "recompute",
                        f"mode='sharded' with model_state='recompute': recomputing the statistics is a forward pass of "
                        f"the whole merged model, which no rank holds, and {type(alg.task.module).__name__} gives no "
                        f"owner_statistics method to run it from each rank's part (istjax.core.contract; the "
-                       f"channel-partitioned CNN, ResNet and VGG do).", "Use model_state='carry' or "
-                       "mode='parameter_server'.", "Use --config.algorithm.model_state=carry or "
-                       "--config.runtime.mode=parameter_server.")
+                       f"channel-partitioned CNN, ResNet and VGG do).",
+                       use=[{"model_state": "carry"}, {"mode": "parameter_server"}])
     return shard_lib.Layout(n, me, alg.num_workers, sizes, owned)
 
 
@@ -68,20 +66,18 @@ def _not_stratified(alg, sampler, owners: dict, n: int) -> ArgError:
     if blocks is not None:  # a depth-split model: ResIST deals its own blocks, n * W equal shares of each stage's
         share = n * alg.num_workers
         if all(b % share == 0 for b in blocks.values()):
-            return ArgError("num_owners", None, problem, f"Build it with istjax.resist(..., num_owners={n}), or use "
-                            f"mode='parameter_server'.", f"Add --config.sampler.num_owners={n}, or "
-                            f"--config.runtime.mode=parameter_server.")
+            return ArgError("num_owners", None, problem, (
+                Code(f"Build it with istjax.resist(..., num_owners={n}), or use", ("Add", {"num_owners": n}, ", or")),
+                {"mode": "parameter_server"}, "."))
         return ArgError("num_owners", None, f"{problem} Stratified by {n} owners, ResIST would need every stage's "
                                             f"partitioned blocks {blocks} in multiples of {n} owners x "
                                             f"{alg.num_workers} workers = {share}.",
-                        f"Use mode='parameter_server', or deepen the stages to a multiple of {share} partitioned "
-                        f"blocks and build it with istjax.resist(..., num_owners={n}).",
-                        f"Use --config.runtime.mode=parameter_server, or deepen the stages (model.stage_sizes) to a "
-                        f"multiple of {share} partitioned blocks and add --config.sampler.num_owners={n}.")
-    return ArgError("sampler", sampler.name, problem, f"Build it with istjax.ist(..., "
-                    f"sampler=istjax.stratified(num_owners={n})), or use mode='parameter_server'.",
-                    f"Add --config.sampler.name=stratified --config.sampler.num_owners={n}, or "
-                    f"--config.runtime.mode=parameter_server.")
+                        ("Use", {"mode": "parameter_server"}, f", or deepen the stages (model.stage_sizes) to a "
+                         f"multiple of {share} partitioned blocks and",
+                         Code(f"build it with istjax.resist(..., num_owners={n})", ("add", {"num_owners": n})), "."))
+    return ArgError("sampler", sampler.name, problem, (
+        Code(f"Build it with istjax.ist(..., sampler=istjax.stratified(num_owners={n})), or use",
+             ("Add", {"sampler": "stratified", "num_owners": n}, ", or")), {"mode": "parameter_server"}, "."))
 
 
 def _as_state(tree: dict, like: TrainState) -> TrainState:
@@ -172,7 +168,8 @@ def install(rt: MPIRuntime) -> None:
     outbound, assemble, train, give_back, collect, gather_each = _sharded_steps(alg, layout, x)
     spares = buffers.Spares()  # the collectives' results, reused round after round
     owner = alg.task.owner
-    recompute = alg.model_state_policy == "recompute" and owner is not None and owner.recompute_state is not None
+    recompute = (alg.model_state_policy == ModelStatePolicy.RECOMPUTE and owner is not None
+                 and owner.recompute_state is not None)
 
     def round_fn(state, batches, shared=None):
         rounds.check_batches(batches, rt)

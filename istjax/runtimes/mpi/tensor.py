@@ -52,8 +52,7 @@ def install(rt: MPIRuntime) -> None:
     if rt.size != pieces.num_shards:
         raise ArgError("num_workers", alg.num_workers,
                        f"tensor_parallel runs one shard per process: num_workers={alg.num_workers} shards on "
-                       f"{rt.size} processes.", f"Use num_workers={rt.size}, or mpiexec -n {alg.num_workers}.",
-                       f"Use --config.num_workers={rt.size}, or mpiexec -n {alg.num_workers}.")
+                       f"{rt.size} processes.", use=[{"num_workers": rt.size}, f"mpiexec -n {alg.num_workers}"])
     coll = buffers.mpi_collectives(rt.comm, rt.rank)
     x = buffers.TreeCollectives(rt.comm)
     train = jax.jit(functools.partial(pieces.train, coll))

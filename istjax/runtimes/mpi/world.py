@@ -64,19 +64,18 @@ def abort_on_error() -> None:
     hook._istjax_abort = True
     sys.excepthook = hook
 
-def check_fit(num_workers: int, num_processes: Optional[int] = None, *, fix: str = "num_workers=") -> int:
-    """Returns ``L = W / N``, the workers per process; raises a ValueError naming the fix when W does not fit.
+def check_fit(num_workers: int, num_processes: Optional[int] = None) -> int:
+    """Returns ``L = W / N``, the workers per process; raises an `ArgError` naming the fix (the nearest multiples of N
+    for ``num_workers``) when W does not fit.
 
     Call it (every rank does, inside `mpi_runtime`) before anything is compiled, so every rank refuses the same config.
-    ``fix`` is how the caller sets W: the factories' ``num_workers=`` (default), the CLI's ``--config.num_workers=``.
     """
     n = size() if num_processes is None else num_processes
     if num_workers % n:
         lower, upper = (num_workers // n) * n, (num_workers // n + 1) * n
-        fits = f"{lower} or {upper}" if lower else f"{upper}"
-        launch = f", or launch with mpiexec -n N for an N that divides {num_workers}."
+        fits = [{"num_workers": w} for w in (lower, upper) if w]
+        launch = f"launch with mpiexec -n N for an N that divides {num_workers}"
         raise ArgError("num_workers", num_workers,
                        f"num_workers={num_workers} does not fit {n} MPI processes: each process runs num_workers / "
-                       f"{n} workers, so num_workers must be a multiple of {n}.", f"Use {fix}{fits}{launch}",
-                       f"Use --config.num_workers={fits}{launch}")
+                       f"{n} workers, so num_workers must be a multiple of {n}.", use=[*fits, launch])
     return num_workers // n

@@ -18,8 +18,8 @@ Every reader returns an :class:`XMCData`: two CSR matrices (:class:`SparseRows`)
 ``$ISTJAX_CACHE_DIR`` (or ``~/.cache/istjax``), keyed by the file's resolved path, size and modification time, so the
 second read of a file skips the parse; a damaged cache file is refused, naming it (delete it to rebuild).
 
-A folder of such files (train, test, label names) is read by :mod:`istjax.data.xmc_folder`; the named sets, sparse
-batches, the generator and the training view are in :mod:`istjax.data.xmc`, which re-exports the public names here.
+A folder of such files (train, test, label names) is read by :mod:`istjax.data.extreme.folder`; the named sets and
+the training view are in :mod:`istjax.data.extreme`, which re-exports the public names here.
 """
 
 from __future__ import annotations
@@ -35,13 +35,15 @@ from typing import Any, NamedTuple, Optional, Union
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.data.dataset import _cache_dir, _damaged_file, _read_cache, _write_cache
-from istjax.data.images import DataNotFoundError
+from istjax.data.files import DataNotFoundError, cache_dir, damaged_file, read_cache, write_cache
 
 __all__ = [
     "SparseRows",
     "XMCData",
     "XMCDataset",
+    "freeze",
+    "indptr_from_counts",
+    "make_record",
     "parse_xmc",
     "read_xmc",
     "write_xmc",
@@ -139,17 +141,18 @@ class XMCDataset(NamedTuple):
                 f"features={self.train.num_features}, labels={self.train.num_labels})")
 
 
-def _freeze(*arrays: Optional[np.ndarray]) -> None:
+def freeze(*arrays: Optional[np.ndarray]) -> None:
+    """Makes every array given read-only (None is skipped): a record's arrays are shared by every later load."""
     for a in arrays:
         if a is not None:
             a.flags.writeable = False
 
 
-def _record(name: str, f_ptr, f_ids, f_vals, l_ptr, l_ids, num_features: int, num_labels: int) -> XMCData:
+def make_record(name: str, f_ptr, f_ids, f_vals, l_ptr, l_ids, num_features: int, num_labels: int) -> XMCData:
     """An XMCData of the given arrays, cast to the record's dtypes and made read-only."""
     arrays = (np.asarray(f_ptr, np.int64), np.asarray(f_ids, np.int32), np.asarray(f_vals, np.float32),
               np.asarray(l_ptr, np.int64), np.asarray(l_ids, np.int32))
-    _freeze(*arrays)
+    freeze(*arrays)
     return XMCData(SparseRows(*arrays[:3]), SparseRows(*arrays[3:]), int(num_features), int(num_labels), name)
 
 
@@ -174,7 +177,7 @@ def _read_text(path: pathlib.Path) -> str:
             with gzip.open(path, "rb") as f:
                 raw = f.read()
         except (EOFError, OSError, zlib.error) as e:
-            raise _damaged_file(path, "complete gzip file", e, "Copy or download it again.") from None
+            raise damaged_file(path, "complete gzip file", e, "Copy or download it again.") from None
     try:
         return raw.decode("ascii")
     except UnicodeDecodeError as e:
@@ -311,10 +314,11 @@ def _numbers(path: pathlib.Path, points: list[str], tokens: _Tokens):
         values = np.fromiter(map(float, tokens.parts[1::2]), np.float64, len(tokens.parts) // 2)
     except (ValueError, OverflowError):
         _refuse_tokens(path, points, range(len(points)))
-    return _indptr(label_counts), label_ids, _indptr(tokens.num_parts // 2), feature_ids, values
+    return indptr_from_counts(label_counts), label_ids, indptr_from_counts(tokens.num_parts // 2), feature_ids, values
 
 
-def _indptr(counts: np.ndarray) -> np.ndarray:
+def indptr_from_counts(counts: np.ndarray) -> np.ndarray:
+    """A CSR ``indptr [N + 1] int64`` from the ``[N]`` entry counts of the rows."""
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
@@ -373,7 +377,7 @@ def parse_xmc(path: PathLike) -> XMCData:
     values = _check_values(path, feature_ptr, feature_ids, values)
     f_order = _sorted_rows(path, feature_ptr, feature_ids, num_features, "feature")
     l_order = _sorted_rows(path, label_ptr, label_ids, num_labels, "label")
-    return _record(path.name, feature_ptr, feature_ids[f_order], values[f_order], label_ptr, label_ids[l_order],
+    return make_record(path.name, feature_ptr, feature_ids[f_order], values[f_order], label_ptr, label_ids[l_order],
                    num_features, num_labels)
 
 
@@ -419,7 +423,7 @@ def _cache_file(path: pathlib.Path) -> pathlib.Path:
     st = path.stat()
     key = hashlib.sha256(f"{_CACHE_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
     stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in path.name)[:60]
-    return _cache_dir() / f"xmc-{stem}-{key[:16]}.npz"
+    return cache_dir() / f"xmc-{stem}-{key[:16]}.npz"
 
 
 def _csr_problem(indptr: np.ndarray, ids: np.ndarray, limit: int, what: str) -> Optional[str]:
@@ -447,9 +451,9 @@ def _from_cache(where: pathlib.Path, name: str, arrays: tuple[np.ndarray, ...]) 
     if problem is None and (f_vals.shape != f_ids.shape or f_ptr.shape != l_ptr.shape):
         problem = f"{f_vals.size} values for {f_ids.size} feature ids, or rows that differ"
     if problem is not None:
-        raise _damaged_file(where, "complete istjax cache file", ValueError(problem),
+        raise damaged_file(where, "complete istjax cache file", ValueError(problem),
                             "Delete it; the next load rebuilds it.")
-    return _record(name, f_ptr, f_ids, f_vals, l_ptr, l_ids, int(sizes[0]), int(sizes[1]))
+    return make_record(name, f_ptr, f_ids, f_vals, l_ptr, l_ids, int(sizes[0]), int(sizes[1]))
 
 
 def read_xmc(path: PathLike, *, cache: bool = True) -> XMCData:
@@ -468,12 +472,12 @@ def read_xmc(path: PathLike, *, cache: bool = True) -> XMCData:
     """
     path = _existing_file(path)
     where = _cache_file(path)
-    cached = _read_cache(where, _CACHE_FIELDS) if cache else None
+    cached = read_cache(where, _CACHE_FIELDS) if cache else None
     if cached is not None:
         return _from_cache(where, path.name, cached)
     data = parse_xmc(path)
     if cache:
-        _write_cache(where, feature_indptr=data.features.indptr, feature_ids=data.features.ids,
+        write_cache(where, feature_indptr=data.features.indptr, feature_ids=data.features.ids,
                      feature_values=data.features.values, label_indptr=data.labels.indptr,
                      label_ids=data.labels.ids, sizes=np.asarray([data.num_features, data.num_labels], np.int64))
     return data

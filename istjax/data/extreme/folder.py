@@ -2,21 +2,21 @@
 
 The folder holds (docs/extreme.md, "Your own XMC files")::
 
-    train.txt    or train.txt.gz   the training points   (istjax.data.xmc_format: header, then `l1,l2 f:v f:v ...`)
+    train.txt    or train.txt.gz   the training points   (the repository's format: header, then `l1,l2 f:v ...`)
     test.txt     or test.txt.gz    the test points, over the same feature and label spaces (the same header counts)
     labels.txt   optional          line i names label i (UTF-8), one line per label of the header
 
 Anything else in it is left alone (``features.txt``, a README, the Debian set's ``build.py``). :func:`read_xmc_folder`
 reads it defensively, each refusal one line naming the path: a missing folder or data file (with what the folder must
 hold), both a file and its gzipped twin (which one is meant?), a malformed data file (naming its line, as
-:func:`istjax.data.xmc_format.read_xmc` does), splits whose headers disagree on the feature or label count, an empty
+:func:`istjax.data.extreme.read_xmc` does), splits whose headers disagree on the feature or label count, an empty
 split, and a ``labels.txt`` that is not UTF-8, names another number of labels than the headers, or has an empty line.
 Without ``labels.txt`` label ``i`` is named ``"i"``. The data set is named after the folder (``my-xmc/`` gives
 ``my-xmc``, and its training view ``my_xmc``).
 
-``istjax train --config.data.name=xmc --config.data.kwargs.path=my-xmc`` trains on it (its training view is
-:func:`istjax.data.xmc.load_folder_dataset`); ``xmc-debian-deps`` is such a folder, read with its own name and
-instructions (:func:`istjax.data.xmc.load_xmc_debian_deps`).
+``istjax train`` with the config fields ``data.name=xmc`` and ``data.kwargs.path=my-xmc`` trains on it (its
+training view is :func:`istjax.data.extreme.load_folder_dataset`); ``xmc-debian-deps`` is such a folder, read with its
+own name and instructions (:func:`istjax.data.extreme.load_xmc_debian_deps`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import os
 import pathlib
 from typing import Optional
 
-from istjax.core.errors import ArgError
-from istjax.data.images import DataNotFoundError
-from istjax.data.xmc_format import PathLike, XMCData, XMCDataset, read_xmc
+from istjax.core.errors import ArgError, Code
+from istjax.data.files import DataNotFoundError
+from istjax.data.extreme.text_format import PathLike, XMCData, XMCDataset, read_xmc
 
 __all__ = ["FOLDER_HOLDS", "XMC_FOLDER_FILES", "read_xmc_folder"]
 
@@ -44,8 +44,8 @@ def _folder(path: PathLike, name: Optional[str], how: str) -> tuple[pathlib.Path
     """``(folder, name)``: ``path`` as an existing folder, and the data set's name (``name``, else the folder's)."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise ArgError("path", path, f"path={path!r} must be the path of a folder (a non-empty str).",
-                       "Pass the folder that holds train.txt and test.txt.",
-                       "Pass --config.data.kwargs.path=<the folder that holds train.txt and test.txt>.")
+                       ("Pass", Code("the folder that holds train.txt and test.txt",
+                                     {"path": "<the folder that holds train.txt and test.txt>"}), "."))
     folder = pathlib.Path(path).expanduser().absolute()
     said = name or "xmc"  # what a refusal leads with
     if not folder.exists():
@@ -107,7 +107,7 @@ def read_xmc_folder(path: PathLike, *, cache: bool = True, name: Optional[str] =
 
     Args:
       path: the folder.
-      cache: as in :func:`istjax.data.xmc_format.read_xmc` (parsed arrays cached per file).
+      cache: as in :func:`istjax.data.extreme.read_xmc` (parsed arrays cached per file).
       name: the data set's name; default the folder's name.
       labels_required: refuse a folder without ``labels.txt`` (a published set whose names are part of it).
       how: what the folder must hold and where to get it, said after every missing-file refusal.

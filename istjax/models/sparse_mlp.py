@@ -24,9 +24,7 @@ import istjax.models.owner_forward as owner_forward
 import istjax.models.tensor_forward as tensor_forward
 from istjax.core import precision
 from istjax.core.errors import ArgError
-from istjax.models.cnn import is_pos_int
 from istjax.models.embedding_bag import EmbeddingBag
-from istjax.models.mlp import MLP
 from istjax.xmc import loss as xmc_loss
 
 __all__ = ["SparseMLP"]
@@ -79,17 +77,18 @@ class SparseMLP(nn.Module):
             raise ArgError("label_weights", type(self.label_weights).__name__,
                            "SparseMLP.label_weights must be an istjax.xmc.loss.LabelWeights;",
                            "pass LabelWeights(data.label_weights), or leave it None (no PSP@k).")
-        if not is_pos_int(self.num_features):  # last: the data fills it, so a field above is the likelier mistake
+        if not layers.is_pos_int(self.num_features):  # last: the data fills it, a field above is the likelier mistake
             raise ArgError("num_features", self.num_features,
                            f"SparseMLP.num_features={self.num_features!r}: the embedding bag needs the number of "
-                           f"feature ids;", "istjax fills it from sparse data (Dataset.num_feature_ids: "
-                           "--config.data.name=xmc_synthetic, xmc_debian_deps or xmc: your folder); in Python, "
+                           f"feature ids;", "istjax fills it from sparse data (Dataset.num_feature_ids: a config's "
+                           "data.name=xmc_synthetic, xmc_debian_deps or xmc: your folder); in Python, "
                            "SparseMLP(..., num_features=data.num_feature_ids).")
         super().__post_init__()
 
     def partition_rules(self) -> dict[str, str | None]:
-        """``"hidden_i"`` -> group ``"hidden_i"``; the feature ids and the labels stay whole (`MLP.rules`)."""
-        return MLP.rules(len(self.hidden))
+        """``"hidden_i"`` -> group ``"hidden_i"``; the feature ids and the labels stay whole (`layers.hidden_rules`,
+        as `istjax.models.MLP`)."""
+        return layers.hidden_rules(len(self.hidden))
 
     def subnet(self, units: Mapping[str, int]) -> "SparseMLP":
         """This module at one worker's widths (``units["hidden_i"]`` units in layer i)."""

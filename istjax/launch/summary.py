@@ -1,0 +1,92 @@
+"""A finished run's summary: `run_summary` gathers its final metrics, samples seen, times and bytes into the dict
+written to ``summary.json`` (and returned by `istjax.launch.driver.train_and_evaluate`); `summary_text` is what the
+run prints at its end. `step_examples` is the unit ``samples_seen`` counts in: what one local step consumes.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import ml_collections
+
+from istjax.algorithms.base import Algorithm
+from istjax.data.cluster_batches import CLUSTERS
+from istjax.launch import provenance
+from istjax.launch.metrics import SPLIT, format_bytes, metrics_text
+
+__all__ = ["run_summary", "runtime_text", "step_examples", "summary_text"]
+
+
+def step_examples(config: ml_collections.ConfigDict) -> int:
+    """What one local step consumes, counted in ``samples_seen``: ``batch_size`` examples, or with
+    ``graph_batches="clusters"`` the ``clusters_per_step`` clusters of a Cluster-GCN step."""
+    if config.data.graph_batches == CLUSTERS:
+        return int(config.data.clusters_per_step)
+    return int(config.batch_size)
+
+
+def run_summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib.Path, *, compile_time: float,
+                wall: float, bytes_total: float) -> dict[str, Any]:
+    last = records[-1]
+    rounds = int(last["round"])
+    W, K, B = int(config.num_workers), int(config.local_steps), step_examples(config)
+    out = {
+        "name": config.name, "algorithm": algorithm.name, "dataset": config.data.name, "num_workers": W,
+        "local_steps": K, "batch_size": B, "rounds": rounds, "samples_seen": rounds * W * K * B,
+        "graph_batches": config.data.graph_batches, "runtime": config.runtime.name,
+        "runtime_mode": config.runtime.mode if algorithm.runtime.size > 1 else None,
+        "num_processes": int(algorithm.runtime.size),
+        **dict.fromkeys(("test_accuracy", "test_loss", "train_loss", "train_accuracy")),
+        **{k: v for k, v in last.items() if k.startswith(("test_", "train_"))},  # every metric the evaluation gave
+        "wall_time_s": wall, "time_per_round_s": wall / rounds if rounds else float("nan"),
+        "compile_time_s": compile_time,
+        "bytes_sent_per_worker_per_round": last.get("bytes_sent_per_worker", float(algorithm.comm.sent)),
+        "bytes_received_per_worker_per_round": last.get("bytes_received_per_worker",
+                                                        float(algorithm.comm.received)),
+        **{k: last[k] for k in SPLIT if k in last},  # the last window's loss split
+        "bytes_total": bytes_total, "workdir": str(workdir),
+        "code": provenance.code_version(), "machine": provenance.machine(),  # what trained it, as it trained
+    }
+    if (target := config.target_accuracy) is not None:  # only a config that sets a target has one
+        hit = next((r for r in records if (r.get("test_accuracy") or 0.0) >= target and "wall_time_s" in r), None)
+        out.update(target_accuracy=target, round_to_target=hit and hit["round"],
+                   samples_to_target=hit and hit["samples_seen"], time_to_target_s=hit and hit["wall_time_s"])
+    return out
+
+
+def runtime_text(s: dict[str, Any]) -> str:
+    """``simulate, 1 process`` / ``mpi (sharded), 2 processes``, from a summary (older ones lack the fields)."""
+    n = s.get("num_processes", 1)
+    mode = f" ({s['runtime_mode']})" if s.get("runtime_mode") else ""
+    return f"{s.get('runtime', 'simulate')}{mode}, {n} process{'es' if n != 1 else ''}"
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    lines = [
+        f"Finished {s['rounds']} rounds of {s['algorithm']} on {s['dataset']} (W={s['num_workers']}, "
+        f"K={s['local_steps']}, " + (f"{s['batch_size']} cluster(s) per step)." if s.get("graph_batches") == CLUSTERS
+                                      else f"B={s['batch_size']})."),
+        f"  runtime {runtime_text(s)}",
+        f"  {metrics_text(s)}",
+        f"  samples seen {s['samples_seen']:,}; {1000 * s['time_per_round_s']:.1f} ms per round "
+        f"(training {s['wall_time_s']:.1f} s, "
+        + ("compilation included in the first round" if s["compile_time_s"] is None
+           else f"compiling the step {s['compile_time_s']:.1f} s")
+        + (f", the evaluation {s['eval_compile_time_s']:.1f} s)" if s.get("eval_compile_time_s") is not None
+           else ")"),
+        f"  per worker per round: received {format_bytes(s['bytes_received_per_worker_per_round'])}, sent "
+        f"{format_bytes(s['bytes_sent_per_worker_per_round'])}; all workers so far {format_bytes(s['bytes_total'])}",
+    ]
+    if s.get("target_accuracy") is not None:  # named as the task names its accuracy (XMC: test P@1)
+        what = f"{(s.get('metric_labels') or {}).get('test_accuracy', 'test accuracy')} {s['target_accuracy']}"
+        lines.append(f"  {what} not reached" if s["round_to_target"] is None else
+                     f"  reached {what} at round {s['round_to_target']} ({s['samples_to_target']:,} samples, "
+                     f"{s['time_to_target_s']:.1f} s of training)")
+    if s.get("peak_rss_mib_per_process"):
+        per = s["peak_rss_mib_per_process"]
+        lines.append(f"  peak resident memory {max(per):,.0f} MiB" + (
+            f" (per process, rank 0 first: {', '.join(f'{m:,.0f}' for m in per)})" if len(per) > 1 else ""))
+    lines.append(f"  results: {s['workdir']} (metrics.jsonl, summary.json, tensorboard/, checkpoints/); plot with "
+                 f"`istjax plot {s['workdir']}`")
+    return "\n".join(lines)
