@@ -18,9 +18,24 @@ NAMES = {"ist": "IST (sharded)", "data_parallel": "data parallel", "local_sgd": 
 
 
 def _metric(r: dict, name: str) -> str:
-    if not r["fits"] or r.get(f"{name}_mean") is None:  # PSP@k: not in runs older than the metric
+    """Mean ± std over the seeds that trained: every cell with any, a cell that fits some seeds and not others
+    included (its "fits" column says how many)."""
+    if not r.get("seeds") or r.get(f"{name}_mean") is None:  # PSP@k: not in runs older than the metric
         return "-"
     return format_mean_std(r[f"{name}_mean"], r.get(f"{name}_std"), len(r["seeds"]))
+
+
+#: The metrics a multi-label study's tables show: every one the task computes (`istjax.xmc.loss.scores`).
+METRIC_COLUMNS = (("precision_at_1", "P@1"), ("precision_at_3", "P@3"), ("precision_at_5", "P@5"),
+                  ("ndcg_at_5", "nDCG@5"), ("psp_at_1", "PSP@1"), ("psp_at_3", "PSP@3"), ("psp_at_5", "PSP@5"))
+
+
+def _baseline_rows(d, leading: int, trailing: int) -> list[list[str]]:
+    """The trivial baselines the results file records (`istjax.launch.baselines`: the most-frequent-labels
+    predictor) as rows of a study table: their metrics under the metric columns, ``-`` elsewhere."""
+    return [[f"{name.replace('_', ' ')} (trivial baseline)", *["-"] * (leading - 1),
+             *(cell(b.get(f"test_{m}")) for m, _ in METRIC_COLUMNS), *["-"] * trailing]
+            for name, b in (d.get("baselines") or {}).items()]
 
 
 def _fits(r: dict) -> str:
@@ -48,22 +63,22 @@ def _study(d):
     """Every cell of a study (``python -m experiments.extreme.study``): fit under the cap, memory, P@k, PSP@k, speed."""
     rows = sorted(d["rows"], key=lambda r: (list(NAMES).index(r["algorithm"]), r["ranks"], r["hidden"]))
     body = markdown_table(
-        ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "cgroup peak", "P@1", "P@3", "P@5", "nDCG@5",
-         "PSP@1", "PSP@5", "time per sample", "bytes per worker per round"],
+        ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "cgroup peak", *(label for _, label in METRIC_COLUMNS),
+         "time per sample", "bytes per worker per round"],
         [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]), _fits(r),
           nbytes(r["peak_rss_bytes"]) if r.get("peak_rss_bytes") else "-",
           nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
-          _metric(r, "precision_at_1"), _metric(r, "precision_at_3"), _metric(r, "precision_at_5"),
-          _metric(r, "ndcg_at_5"), _metric(r, "psp_at_1"), _metric(r, "psp_at_5"),
+          *(_metric(r, m) for m, _ in METRIC_COLUMNS),
           f"{r['time_per_sample_s'] * 1e6:.0f} µs" if r.get("time_per_sample_s") else "-",
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
-         for r in rows])
+         for r in rows] + _baseline_rows(d, 6, 2))
     misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: {_why(r)}"
                for r in rows if not r["fits"]]
     samples = next((r.get("samples_seen") for r in rows if r.get("samples_seen")), None)
     head = (f"{_data_name(d)}, every rank limited to "
             f"{d['cap']} (its own cgroup; `runtime.memory_limit` the same), {cell(samples)} samples per run (every "
-            f"arm the same), mean ± std over seeds.")
+            f"arm the same), mean ± std over the seeds that trained; a cell that trained in some seeds and not "
+            f"others shows how many and their scores.")
     return "\n\n".join([head, body] + (["Cells that do not fit:\n\n" + "\n".join(misfits)] if misfits else []))
 
 
@@ -271,7 +286,7 @@ SYNTHETIC = "experiments/extreme/results/synthetic.json"  # synthetic data sized
 def _register_study(tables: str, gap: str, prefix: str, source: str) -> None:
     """The study's tables (every cell; IST beside tensor parallel) and its headline figures (``{prefix}.*``), the
     same for every data set the study ran on."""
-    table(tables, source)(_study)
+    table(tables, source, shows=tuple(m for m, _ in METRIC_COLUMNS))(_study)
     table(gap, source)(_gap)
     replicated = ("data_parallel", "local_sgd")
     for name, fn in {

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -302,13 +303,33 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--replot", action="store_true", help="only redraw the figure from the results file --out")
     ap.add_argument("--rewrite", action="store_true",
                     help="train nothing: rewrite the results file and the figure from the runs in --workdir")
+    ap.add_argument("--baselines", action="store_true",
+                    help="train nothing: record the trivial baselines of the data in the results file --out")
     return ap.parse_args(argv)
+
+
+def baselines(out: os.PathLike) -> dict[str, Any]:
+    """The trivial baselines of the data the study at ``out`` trained on (`istjax.launch.baselines`: the
+    most-frequent-labels predictor, every metric the task computes, on the split its runs are scored on) and the
+    regime they set, from its first cell's resolved config; written into ``out`` (``--baselines``) and with every
+    rewrite of it."""
+    from istjax.launch.baselines import baseline_sections
+    from istjax.launch.config import from_dict
+
+    doc = json.loads(pathlib.Path(out).read_text())
+    resolved = dict(next(iter(doc["configs"].values()))["resolved"])
+    return baseline_sections(from_dict(resolved))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.replot and args.figure:
         print(plot(json.loads(pathlib.Path(args.out).read_text()), pathlib.Path(args.figure)))
+        return 0
+    if args.baselines:
+        from istjax.launch.baselines import record_sections
+
+        print(record_sections(args.out, baselines(args.out)))
         return 0
     why = limits.missing_privileges()
     if why:
@@ -330,11 +351,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = study_lib.time.strftime("%Y-%m-%dT%H:%M:%S%z")
     every = study_lib.plan(cells_, seeds, args.workdir, root=ROOT)
 
+    trivial: dict[str, Any] = {}
+
     def write(*_):
         runs = [r for p in every if (r := record(p)) is not None]
         doc = study_lib.results("extreme", command, every, runs, started)
         doc.update(cap_bytes=cap, cap=format_size(cap), config=args.config, shape=shape(every),
                    rows=rows(cells_, every, runs))
+        if not trivial and pathlib.Path(args.out).exists():
+            trivial.update(baselines(args.out))  # once: the data are the same for every run
+        doc.update(trivial)
         study_lib.write_json(args.out, doc)
         if args.figure and any(r["fits"] for r in doc["rows"]):
             plot(doc, pathlib.Path(args.figure))
