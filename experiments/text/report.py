@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from experiments.tables import (ROUND_COLUMNS, cell, markdown_table, nbytes, round_cells, scalar, seconds_to_target,
-                               table)
+from experiments.tables import (ROUND_COLUMNS, baseline_rows, cell, markdown_table, nbytes, round_cells, scalar,
+                               seconds_to_target, table)
 from istjax.launch.metrics import format_mean_std
 
 STUDY = "experiments/text/results/study.json"
@@ -37,7 +37,7 @@ def _bytes_ratio(d, r: dict) -> Optional[float]:
     return r["bytes_per_worker_per_round"] / ls["bytes_per_worker_per_round"] if ls else None
 
 
-@table("text_study", STUDY)
+@table("text_study", STUDY, shows=("test_loss",))
 def _study(d):
     rows = sorted(d["rows"], key=lambda r: (r["num_workers"], r["algorithm"] != "ist", r["label"]))
     body = markdown_table(
@@ -45,7 +45,8 @@ def _study(d):
          "seconds a round"],
         [[cell(r["num_workers"]), _what(r), _loss(r), nbytes(r["bytes_per_worker_per_round"], binary=False),
           f"{_bytes_ratio(d, r):.2f}" if _bytes_ratio(d, r) is not None else "-",
-          f"{r['time_per_round_s_mean']:.2f}"] for r in rows])
+          f"{r['time_per_round_s_mean']:.2f}"] for r in rows]
+        + [["-", name, loss, "-", "-", "-"] for name, loss in baseline_rows(d, ("test_loss",))])
     first = rows[0]
     return (f"Shakespeare's plays (held-out plays), {cell(first['samples_seen'])} windows of 64 characters per run "
             f"(every cell the same), mean ± std over seeds; bytes both ways, the analytic count the runtime "

@@ -110,11 +110,29 @@ def record(p: Planned) -> Optional[dict[str, Any]]:
     return {**r, "val_loss": r["test_loss"], "curve": curve}
 
 
-def finish(out: pathlib.Path) -> None:
-    """Adds each row's validation loss over seeds (``val_loss_mean``, ``val_loss_std``, nats per character)."""
-    from istjax.launch.study import mean_std
+def baselines(out: pathlib.Path) -> dict:
+    """The trivial baselines on the study's validation windows (`istjax.launch.baselines`: unigram, bigram and
+    trigram character tables fit on the training plays; the regime, the trigram table), from its first cell's
+    resolved config."""
+    from istjax.launch.baselines import baseline_sections
+    from istjax.launch.config import from_dict
 
     doc = json.loads(out.read_text())
+    return baseline_sections(from_dict(dict(next(iter(doc["configs"].values()))["resolved"])))
+
+
+_BASELINES: dict = {}  # computed once a process: the data are the same for every run
+
+
+def finish(out: pathlib.Path) -> None:
+    """Adds each row's validation loss over seeds (``val_loss_mean``, ``val_loss_std``, nats per character) and the
+    trivial baselines (`baselines`)."""
+    from istjax.launch.study import mean_std
+
+    if not _BASELINES:
+        _BASELINES.update(baselines(out))
+    doc = json.loads(out.read_text())
+    doc.update(_BASELINES)
     for row in doc["rows"]:
         mine = [r for r in doc["runs"] if r["label"] == row["label"]]
         row["val_loss_mean"], row["val_loss_std"] = mean_std(r["val_loss"] for r in mine)
@@ -187,6 +205,8 @@ def plot(out: pathlib.Path = OUT, figure: pathlib.Path = FIGURE) -> pathlib.Path
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from istjax.launch.baselines import record_sections
+
     p = parser("python -m experiments.text.study", __doc__.split("\n\n")[0], ["study"])
     p.add_argument("--samples", type=int, default=19200, help="windows of 64 characters every cell trains")
     p.add_argument("--out", type=pathlib.Path, default=OUT)
@@ -195,6 +215,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                              "cells under mpiexec in each instead of the simulate runtime")
     p.add_argument("--text", action="store_true", help="train nothing: write a generated text from every cell's "
                                                         "first-seed run into the results file")
+    p.add_argument("--baselines", action="store_true", help="train nothing: record the character n-gram tables "
+                                                             "on the same validation windows in the results file")
     args = p.parse_args(argv)
     if args.plot:
         print(plot(args.out))
@@ -202,6 +224,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     workdir = args.workdir or REPO / "runs" / "text"
     if args.text:
         samples(args.out, workdir, args.seeds[0])
+        return 0
+    if args.baselines:
+        print(record_sections(args.out, baselines(args.out)))
         return 0
     command = "python -m experiments.text.study " + " ".join(sys.argv[1:] if argv is None else argv)
     todo = cells(args.samples, [int(w) for w in args.workers.split(",") if w])
