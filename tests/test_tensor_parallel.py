@@ -178,9 +178,17 @@ MODELS = {"sparse_mlp": (_task, _batches), "mlp": (_mlp_task, _mlp_batches),
           "sparse_mlp_depth2": (_deep_sparse_task, _batches), "transformer": (_transformer_task, _text_batches)}
 
 
-@pytest.mark.parametrize("model", list(MODELS))
-@pytest.mark.parametrize("optimizer", [optax.sgd(0.5), optax.adam(0.05)], ids=["sgd", "adam"])
+# Every family with SGD, the one-layer ones and the transformer with Adam too in the default run; the rest with Adam
+# (a few seconds of compiling each) among the slow tests.
+_ROUNDS = [(m, o) for m in MODELS for o in ("sgd", "adam")]
+_QUICK = {("sparse_mlp", "adam"), ("mlp", "adam"), ("transformer", "adam")}
+
+
+@pytest.mark.parametrize("model,optimizer", [
+    pytest.param(m, o, id=f"{o}-{m}", marks=() if o == "sgd" or (m, o) in _QUICK else pytest.mark.slow)
+    for m, o in _ROUNDS])
 def test_a_round_of_simulated_shards_equals_full_model_training(optimizer, model):
+    optimizer = {"sgd": optax.sgd(0.5), "adam": optax.adam(0.05)}[optimizer]
     make_task, make_batches = MODELS[model]
     task, p = make_task(), 2
     alg = tp.tensor_parallel_pieces(task, optimizer, num_workers=p, local_steps=3, batch_size=4)
@@ -221,6 +229,7 @@ def test_transformer_step_moves_one_all_reduce_per_branch_each_way():
     assert tp.traced_step_bytes(task, p, b) == (want, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["mlp_depth3_batchnorm", "transformer"])
 def test_bfloat16_compute_under_tensor_parallel_is_within_its_rounding(model):
     """The model computing in bfloat16 (float32 accumulation, activations summed in float32): the shards' loss and
