@@ -430,3 +430,17 @@ def test_istjax_train_tensor_parallel_resumes_and_equals_data_parallel(tmp_path)
     step = tp.step_bytes(2 * 128, 512, 2)
     assert got[-1]["bytes_sent_per_worker"] == 10 * step.sent
     assert got[-1]["bytes_received_per_worker"] == 10 * step.received
+
+
+def test_a_model_whose_tensor_split_is_refused_is_evaluated_by_partial_sums():
+    """IST's sharded owners of a transformer split by depth (whose tensor split is refused) are not evaluated by
+    label blocks: `owner_evaluate` gives None, so the owner pass's partial sums are used, and nothing raises."""
+    from istjax.core import shard
+
+    model = istjax.models.Transformer(num_classes=11, num_layers=2, embed_dim=8, num_heads=2, mlp_dim=12, context=5,
+                                      split="depth")
+    task = istjax.classifier(model, jnp.zeros((2, 5), jnp.int32), num_classes=11)
+    sizes = dict(task.spec.group_sizes)
+    assert tp.owner_evaluate(task, shard.Layout(2, 0, 2, sizes, frozenset(sizes))) is None
+    with pytest.raises(ArgError, match="split='width'"):
+        tp.tensor_parallel_pieces(task, optax.sgd(0.1), num_workers=2, local_steps=1, batch_size=4)

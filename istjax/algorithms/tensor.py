@@ -207,10 +207,11 @@ def owner_evaluate(task: Task, layout: Layout) -> Optional[Callable]:
     (`sharded_scores`): no ``[B, C]`` logits cross the link, where reducing every owner's partial logits moves
     ``B x C`` floats a batch. None for a model that does not, or when the split does not fit."""
     module, p = task.module, layout.num_owners
-    if task.example_x is None or contract.tensor_logits(module) is None or \
-            CLASSES not in contract.tensor_axes(module):
+    if task.example_x is None or contract.tensor_logits(module) is None:
         return None
-    try:
+    try:  # a model whose tensor split is refused for these fields (a transformer by depth) has none to use
+        if CLASSES not in contract.tensor_axes(module):
+            return None
         _check_sizes(task, p)
     except ArgError:
         return None
