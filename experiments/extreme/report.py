@@ -172,6 +172,32 @@ def _best(d, algorithms) -> dict:
                key=lambda r: r["precision_at_1_mean"])
 
 
+def _constant(d, metric: str = "precision_at_1") -> str:
+    """The most-frequent-labels predictor's ``metric`` (`istjax.launch.baselines`, recorded by ``--baselines``)."""
+    return cell(d["baselines"]["most_frequent_labels"][f"test_{metric}"])
+
+
+def _equal_width(d, a: str = "local_sgd", b: str = "ist") -> str:
+    """P@1 of ``a`` and ``b`` at every width both fit on 2 ranks, for the prose."""
+    rows = {(r["algorithm"], r["hidden"]): r for r in d["rows"] if r["ranks"] == 2 and r["fits"]}
+    widths = sorted(h for (alg, h) in rows if alg == a and (b, h) in rows)
+    p1 = lambda alg: " / ".join(cell(rows[alg, h]["precision_at_1_mean"]) for h in widths)  # noqa: E731
+    return f"P@1 {p1(a)} against IST's {p1(b)} at H = {' / '.join(map(str, widths))}"
+
+
+def _widest_against_best(d, metric: str) -> str:
+    """IST's widest 4-rank cell against the replicated baselines' best P@1 cell on ``metric``, for the prose."""
+    ist, best = _largest(d, "ist", 4), _best(d, ("data_parallel", "local_sgd"))
+    return f"{cell(ist[f'{metric}_mean'])} against {cell(best[f'{metric}_mean'])}"
+
+
+scalar("extreme.constant_p1", DEBIAN, _constant)
+scalar("extreme.constant_margin", DEBIAN,  # the race's target, P@1 0.5, over the constant predictor
+       lambda d: cell(0.5 - d["baselines"]["most_frequent_labels"]["test_precision_at_1"]))
+scalar("extreme.local_sgd_vs_ist", DEBIAN, _equal_width)
+scalar("extreme.ist4_vs_best_p3", DEBIAN, lambda d: _widest_against_best(d, "precision_at_3"))
+scalar("extreme.ist4_vs_best_psp1", DEBIAN, lambda d: _widest_against_best(d, "psp_at_1"))
+
 # The same study before `SparseMLP.rescale` existed (its IST cells: sub-networks without the H / h scaling).
 NO_RESCALE = "experiments/extreme/results/debian_no_rescale.json"
 scalar("extreme.no_rescale.ist_largest_p1", NO_RESCALE, lambda d: _metric(_largest(d, "ist"), "precision_at_1"))

@@ -156,3 +156,6 @@ def _mpi(d):
           f"{r['time_per_round_s_mean']:.2f}"] for r in rows])
     return (f"The study's IST cells trained by `mpiexec -n W` processes (one worker each; {cell(rows[0]['samples_seen'])} "
             f"windows a run, the seeds of the simulate study), mean ± std over seeds.\n\n" + body)
+
+
+scalar("text.trigram", STUDY, lambda d: cell(d["baselines"]["trigram"]["test_loss"]))  # the regime baseline
