@@ -43,6 +43,7 @@ from istjax.core.collectives import Collectives, Differentiable, differentiable,
 from istjax.core.comm import CommBytes, Exchange
 from istjax.core.errors import ArgError, Code
 from istjax.core.shard import Layout
+from istjax.core.spec import path_str
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, round_keys
 from istjax.core.task import Task, scores as default_scores
 from istjax.models import tensor_forward
@@ -345,14 +346,13 @@ def _check_sizes(task: Task, num_shards: int) -> None:
     """Every cut axis divides into ``num_shards`` equal blocks; an `ArgError` naming the leaf and the fix."""
     axes = tensor_forward.cut_axes(task.module, task.example_x)
     shapes = jax.eval_shape(task.init, jax.random.key(0))
-    names = {f"{'/'.join(str(k.key) for k in path)}": (leaf.shape[a], a) for path, leaf, a in
-             ((path, leaf, a) for (path, leaf), a in zip(jax.tree_util.tree_flatten_with_path(shapes)[0],
-                                                         jax.tree.leaves(axes))) if a != WHOLE}
-    for name, (size, axis) in names.items():
-        if size % num_shards:
-            raise ArgError("num_workers", num_shards, f"tensor_parallel cuts the {size} units of {name} (axis "
-                           f"{axis}) into num_workers={num_shards} equal blocks, but {size} % {num_shards} != 0.",
-                           ("Use", {"num_workers": ...}, f"dividing {size}."))
+    for (path, leaf), axis in zip(jax.tree_util.tree_flatten_with_path(shapes)[0], jax.tree.leaves(axes)):
+        if axis == WHOLE or leaf.shape[axis] % num_shards == 0:
+            continue
+        size, name = leaf.shape[axis], path_str(path)
+        raise ArgError("num_workers", num_shards, f"tensor_parallel cuts the {size} units of {name} (axis {axis}) "
+                       f"into num_workers={num_shards} equal blocks, but {size} % {num_shards} != 0.",
+                       ("Use", {"num_workers": ...}, f"dividing {size}."))
 
 
 def _check(task: Task, num_workers, local_steps, batch_size) -> None:
