@@ -367,3 +367,25 @@ def test_the_network_race_reads_time_to_a_loss_target_from_each_runs_curve(tmp_p
     assert [r["seconds_to_target"] for r in runs] == [20.0, 30.0, None]
     (row,) = network.summarise(runs)
     assert row["reached"] == 2 and row["seconds_to_target"] == 25.0 and row["seeds"] == [0, 1, 2]
+
+
+def test_the_tuned_text_study_tunes_every_arm_alike_and_never_loads_the_reported_windows():
+    """experiments.text.tuned: every arm at W gets the same rates; the state choice only where the algorithm reads
+    it, DiLoCo its outer rate, IST by width its scaling; tuning runs train on the tuning split and evaluate once; a
+    budget that is not whole rounds is refused naming the multiple."""
+    from experiments.text import tuned
+    from istjax.launch.tuning import grid_points, with_settings
+
+    cells = tuned.arms(tuned.TUNING_SAMPLES, [2, 4], evals=1)
+    assert [c.label for c in cells][:5] == ["ist_width_w2", "ist_depth_w2", "data_parallel_w2", "local_sgd_w2",
+                                            "diloco_w2"]
+    sizes = {c.label: len(grid_points(tuned.grid(c))) for c in cells}
+    assert sizes == {f"{a}_w{w}": n for w in (2, 4) for a, n in
+                     (("ist_width", 18), ("ist_depth", 6), ("data_parallel", 3), ("local_sgd", 6), ("diloco", 12))}
+    assert all(tuned.grid(c)["learning_rate"] == tuned.LEARNING_RATES for c in cells)
+    rounds = tuned.TUNING_SAMPLES // (2 * tuned.K * tuned.B)
+    assert f"--config.eval_every={rounds}" in cells[0].overrides  # one evaluation, at the end
+    depth = with_settings(cells[1], {"data.tuning_fraction": 0.1})
+    assert "--config.model.scaling=test" in depth.overrides and depth.overrides[-1] == "--config.data.tuning_fraction=0.1"
+    with pytest.raises(SystemExit, match="multiple of 1280"):
+        tuned.arms(1000, [2])
