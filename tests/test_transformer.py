@@ -386,6 +386,41 @@ def test_the_tuned_text_study_tunes_every_arm_alike_and_never_loads_the_reported
     rounds = tuned.TUNING_SAMPLES // (2 * tuned.K * tuned.B)
     assert f"--config.eval_every={rounds}" in cells[0].overrides  # one evaluation, at the end
     depth = with_settings(cells[1], {"data.tuning_fraction": 0.1})
-    assert "--config.model.scaling=test" in depth.overrides and depth.overrides[-1] == "--config.data.tuning_fraction=0.1"
+    assert "--config.model.scaling=test" in depth.overrides
+    assert depth.overrides[-1] == "--config.data.tuning_fraction=0.1"
     with pytest.raises(SystemExit, match="multiple of 1280"):
         tuned.arms(1000, [2])
+
+
+def test_the_tuned_text_tables_read_losses_at_equal_bytes_off_the_curves_and_mark_each_arms_choice():
+    """experiments.text.report's tuned tables on a hand-made results file: the loss at IST's bytes interpolated on
+    local SGD's curve, the target against the better of local SGD and DiLoCo, the chosen tuning point marked."""
+    from experiments.text import report
+
+    def row(arm, loss, per_round, w=2):
+        return {"label": f"{arm}_w{w}", "arm": arm, "num_workers": w, "rounds": 4, "samples_seen": 2560,
+                "bytes_per_worker_per_round": per_round, "time_per_round_s_mean": 1.0, "seeds": [0],
+                "val_loss_mean": loss, "val_loss_std": None, "tuned": {"learning_rate": 0.002}}
+
+    def run(arm, losses, w=2):
+        return {"label": f"{arm}_w{w}", "seed": 0,
+                "curve": [{"round": i + 1, "test_loss": v} for i, v in enumerate(losses)]}
+
+    d = {"rows": [row("ist_width", 2.0, 100), row("local_sgd", 1.98, 200), row("diloco", 1.90, 200)],
+         "runs": [run("ist_width", (3, 2.6, 2.2, 2.0)), run("local_sgd", (3.0, 2.5, 2.1, 1.98)),
+                  run("diloco", (2.9, 2.4, 2.0, 1.9))],
+         "tuning": {"seed": 0, "samples": 1280, "tuning_fraction": 0.1,
+                    "chosen": {"ist_width_w2": {"learning_rate": 0.002}},
+                    "runs": [{"arm": "ist_width_w2", "settings": {"learning_rate": 0.001}, "test_loss": 2.5},
+                             {"arm": "ist_width_w2", "settings": {"learning_rate": 0.002}, "test_loss": 2.4}]},
+         "baselines": {"trigram": {"test_loss": 2.067}}, "regime": {"baseline": "trigram"}}
+    # IST's 4 rounds x 100 bytes = 400 bytes: local SGD's second evaluation (2 x 200), loss 2.5
+    assert report._loss_at_bytes(d, d["rows"][1], 400) == 2.5
+    assert report._loss_at_bytes(d, d["rows"][1], 500) == pytest.approx(2.3)  # halfway to the third
+    assert report._loss_at_bytes(d, d["rows"][1], 100) is None  # before its first evaluation
+    assert report._tuned_target(d, 2) == "missed (+0.100 nats/char against DiLoCo)"
+    table = report._tuned(d)
+    assert "| 2 | local SGD | lr 0.002 | 1.980 (1 seed) | 2.500 |" in table
+    assert "trigram (trivial baseline, regime)" in table
+    tuning = report._tuning(d)
+    assert tuning.index("lr 0.002 (chosen) | 2.400") < tuning.index("lr 0.001 | 2.500")

@@ -159,3 +159,108 @@ def _mpi(d):
 
 
 scalar("text.trigram", STUDY, lambda d: cell(d["baselines"]["trigram"]["test_loss"]))  # the regime baseline
+
+
+# The study redone through the tuning stage (`python -m experiments.text.tuned`, issue 55): each arm's settings
+# chosen on the training plays' tail before the reported runs; the reported cells at those settings.
+TUNED = "experiments/text/results/tuned.json"
+ARM_NAMES = {"ist_width": "IST by width", "ist_depth": "IST by depth", "data_parallel": "data parallel",
+             "local_sgd": "local SGD", "diloco": "DiLoCo"}
+
+
+def _settings(point: dict) -> str:
+    """A grid point in words: ``lr 0.002, state carried, outer 0.7, scaling test``."""
+    words = {"learning_rate": "lr {}", "algorithm.optimizer_state": "state {}", "algorithm.outer_learning_rate":
+             "outer {}", "model.scaling": "scaling {}"}
+    return ", ".join(words.get(k, k + " {}").format({"reset": "restarted", "carry": "carried"}.get(v, v))
+                     for k, v in point.items())
+
+
+def tuned_arm(r: dict) -> str:
+    return f"{ARM_NAMES[r['arm']]}, W = {r['num_workers']}"
+
+
+def _tuned_row(d, arm: str, w: int) -> Optional[dict]:
+    return _row(d, f"{arm}_w{w}")
+
+
+def _loss_at_bytes(d, r: dict, budget: float) -> Optional[float]:
+    """The mean over ``r``'s seeds of its validation loss once a worker has moved ``budget`` bytes (linear between
+    evaluations of its curve); None when its first evaluation comes later or its run ends sooner."""
+    per_round = r["bytes_per_worker_per_round"]
+    values = []
+    for run in (x for x in d["runs"] if x["label"] == r["label"]):
+        pts = [(c["round"] * per_round, c["test_loss"]) for c in run["curve"]]
+        if not pts or not pts[0][0] <= budget <= pts[-1][0]:
+            return None
+        for (b0, l0), (b1, l1) in zip(pts, pts[1:]):
+            if b0 <= budget <= b1:
+                values.append(l0 + (l1 - l0) * (budget - b0) / (b1 - b0) if b1 > b0 else l1)
+                break
+        else:
+            values.append(pts[0][1])
+    return sum(values) / len(values) if values else None
+
+
+@table("text_tuned", TUNED, shows=("test_loss",))
+def _tuned(d):
+    rows = sorted(d["rows"], key=lambda r: (r["num_workers"], list(ARM_NAMES).index(r["arm"])))
+    out = []
+    for r in rows:
+        ist = _tuned_row(d, "ist_width", r["num_workers"])
+        at = _loss_at_bytes(d, r, ist["bytes_per_worker_per_round"] * ist["rounds"]) if ist else None
+        out.append([cell(r["num_workers"]), ARM_NAMES[r["arm"]], _settings(r["tuned"]), _loss(r),
+                    "-" if at is None else f"{at:.3f}", nbytes(r["bytes_per_worker_per_round"], binary=False),
+                    f"{_bytes_ratio(d, r):.2f}" if _bytes_ratio(d, r) is not None else "-",
+                    f"{r['time_per_round_s_mean']:.2f}"])
+    out += [["-", name, "-", loss, "-", "-", "-", "-"] for name, loss in baseline_rows(d, ("test_loss",))]
+    first = rows[0]
+    return (f"Shakespeare's plays (held-out plays), {cell(first['samples_seen'])} windows of 64 characters per run "
+            f"(every cell the same), mean ± std over seeds, each arm at the settings its tuning chose (the next "
+            f"table). \"At IST's bytes\": the arm's validation loss once a worker has moved as many bytes as IST by "
+            f"width's whole run at the same W (read off its curve, linear between evaluations; `-` where its first "
+            f"evaluation moved more).\n\n"
+            + markdown_table(["W", "arm", "chosen on the tuning split", "validation loss (nats/char)",
+                              "at IST's bytes", "bytes a worker moves a round", "over local SGD's",
+                              "seconds a round"], out))
+
+
+@table("text_tuning", TUNED)
+def _tuning(d):
+    t = d["tuning"]
+    out = []
+    for arm, chosen in t["chosen"].items():
+        mine = sorted((r for r in t["runs"] if r["arm"] == arm),
+                      key=lambda r: (r["test_loss"] is None, r["test_loss"] or 0))
+        for r in mine:
+            mark = " (chosen)" if r["settings"] == chosen else ""
+            out.append([arm.replace("_w", ", W = ").replace("_", " "), _settings(r["settings"]) + mark,
+                        "-" if r["test_loss"] is None else f"{r['test_loss']:.3f}"])
+    return (f"Every tuning run: seed {t['seed']}, {cell(t.get('samples'))} windows, trained on the first "
+            f"{1 - t['tuning_fraction']:.0%} of the training plays' windows and scored on the last "
+            f"{t['tuning_fraction']:.0%} (the held-out plays never read); each arm's lowest loss chosen, before any "
+            f"reported run.\n\n" + markdown_table(["arm", "settings", "tuning loss (nats/char)"], out))
+
+
+def _tuned_target(d, w: int) -> str:
+    """IST by width (its pre-chosen scaling) within TOLERANCE of the better of local SGD and DiLoCo at W."""
+    ist = _tuned_row(d, "ist_width", w)
+    others = [r for r in (_tuned_row(d, "local_sgd", w), _tuned_row(d, "diloco", w)) if r is not None]
+    if ist is None or len(others) < 2:
+        return "not measured"
+    best = min(others, key=lambda r: r["val_loss_mean"])
+    gap = ist["val_loss_mean"] - best["val_loss_mean"]
+    return (f"{'met' if gap <= TOLERANCE else 'missed'} ({gap:+.3f} nats/char against "
+            f"{ARM_NAMES[best['arm']]})")
+
+
+def _best_tuned(d) -> str:
+    r = min((r for r in d["rows"] if r.get("val_loss_mean") is not None), key=lambda r: r["val_loss_mean"])
+    return f"{tuned_arm(r)}, {_loss(r)}"
+
+
+for _w in (2, 4):
+    scalar(f"text.tuned.target_w{_w}", TUNED, lambda d, w=_w: _tuned_target(d, w))
+    scalar(f"text.tuned.bytes_w{_w}", TUNED, lambda d, w=_w: (lambda r: f"{_bytes_ratio(d, r):.2f}" if r else "-")(
+        _tuned_row(d, "ist_width", w)))
+scalar("text.tuned.best", TUNED, _best_tuned)
