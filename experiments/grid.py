@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 from istjax.launch.study import Cell, run_study
 
-__all__ = ["Cell", "REPO", "parser", "seed_list", "run_grid", "plot"]
+__all__ = ["Cell", "REPO", "parser", "seed_list", "run_grid", "plot", "cell_baselines", "record_baselines",
+           "recorded_baselines"]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -38,9 +39,11 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
-def parser(prog: str, description: str, studies: Sequence[str], seeds: str = "0,1,2") -> argparse.ArgumentParser:
+def parser(prog: str, description: str, studies: Sequence[str], seeds: str = "0,1,2",
+           baselines: bool = False) -> argparse.ArgumentParser:
     """The command line every study shares: ``STUDY [--seeds 0,1,2] [--workdir DIR] [--only CELL,...] [--plot]
-    [--jobs N]`` (``STUDY`` optional where there is one); a study adds its own options to it."""
+    [--jobs N]`` (``STUDY`` optional where there is one), with ``baselines`` ``--baselines`` (`record_baselines`);
+    a study adds its own options to it."""
     p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     if len(studies) == 1:  # a module of one study: naming it is optional
@@ -54,6 +57,10 @@ def parser(prog: str, description: str, studies: Sequence[str], seeds: str = "0,
     p.add_argument("--plot", action="store_true", help="grid studies: only redraw the figure from the results")
     p.add_argument("--jobs", type=int, default=1, help="grid studies: runs trained at once, each in its own "
                    "process (default 1; on a GPU machine, several)")
+    if baselines:
+        p.add_argument("--baselines", action="store_true", help="grid studies: train nothing; record the trivial "
+                       "baselines of the study's data (for classification, a linear model trained full batch) "
+                       "in its results file")
     return p
 
 
@@ -64,10 +71,41 @@ def run_grid(study: str, cells: Sequence[Cell], seeds: Sequence[int], workdir: p
     a run failed, else 0."""
     try:
         outcome = run_study(study, cells, seeds, workdir, out=out, command=command, root=REPO, only=only,
-                            jobs=jobs, cache=pathlib.Path(workdir) / ".jax_cache")
+                            jobs=jobs, cache=pathlib.Path(workdir) / ".jax_cache", sections=recorded_baselines(out))
     except ValueError as e:
         raise SystemExit(f"{study}: {e}") from e
     return 1 if outcome.failed else 0
+
+
+BASELINE_SECTIONS = ("baselines", "regime")  # what `record_baselines` adds to a results file
+
+
+def recorded_baselines(out: pathlib.Path) -> dict:
+    """The trivial baselines and regime the results file ``out`` records (`record_baselines`; ``{}`` where it has
+    none or does not exist): what `run_grid` keeps when it rewrites the file. They depend on the data alone."""
+    try:
+        doc = json.loads(pathlib.Path(out).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: doc[k] for k in BASELINE_SECTIONS if k in doc}
+
+
+def cell_baselines(cell: Cell) -> dict:
+    """The trivial baselines of the data ``cell``'s config reads, on the split its runs are scored on, and their
+    regime (`istjax.launch.baselines.baseline_sections`: for classification a softmax regression trained full batch
+    until it converges or reaches its step limit, the regime baseline)."""
+    from istjax.launch.baselines import baseline_sections
+    from istjax.launch.study import plan
+
+    return baseline_sections(plan([cell], [None], REPO, root=REPO)[0].config)
+
+
+def record_baselines(out: pathlib.Path, cell: Cell) -> pathlib.Path:
+    """``--baselines``: trains nothing; adds the `cell_baselines` of ``cell`` (a study's first cell) to the results
+    file ``out``, keeping the rest. Returns ``out``."""
+    from istjax.launch.baselines import record_sections
+
+    return record_sections(out, cell_baselines(cell))
 
 
 def plot(results: pathlib.Path, out: pathlib.Path, title: str, reference: str | None = None) -> pathlib.Path:

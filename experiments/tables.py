@@ -170,15 +170,21 @@ COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
 
 
 def results_table(name: str, source: str, columns: Sequence[str | tuple[str, Callable[[dict], str]]],
-                  where: Callable[[dict[str, Any]], bool] | None = None, shows: Sequence[str] | None = None) -> Entry:
+                  where: Callable[[dict[str, Any]], bool] | None = None, shows: Sequence[str] | None = None,
+                  baselines: bool = False) -> Entry:
     """Registers the table ``name``: one line per row of the aggregated file ``source`` (``where`` keeps some),
-    with ``columns``: names of `COLUMNS`, other row keys, or ``(header, fn(row) -> str)``. The metrics it shows
-    are ``shows``, by default its named columns (``test_loss_mean`` shows ``test_loss``)."""
+    with ``columns``: names of `COLUMNS`, other row keys, or ``(header, fn(row) -> str)``; with ``baselines``, the
+    trivial baselines the file records beneath them (`baseline_cells`: each named column's metric, ``test_accuracy``
+    for ``test_accuracy``). The metrics it shows are ``shows``, by default its named columns (``test_loss_mean``
+    shows ``test_loss``)."""
     cols = [c if isinstance(c, tuple) else COLUMNS.get(c, (c, lambda r, k=c: cell(r.get(k)))) for c in columns]
+    metrics = {i: c.removesuffix("_mean") for i, c in enumerate(columns) if isinstance(c, str)}
 
     def render(data):
-        rows = [r for r in result_rows(data) if where is None or where(r)]
-        return markdown_table([h for h, _ in cols], [[fn(r) for _, fn in cols] for r in rows])
+        rows = [[fn(r) for _, fn in cols] for r in result_rows(data) if where is None or where(r)]
+        if baselines:
+            rows += baseline_cells(data, len(cols), metrics)
+        return markdown_table([h for h, _ in cols], rows)
     if shows is None:
         shows = [c.removesuffix("_mean") for c in columns if isinstance(c, str)]
     return register(name, (source,), render, shows=shows)
@@ -186,10 +192,49 @@ def results_table(name: str, source: str, columns: Sequence[str | tuple[str, Cal
 
 def baseline_rows(data: Any, metrics: Sequence[str]) -> list[list[str]]:
     """The trivial baselines a results file records (``baselines``, `istjax.launch.baselines`) as table rows:
-    name (the regime baseline marked), then each of ``metrics``, for a study's table to show beside its cells."""
+    name (the regime baseline marked, and one trained to a step limit short of convergence: ``converged`` false),
+    then each of ``metrics``, for a study's table to show beside its cells."""
     regime = (data.get("regime") or {}).get("baseline")
-    return [[f"{name} (trivial baseline{', regime' if name == regime else ''})", *(cell(b.get(m)) for m in metrics)]
+    return [[f"{name} (trivial baseline{', regime' if name == regime else ''}"
+             f"{', not converged' if b.get('converged') is False else ''})", *(cell(b.get(m)) for m in metrics)]
             for name, b in (data.get("baselines") or {}).items()]
+
+
+def baseline_cells(data: Any, width: int, metrics: dict[int, str], name_at: int = 0) -> list[list[str]]:
+    """The trivial baselines ``data`` records (`baseline_rows`) as rows of a table ``width`` columns wide, to show
+    beneath its cells: the name in column ``name_at``, metric ``metrics[i]`` in column ``i``, '-' elsewhere.
+
+    Raises:
+      ResultsError: the file records no baselines (its study's ``--baselines`` records them).
+    """
+    metrics = {i: m for i, m in metrics.items() if i != name_at}
+    found = baseline_rows(data, list(metrics.values()))
+    if not found:
+        raise ResultsError("the results file records no 'baselines'; fix: run its study with --baselines "
+                           "(experiments.grid.record_baselines)")
+    rows = []
+    for name, *values in found:
+        row = ["-"] * width
+        for i, v in zip(metrics, values):
+            row[i] = v
+        row[name_at] = name
+        rows.append(row)
+    return rows
+
+
+def points_above_baseline(data: Any, labels: Sequence[str], baseline: str = "linear",
+                          metric: str = "test_accuracy") -> str:
+    """How far the cells ``labels`` (their mean ``metric`` over seeds) lie above the recorded ``baseline``'s, in
+    points, lowest to highest: '+2.6 to +9.1' (one figure where they print alike; negative: below it)."""
+    base = ((data.get("baselines") or {}).get(baseline) or {}).get(metric)
+    if not isinstance(base, (int, float)):
+        raise ResultsError(f"the results file records no {metric} of a baseline {baseline!r}; fix: run its study "
+                           f"with --baselines")
+    by = {r.get("label"): r for r in result_rows(data)}
+    missing = [label for label in labels if label not in by]
+    if missing:
+        raise ResultsError(f"no row labelled {', '.join(missing)} (rows: {', '.join(map(str, by))})")
+    return span((100 * (by[label][f"{metric}_mean"] - base) for label in labels), lambda x: f"{x:+.1f}", " to ")
 
 
 def baselines_table(name: str, source: str, metrics: Sequence[str]) -> Entry:

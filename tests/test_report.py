@@ -167,3 +167,16 @@ def test_number_formats():
     assert tables.format_mean_std(0.771, None, 1) == "0.771 (1 seed)"  # one seed: the files hold a null std
     assert tables.link_name("100mbit") == "100 Mbit/s" and tables.link_name("10gbit") == "10 Gbit/s"
     assert tables.cell(None) == "-" and tables.cell(123456) == "123,456" and tables.cell(0.5) == "0.500"
+
+
+def test_every_registered_claim_names_a_table_the_docs_show():
+    """`report --check` holds the claims whose tables a page shows to the regime gate: a claim naming a table that
+    is not registered, or that no page shows, would never be checked."""
+    from experiments import claims
+
+    shown = {p.name for page in report.pages(ROOT)
+             for p in report.find_markers(page.read_text(), page.relative_to(ROOT).as_posix())}
+    assert claims.CLAIMS, "no claim registered"
+    for c in claims.CLAIMS:
+        assert c.table in tables.REGISTRY, c
+        assert c.table in shown, f"claim {c.name!r}: no page shows table {c.table!r}"

@@ -427,7 +427,8 @@ def test_the_ablation_compares_each_step_with_the_one_before_handled_alike_and_a
              "worker_train_loss_mean": 0.5} for label, step in ((one, 1), (two, 2))]
     runs = [{"label": label, "seed": s, "test_accuracy": a + (0.03 if label == two else 0.0)}
             for label in (one, two) for s, a in enumerate((0.60, 0.62, 0.61))]
-    text = images_report._images_decompose_ablation({"rows": rows, "runs": runs})
+    text = images_report._images_decompose_ablation({"rows": rows, "runs": runs,
+                                                     "baselines": {"linear": {"test_accuracy": 0.4}}})
     line = next(x for x in text.splitlines() if x.startswith(f"| {two} "))
     assert "+3.0 [+3.0, +3.0] (3) vs step 1 recomputed" in line and "2.000 → 0.500" in line
 

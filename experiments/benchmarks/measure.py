@@ -29,6 +29,7 @@ from experiments.tables import markdown_table
 __all__ = [
     "Timing",
     "interleaved",
+    "paired_ratio",
     "dense_train_flops",
     "xla_flops",
     "tree_bytes",
@@ -89,6 +90,25 @@ def interleaved(candidates: Mapping[str, Callable[[], Any]], reps: int, warmup: 
             jax.block_until_ready(candidates[name]())
             samples[name].append(time.perf_counter() - t0)
     return {n: Timing(tuple(s)) for n, s in samples.items()}
+
+
+def paired_ratio(num: Timing, den: Timing) -> dict[str, Any]:
+    """``num / den`` repetition by repetition, as `interleaved` ran them: repetition ``r`` of ``num`` against
+    repetition ``r`` of ``den`` (two candidates next to each other in its dict run next to each other in time, so a
+    burst of load that slows one slows the other), then the median of those ratios and their range.
+
+    A ratio of two medians can pair a quiet repetition of one with a loaded one of the other; the paired ratios
+    show how far the figure moves between repetitions (``min`` .. ``max``), which one number hides.
+
+    Returns:
+      ``{"median", "min", "max", "reps", "per_rep"}``.
+    """
+    if len(num.samples) != len(den.samples) or not num.samples:
+        raise ValueError(f"paired_ratio: {len(num.samples)} and {len(den.samples)} repetitions; pair two timings of "
+                         f"the same interleaved run (same reps, at least one).")
+    per_rep = [a / b for a, b in zip(num.samples, den.samples)]
+    return {"median": statistics.median(per_rep), "min": min(per_rep), "max": max(per_rep), "reps": len(per_rep),
+            "per_rep": per_rep}
 
 
 def round_overhead(alg, state, batch: Any, reps: int, shared: Any = None) -> dict[str, Any]:

@@ -20,10 +20,13 @@ W = 2 workers unless stated; random normal features. Studies (``docs/benchmarks.
 5. communication bytes per worker per round (analytic), W = 2, 4, 8;
 6. compilations triggered by a 50-round run;
 7. scaling of the simulate backend, W = 1 .. 64: time per round and memory;
-8. precision: the local phase computing in bfloat16 against float32 (IST, data parallel, local SGD), and against
-   its own matmuls in bfloat16 timed alone (`istjax.core.precision`; the CPU's bfloat16 flags recorded).
+8. precision: the local phase computing in bfloat16 against float32 (IST, data parallel, local SGD), repetition by
+   repetition (median and range), against its own matmuls in bfloat16 timed alone, and data parallel's widest layer's
+   products in each form (`experiments.benchmarks.dp_bfloat16`; the CPU's bfloat16 flags recorded). Run alone, write
+   it to its own file: ``--only 8 --out experiments/benchmarks/results_precision.json`` (docs/precision.md reads it).
 
-Every speed figure is a ratio of medians measured interleaved in one process (see `measure.interleaved`).
+Every speed figure is a ratio of medians measured interleaved in one process (see `measure.interleaved`); study 8's
+is the median of the ratios of repetitions run side by side, with their range (`measure.paired_ratio`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import numpy as np
 import optax
 
 import istjax
-from experiments.benchmarks import measure
+from experiments.benchmarks import dp_bfloat16, measure
 from istjax.launch.provenance import code_version
 from istjax.launch.provenance import machine as provenance_machine
 from istjax.models.mlp import MLP
@@ -115,6 +118,9 @@ class Settings:
     # MPI rounds of one process pair vary by 15 % from round to round here (0.65-0.75 s for IST); 3 repetitions let
     # two slow ones set the median.
     mpi_reps: int = 7
+    # Study 8's bfloat16 / float32 ratio moved 1.27-1.58 between 5 repetitions of one run (issue 55): its median
+    # and range are taken over more.
+    precision_reps: int = 7
 
 
 FULL = Settings(
@@ -128,7 +134,8 @@ QUICK = Settings(
     two_layer=Workload("2-layer 256-256-35 (quick)", 256, (256,), batch=32, local_steps=4),
     three_layer=None,
     reps=2, reps_slow=1, gather_workers=(2, 4), comm_workers=(2, 4, 8), compile_rounds=5, compile_local_steps=2,
-    scaling_workers=(1, 4), scaling_local_steps=2, gather_reps=2, mpi_reps=1)
+    scaling_workers=(1, 4), scaling_local_steps=2, gather_reps=2, mpi_reps=1,
+    precision_reps=2)
 QUICK_COMM_3LAYER = Workload("3-layer 256-256-256-35 (quick)", 256, (256, 256), batch=32, local_steps=4)
 
 
@@ -264,9 +271,15 @@ def cpu_flags() -> dict[str, bool]:
 
 def precision_speed(wl: Workload, algorithms: Sequence[str], reps: int) -> list[dict]:
     """The local phase (W workers x K steps) computing in bfloat16 against float32, timed interleaved, and the
-    bfloat16 phase's FLOP rate against its own matmuls (forward, weight and input gradients) in bfloat16 alone."""
+    bfloat16 phase's FLOP rate against its own matmuls (forward, weight and input gradients) in bfloat16 alone.
+
+    Each algorithm's float32 and bfloat16 phases stand next to each other in the interleaved order, so repetition r of
+    one runs beside repetition r of the other: ``speedup`` is the median of the ``reps`` paired ratios
+    (`measure.paired_ratio`), ``speedup_min`` / ``speedup_max`` their range, ``speedup_per_rep`` each. Data parallel's
+    bfloat16 rows carry ``pieces``: its widest layer's products timed alone in each form (`dp_bfloat16.pieces`), what
+    says why its phase gains or loses."""
     W, K, B = wl.num_workers, wl.local_steps, wl.batch
-    candidates, info = {}, {}
+    candidates, info, shapes = {}, {}, {}
     for name in algorithms:
         for dtype in ("float32", "bfloat16"):
             alg = wl.algorithm(name, task=wl.task(dtype))
@@ -274,7 +287,8 @@ def precision_speed(wl: Workload, algorithms: Sequence[str], reps: int) -> list[
             workers, _ = jax.jit(alg.distribute)(state)
             local, batches = _local_phase(alg), _batches(wl, W, K)
             candidates[name, dtype] = functools.partial(local, workers, batches)
-            info[name, dtype] = W * K * measure.dense_train_flops(_worker_kernel_shapes(alg, state.params), B)
+            shapes[name] = _worker_kernel_shapes(alg, state.params)
+            info[name, dtype] = W * K * measure.dense_train_flops(shapes[name], B)
     kernels = _worker_kernel_shapes(prepare(wl, "ist").alg, prepare(wl, "ist").state.params)
     own = {d: measure.phase_matmuls(kernels, W, B, dtype=d) for d in ("float32", "bfloat16")}
     t = measure.interleaved({**{f"{n}/{d}": fn for (n, d), fn in candidates.items()},
@@ -283,12 +297,17 @@ def precision_speed(wl: Workload, algorithms: Sequence[str], reps: int) -> list[
     rows = []
     for (name, dtype), flops in info.items():
         seconds = t[f"{name}/{dtype}"].median
+        paired = measure.paired_ratio(t[f"{name}/float32"], t[f"{name}/{dtype}"])
         rows.append({"model": wl.name, "algorithm": name, "dtype": dtype, "W": W, "K": K, "local_s": seconds,
-                     "local_gflops": flops / seconds / 1e9,
-                     "speedup": t[f"{name}/float32"].median / seconds,
+                     "local_gflops": flops / seconds / 1e9, "reps": reps,
+                     "speedup": paired["median"], "speedup_min": paired["min"], "speedup_max": paired["max"],
+                     "speedup_per_rep": paired["per_rep"],
+                     "speedup_of_medians": t[f"{name}/float32"].median / seconds,
                      "own_matmuls_gflops": own_rate[dtype] / 1e9 if name == "ist" else None,
                      "vs_own_matmuls": flops / seconds / own_rate[dtype] if name == "ist" else None,
                      "timings": {"local": t[f"{name}/{dtype}"].as_dict()}})
+        if name == "data_parallel" and dtype == "bfloat16":
+            rows[-1]["pieces"] = dp_bfloat16.pieces(max(shapes[name], key=lambda k: k[0] * k[1]), W, B, reps)
     return rows
 
 
@@ -636,8 +655,8 @@ TABLE_COLUMNS = {
                       "distinct_functions", "later_round_compilations", "recompiled", "compile_s"],
     "7_scaling": ["model", "W", "K", "round_s", "round_s_vs_first", "samples_per_s", "gflops", "batch_bytes",
                   "peak_bytes", "temp_bytes", "rss_bytes"],
-    "8_precision": ["model", "algorithm", "dtype", "W", "K", "local_s", "local_gflops", "speedup",
-                    "own_matmuls_gflops", "vs_own_matmuls"],
+    "8_precision": ["model", "algorithm", "dtype", "W", "K", "local_s", "local_gflops", "speedup", "speedup_min",
+                    "speedup_max", "reps", "own_matmuls_gflops", "vs_own_matmuls"],
 }
 
 
@@ -710,7 +729,7 @@ def run(settings: Settings, only: set[int], log: Callable[[str], None] = print) 
                                         + communication(three or QUICK_COMM_3LAYER, s.comm_workers))),
         (6, "6_compilation", lambda: compilation(s.two_layer, s.compile_rounds, s.compile_local_steps)),
         (7, "7_scaling", lambda: scaling(s.two_layer, s.scaling_workers, s.scaling_local_steps, s.reps_slow)),
-        (8, "8_precision", lambda: precision_speed(s.two_layer, list(ALGORITHMS), s.reps)),
+        (8, "8_precision", lambda: precision_speed(s.two_layer, list(ALGORITHMS), s.precision_reps)),
     ]
     for number, key, fn in studies:
         if number not in only:
@@ -757,9 +776,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               # The MPI runtime's goals (issue: the headline on a slow network), from study 4.
               "mpi_ist_vs_simulate": mpi_ist[0].get("vs_simulate") if mpi_ist else None,
               "mpi_overhead_share": mpi_ist[0].get("overhead_share") if mpi_ist else None,
-              # The precision goal (issue 37), from study 8, with the CPU flags that decide it.
+              # The precision goal (issue 37), from study 8, with the CPU flags that decide it: the median of the
+              # paired repetitions' ratios, and their range.
               "bf16_vs_f32_local_phase": next((r["speedup"] for r in results.get("8_precision", {}).get("rows", [])
                                                if r["algorithm"] == "ist" and r["dtype"] == "bfloat16"), None),
+              "bf16_vs_f32_local_phase_range": next(([r["speedup_min"], r["speedup_max"]]
+                                                     for r in results.get("8_precision", {}).get("rows", [])
+                                                     if r["algorithm"] == "ist" and r["dtype"] == "bfloat16"), None),
               "cpu_flags": cpu_flags(),
               "targets": summary, "results": results}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,7 @@ Command::
     istjax train --config=experiments/configs/fmnist_resist.py:w4 --workdir=runs/fmnist_resist_w4
 
 Result: ``experiments/images/results/decompose.json`` (ResIST vs local SGD at W = 2 and 4 with the loss split and
-momentum carried, five seeds per cell; ``python -m experiments.images.studies decompose``) and the earlier
-``experiments/images/results/resist.json`` (``python -m experiments.images.studies resist``), rendered in
+momentum carried, five seeds per cell; ``python -m experiments.images.studies decompose``), rendered in
 docs/images.md.
 """
 

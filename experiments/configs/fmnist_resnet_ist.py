@@ -5,11 +5,12 @@ ResNet-18's layout (basic blocks 2-2-2-2, BatchNorm with running statistics, 1x1
 every repartition), lr 0.1 with weight decay 5e-4, step decay by 10 at 50 % and 75 % of the rounds, random crop (4
 pixels of padding) and horizontal flip; BatchNorm statistics recomputed on the merged model after every round.
 
-The defaults are what channel IST's diagnosis found (docs/images.md, "Why channel IST lagged"): only each block's
-inner channels are partitioned (``model.channel_partition="inner"``; the residual streams, stem, projections and
-head are shared and averaged), a sub-network rescales its inner activations by the inverse of the fraction it holds
-(``model.activation_scale="train"``), and K = 20 local steps. ``:diagnosis`` is the setting before it (every conv's
-channels, no scaling, K = 10), which the diagnosis varies one piece at a time.
+The defaults (docs/images.md, "Why channel IST lagged"): only each block's inner channels are partitioned
+(``model.channel_partition="inner"``; the residual streams, stem, projections and head are shared and averaged), a
+sub-network rescales its inner activations by the inverse of the fraction it holds
+(``model.activation_scale="train"``), and K = 20 local steps; the decomposition study re-measures each against its
+alternative. ``:diagnosis`` is the setting before these choices (every conv's channels, the IST paper's layout, no
+scaling, K = 10), kept for the precision study's image run.
 
 ``:w4`` is W = 4 with momentum carried across repartitions (``algorithm.optimizer_state="carry"``): the
 decomposition study (issue 35, ``experiments/images/results/decompose.json``) found it better than the defaults at
@@ -24,11 +25,10 @@ Command::
     istjax train --config=experiments/configs/fmnist_resnet_ist.py --workdir=runs/fmnist_resnet_ist
     istjax train --config=experiments/configs/fmnist_resnet_ist.py:w4 --workdir=runs/fmnist_resnet_ist_w4
 
-Result: ``experiments/images/results/diagnosis.json`` (the channel-IST diagnosis, three seeds per cell;
-``python -m experiments.images.studies diagnosis``) and ``experiments/images/results/resnet.json`` (against data
-parallel and local SGD at a quarter width and 600 rounds; ``python -m experiments.images.studies resnet``) and
-``experiments/images/results/decompose.json`` (where the gap goes, three budgets, the variants re-checked;
-``python -m experiments.images.studies decompose``), rendered in docs/images.md.
+Result: ``experiments/images/results/resnet.json`` (against data parallel and local SGD at a quarter width and 600
+rounds; ``python -m experiments.images.studies resnet``) and ``experiments/images/results/decompose.json`` (where the
+gap goes, three budgets, the variants re-checked; ``python -m experiments.images.studies decompose``), rendered in
+docs/images.md.
 """
 
 import ml_collections
@@ -39,7 +39,7 @@ from istjax.launch.config import default_config
 def get_config(arg=None):
     if arg not in (None, "", "diagnosis", "w4"):
         raise ValueError(f"fmnist_resnet_ist.py:{arg}: unknown setting; use no suffix (the defaults, W = 2), :w4 "
-                         f"(W = 4, momentum carried) or :diagnosis (the setting before the diagnosis).")
+                         f"(W = 4, momentum carried) or :diagnosis (the paper's layout, before the defaults).")
     before = arg == "diagnosis"
     c = default_config()
     c.name = "fmnist_resnet_ist"

@@ -5,7 +5,7 @@ Registered in `experiments.tables` when `experiments.report` imports this module
 from __future__ import annotations
 
 from experiments.tables import (accuracy, cell, fixed, headline_row, label_accuracy, markdown_table, mib, nbytes,
-                               result_rows, results_table, scalar, spread, table)
+                               points_above_baseline, result_rows, results_table, scalar, spread, table)
 
 GIST_FILES = {"cora": "experiments/graphs/results/gist_cora.json",
               "citeseer": "experiments/graphs/results/gist_citeseer.json"}
@@ -17,12 +17,16 @@ for _dataset, _src in GIST_FILES.items():
         ("hidden features per worker", lambda r: f"{r['per_worker']} of {r['hidden']}"), "test_accuracy",
         ("min-max", spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 3)),
         ("bytes per worker per round", lambda r: nbytes(r["bytes_per_worker_per_round"], binary=False)),
-        ("s per round", lambda r: fixed(r["time_per_round_s_mean"]))])
+        ("s per round", lambda r: fixed(r["time_per_round_s_mean"]))], baselines=True)
     for _label in ("paper_gcn16", *(f"{m}_W{w}" for m in ("gcn", "graphsage") for w in (1, 2, 4, 8))):
         scalar(f"graphs.{_dataset}.{_label}", _src, label_accuracy(_label))
+    # the linear baseline on the nodes' features (`--baselines`) and how far every cell lies above it
+    scalar(f"graphs.{_dataset}.linear", _src, lambda d: d["baselines"]["linear"]["test_accuracy"])
+    scalar(f"graphs.{_dataset}.above_linear", _src,
+           lambda d: points_above_baseline(d, [r["label"] for r in result_rows(d)]))
 results_table("graphs_recipe", GIST_RECIPE, [
     ("cell", lambda r: f"`{r['label']}`"), ("change from the recipe", lambda r: r["change"]), "test_accuracy",
-    ("min-max", spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 4))])
+    ("min-max", spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 4))], baselines=True)
 for _label in ("recipe", "layer_norm", "steps300", "optimizer_reset", "before", "paper_width"):
     scalar(f"graphs.recipe.{_label}", GIST_RECIPE, label_accuracy(_label))
 GIST_WIDTH = "experiments/graphs/results/gist_width.json"

@@ -13,7 +13,9 @@ default 0,1,2) into ``runs/graphs/<study>/<cell>/s<seed>`` (a finished run with 
 after every run ``experiments/graphs/results/gist_<study>.json`` (per seed and per cell: mean and spread, with the
 command, commit and machine) and the figure ``docs/figures/gist_<study>.png`` are rewritten; `experiments.report`
 renders the docs' tables from the JSON. ``--only CELL,...`` trains some cells, ``--plot`` redraws the figure from the
-committed file. Needs the Planetoid files (``$ISTJAX_DATA_DIR/planetoid``).
+committed file, ``--baselines`` records the data's trivial baseline (a linear model on the nodes' features, trained
+full batch: `experiments.grid.record_baselines`) in the results file without training. Needs the Planetoid files
+(``$ISTJAX_DATA_DIR/planetoid``).
 
 The ``cora`` and ``citeseer`` cells train ``experiments/configs/{cora,citeseer}_gist.py`` (Kipf and Welling's
 recipe at 256 hidden features, 20 rounds of K = 10 full-graph steps, Adam's moments carried) with GIST at
@@ -44,7 +46,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.grid import REPO, Cell, parser, plot, run_grid
+from experiments.grid import REPO, Cell, parser, plot, record_baselines, run_grid
 from istjax.launch.study import mean_std
 
 RESULTS = REPO / "experiments" / "graphs" / "results"
@@ -241,7 +243,7 @@ def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, n
 
 
 def main(argv: Sequence[str]) -> int:
-    ap = parser("python -m experiments.graphs.studies", __doc__, [*GRIDS, "width"])
+    ap = parser("python -m experiments.graphs.studies", __doc__, [*GRIDS, "width"], baselines=True)
     ap.add_argument("--hidden", type=int, default=2048, help="width: hidden features per layer")
     ap.add_argument("--budget-mib", type=float, default=128.0, help="width: per-worker memory budget")
     ap.add_argument("--workers", default="1,2,4,8", help="width: worker counts to measure")
@@ -250,6 +252,12 @@ def main(argv: Sequence[str]) -> int:
     args = ap.parse_args(argv)
     workdir = args.workdir or REPO / "runs" / "graphs" / args.study
     seeds = args.seeds
+    if args.baselines:
+        if args.study == "width":
+            ap.error(f"--baselines: study 'width' generates its graph outside a config; name one of "
+                     f"{', '.join(GRIDS)}")
+        print(f"wrote {record_baselines(RESULTS / f'gist_{args.study}.json', GRIDS[args.study]()[0])}")
+        return 0
     if args.study == "width":
         command = "python -m experiments.graphs.studies width" + "".join(
             f" {flag}={value}" for flag, value, default in (

@@ -7,15 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Optional
 
-from experiments.tables import (accuracy, algorithm_name, cell, fixed, headline_row, label_accuracy, markdown_table,
-                               nbytes, result_rows, results_table, scalar, spread, table)
+from experiments.tables import (accuracy, algorithm_name, baseline_cells, cell, fixed, headline_row, label_accuracy,
+                               markdown_table, nbytes, points_above_baseline, result_rows, scalar, spread, table)
 from experiments.images.gap import GAP_PARTS, gap_parts, runs_of
 from experiments.images.studies import (ABLATION_RECOMPUTABLE, ABLATION_STEPS, DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS,
                                         LARGEST, PAPER_ABLATION, RESIST_SAMPLES, ablation_label)
 from istjax.launch.metrics import format_mean_std
-
-DIAGNOSIS = "experiments/images/results/diagnosis.json"
-
 
 IMAGE_BYTES = "experiments/images/results/bytes.json"
 
@@ -37,19 +34,6 @@ scalar("images.bytes.paper_layout", IMAGE_BYTES, lambda d: _bytes_row(d, "3-4-23
 scalar("images.bytes.study", IMAGE_BYTES, lambda d: _bytes_row(d, "fmnist_resist.py"))
 
 
-results_table("images_diagnosis", DIAGNOSIS, [
-    ("group", lambda r: r["group"]), ("cell", lambda r: f"`{r['label']}`"), ("what", lambda r: r["what"]),
-    "num_workers", "test_accuracy", ("min-max", spread), ("train loss", lambda r: fixed(r["train_loss_mean"], 3)),
-    ("bytes per worker per round", lambda r: nbytes(r["bytes_per_worker_per_round"], binary=False)),
-    ("s per round", lambda r: fixed(r["time_per_round_s_mean"]))])
-
-
-for _label in ("data_parallel", "local_sgd", "full_w1", "half_alone", "all_none_recompute", "inner_none_recompute",
-               "inner_train_recompute", "inner_test_recompute", "inner_none_carry", "inner_train_carry",
-               "inner_optcarry", "inner_K5", "inner_K20", "inner_lr0.1", "inner_lr0.02", "inner_train_optcarry"):
-    scalar(f"diagnosis.{_label}", DIAGNOSIS, label_accuracy(_label))
-
-
 def _bytes_vs(label: str, reference: str, whole_run: bool = False) -> Callable[[Any], str]:
     """Cell ``label``'s bytes per worker per round over ``reference``'s, as a fraction: '0.51'; ``whole_run``: over
     the whole run (bytes per round x rounds), the comparison for cells of equal samples but different K, where a
@@ -62,12 +46,9 @@ def _bytes_vs(label: str, reference: str, whole_run: bool = False) -> Callable[[
     return fn
 
 
-scalar("diagnosis.bytes_inner_vs_local", DIAGNOSIS, _bytes_vs("inner_none_recompute", "local_sgd"))
-scalar("diagnosis.bytes_all_vs_local", DIAGNOSIS, _bytes_vs("all_none_recompute", "local_sgd"))
-scalar("diagnosis.bytes_optcarry_vs_local", DIAGNOSIS, _bytes_vs("inner_optcarry", "local_sgd"))
-
-
-RESIST = "experiments/images/results/resist.json"
+# The earlier channel-IST grid (diagnosis.json) and ResIST-against-local-SGD grid (resist.json) are retired: trained
+# before runs recorded their commit, superseded by the decomposition below (docs/images.md says which cells answer
+# their questions).
 ABLATION = "experiments/images/results/ablation.json"
 RESNET = "experiments/images/results/resnet.json"
 
@@ -98,7 +79,8 @@ def _images_resnet(d):
         ["cell", "W", "test accuracy (mean ± std over seeds)", "min-max", "points vs data parallel",
          "points vs local SGD", "train loss", "bytes per worker per round"],
         [[_cell_name(r), r["num_workers"], accuracy(r), spread(r), dp(r), local(r), fixed(r["train_loss_mean"], 3),
-          nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in rows])
+          nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in rows]
+        + baseline_cells(d, 8, {2: "test_accuracy"}))
 
 
 for _label in ("ist_W2", "ist_W4", "data_parallel_W2", "data_parallel_W4", "local_sgd_W2", "local_sgd_W4",
@@ -109,34 +91,15 @@ scalar("resnet.bytes_ist_vs_local_W4", RESNET, _bytes_vs("ist_W4", "local_sgd_W4
 scalar("resnet.bytes_carried_vs_local_W2", RESNET, _bytes_vs("ist_W2_momentum_carried", "local_sgd_W2"))
 scalar("resnet.machine", RESNET, lambda d: f"{d['machine'].get('device', d['machine']['cpu'])}, jax "
                                         f"{d['machine'].get('jax', '?')}")
+# the linear baseline (`python -m experiments.images.studies resnet --baselines`) and how far the cells lie above it
+scalar("resnet.linear", RESNET, lambda d: d["baselines"]["linear"]["test_accuracy"])
+scalar("resnet.above_linear", RESNET, lambda d: points_above_baseline(d, [r["label"] for r in result_rows(d)]))
 
 
-def _vs_local_sgd(rows: list[dict[str, Any]]) -> Callable[[dict[str, Any]], str]:
-    """A row's bytes per round over local SGD's at the same W."""
-    local = {r["num_workers"]: r for r in rows if r["algorithm"] == "local_sgd"}
-
-    def fn(r):
-        ref = local.get(r["num_workers"])
-        return "-" if ref is None else fixed(r["bytes_per_worker_per_round"] / ref["bytes_per_worker_per_round"])
-    return fn
-
-
-@table("images_resist", RESIST)
-def _images_resist(d):
-    rows = result_rows(d)
-    vs, local = _vs_local_sgd(rows), _points_vs(rows, "local_sgd")
-    return markdown_table(
-        ["cell", "W", "test accuracy (mean ± std over seeds)", "min-max", "points vs local SGD", "train loss",
-         "bytes per worker per round", "of local SGD's"],
-        [[_cell_name(r), r["num_workers"], accuracy(r), spread(r), local(r), fixed(r["train_loss_mean"], 3),
-          nbytes(r["bytes_per_worker_per_round"], binary=False), vs(r)] for r in rows])
-
-
-for _label in ("resist_W2", "resist_W4", "local_sgd_W2", "local_sgd_W4", "resist_W2_momentum_carried",
-               "resist_W2_stats_recomputed"):
-    scalar(f"resist.{_label}", RESIST, label_accuracy(_label))
 for _i, _step in enumerate(("naive", "share_strided", "one_section", "test_scale", "preactivation"), 1):
     scalar(f"ablation.{_i}", ABLATION, label_accuracy(f"{_i}_{_step}"))
+scalar("ablation.linear", ABLATION, lambda d: d["baselines"]["linear"]["test_accuracy"])  # `ablation --baselines`
+scalar("ablation.above_linear", ABLATION, lambda d: points_above_baseline(d, [r["label"] for r in result_rows(d)]))
 
 
 @table("images_ablation", ABLATION)
@@ -145,17 +108,8 @@ def _images_ablation(d):
         ["step", "test accuracy (mean ± std over seeds)", "min-max", "train loss", "paper (CIFAR-10)",
          "bytes per worker per round"],
         [[r["step"], accuracy(r), spread(r), fixed(r["train_loss_mean"], 3), f"{r['paper']:.1f}",
-          nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in result_rows(d)])
-
-
-@headline_row("channel IST's diagnosis, ResNet-18 layout at 1/8 width, Fashion-MNIST, W = 2, 25,600 samples "
-              "(`python -m experiments.images.studies diagnosis`)", "`docs/images.md`", DIAGNOSIS)
-def _headline_diagnosis(d):
-    by = {r["label"]: r for r in result_rows(d)}
-    return (f"every conv's channels partitioned (the paper's layout) {accuracy(by['all_none_recompute'])}; only the "
-            f"blocks' inner channels {accuracy(by['inner_none_recompute'])}, K = 20 {accuracy(by['inner_K20'])}; "
-            f"data parallel {accuracy(by['data_parallel'])}, local SGD {accuracy(by['local_sgd'])}: still short of "
-            f"the baselines at this budget")
+          nbytes(r["bytes_per_worker_per_round"], binary=False)] for r in result_rows(d)]
+        + baseline_cells(d, 6, {1: "test_accuracy"}))
 
 
 @headline_row("channel IST vs data parallel vs local SGD, ResNet-18 layout at 1/4 width, Fashion-MNIST, 384,000 "
@@ -212,12 +166,25 @@ def _images_decompose(d):
          "workers' own train loss", "merged, same batches, train mode", "merged, test mode", "merge cost"],
         [[cell(r["budget"]), r["num_workers"], algorithm_name(r["algorithm"]), accuracy(r),
           vs(r, "data_parallel"), vs(r, "local_sgd"), _split(r, "worker_train_loss"),
-          _split(r, "merged_train_loss"), _split(r, "merged_test_loss"), _split(r, "merge_cost")] for r in rows])
+          _split(r, "merged_train_loss"), _split(r, "merged_test_loss"), _split(r, "merge_cost")] for r in rows]
+        + baseline_cells(d, 10, {3: "test_accuracy"}, name_at=2))
     return ("ResNet-18 layout at 1/8 width on Fashion-MNIST, the same samples in all at each budget (rounds x W x "
             "K = 20 x B = 32), mean ± std over seeds; differences paired by seed, mean [95 % t interval] (seeds). "
             "The loss split is the last evaluation window's mean over rounds, on the batch each worker trained last "
             "(`istjax.algorithms.loss_split`; the merge cost is merged minus the workers' own, train mode).\n\n"
             + body)
+
+
+# The linear baseline (`python -m experiments.images.studies decompose --baselines`) and how far the main cells lie
+# above it, per budget and, at the largest, per algorithm (both W).
+scalar("decompose.linear", DECOMPOSE, lambda d: d["baselines"]["linear"]["test_accuracy"])
+for _samples in DECOMPOSE_SAMPLES:
+    _k = f"{_samples // 1000}k"
+    scalar(f"decompose.above_linear.{_k}", DECOMPOSE, lambda d, k=_k: points_above_baseline(
+        d, [f"{a}_W{w}_{k}" for a in ("ist", "data_parallel", "local_sgd") for w in (2, 4)]))
+for _a in ("ist", "data_parallel", "local_sgd"):
+    scalar(f"decompose.above_linear.{LARGEST}.{_a}", DECOMPOSE,
+           lambda d, a=_a: points_above_baseline(d, [f"{a}_W{w}_{LARGEST}" for w in (2, 4)]))
 
 
 def _interval(p: Optional[dict[str, Any]], total: Optional[dict[str, Any]] = None) -> str:
@@ -300,17 +267,20 @@ def _images_decompose_fit(d):
                            "IST's workers' fit minus data parallel's",
                            "a narrower network on one worker's samples (sub-network control minus data parallel)",
                            "of which the width (sub-network minus whole-network control)",
-                           "of which the samples (whole-network control minus data parallel)",
+                           "of which one batch a step and momentum restarts (whole-network control minus data "
+                           "parallel)",
                            "repartitioning (IST minus the sub-network control)"], lines)
     return ("The workers' own fit (the gap table's first part) split by two controls trained alone (W = 1) on one "
             "worker's share of the samples, momentum reset every K steps as IST's workers: one IST worker's "
             "sub-network, never repartitioned (`--config.sampler.name=nested --config.sampler.shuffle=False`), and "
             "the whole network. Differences of the training loss after the local steps, paired by seed: mean [95 % t "
-            "interval]; share of the fit gap. The sub-network control against data parallel differs in width and in "
-            "samples; the whole-network control parts the two (the width: the two controls, same samples; the "
-            "samples: the whole network on one worker's share against data parallel's, which sees W batches a "
-            "step). IST's workers against the sub-network control differ in being dealt a new sub-network every round "
-            "(and in starting each round from a model all workers trained).\n\n" + body)
+            "interval]; share of the fit gap. The sub-network control against data parallel differs in width, in "
+            "samples and in its momentum restarts; the whole-network control parts the width from the rest (the "
+            "width: the two controls, same samples, same restarts; the rest: the whole network on one worker's "
+            "share, its momentum restarted every K steps, against data parallel's, which sees W batches a step and "
+            "keeps its momentum: the two are not parted here). IST's workers against the sub-network control differ "
+            "in being dealt a new sub-network every round (and in starting each round from a model all workers "
+            "trained).\n\n" + body)
 
 
 def _verdict(p: Optional[dict[str, Any]]) -> str:
@@ -329,6 +299,14 @@ def _paired_scalar(a: str, b: str) -> Callable[[Any], str]:
         return "(fewer than two seeds so far)" if p is None else (
             f"{_in_points(p)} points ({len(p['seeds'])} seeds; {_verdict(p)})")
     return fn
+
+
+def _fit_vs(d, a: str, b: str) -> str:
+    """Cell ``a``'s workers' own training loss minus cell ``b``'s, paired by seed: 'mean [low, high] (n seeds)'."""
+    from istjax.launch.study import paired_difference
+
+    p = paired_difference(runs_of(d, a), runs_of(d, b), "worker_train_loss")
+    return "(fewer than two seeds so far)" if p is None else f"{_interval(p)} ({len(p['seeds'])} seeds)"
 
 
 def _paired_loss(d, a: str, b: str, key: str) -> str:
@@ -378,6 +356,8 @@ for _w in (2, 4):
         scalar(f"decompose.variant.W{_w}.{_suffix}", DECOMPOSE, _variant_scalar(_w, _suffix))
         scalar(f"decompose.variant.W{_w}.{_suffix}.bytes", DECOMPOSE,  # the whole run's: equal samples, K varies
                _bytes_vs(f"ist_W{_w}_{LARGEST}_{_suffix}", f"local_sgd_W{_w}_{LARGEST}", whole_run=True))
+        scalar(f"decompose.variant.W{_w}.{_suffix}.fit", DECOMPOSE,  # the workers' own train loss, paired by seed
+               lambda d, a=f"ist_W{_w}_{LARGEST}_{_suffix}", b=f"ist_W{_w}_{LARGEST}": _fit_vs(d, a, b))
 
 
 @table("images_decompose_resist", DECOMPOSE)
@@ -399,7 +379,8 @@ def _images_decompose_resist(d):
         [[r["num_workers"], r["what"].split(", ", 2)[-1] if "base" in r else algorithm_name(r["algorithm"]),
           accuracy(r), vs(r), _split(r, "worker_train_loss"), _split(r, "merged_train_loss"),
           _split(r, "merged_test_loss"), _split(r, "merge_cost")]
-         for r in sorted(rows, key=lambda r: (r["num_workers"], r["algorithm"], r["label"]))])
+         for r in sorted(rows, key=lambda r: (r["num_workers"], r["algorithm"], r["label"]))]
+        + baseline_cells(d, 8, {2: "test_accuracy"}, name_at=1))
     return (f"ResIST (fmnist_resist.py) against local SGD, {cell(rows[0]['budget'])} samples in all at each W, mean ± "
             f"std over seeds; differences paired by seed, mean [95 % t interval] (seeds).\n\n" + body)
 
@@ -422,7 +403,8 @@ def _images_decompose_ablation(d):
         ["step", "test accuracy", "paired difference (points)", "workers' own train loss, first window → last",
          "merged, train mode", "merged, test mode", "merge cost"],
         [[r["what"], accuracy(r), vs(r), trained(r), _split(r, "merged_train_loss"),
-          _split(r, "merged_test_loss"), _split(r, "merge_cost")] for r in rows])
+          _split(r, "merged_test_loss"), _split(r, "merge_cost")] for r in rows]
+        + baseline_cells(d, 7, {1: "test_accuracy"}))
     return ("ResIST's ablation in the paper's order (fmnist_resist_ablation.py, 150 rounds, W = 2), each step with "
             "the statistics carried as the config has them and steps 1-3 with them recomputed on the merged network; "
             "mean ± std over seeds (the workers' loss: means over seeds), differences paired by seed, mean [95 % t "
@@ -465,8 +447,8 @@ def _headline_decompose(d):
         ctl = _controls(d).get(ist, {})
         f = fit_parts(d, ctl.get("fixed_subnet", ""), ist, ctl.get("full_width"))
         fit = "" if None in (f["width"], f["samples"], f["repartitioning"]) else (
-            f" (of which the sub-network's width {f['width']['mean']:+.3f}, one batch a step instead of W "
-            f"{f['samples']['mean']:+.3f}, the repartitioning {f['repartitioning']['mean']:+.3f})")
+            f" (of which the sub-network's width {f['width']['mean']:+.3f}, one batch a step instead of W with "
+            f"momentum restarted {f['samples']['mean']:+.3f}, the repartitioning {f['repartitioning']['mean']:+.3f})")
         parts.append(f"W = {w} ({n} seeds): {_in_points(acc)} points; test-loss gap "
                      f"{g['test_loss']['mean']:+.3f} = {split.replace(',', fit + ',', 1)}")
     return "; ".join(parts) if parts else "(in progress: fewer than two seeds of a pair so far)"
@@ -590,6 +572,7 @@ for _w in (2, 4):
            _paired_scalar(f"resist_W{_w}_momentum_carried", f"resist_local_sgd_W{_w}"))
     scalar(f"decompose.resist.W{_w}.momentum_carried_bytes", DECOMPOSE,
            _bytes_vs(f"resist_W{_w}_momentum_carried", f"resist_local_sgd_W{_w}"))
+    scalar(f"decompose.resist.W{_w}.bytes", DECOMPOSE, _bytes_vs(f"resist_W{_w}", f"resist_local_sgd_W{_w}"))
 
 
 def _fit_scalar(w: int, part: str) -> Callable[[Any], str]:

@@ -5,16 +5,17 @@ Each study is a grid of cells (`experiments.grid`): every cell trains once per s
 ``experiments/images/results/<study>.json`` (per seed and per cell: mean and spread) and the figure
 ``docs/figures/<study>.png`` are rewritten; `experiments.report` renders the docs' tables from the JSON::
 
-    python -m experiments.images.studies diagnosis   # channel IST: layout, scaling, statistics, K, momentum, lr
     python -m experiments.images.studies resnet      # channel IST vs data parallel vs local SGD, W = 2, 4
-    python -m experiments.images.studies resist      # ResIST vs local SGD, W = 2, 4
     python -m experiments.images.studies ablation    # ResIST's five ablation steps
     python -m experiments.images.studies bytes       # ResIST / local SGD bytes (analytic, no training)
     python -m experiments.images.studies decompose --seeds 0,1,2,3,4   # where channel IST's gap goes (issue 35)
 
 ``--seeds 0,1,2`` (the default) picks the seeds, ``--only CELL,...`` some cells, ``--plot`` redraws the figure from
-the committed file without training. The cells are defined here, not on the command line, so that a results file
-says exactly what was run.
+the committed file without training, ``--baselines`` records the data's trivial baseline (a linear model trained full
+batch, `experiments.grid.record_baselines`) in the results file without training. The cells are defined here,
+not on the command line, so that a results file says exactly what was run. (Two earlier grids, channel IST's small
+diagnosis grid and ResIST against local SGD at three seeds, are retired: their runs predate recorded commits, and the
+decomposition's cells answer their questions.)
 """
 
 from __future__ import annotations
@@ -23,57 +24,11 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from experiments.grid import REPO, Cell, parser, plot, run_grid
+from experiments.grid import REPO, Cell, parser, plot, record_baselines, run_grid
 from experiments.images.gap import GAP_PARTS, gap_parts
 
 CONFIGS = REPO / "experiments" / "configs"
 RESULTS = REPO / "experiments" / "images" / "results"
-
-def _diagnosis_cells(rounds: int = 40) -> list[Cell]:
-    """Channel IST's diagnosis on fmnist_resnet_ist.py (W = 2, ``rounds`` x K = 10 x B = 32 per worker, the same
-    samples in every cell): the baselines, two sanity rows, the layout, the activation scaling with the BatchNorm
-    statistics policy, then K, the optimizer state and the learning rate around the inner layout."""
-    cfg = "experiments/configs/fmnist_resnet_ist.py:diagnosis"  # the setting before the diagnosis, pinned
-
-    def cell(label, *overrides, **info):
-        fields = {"num_rounds": rounds, "eval_every": rounds // 2, "checkpoint_every": rounds}
-        fields.update(o.removeprefix("--config.").split("=", 1) for o in overrides)
-        return Cell(label, cfg, tuple(f"--config.{k}={v}" for k, v in fields.items()), info)
-
-    inner = ("--config.model.channel_partition=inner",)
-
-    def k_cell(k):  # K local steps with the rounds adjusted so that the samples stay the same
-        r = rounds * 10 // k
-        return cell(f"inner_K{k}", *inner, f"--config.local_steps={k}", f"--config.num_rounds={r}",
-                    f"--config.eval_every={r // 2}", f"--config.checkpoint_every={r}", group="local steps",
-                    what=f"inner, K = {k} ({r} rounds)")
-
-    return [
-        cell("data_parallel", "--config.algorithm.name=data_parallel", group="baseline", what="data parallel"),
-        cell("local_sgd", "--config.algorithm.name=local_sgd", group="baseline", what="local SGD"),
-        cell("full_w1", "--config.num_workers=1", "--config.batch_size=64", group="sanity",
-             what="IST with W = 1 (full-model training)"),
-        cell("half_alone", "--config.num_workers=1", "--config.batch_size=64", "--config.model.width_multiplier=0.0625",
-             group="sanity", what="one half-width sub-network trained alone, never repartitioned"),
-        cell("all_none_recompute", group="layout", what="every conv's channels (the paper's layout; before)"),
-        cell("inner_none_recompute", *inner, group="layout", what="only the blocks' inner channels"),
-        cell("inner_train_recompute", *inner, "--config.model.activation_scale=train", group="scaling",
-             what="inner, train-time rescaling, statistics recomputed"),
-        cell("inner_test_recompute", *inner, "--config.model.activation_scale=test", "--config.model.test_keep=0.5",
-             group="scaling", what="inner, test-time scaling 1/W, statistics recomputed"),
-        cell("inner_none_carry", *inner, "--config.algorithm.model_state=carry", group="scaling",
-             what="inner, no scaling, statistics carried"),
-        cell("inner_train_carry", *inner, "--config.model.activation_scale=train", "--config.algorithm.model_state=carry",
-             group="scaling", what="inner, train-time rescaling, statistics carried"),
-        cell("inner_optcarry", *inner, "--config.algorithm.optimizer_state=carry", group="optimizer",
-             what="inner, momentum carried across repartitions"),
-        k_cell(5),
-        k_cell(20),
-        cell("inner_lr0.1", *inner, "--config.learning_rate=0.1", group="learning rate", what="inner, lr 0.1"),
-        cell("inner_lr0.02", *inner, "--config.learning_rate=0.02", group="learning rate", what="inner, lr 0.02"),
-        cell("inner_train_optcarry", *inner, "--config.model.activation_scale=train", "--config.algorithm.optimizer_state=carry",
-             group="combined", what="inner, train-time rescaling, momentum carried, statistics recomputed"),
-    ]
 
 
 def _budget(rounds: int) -> tuple[str, ...]:
@@ -95,7 +50,6 @@ def _comparison_cells(config: str, algorithms: Sequence[str], workers: Sequence[
 # per worker is 384,000 samples per worker (12.8 epochs of data among W = 2, 25.6 among W = 4), at a quarter of
 # ResNet-18's widths (16-32-64-128 channels).
 RESNET_ROUNDS, RESNET_WIDTH = 600, 0.25
-RESIST_ROUNDS = 200  # x K = 10 x B = 32: 64,000 samples per worker (what this 2-core CPU trains in an hour)
 ABLATION_ROUNDS = 150
 
 
@@ -106,27 +60,14 @@ MEASURED_LR = "--config.learning_rate=0.05"
 
 
 def _resnet_cells() -> list[Cell]:
-    """Channel IST (the diagnosis' defaults) against data parallel and local SGD at W = 2, 4; then channel IST with
-    momentum carried across repartitions (the diagnosis' best single change after the layout and scaling)."""
+    """Channel IST (the config's inner-channel defaults) against data parallel and local SGD at W = 2, 4; then
+    channel IST with momentum carried across repartitions."""
     config = "experiments/configs/fmnist_resnet_ist.py"
     extra = (*_budget(RESNET_ROUNDS), f"--config.model.width_multiplier={RESNET_WIDTH}", MEASURED_LR)
     return _comparison_cells(config, ("ist", "data_parallel", "local_sgd"), (2, 4), extra) + [
         Cell(f"ist_W{w}_momentum_carried", config,
              ("--config.algorithm.name=ist", f"--config.num_workers={w}", *extra, "--config.algorithm.optimizer_state=carry"),
              {"what": f"ist, W = {w}, momentum carried across repartitions"}) for w in (2,)]
-
-
-def _resist_cells() -> list[Cell]:
-    """ResIST against local SGD at W = 2, 4 (the config as it is), then at W = 2 with momentum carried across
-    repartitions. (Statistics recomputed on the merged model are refused with ResIST's test-time scaling: they
-    describe the unscaled network.)"""
-    config = "experiments/configs/fmnist_resist.py"
-    cells = _comparison_cells(config, ("resist", "local_sgd"), (2, 4), _budget(RESIST_ROUNDS))
-    w2 = ("--config.num_workers=2", *_budget(RESIST_ROUNDS))
-    return cells + [
-        Cell("resist_W2_momentum_carried", config, ("--config.algorithm.name=resist", *w2, "--config.algorithm.optimizer_state=carry"),
-             {"what": "ResIST, W = 2, momentum carried across repartitions"}),
-    ]
 
 
 ABLATION_RECOMPUTABLE = 3  # the steps whose statistics can be recomputed (4-5 scale branches at test time)
@@ -193,7 +134,7 @@ def _decompose_cells() -> list[Cell]:
     """Channel IST (fmnist_resnet_ist.py at 1/8 width, learning rate pinned at 0.05: `MEASURED_LR`) against data
     parallel and local SGD at W = 2 and 4, the same samples in all at each budget; then, at the largest budget,
     channel IST's variants (`DECOMPOSE_VARIANTS`: BatchNorm statistics handled four ways, the paper's layout, the
-    settings adopted from the small grid re-checked). Every run records the round's loss split (the workers' own
+    settings the config adopted re-checked). Every run records the round's loss split (the workers' own
     loss, the merged model's on the same batches in training and test mode), which names where IST's gap goes."""
     config = "experiments/configs/fmnist_resnet_ist.py"
 
@@ -236,7 +177,33 @@ def _decompose_cells() -> list[Cell]:
                                  else (MEASURED_LR,)), *overrides),
                               {"what": f"ist, W = {w}: {what}", "budget": samples, "group": group,
                                "base": f"ist_W{w}_{samples // 1000}k"}))
-    return cells + _decompose_resist_cells() + _decompose_ablation_cells()
+    return cells + _decompose_headline_cells() + _decompose_resist_cells() + _decompose_ablation_cells()
+
+
+# The headline again at the config's defaults (learning rate 0.1; the main cells pin 0.05, the rate they were measured
+# at) and at the best combination the variants found (issue 55), for the local methods alike; IST at the defaults is
+# the ``lr0.1`` variant above (the same config), data parallel carries its momentum and reads no K.
+DECOMPOSE_HEADLINE = (
+    ("defaults", ("data_parallel", "local_sgd"), (), "the config's defaults (learning rate 0.1, K = 20, momentum "
+                                                     "restarted every round)"),
+    ("best", ("ist", "local_sgd"), ("--config.learning_rate=0.1", "--config.algorithm.optimizer_state=carry"),
+     "the variants' best combination: learning rate 0.1, momentum carried, K = 40"),
+)
+
+
+def _decompose_headline_cells() -> list[Cell]:
+    """`DECOMPOSE_HEADLINE` at the largest budget, W = 2 and 4 (labels ``<algorithm>_W<W>_163k_<setting>``)."""
+    samples, cells = DECOMPOSE_SAMPLES[0], []
+    for setting, algorithms, overrides, what in DECOMPOSE_HEADLINE:
+        k = 40 if setting == "best" else 20
+        for w in (2, 4):
+            for a in algorithms:
+                cells.append(Cell(f"{a}_W{w}_{LARGEST}_{setting}", "experiments/configs/fmnist_resnet_ist.py",
+                                  (f"--config.algorithm.name={a}", f"--config.num_workers={w}",
+                                   f"--config.local_steps={k}", *_budget(samples // (w * k * 32)), *overrides),
+                                  {"what": f"{a}, W = {w}: {what}", "budget": samples, "group": "headline",
+                                   "setting": setting}))
+    return cells
 
 
 RESIST_SAMPLES = 128_000  # in all: 200 rounds x W = 2 x K = 10 x B = 32 (fmnist_resist.py's budget at W = 2)
@@ -244,7 +211,7 @@ RESIST_SAMPLES = 128_000  # in all: 200 rounds x W = 2 x K = 10 x B = 32 (fmnist
 
 def _decompose_resist_cells() -> list[Cell]:
     """ResIST (fmnist_resist.py) against local SGD at W = 2 and 4 with the same samples in all, and ResIST with
-    momentum carried across repartitions at both W (the earlier study ran it at W = 2 only)."""
+    momentum carried across repartitions at both W."""
     config = "experiments/configs/fmnist_resist.py"
     cells = []
     for w in (2, 4):
@@ -262,18 +229,13 @@ def _decompose_resist_cells() -> list[Cell]:
 
 
 GRIDS = {
-    "diagnosis": _diagnosis_cells,
     "resnet": _resnet_cells,
-    "resist": _resist_cells,
     "ablation": _ablation_cells,
     "decompose": _decompose_cells,
 }
 FIGURES = {
-    "diagnosis": ("Channel IST's diagnosis: ResNet-18 layout at 1/8 width, Fashion-MNIST,\nW = 2, 25,600 samples per "
-                  "algorithm", "data_parallel"),
     "resnet": ("Channel IST vs data parallel vs local SGD: ResNet-18 layout at 1/4 width, Fashion-MNIST,\n"
                "384,000 samples per worker", "data_parallel_W2"),
-    "resist": ("ResIST vs local SGD (fmnist_resist.py), 64,000 samples per worker", "local_sgd_W2"),
     "ablation": ("ResIST's ablation in miniature (fmnist_resist_ablation.py), 150 rounds", None),
     "decompose": ("Channel IST vs data parallel vs local SGD at three budgets: ResNet-18 layout at 1/8 width, "
                   "Fashion-MNIST", None),
@@ -426,10 +388,16 @@ def bytes_study(workers: Sequence[int] = (2, 4, 8)) -> dict:
 
 
 def main(argv: Sequence[str]) -> int:
-    ap = parser("python -m experiments.images.studies", __doc__, [*GRIDS, "bytes"])
+    ap = parser("python -m experiments.images.studies", __doc__, [*GRIDS, "bytes"], baselines=True)
     args, overrides = ap.parse_known_args(argv)
+    if args.study == "bytes" and args.baselines:
+        ap.error(f"--baselines: study 'bytes' counts bytes analytically and has no accuracy; name one of "
+                 f"{', '.join(GRIDS)}")
     if args.study == "bytes":
         bytes_study()
+        return 0
+    if args.baselines:
+        print(f"wrote {record_baselines(RESULTS / f'{args.study}.json', GRIDS[args.study]()[0])}")
         return 0
     if overrides:
         ap.error(f"{args.study}: a grid study takes no overrides ({' '.join(overrides)}); its cells are "

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from experiments.tables import accuracy, cell, fixed, headline_row, nbytes, result_rows, results_table, scalar, spread
+from experiments.tables import (accuracy, cell, fixed, headline_row, nbytes, points_above_baseline, result_rows,
+                               results_table, scalar, spread)
 
 DIGITS = "experiments/mlp/results/digits.json"
 MNIST1D = "experiments/mlp/results/mnist1d.json"
@@ -29,7 +30,10 @@ results_table("keywords_generalisation", KEYWORDS_GEN, [
     "algorithm", "num_workers", "test_accuracy", ("min-max", spread),
     ("train loss", lambda r: fixed(r["train_loss_mean"], 3)), ("samples (all workers)", lambda r: cell(r["samples_seen"])),
     ("bytes per worker per round", lambda r: nbytes(r["bytes_per_worker_per_round"], binary=False)),
-    ("s per round (simulate)", lambda r: fixed(r["time_per_round_s_mean"]))])
+    ("s per round (simulate)", lambda r: fixed(r["time_per_round_s_mean"]))], baselines=True)
+# the linear baseline (`python -m experiments.mlp.studies keywords --baselines`) and how far the cells lie above it
+scalar("keywords.linear", KEYWORDS_GEN, lambda d: d["baselines"]["linear"]["test_accuracy"])
+scalar("keywords.above_linear", KEYWORDS_GEN, lambda d: points_above_baseline(d, [r["label"] for r in result_rows(d)]))
 
 
 def _keywords_gap(d) -> float:

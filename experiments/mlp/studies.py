@@ -8,7 +8,8 @@
 Each trains its configs (``experiments/configs/<study>_{ist,data_parallel,local_sgd}.py``: the same samples for
 every algorithm) once per seed into ``runs/mlp/<study>/<cell>/s<seed>`` and writes
 ``experiments/mlp/results/<study>.json`` (`experiments.grid`), which `experiments.report` renders into the README
-and the docs.
+and the docs. ``--baselines`` trains nothing: it records the data's trivial baseline (a linear model trained full
+batch, `experiments.grid.record_baselines`) in the study's results file.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from experiments.grid import REPO, Cell, parser, plot, run_grid
+from experiments.grid import REPO, Cell, parser, plot, record_baselines, run_grid
 
 RESULTS = REPO / "experiments" / "mlp" / "results"
 ALGORITHMS = ("ist", "data_parallel", "local_sgd")
@@ -37,7 +38,10 @@ def cells(study: str) -> list[Cell]:
 
 def main(argv: Sequence[str]) -> int:
     args = parser("python -m experiments.mlp.studies", __doc__, ["digits", "mnist1d", "keywords",
-                                                                   "breast_cancer"]).parse_args(argv)
+                                                                   "breast_cancer"], baselines=True).parse_args(argv)
+    if args.baselines:
+        print(f"wrote {record_baselines(RESULTS / f'{args.study}.json', cells(args.study)[0])}")
+        return 0
     seeds, only = args.seeds, [x for x in args.only.split(",") if x]
     workdir = args.workdir or REPO / "runs" / "mlp" / args.study
     command = f"python -m experiments.mlp.studies {args.study} --seeds {','.join(map(str, seeds))}"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from experiments.tables import (cell, count, fixed, headline_row, link_name, markdown_table, percent, ratio, scalar,
-                               span, table)
+from experiments.tables import (baseline_cells, cell, count, fixed, headline_row, link_name, markdown_table, percent,
+                               ratio, scalar, span, table)
 from istjax.launch.study import mean_std
 
 FSDD, KEYWORDS = "experiments/network/results.json", "experiments/network/results_keywords.json"
@@ -20,8 +20,24 @@ def _time_to_accuracy(d):
     return time_to_accuracy.markdown(d).strip()
 
 
-table("network_fsdd", FSDD)(_time_to_accuracy)
+@table("network_fsdd", FSDD)
+def _time_to_accuracy_fsdd(d):
+    """`_time_to_accuracy`, then the linear baseline (``--baselines``) on the same test clips against the target."""
+    rows = [[name, acc, cell(d["target"])] for name, acc, _ in baseline_cells(d, 3, {1: "test_accuracy"})]
+    return (_time_to_accuracy(d) + "\n\nThe data's trivial baseline on the same test clips:\n\n"
+            + markdown_table(["baseline", "test accuracy", "the target"], rows))
+
+
 table("network_keywords", KEYWORDS)(_time_to_accuracy)
+
+
+def _linear_vs_target(d) -> str:
+    """The linear baseline's test accuracy against the race's target: '0.967, above the target 0.9'."""
+    acc, target = d["baselines"]["linear"]["test_accuracy"], d["target"]
+    return f"{cell(acc)}, {'at or above' if acc >= target else 'below'} the target {target:g}"
+
+
+scalar("fsdd.linear", FSDD, _linear_vs_target)
 
 
 def _seeds(d) -> list[int]:

@@ -6,6 +6,7 @@ Run as root from the repository root (with ``ISTJAX_DATA_DIR`` pointing at the f
     python -m experiments.network.time_to_accuracy --models 2,3 --ranks 2,4 --links 1gbit,10gbit --seeds 0,1,2
     python -m experiments.network.time_to_accuracy --models 2 --links 100mbit --append   # add runs to results.json
     python -m experiments.network.time_to_accuracy --render              # redraw results.md / .png only
+    python -m experiments.network.time_to_accuracy --baselines           # record the linear baseline, train nothing
 
 Every (model, rank count, link rate, algorithm) is a cell of the library's study runner (`istjax.launch.study`),
 trained once per seed of ``--seeds`` into ``--workdir`` (default ``runs/network/<dataset>``; a finished run with the
@@ -41,7 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from experiments.grid import seed_list
+from experiments.grid import cell_baselines, recorded_baselines, seed_list
 from experiments.network import slow_net
 from istjax.launch import study
 from istjax.launch.metrics import read_metrics
@@ -415,6 +416,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--append", action="store_true", help="keep the runs already in --out, replacing those measured "
                                                           "again (same model, ranks, link, algorithm and seed)")
     ap.add_argument("--render", action="store_true", help="only redraw the table and plot from --out's runs")
+    ap.add_argument("--baselines", action="store_true", help="train nothing: record the data's trivial baseline (a "
+                    "linear model trained full batch, experiments.grid.cell_baselines) in --out")
     return ap
 
 
@@ -478,6 +481,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     if args.render:
         before = json.loads(out.read_text())
         return write(before["runs"], out, before.get("target", args.target), None, before.get("dataset", "fsdd"))
+    if args.baselines:  # the data of the study's first cell (every cell reads the same), in the file's own layout
+        result = {**json.loads(out.read_text()), **cell_baselines(cells(args)[0])}
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {out}")
+        return result
     _check(ap, args)
     command = " ".join(["python -m experiments.network.time_to_accuracy", *(sys.argv[1:] if argv is None else argv)])
     t0 = time.time()
@@ -493,12 +501,13 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
 def write(rows: list[dict[str, Any]], out: pathlib.Path, target: float, wall: Optional[float],
           dataset: str = "fsdd", command: Optional[str] = None) -> dict[str, Any]:
     """Writes ``out`` (JSON: the command, the runs, each with the commit that trained it, speed-ups and catch-up
-    fits), its ``.md`` table and ``.png`` plot. ``wall`` and ``command`` None: the file's own, when it has them."""
+    fits), its ``.md`` table and ``.png`` plot. ``wall`` and ``command`` None: the file's own, when it has them; the
+    file's trivial baselines (``--baselines``) are kept."""
     before = json.loads(out.read_text()) if out.exists() else {}
     wall = before.get("wall_s") if wall is None else wall
     command = before.get("command") if command is None else command
     result = {"target": target, "dataset": dataset, "runs": rows, "speedups": speedups(rows),
-              "catch_up": catch_up(rows), "wall_s": wall}
+              "catch_up": catch_up(rows), "wall_s": wall, **recorded_baselines(out)}
     if command is not None:
         result = {"command": command, **result}
     out.write_text(json.dumps(result, indent=2) + "\n")

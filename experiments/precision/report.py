@@ -1,7 +1,8 @@
 """bfloat16 compute and exchange (issue 37): the tables of docs/precision.md, from
 ``experiments/precision/results/*.json`` (``python -m experiments.precision.studies accuracy``, ``python -m
-experiments.precision.network``) and study 8 of ``experiments/benchmarks/results.json`` (``python -m
-experiments.benchmarks.run``). Registered in `experiments.tables` when `experiments.report` imports this module.
+experiments.precision.network``) and study 8 of the benchmark suite, run alone into its own file (``python -m
+experiments.benchmarks.run --only 8 --out experiments/benchmarks/results_precision.json``). Registered in
+`experiments.tables` when `experiments.report` imports this module.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from experiments.tables import algorithm_name, cell, fixed, link_name, markdown_
 
 ACCURACY = "experiments/precision/results/accuracy.json"
 NETWORK = "experiments/precision/results/time_to_accuracy.json"
-BENCHMARKS = "experiments/benchmarks/results.json"
+BENCHMARKS = "experiments/benchmarks/results_precision.json"
 DATA = {"speech": "speech MLP (FSDD, 2-layer)", "images": "ResNet-18 at 1/8 width (Fashion-MNIST)",
         "graphs": "GCN (Cora)"}
 PRECISIONS = ("float32", "bf16_compute", "bf16_exchange")
@@ -56,23 +57,78 @@ def _speed_rows(d):
     return d["results"]["8_precision"]["rows"]
 
 
+def _bf16_row(d, algorithm: str) -> dict:
+    return next(r for r in _speed_rows(d) if r["algorithm"] == algorithm and r["dtype"] == "bfloat16")
+
+
+def paired(median: float, low: float, high: float, reps: int) -> str:
+    """A ratio of paired repetitions (`experiments.benchmarks.measure.paired_ratio`) as the pages show it:
+    ``1.20x (range 1.11-1.27, 7 reps)``."""
+    return f"{ratio(median, 2)} (range {fixed(low, 2)}-{fixed(high, 2)}, {reps} reps)"
+
+
+def _speedup(r: dict) -> str:
+    return paired(r["speedup"], r["speedup_min"], r["speedup_max"], r["reps"])
+
+
 @table("precision_speed", BENCHMARKS)
 def speed(d):
-    """Study 8: each algorithm's local phase in float32 and bfloat16 (seconds, GFLOP/s, speed-up), and IST's rate
-    against its own matmuls in bfloat16 timed alone."""
+    """Study 8: each algorithm's local phase in float32 and bfloat16 (seconds, GFLOP/s, speed-up: the median of the
+    paired repetitions' ratios and their range), and IST's rate against its own matmuls in bfloat16 timed alone."""
     out = []
     for r in _speed_rows(d):
         out.append([algorithm_name(r["algorithm"]), r["dtype"], fixed(r["local_s"], 3), fixed(r["local_gflops"], 0),
-                    ratio(r["speedup"], 2) if r["dtype"] != "float32" else "1x",
+                    _speedup(r) if r["dtype"] != "float32" else "1x",
                     fixed(r["own_matmuls_gflops"], 0) if r.get("own_matmuls_gflops") else "-",
                     fixed(r["vs_own_matmuls"], 2) if r.get("vs_own_matmuls") else "-"])
     flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in d.get("cpu_flags", {}).items())
+    first = _speed_rows(d)[0]
     return (markdown_table(["algorithm", "compute", "local phase (s)", "GFLOP/s", "speed-up",
                             "own matmuls alone (GFLOP/s)", "phase / own matmuls"], out)
-            + f"\n\nCPU: {d['machine']['cpu']} ({flags}); W = 2, K = 20, B = 128, medians of interleaved runs.")
+            + f"\n\nCPU: {d['machine']['cpu']} ({flags}); W = {first['W']}, K = {first['K']}, B = 128; local phase: "
+              f"the median of {first['reps']} interleaved repetitions; speed-up: the median of the {first['reps']} "
+              f"ratios of a float32 repetition to the bfloat16 one run beside it, and their range.")
 
 
-scalar("precision_speedup", BENCHMARKS, lambda d: ratio(d["bf16_vs_f32_local_phase"], 2))
+scalar("precision_speedup", BENCHMARKS, lambda d: _speedup(_bf16_row(d, "ist")))
+scalar("precision_dp_speedup", BENCHMARKS, lambda d: _speedup(_bf16_row(d, "data_parallel")))
+
+
+def _ms(seconds: float) -> str:
+    return f"{fixed(1e3 * seconds, 1)} ms"
+
+
+def dp_reason(d) -> str:
+    """Why data parallel's bfloat16 phase runs at the speed it does, from its widest layer's products timed alone
+    (``pieces``, `experiments.benchmarks.dp_bfloat16`): each form's milliseconds and the step's speed in each."""
+    r = _bf16_row(d, "data_parallel")
+    p, w, b = r["pieces"], r["pieces"]["W"], r["pieces"]["B"]
+    t, steps = p["pieces"], p["steps"]
+    i, o = p["kernel"]
+    turn, rows = steps["bfloat16 in turn"], steps["bfloat16 all rows"]
+    verdict = "loses" if turn["speed_vs_float32"]["median"] < 1 else "gains"
+    return (f"its {i} x {o} layer's products of one step, timed alone ({p['reps']} reps, medians), run in bfloat16 "
+            f"worker after worker at {_speed_pair(turn)} their float32 speed, so the step {verdict}: the forward "
+            f"product {'gains' if t['forward/bfloat16 in turn'] < t['forward/float32'] else 'loses'} "
+            f"({_ms(t['forward/float32'])} in float32, {_ms(t['forward/bfloat16 in turn'])} in "
+            f"bfloat16); the weight gradient, {w} products over {b} rows each rounded to bfloat16 and added in "
+            f"float32, takes {_ms(t['weight_grad/bfloat16 in turn'])} against {_ms(t['weight_grad/float32'])} for "
+            f"float32's one product over all {w * b} rows, and the kernel's cast to bfloat16 "
+            f"{_ms(t['convert_kernel'])} more; the same products in bfloat16 over all {w * b} rows at once would run "
+            f"at {_speed_pair(rows)} float32's")
+
+
+def _speed_pair(step: dict) -> str:
+    s = step["speed_vs_float32"]
+    return paired(s["median"], s["min"], s["max"], s["reps"])
+
+
+scalar("precision_dp_reason", BENCHMARKS, dp_reason)
+scalar("precision_dp_reason_short", BENCHMARKS, lambda d: (
+    f"in bfloat16 its {_bf16_row(d, 'data_parallel')['W']} workers compute their weight gradients one after "
+    f"another, {_ms(_bf16_row(d, 'data_parallel')['pieces']['pieces']['weight_grad/bfloat16 in turn'])} a step for "
+    f"the widest layer against {_ms(_bf16_row(d, 'data_parallel')['pieces']['pieces']['weight_grad/float32'])} for "
+    f"float32's one product over all their rows"))
 
 
 @table("precision_network", NETWORK)
