@@ -106,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                   record=record, sections=sections)
     doc = json.loads(pathlib.Path(args.out).read_text())
     doc["cap_bytes"] = cap
-    doc["rows"] = rows(cells_, outcome.runs)
+    doc["rows"] = rows(cells_, outcome.records)
     study_lib.write_json(args.out, doc)
 
 
