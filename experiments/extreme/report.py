@@ -389,3 +389,5 @@ claim("extreme.local_sgd_equals_ist", table="extreme_debian",
 claim("extreme.synthetic.widths", table="extreme_synthetic",
       arms=("ist_p2_h2048", "tensor_parallel_p2_h2048", "data_parallel_p2_h1024"), metric="precision_at_1",
       text="on synthetic data, IST at twice data parallel's widest width against tensor parallelism at the same")
+claim("extreme.transformer", table="extreme_transformer", arms=("ist_p2", "tensor_parallel_p2"), metric="test_loss",
+      text="IST against tensor parallelism on the transformer under the same cap: both below the trigram table")
