@@ -94,6 +94,16 @@ scalar("precision_speedup", BENCHMARKS, lambda d: _speedup(_bf16_row(d, "ist")))
 scalar("precision_dp_speedup", BENCHMARKS, lambda d: _speedup(_bf16_row(d, "data_parallel")))
 
 
+def _other_cpu(d) -> str:
+    """Study 8 as the full suite's run measured it (`experiments/benchmarks/results.json`, possibly another machine):
+    IST's speed-up, its CPU and whether that CPU has AMX tiles (bfloat16 matrix units)."""
+    amx = "with" if (d.get("cpu_flags") or {}).get("amx_bf16") else "without"
+    return f"{d['bf16_vs_f32_local_phase']:.2f}x on {d['machine']['cpu']} ({amx} AMX)"
+
+
+scalar("precision_speedup_suite", "experiments/benchmarks/results.json", _other_cpu)
+
+
 def _ms(seconds: float) -> str:
     return f"{fixed(1e3 * seconds, 1)} ms"
 
