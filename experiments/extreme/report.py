@@ -5,11 +5,12 @@ experiments.extreme.study``). Registered in `experiments.tables` when `experimen
 from __future__ import annotations
 
 import math
+import operator
 from typing import Optional
 
 from experiments.claims import claim
-from experiments.tables import (ROUND_COLUMNS, cell, markdown_table, nbytes, round_cells, scalar, seconds_to_target,
-                               table)
+from experiments.tables import (ROUND_COLUMNS, baseline_cells, cell, markdown_table, nbytes, round_cells, scalar,
+                               seconds_to_target, table)
 from istjax.algorithms.tensor import step_bytes
 from istjax.launch.metrics import format_mean_std
 
@@ -337,7 +338,6 @@ _register_study("extreme_debian", "extreme_gap", "extreme", DEBIAN)
 _register_study("extreme_synthetic", "extreme_synthetic_gap", "extreme.synthetic", SYNTHETIC)
 
 
-
 TRANSFORMER = "experiments/extreme/results/transformer.json"
 
 
@@ -350,14 +350,12 @@ def _transformer(d):
     """IST against tensor parallelism on the character transformer, P ranks each under the same cap: validation
     nats/char over seeds, the largest rank's cgroup peak, the bytes a worker moves a round, seconds a round; the
     character n-gram tables on the same windows below."""
-    regime = (d.get("regime") or {}).get("baseline")
     out = [[NAMES[r["algorithm"]], r["ranks"],
             format_mean_std(r["validation_loss_mean"], r["validation_loss_std"], len(r["seeds"])),
             nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
             nbytes(r["bytes_per_worker_per_round"]) if r.get("bytes_per_worker_per_round") else "-",
             f"{r['time_per_round_s']:.2f}"] for r in d["rows"]]
-    out += [[f"{name} table (trivial baseline{', regime' if name == regime else ''})", "-",
-             cell(b.get("test_loss")), "-", "-", "-"] for name, b in (d.get("baselines") or {}).items()]
+    out += baseline_cells(d, 6, {2: "test_loss"})
     rounds = next(iter(d["configs"].values()))["resolved"]["num_rounds"]
     return (markdown_table(["arm", "ranks", "validation loss (nats/char)", "peak memory, largest rank",
                             "bytes a worker moves a round", "seconds a round"], out)
@@ -365,18 +363,17 @@ def _transformer(d):
               f"for both arms.")
 
 
-def _transformer_compare(key: str, fmt: str, ist_over_tp: bool = True):
-    """A scalar for the transformer cell's prose: IST's ``key`` against tensor parallelism's (``-`` a
-    difference, ``/`` a ratio), formatted with ``fmt``."""
-    def fn(d):
-        a, b = _transformer_row(d, "ist")[key], _transformer_row(d, "tensor_parallel")[key]
-        return fmt.format(a - b if fmt.startswith("{:+") else (a / b if ist_over_tp else b / a))
-    return fn
+def _ist_and_tp(d, key: str) -> tuple[float, float]:
+    """IST's ``key`` and tensor parallelism's, for the transformer cell's prose."""
+    return _transformer_row(d, "ist")[key], _transformer_row(d, "tensor_parallel")[key]
 
 
-scalar("extreme.transformer.ist_minus_tp", TRANSFORMER, _transformer_compare("validation_loss_mean", "{:+.3f}"))
-scalar("extreme.transformer.bytes_ratio", TRANSFORMER, _transformer_compare("bytes_per_worker_per_round", "{:.3f}"))
-scalar("extreme.transformer.tp_slower", TRANSFORMER, _transformer_compare("time_per_round_s", "{:.1f}x", False))
+scalar("extreme.transformer.ist_minus_tp", TRANSFORMER,
+       lambda d: "{:+.3f}".format(operator.sub(*_ist_and_tp(d, "validation_loss_mean"))))
+scalar("extreme.transformer.bytes_ratio", TRANSFORMER,
+       lambda d: "{:.3f}".format(operator.truediv(*_ist_and_tp(d, "bytes_per_worker_per_round"))))
+scalar("extreme.transformer.tp_slower", TRANSFORMER,
+       lambda d: "{:.1f}x".format(1 / operator.truediv(*_ist_and_tp(d, "time_per_round_s"))))
 
 
 # The comparisons the page claims, held to the regime gate by `experiments.report --check` (`experiments.claims`):

@@ -25,7 +25,6 @@ validation windows; ``docs/figures/transformers_tuned.png`` its curves against s
 
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -84,14 +83,6 @@ def grid(cell: Cell) -> dict:
     return arm_grid(cell, LEARNING_RATES, outer_learning_rates=OUTER_LEARNING_RATES, variants=variants, root=REPO)
 
 
-def finish(out: pathlib.Path, tuning_samples: int) -> None:
-    """`experiments.text.study.finish` (means over seeds, the n-gram tables), and the tuning budget."""
-    text.finish(out)
-    doc = json.loads(out.read_text())
-    doc.setdefault("tuning", {})["samples"] = tuning_samples
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = parser("python -m experiments.text.tuned", __doc__.split("\n\n")[0], ["tuned"])
     p.add_argument("--samples", type=int, default=SAMPLES, help="windows of 64 characters every reported run trains")
@@ -112,9 +103,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     outcome = run_study("text_tuned", tuned_cells(arms(args.samples, workers), record), args.seeds, workdir,
                         out=args.out, command=command.strip(), root=REPO, only=[s for s in args.only.split(",") if s],
                         record=text.record, cache=cache, sections={"tuning": record},
-                        after_run=lambda run, error: (finish(args.out, args.tuning_samples),
-                                                      text.plot(args.out, FIGURE)))
-    finish(args.out, args.tuning_samples)
+                        after_run=lambda run, error: (text.finish(args.out), text.plot(args.out, FIGURE)))
+    text.finish(args.out)
     text.plot(args.out, FIGURE)
     return 1 if outcome.failed else 0
 
