@@ -19,10 +19,12 @@ import json
 import math
 import pathlib
 from collections.abc import Sequence
+from typing import Any, NamedTuple, Optional
 
 from istjax.launch.study import Cell, run_study
+from istjax.launch.tuning import Objective, tune, tuned_cells
 
-__all__ = ["Cell", "REPO", "parser", "seed_list", "run_grid", "plot", "cell_baselines", "record_baselines",
+__all__ = ["Cell", "REPO", "Tuning", "parser", "seed_list", "run_grid", "plot", "cell_baselines", "record_baselines",
            "recorded_baselines"]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -40,10 +42,10 @@ def seed_list(text: str) -> list[int]:
 
 
 def parser(prog: str, description: str, studies: Sequence[str], seeds: str = "0,1,2",
-           baselines: bool = False) -> argparse.ArgumentParser:
+           baselines: bool = False, tune: bool = False) -> argparse.ArgumentParser:
     """The command line every study shares: ``STUDY [--seeds 0,1,2] [--workdir DIR] [--only CELL,...] [--plot]
-    [--jobs N]`` (``STUDY`` optional where there is one), with ``baselines`` ``--baselines`` (`record_baselines`);
-    a study adds its own options to it."""
+    [--jobs N]`` (``STUDY`` optional where there is one), with ``baselines`` ``--baselines`` (`record_baselines`),
+    with ``tune`` ``--tune`` (the study passes its `Tuning` to `run_grid`); a study adds its own options to it."""
     p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     if len(studies) == 1:  # a module of one study: naming it is optional
@@ -61,17 +63,41 @@ def parser(prog: str, description: str, studies: Sequence[str], seeds: str = "0,
         p.add_argument("--baselines", action="store_true", help="grid studies: train nothing; record the trivial "
                        "baselines of the study's data (for classification, a linear model trained full batch) "
                        "in its results file")
+    if tune:
+        p.add_argument("--tune", action="store_true", help="grid studies: first choose each cell's settings on "
+                       "the tuning split (one seed, every point of the study's grid, runs under WORKDIR/tuning), then "
+                       "train the cells at their choice; the results file (the same one) records every tuning run "
+                       "and the choice under 'tuning'")
     return p
 
 
+class Tuning(NamedTuple):
+    """A grid study's tuning stage (`istjax.launch.tuning`): each arm's ``grids`` (per label, or a function of the
+    arm: `istjax.launch.tuning.arm_grid`), the ``objective`` a tuning run is judged by, the tuning split's
+    ``fraction`` of the training examples, and ``cells``: the arms as the tuning runs train them (the same labels
+    as the reported cells, at a smaller budget; None: the reported cells themselves)."""
+    grids: Any
+    objective: Objective = Objective("test_accuracy", "max")
+    fraction: float = 0.1
+    cells: Optional[Sequence[Cell]] = None
+
+
 def run_grid(study: str, cells: Sequence[Cell], seeds: Sequence[int], workdir: pathlib.Path, out: pathlib.Path,
-             command: str, only: Sequence[str] = (), jobs: int = 1) -> int:
+             command: str, only: Sequence[str] = (), jobs: int = 1, tuning: Optional[Tuning] = None) -> int:
     """Trains every cell (those in ``only``) once per seed with `istjax.launch.study.run_study` (config files
-    relative to the repository, a compilation cache in the workdir); rewrites ``out`` after each run. Returns 1 if
-    a run failed, else 0."""
+    relative to the repository, a compilation cache in the workdir); rewrites ``out`` after each run. With
+    ``tuning``, each arm's settings are first chosen on the tuning split (`istjax.launch.tuning.tune`, seed 0, runs
+    under ``<workdir>/tuning``), the cells then train at their choice and ``out`` holds the record (``tuning``).
+    Returns 1 if a run failed, else 0."""
+    cache = pathlib.Path(workdir) / ".jax_cache"
+    sections = recorded_baselines(out)
     try:
+        if tuning is not None:
+            record = tune(tuning.cells or cells, tuning.grids, workdir, objective=tuning.objective,
+                          fraction=tuning.fraction, root=REPO, study=f"{study} tuning", cache=cache, jobs=jobs)
+            cells, sections = tuned_cells(cells, record), {**sections, "tuning": record}
         outcome = run_study(study, cells, seeds, workdir, out=out, command=command, root=REPO, only=only,
-                            jobs=jobs, cache=pathlib.Path(workdir) / ".jax_cache", sections=recorded_baselines(out))
+                            jobs=jobs, cache=cache, sections=sections)
     except ValueError as e:
         raise SystemExit(f"{study}: {e}") from e
     return 1 if outcome.failed else 0

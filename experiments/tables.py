@@ -171,20 +171,27 @@ COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
 
 def results_table(name: str, source: str, columns: Sequence[str | tuple[str, Callable[[dict], str]]],
                   where: Callable[[dict[str, Any]], bool] | None = None, shows: Sequence[str] | None = None,
-                  baselines: bool = False) -> Entry:
+                  baselines: bool = False, tuned: bool = False) -> Entry:
     """Registers the table ``name``: one line per row of the aggregated file ``source`` (``where`` keeps some),
     with ``columns``: names of `COLUMNS`, other row keys, or ``(header, fn(row) -> str)``; with ``baselines``, the
     trivial baselines the file records beneath them (`baseline_cells`: each named column's metric, ``test_accuracy``
-    for ``test_accuracy``). The metrics it shows are ``shows``, by default its named columns (``test_loss_mean``
-    shows ``test_loss``)."""
+    for ``test_accuracy``); with ``tuned``, where the file records a tuning stage (``tuning``: a study run with
+    ``--tune``, `experiments.grid.Tuning`), each cell's chosen settings (its row's ``tuned``, `settings_words`) as
+    the second column (a file without one renders without it). The metrics it shows are ``shows``, by default its
+    named columns (``test_loss_mean`` shows ``test_loss``)."""
     cols = [c if isinstance(c, tuple) else COLUMNS.get(c, (c, lambda r, k=c: cell(r.get(k)))) for c in columns]
     metrics = {i: c.removesuffix("_mean") for i, c in enumerate(columns) if isinstance(c, str)}
 
     def render(data):
-        rows = [[fn(r) for _, fn in cols] for r in result_rows(data) if where is None or where(r)]
+        use, at = cols, metrics
+        if tuned and data.get("tuning"):
+            use = [cols[0], ("chosen settings (tuning)", lambda r: settings_words(r.get("tuned") or {}) or "-"),
+                   *cols[1:]]
+            at = {i + (i > 0): m for i, m in metrics.items()}
+        rows = [[fn(r) for _, fn in use] for r in result_rows(data) if where is None or where(r)]
         if baselines:
-            rows += baseline_cells(data, len(cols), metrics)
-        return markdown_table([h for h, _ in cols], rows)
+            rows += baseline_cells(data, len(use), at)
+        return markdown_table([h for h, _ in use], rows)
     if shows is None:
         shows = [c.removesuffix("_mean") for c in columns if isinstance(c, str)]
     return register(name, (source,), render, shows=shows)
@@ -295,3 +302,37 @@ def headline_row(what: str | Callable[[Any], str], where: str, source: str) -> C
         HEADLINE.append((what, where, source, fn))
         return fn
     return deco
+
+
+SETTING_WORDS = {"learning_rate": "lr {}", "algorithm.optimizer_state": "state {}",
+                 "algorithm.outer_learning_rate": "outer {}", "model.scaling": "scaling {}",
+                 "local_steps": "K = {}"}
+
+
+def settings_words(point: dict[str, Any]) -> str:
+    """A tuning grid point in words: ``lr 0.002, state carried, outer 0.7, scaling test`` (an unnamed field as
+    ``field value``)."""
+    return ", ".join(SETTING_WORDS.get(k, k + " {}").format({"reset": "restarted", "carry": "carried"}.get(v, v))
+                     for k, v in point.items())
+
+
+def tuning_rows(tuning: dict[str, Any], arm_name: Callable[[str], str] = str, digits: int = 3) -> list[list[str]]:
+    """Every run of a tuning record (the ``tuning`` section `istjax.launch.tuning.tune` writes) as rows ``[arm,
+    settings (the choice marked), its metric on the tuning split]``, each arm's best first."""
+    metric, direction = tuning["objective"]["metric"], tuning["objective"]["direction"]
+    sign = 1 if direction == "min" else -1
+    out = []
+    for arm, chosen in tuning["chosen"].items():
+        mine = sorted((r for r in tuning["runs"] if r["arm"] == arm),
+                      key=lambda r: (r[metric] is None, sign * (r[metric] or 0)))
+        out += [[arm_name(arm), settings_words(r["settings"]) + (" (chosen)" if r["settings"] == chosen else ""),
+                 "-" if r[metric] is None else f"{r[metric]:.{digits}f}"] for r in mine]
+    return out
+
+
+def tuning_caption(tuning: dict[str, Any], unit: str) -> str:
+    """What a tuning table's rows are: the seed, the budget (``samples`` where recorded, in ``unit``), the split."""
+    budget = f", {cell(tuning['samples'])} {unit}" if tuning.get("samples") else ""
+    return (f"Every tuning run: seed {tuning['seed']}{budget}, trained on the first {1 - tuning['tuning_fraction']:.0%}"
+            f" of the training {unit} and scored on the last {tuning['tuning_fraction']:.0%} (the reported split "
+            f"never read); each arm's best chosen, before any reported run.")

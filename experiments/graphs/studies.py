@@ -17,6 +17,15 @@ committed file, ``--baselines`` records the data's trivial baseline (a linear mo
 full batch: `experiments.grid.record_baselines`) in the results file without training. Needs the Planetoid files
 (``$ISTJAX_DATA_DIR/planetoid``).
 
+``cora --tune`` and ``citeseer --tune`` first choose each cell's settings (`tuning`): Adam's learning rate over
+0.005, 0.01 and 0.02 and Adam's state restarted every round or carried, six runs a cell at its full budget and
+seed 0, each trained on the training nodes and scored by its accuracy on the data set's 500 validation nodes
+(a graph's tuning split, `istjax.data.graphs.as_dataset`; no test node's label is read), under
+``runs/graphs/<study>/tuning/<cell>/<settings>``; then every cell trains on ``--seeds`` at its choice. The tuned
+study writes the same ``gist_<study>.json``, which it supersedes: its rows are at the chosen settings (each row's
+``tuned``), its ``tuning`` section holds every tuning run and the choice, and the ``--baselines`` sections stay.
+Rerunning without ``--tune`` writes the untuned study again, without the ``tuning`` section.
+
 The ``cora`` and ``citeseer`` cells train ``experiments/configs/{cora,citeseer}_gist.py`` (Kipf and Welling's
 recipe at 256 hidden features, 20 rounds of K = 10 full-graph steps, Adam's moments carried) with GIST at
 W = 1, 2, 4, 8 for GCN and GraphSAGE: every W trains the same 256-wide network, a worker holding 256 / W features
@@ -46,14 +55,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.grid import REPO, Cell, parser, plot, record_baselines, run_grid
+from experiments.grid import REPO, Cell, Tuning, parser, plot, record_baselines, run_grid
 from istjax.launch.study import mean_std
+from istjax.launch.tuning import Objective, arm_grid
 
 RESULTS = REPO / "experiments" / "graphs" / "results"
 CONFIGS = {"cora": "experiments/configs/cora_gist.py", "citeseer": "experiments/configs/citeseer_gist.py"}
 MODELS = {"gcn": "GCN", "graphsage": "GraphSAGE"}
 WORKERS = (1, 2, 4, 8)
 LEARNING_RATE = 0.01  # width study: Adam, re-created every round (as GIST's workers do)
+TUNED = ("cora", "citeseer")  # the studies --tune tunes
+TUNING_RATES = (0.005, 0.01, 0.02)  # Adam's, --tune: the configs' 0.01 (Kipf and Welling's) halved and doubled
 
 
 def _value(v: Any) -> str:
@@ -118,16 +130,27 @@ FIGURES = {
 }
 
 
+def tuning() -> Tuning:
+    """``--tune`` (module docstring): each cell's grid is `TUNING_RATES` x Adam's state restarted or carried
+    (`istjax.launch.tuning.arm_grid`: GIST reads ``algorithm.optimizer_state``), its runs at the cell's full budget,
+    the highest validation accuracy chosen. The fraction only switches the tuning split on: a graph's is its
+    validation nodes whatever the value (`istjax.data.tuning`)."""
+    return Tuning(grids=lambda cell: arm_grid(cell, TUNING_RATES, root=REPO),
+                  objective=Objective("test_accuracy", "max"))
+
+
 def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Sequence[str], plot_only: bool,
-              jobs: int = 1) -> int:
-    """Trains a grid study on ``seeds`` into ``workdir``; writes ``experiments/graphs/results/gist_<study>.json``
-    and its figure ``docs/figures/gist_<study>.png`` (``plot_only``: the figure alone, from the committed file)."""
+              jobs: int = 1, tune: bool = False) -> int:
+    """Trains a grid study on ``seeds`` into ``workdir`` (``tune``: at the settings `tuning` chooses first); writes
+    ``experiments/graphs/results/gist_<study>.json`` and its figure ``docs/figures/gist_<study>.png``
+    (``plot_only``: the figure alone, from the committed file)."""
     status = 0
     out = RESULTS / f"gist_{study}.json"
     if not plot_only:
         command = (f"ISTJAX_DATA_DIR=../shared/data python -m experiments.graphs.studies {study} "
-                   f"--seeds {','.join(map(str, seeds))}")
-        status = run_grid(study, GRIDS[study](), seeds, workdir, out, command, only, jobs)
+                   f"--seeds {','.join(map(str, seeds))}" + (" --tune" if tune else ""))
+        status = run_grid(study, GRIDS[study](), seeds, workdir, out, command, only, jobs,
+                          tuning() if tune else None)
     title, reference = FIGURES[study]
     print(f"wrote {plot(out, REPO / 'docs' / 'figures' / f'gist_{study}.png', title, reference)}")
     return status
@@ -243,7 +266,7 @@ def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, n
 
 
 def main(argv: Sequence[str]) -> int:
-    ap = parser("python -m experiments.graphs.studies", __doc__, [*GRIDS, "width"], baselines=True)
+    ap = parser("python -m experiments.graphs.studies", __doc__, [*GRIDS, "width"], baselines=True, tune=True)
     ap.add_argument("--hidden", type=int, default=2048, help="width: hidden features per layer")
     ap.add_argument("--budget-mib", type=float, default=128.0, help="width: per-worker memory budget")
     ap.add_argument("--workers", default="1,2,4,8", help="width: worker counts to measure")
@@ -252,6 +275,8 @@ def main(argv: Sequence[str]) -> int:
     args = ap.parse_args(argv)
     workdir = args.workdir or REPO / "runs" / "graphs" / args.study
     seeds = args.seeds
+    if args.tune and args.study not in TUNED:
+        ap.error(f"--tune: study {args.study!r} is not a comparison of tuned cells; name one of {', '.join(TUNED)}")
     if args.baselines:
         if args.study == "width":
             ap.error(f"--baselines: study 'width' generates its graph outside a config; name one of "
@@ -268,7 +293,7 @@ def main(argv: Sequence[str]) -> int:
         return width(args.hidden, args.budget_mib, [int(w) for w in args.workers.split(",")], args.rounds,
                      args.num_nodes, seeds, command)
     only = [x for x in args.only.split(",") if x]
-    return grid_main(args.study, workdir, seeds, only, args.plot, args.jobs)
+    return grid_main(args.study, workdir, seeds, only, args.plot, args.jobs, args.tune)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-from experiments.tables import (accuracy, cell, fixed, headline_row, nbytes, points_above_baseline, result_rows,
-                               results_table, scalar, spread)
+from experiments.tables import (ResultsError, accuracy, algorithm_name, cell, fixed, headline_row, markdown_table,
+                               nbytes, points_above_baseline, result_rows, results_table, scalar, spread, table,
+                               tuning_caption, tuning_rows)
 
 DIGITS = "experiments/mlp/results/digits.json"
 MNIST1D = "experiments/mlp/results/mnist1d.json"
@@ -30,7 +31,19 @@ results_table("keywords_generalisation", KEYWORDS_GEN, [
     "algorithm", "num_workers", "test_accuracy", ("min-max", spread),
     ("train loss", lambda r: fixed(r["train_loss_mean"], 3)), ("samples (all workers)", lambda r: cell(r["samples_seen"])),
     ("bytes per worker per round", lambda r: nbytes(r["bytes_per_worker_per_round"], binary=False)),
-    ("s per round (simulate)", lambda r: fixed(r["time_per_round_s_mean"]))], baselines=True)
+    ("s per round (simulate)", lambda r: fixed(r["time_per_round_s_mean"]))], baselines=True, tuned=True)
+
+
+@table("keywords_tuning", KEYWORDS_GEN)
+def _keywords_tuning(d):
+    """Every tuning run of ``python -m experiments.mlp.studies keywords --tune``, each arm's best first."""
+    if not d.get("tuning"):
+        raise ResultsError(f"{KEYWORDS_GEN} records no tuning stage; fix: run python -m experiments.mlp.studies "
+                           f"keywords --tune")
+    t = d["tuning"]
+    return (tuning_caption(t, "clips") + " The tuning clips are spoken by training voices: the choice is made on "
+            "unseen clips, not on unseen voices.\n\n"
+            + markdown_table(["arm", "settings", "tuning accuracy"], tuning_rows(t, algorithm_name)))
 # the linear baseline (`python -m experiments.mlp.studies keywords --baselines`) and how far the cells lie above it
 scalar("keywords.linear", KEYWORDS_GEN, lambda d: d["baselines"]["linear"]["test_accuracy"])
 scalar("keywords.above_linear", KEYWORDS_GEN, lambda d: points_above_baseline(d, [r["label"] for r in result_rows(d)]))

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from experiments.tables import (ROUND_COLUMNS, baseline_rows, cell, markdown_table, nbytes, round_cells, scalar,
-                               seconds_to_target, table)
+                               seconds_to_target, settings_words, table, tuning_caption,
+                               tuning_rows)
 from istjax.launch.metrics import format_mean_std
 
 STUDY = "experiments/text/results/study.json"
@@ -168,14 +169,6 @@ ARM_NAMES = {"ist_width": "IST by width", "ist_depth": "IST by depth", "data_par
              "local_sgd": "local SGD", "diloco": "DiLoCo"}
 
 
-def _settings(point: dict) -> str:
-    """A grid point in words: ``lr 0.002, state carried, outer 0.7, scaling test``."""
-    words = {"learning_rate": "lr {}", "algorithm.optimizer_state": "state {}", "algorithm.outer_learning_rate":
-             "outer {}", "model.scaling": "scaling {}"}
-    return ", ".join(words.get(k, k + " {}").format({"reset": "restarted", "carry": "carried"}.get(v, v))
-                     for k, v in point.items())
-
-
 def tuned_arm(r: dict) -> str:
     return f"{ARM_NAMES[r['arm']]}, W = {r['num_workers']}"
 
@@ -209,7 +202,7 @@ def _tuned(d):
     for r in rows:
         ist = _tuned_row(d, "ist_width", r["num_workers"])
         at = _loss_at_bytes(d, r, ist["bytes_per_worker_per_round"] * ist["rounds"]) if ist else None
-        out.append([cell(r["num_workers"]), ARM_NAMES[r["arm"]], _settings(r["tuned"]), _loss(r),
+        out.append([cell(r["num_workers"]), ARM_NAMES[r["arm"]], settings_words(r["tuned"]), _loss(r),
                     "-" if at is None else f"{at:.3f}", nbytes(r["bytes_per_worker_per_round"], binary=False),
                     f"{_bytes_ratio(d, r):.2f}" if _bytes_ratio(d, r) is not None else "-",
                     f"{r['time_per_round_s_mean']:.2f}"])
@@ -228,18 +221,9 @@ def _tuned(d):
 @table("text_tuning", TUNED)
 def _tuning(d):
     t = d["tuning"]
-    out = []
-    for arm, chosen in t["chosen"].items():
-        mine = sorted((r for r in t["runs"] if r["arm"] == arm),
-                      key=lambda r: (r["test_loss"] is None, r["test_loss"] or 0))
-        for r in mine:
-            mark = " (chosen)" if r["settings"] == chosen else ""
-            out.append([arm.replace("_w", ", W = ").replace("_", " "), _settings(r["settings"]) + mark,
-                        "-" if r["test_loss"] is None else f"{r['test_loss']:.3f}"])
-    return (f"Every tuning run: seed {t['seed']}, {cell(t.get('samples'))} windows, trained on the first "
-            f"{1 - t['tuning_fraction']:.0%} of the training plays' windows and scored on the last "
-            f"{t['tuning_fraction']:.0%} (the held-out plays never read); each arm's lowest loss chosen, before any "
-            f"reported run.\n\n" + markdown_table(["arm", "settings", "tuning loss (nats/char)"], out))
+    rows = tuning_rows(t, lambda arm: arm.replace("_w", ", W = ").replace("_", " "))
+    return (tuning_caption(t, "windows").replace("training windows", "training plays' windows") + "\n\n"
+            + markdown_table(["arm", "settings", "tuning loss (nats/char)"], rows))
 
 
 def _tuned_target(d, w: int) -> str:

@@ -61,6 +61,9 @@ class Dataset(NamedTuple):
         characters, id ``i`` being ``vocabulary[i]``; ``x`` and ``y`` are then
         ``[N, context]`` character ids (``y`` the next character at every
         position). None otherwise.
+      validation: ``(x, y)``, a split the data set holds out apart from both others for choosing settings (a
+        graph's validation nodes, :func:`istjax.data.graphs.as_dataset`): what a tuning run evaluates on in place
+        of the training split's tail (:func:`istjax.data.tuning.tuning_split`). None where it holds none.
     """
 
     name: str
@@ -73,6 +76,7 @@ class Dataset(NamedTuple):
     num_feature_ids: Optional[int] = None
     label_weights: Optional[np.ndarray] = None
     vocabulary: Optional[str] = None
+    validation: Optional[tuple[Any, np.ndarray]] = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

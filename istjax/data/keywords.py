@@ -137,7 +137,13 @@ def _generate(per_word: int, test_fraction: float, seed: int) -> tuple[np.ndarra
 def load_spoken_keywords(per_word: int = 100, test_fraction: float = 0.2, seed: int = 0,
                          cache: bool = True) -> Dataset:
     """The 35 keywords, ``per_word`` clips each (a ``test_fraction`` of them in held-out voices), as a `Dataset` of
-    4096 standardised log-mel features (module docstring)."""
+    4096 standardised log-mel features (module docstring).
+
+    Each split lists its clips clip by clip across the words (every word's first clip, then every word's second),
+    not word by word as they are made: a run that reads a split's head or tail then sees every word, as a study's
+    tuning split (the training split's last tenth, `istjax.data.tuning`) and the training loss measured on the
+    first ``eval_train_examples`` clips must. Made word by word, the tuning split held only the last 4 of the 35
+    words, 3 of which no tuning run trained on."""
     per_word = check_positive("per_word", per_word, 2)
     if not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1 \
             or not 1 <= round(per_word * test_fraction) < per_word:
@@ -155,4 +161,6 @@ def load_spoken_keywords(per_word: int = 100, test_fraction: float = 0.2, seed: 
         x, y, is_test = _generate(per_word, float(test_fraction), seed)
         if cache:
             write_cache(path, x=x, y=y, is_test=is_test)
+    order = np.lexsort((y, np.arange(len(y)) % per_word))  # made word by word; listed clip by clip across words
+    x, y, is_test = x[order], y[order], is_test[order]
     return finalise("spoken_keywords", x[~is_test], y[~is_test], x[is_test], y[is_test], len(WORDS))

@@ -130,6 +130,11 @@ def as_dataset(data: GraphData) -> Dataset:
     model casts them back), ``train_y`` / ``test_y`` their labels, and ``shared = {"graph": Graph}`` with the
     graph's arrays on the device once, read by every worker each round and never stacked per worker. The node
     features are the graph's (row-normalised for Planetoid), not re-standardised.
+
+    ``validation`` holds the validation nodes (``val_idx``, Planetoid's standard 500) and their labels: a study's
+    tuning runs (``data.tuning_fraction`` > 0, any value) train on the training nodes and score on these, the
+    protocol of the GCN papers, and never read a test node's label (`istjax.data.tuning.tuning_split`; a graph
+    without validation nodes is refused there). The reported runs never read them.
     """
     if data.num_nodes >= 2 ** 24:
         raise ArgError("data", data.num_nodes, f"{data.name}: {data.num_nodes} nodes;",
@@ -140,4 +145,5 @@ def as_dataset(data: GraphData) -> Dataset:
     ids = lambda idx: np.asarray(idx, np.float32)  # noqa: E731
     return Dataset(name=data.name, train_x=ids(data.train_idx), train_y=np.asarray(data.labels[data.train_idx]),
                    test_x=ids(data.test_idx), test_y=np.asarray(data.labels[data.test_idx]),
-                   num_classes=int(data.num_classes), shared={"graph": graph})
+                   num_classes=int(data.num_classes), shared={"graph": graph},
+                   validation=(ids(data.val_idx), np.asarray(data.labels[data.val_idx])))
