@@ -114,12 +114,18 @@ NETWORK = "experiments/text/results/network.json"
 
 @table("text_network", NETWORK)
 def _network(d):
+    tuned = "tuned" in d  # a race at the tuned study's settings (an earlier one ran every arm at the config's)
     body = markdown_table(
-        ["link", "algorithm", "seconds to target", *ROUND_COLUMNS],
-        [[r["link"], NAMES[r["algorithm"]], seconds_to_target(r), *round_cells(r)] for r in d["summary"]])
+        ["link", "algorithm", *(["settings (tuned)"] if tuned else []), "seconds to target", *ROUND_COLUMNS],
+        [[r["link"], NAMES[r["algorithm"]], *([settings_words(r.get("tuned") or {}) or "-"] if tuned else []),
+          seconds_to_target(r), *round_cells(r)] for r in d["summary"]])
+    settings = (f" Each arm at the settings the tuned study chose for it at W = {d['ranks']} on the tuning split "
+                f"(`{d['tuned']}`); the target is below the trigram table's {d['trigram_loss']:.3f} nats per "
+                f"character on the same windows." if tuned else "")
     return (f"The transformer on {d['ranks']} MPI processes in network namespaces, one worker each, to validation "
             f"loss <= {d['target']} nats per character (training seconds: compilation and evaluation excluded; at "
-            f"most {d['samples']:,} windows a run), mean ± std over the seeds that reached it.\n\n" + body)
+            f"most {d['samples']:,} windows a run), mean ± std over the seeds that reached it.{settings}\n\n"
+            + body)
 
 
 def _race(d, other: str) -> str:
@@ -136,6 +142,7 @@ def _race(d, other: str) -> str:
 
 scalar("text.network.ist_vs_data_parallel", NETWORK, lambda d: _race(d, "data_parallel"))
 scalar("text.network.ist_vs_diloco", NETWORK, lambda d: _race(d, "diloco"))
+scalar("text.network.ist_vs_local_sgd", NETWORK, lambda d: _race(d, "local_sgd"))
 
 
 # The study's IST cells on the MPI runtime (`python -m experiments.text.study --mpi parameter_server,sharded`).
@@ -155,8 +162,8 @@ def _mpi(d):
         [[cell(r["num_workers"]), _what(r), f"MPI, {MODES[r['mode']]}", _loss(r),
           _loss(_row(simulate, r["label"].removesuffix(f"_{r['mode']}"))),
           f"{r['time_per_round_s_mean']:.2f}"] for r in rows])
-    return (f"The study's IST cells trained by `mpiexec -n W` processes (one worker each; {cell(rows[0]['samples_seen'])} "
-            f"windows a run, the seeds of the simulate study), mean ± std over seeds.\n\n" + body)
+    return (f"The study's IST cells trained by `mpiexec -n W` processes (one worker each; "
+            f"{cell(rows[0]['samples_seen'])} windows a run, the seeds of the simulate study), mean ± std over seeds.\n\n" + body)
 
 
 scalar("text.trigram", STUDY, lambda d: cell(d["baselines"]["trigram"]["test_loss"]))  # the regime baseline
