@@ -285,8 +285,11 @@ SUGGESTIONS = {
     "group_sampler_typo": ({"sampler.groups.hidden_0": "overlaping"}, [
         ("did you mean 'overlapping'", {"sampler.groups.hidden_0": "overlapping"})], None),
     "stop_at_target_without_one": ({"stop_at_target": True, "target_accuracy": None}, [
-        ("--config.target_accuracy=0.9", {"target_accuracy": 0.9}), ("leave stop_at_target False",
-                                                                     {"stop_at_target": False})], None),
+        ("--config.target_accuracy=0.9", {"target_accuracy": 0.9}), ("--config.target_loss=2.0", {"target_loss": 2.0}),
+        ("leave stop_at_target False", {"stop_at_target": False})], None),
+    "two_targets": ({"target_accuracy": 0.9, "target_loss": 2.0}, [
+        ("--config.target_accuracy=None", {"target_accuracy": None}),
+        ("--config.target_loss=None", {"target_loss": None})], None),
     "learning_rate": ({"learning_rate": -1.0}, [("e.g. 0.1", {"learning_rate": 0.1})], None),
     "momentum": ({"momentum": 1.5}, [("e.g. 0.9", {"momentum": 0.9})], None),
     "section_given_a_value": ({**DEPTH_RESNET, "algorithm.name": DROP, "algorithm": "resist"}, [

@@ -9,8 +9,8 @@ import operator
 from typing import Optional
 
 from experiments.claims import claim
-from experiments.tables import (ROUND_COLUMNS, baseline_cells, cell, markdown_table, nbytes, round_cells, scalar,
-                               seconds_to_target, table)
+from experiments.tables import (ROUND_COLUMNS, ResultsError, baseline_cells, cell, markdown_table, nbytes, round_cells,
+                               scalar, seconds_to_target, settings_words, table, tuning_caption, tuning_rows)
 from istjax.algorithms.tensor import step_bytes
 from istjax.launch.metrics import format_mean_std
 
@@ -64,23 +64,26 @@ def _data_name(d) -> str:
 def _study(d):
     """Every cell of a study (``python -m experiments.extreme.study``): fit under the cap, memory, P@k, PSP@k, speed."""
     rows = sorted(d["rows"], key=lambda r: (list(NAMES).index(r["algorithm"]), r["ranks"], r["hidden"]))
+    tuned = any(r.get("tuned") for r in rows)  # a study run with --tune: each row's choice beside it
     body = markdown_table(
-        ["algorithm", "ranks", "H", "fits", "peak RSS per rank", "cgroup peak", *(label for _, label in METRIC_COLUMNS),
-         "time per sample", "bytes per worker per round"],
-        [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]), _fits(r),
+        ["algorithm", "ranks", "H", *(["chosen on the tuning split"] if tuned else []), "fits", "peak RSS per rank",
+         "cgroup peak", *(label for _, label in METRIC_COLUMNS), "time per sample", "bytes per worker per round"],
+        [[NAMES[r["algorithm"]], cell(r["ranks"]), cell(r["hidden"]),
+          *([settings_words(r["tuned"]) if r.get("tuned") else "-"] if tuned else []), _fits(r),
           nbytes(r["peak_rss_bytes"]) if r.get("peak_rss_bytes") else "-",
           nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
           *(_metric(r, m) for m, _ in METRIC_COLUMNS),
           f"{r['time_per_sample_s'] * 1e6:.0f} µs" if r.get("time_per_sample_s") else "-",
           nbytes(r["bytes_per_worker_per_round"], binary=False) if r.get("bytes_per_worker_per_round") else "-"]
-         for r in rows] + _baseline_rows(d, 6, 2))
+         for r in rows] + _baseline_rows(d, 6 + tuned, 2))
     misfits = [f"- {NAMES[r['algorithm']]}, {r['ranks']} ranks, H = {r['hidden']}: {_why(r)}"
                for r in rows if not r["fits"]]
     samples = next((r.get("samples_seen") for r in rows if r.get("samples_seen")), None)
     head = (f"{_data_name(d)}, every rank limited to "
             f"{d['cap']} (its own cgroup; `runtime.memory_limit` the same), {cell(samples)} samples per run (every "
             f"arm the same), mean ± std over the seeds that trained; a cell that trained in some seeds and not "
-            f"others shows how many and their scores.")
+            f"others shows how many and their scores." + (" Every width of an arm trains at the settings its "
+                                                           "tuning chose (the tuning table)." if tuned else ""))
     return "\n\n".join([head, body] + (["Cells that do not fit:\n\n" + "\n".join(misfits)] if misfits else []))
 
 
@@ -350,14 +353,16 @@ def _transformer(d):
     """IST against tensor parallelism on the character transformer, P ranks each under the same cap: validation
     nats/char over seeds, the largest rank's cgroup peak, the bytes a worker moves a round, seconds a round; the
     character n-gram tables on the same windows below."""
-    out = [[NAMES[r["algorithm"]], r["ranks"],
+    tuned = any(r.get("tuned") for r in d["rows"])  # run with --tune: each arm's choice beside it
+    out = [[NAMES[r["algorithm"]], r["ranks"], *([settings_words(r.get("tuned") or {}) or "-"] if tuned else []),
             format_mean_std(r["validation_loss_mean"], r["validation_loss_std"], len(r["seeds"])),
             nbytes(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "-",
             nbytes(r["bytes_per_worker_per_round"]) if r.get("bytes_per_worker_per_round") else "-",
             f"{r['time_per_round_s']:.2f}"] for r in d["rows"]]
-    out += baseline_cells(d, 6, {2: "test_loss"})
+    out += baseline_cells(d, 6 + tuned, {2 + tuned: "test_loss"})
     rounds = next(iter(d["configs"].values()))["resolved"]["num_rounds"]
-    return (markdown_table(["arm", "ranks", "validation loss (nats/char)", "peak memory, largest rank",
+    return (markdown_table(["arm", "ranks", *(["chosen on the tuning split"] if tuned else []),
+                            "validation loss (nats/char)", "peak memory, largest rank",
                             "bytes a worker moves a round", "seconds a round"], out)
             + f"\n\nEach rank in its own cgroup of {nbytes(d['cap_bytes'])}; {rounds} rounds of the same batches "
               f"for both arms.")
@@ -374,6 +379,38 @@ scalar("extreme.transformer.bytes_ratio", TRANSFORMER,
        lambda d: "{:.3f}".format(operator.truediv(*_ist_and_tp(d, "bytes_per_worker_per_round"))))
 scalar("extreme.transformer.tp_slower", TRANSFORMER,
        lambda d: "{:.1f}x".format(1 / operator.truediv(*_ist_and_tp(d, "time_per_round_s"))))
+
+
+# Each study's tuning stage (``--tune``, `experiments.extreme.tuning`): every tuning run and each arm's choice. A file
+# without one raises only when a page's marker asks for the table.
+def _arm_words(arm: str) -> str:
+    """A tuned arm's label in words: ``ist_p2`` -> ``IST (sharded), 2 ranks``."""
+    algorithm, _, ranks = arm.rpartition("_p")
+    return f"{NAMES.get(algorithm, algorithm)}, {ranks} ranks"
+
+
+def _tuning_table(source: str, module: str, unit: str, metric: str):
+    """The ``tuning`` record of ``source`` (``python -m experiments.extreme.<module> ... --tune``): the caption (seed,
+    budget, split, the width and the points' order where recorded) and every run, each arm's best first."""
+    def render(d):
+        t = d.get("tuning")
+        if not t:
+            raise ResultsError(f"{source} records no tuning stage; fix: run python -m experiments.extreme.{module} "
+                               f"with --tune")
+        where = " ".join(filter(None, [
+             f"Every arm at H = {t['width']:,}, under the study's cap and trainer." if t.get("width") else "",
+             f"{t['rounds']} rounds a run." if t.get("rounds") and not t.get("samples") else "",
+             f"The training points listed in a fixed permutation (`data.kwargs.order={t['order']}`), so the held-out "
+             f"tail is a fair draw of them." if t.get("order") else ""]))
+        return (f"{tuning_caption(t, unit)} {where}".rstrip() + "\n\n"
+                + markdown_table(["arm", "settings", metric], tuning_rows(t, _arm_words)))
+    return render
+
+
+table("extreme_tuning_debian", DEBIAN)(_tuning_table(DEBIAN, "study", "points", "tuning P@1"))
+table("extreme_tuning_synthetic", SYNTHETIC)(_tuning_table(SYNTHETIC, "study", "points", "tuning P@1"))
+table("extreme_tuning_transformer", TRANSFORMER)(_tuning_table(TRANSFORMER, "transformer", "windows",
+                                                               "tuning loss (nats/char)"))
 
 
 # The comparisons the page claims, held to the regime gate by `experiments.report --check` (`experiments.claims`):

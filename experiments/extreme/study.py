@@ -24,10 +24,16 @@ record (`istjax.launch.study`), ``rows``: one per (algorithm, hidden, ranks) wit
 within the limit), ``peak_rss_bytes`` (the largest rank's peak over seeds), ``precision_at_k_mean``/``_std`` over
 ``seeds`` where it trained, ``predicted`` (the refusal) and ``observed`` (what the kernel did) where it did not.
 
+With ``--tune`` (`experiments.extreme.tuning`) each arm's Adam rate, and its state where the algorithm reads one,
+is first chosen on a tuning split of the training points at one width (``--tune-width``; default the largest every
+arm fitted at under the same cap in ``--out``), seed 0, a quarter of the samples, under the same trainer; every
+width of the arm then trains at its choice, and the file records the grid, every tuning run and the choice as
+``tuning``.
+
 Command (as root, from the repository root)::
 
     ISTJAX_DATA_DIR=../shared/data python -m experiments.extreme.study --cap 1.9GiB --widths 128,256,512,1024 \\
-        --arms ist:2,data_parallel:2,local_sgd:2,tensor_parallel:2,ist:4 --seeds 0,1,2 --samples 102400
+        --arms ist:2,data_parallel:2,local_sgd:2,tensor_parallel:2,ist:4 --seeds 0,1,2 --samples 102400 [--tune]
 """
 
 from __future__ import annotations
@@ -37,13 +43,16 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
 from experiments.extreme import limits
+from experiments.extreme import tuning as tuning_lib
 from istjax.core.memory import format_size, parse_bytes
 from istjax.launch import study as study_lib
+from istjax.launch.tuning import TuningError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = "experiments/configs/xmc_debian_ist.py"
@@ -107,20 +116,22 @@ def _refusal(text: str) -> Optional[str]:
 
 
 def trainer(cap: int, timeout: float, mpiexec: str):
-    """`run_study`'s ``train``: the run under ``mpiexec -n P`` with a limit per rank; a refused cell's seed-0 run is
-    followed by one without the prediction (`OBSERVED_ROUNDS` rounds) under the same limit."""
+    """`run_study`'s ``train`` (and the tuning stage's, `experiments.extreme.tuning`): the run under ``mpiexec -n P``
+    (P the config's ``num_workers``: W = P in every arm) with a limit per rank; a refused cell's seed-0 run is
+    followed by one without the prediction (`OBSERVED_ROUNDS` rounds) under the same limit, a tuning run's is not
+    (the reported cells show what the kernel does)."""
     def train(p: study_lib.Planned) -> Optional[str]:
         first = _first_seed_failure(p)
         if first is not None:  # the same config on another seed holds the same memory: not run again
             return first
-        ranks = int(p.cell.info["ranks"])
+        ranks = int(p.config.num_workers)
         cmd = study_lib.child_command(p, ROOT)
         result, text = _run(ranks, cmd, cap, timeout, mpiexec, p.cell.label)
         record = {"run": _record_limit(result, text)}
         refused = _refusal(text)
         if refused is not None:
             record["predicted"] = refused
-            if p.seed in (0, None):
+            if p.seed in (0, None) and not p.config.data.get("tuning_fraction"):
                 observed_dir = p.run_dir.with_name(p.run_dir.name + "_unchecked")
                 free = [a for a in cmd if not a.startswith(("--config.runtime.memory_limit", "--config.num_rounds",
                                                            "--workdir", "--config.eval_every"))]
@@ -150,12 +161,19 @@ def _first_seed_failure(p: study_lib.Planned) -> Optional[str]:
     return f"not run: seed 0 of this cell did not fit ({first.get('predicted') or run['summary']})"
 
 
+def group_name(label: str) -> str:
+    """A run's label as part of its memory group's directory name (`limits.memory_group`): every run of characters
+    other than letters, digits and '.' as one '-' (a tuning run's label, ``ist_p2/learning_rate=0.001,...``, holds
+    a '/', which would name a group inside a group that does not exist)."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", label)
+
+
 def _run(ranks: int, cmd: list[str], cap: int, timeout: float, mpiexec: str, name: str):
     import subprocess
     import tempfile
 
     with tempfile.TemporaryFile("w+") as log:
-        result = limits.run_ranks(ranks, cmd, cap, mpiexec=mpiexec, timeout=timeout, name=name.replace("_", "-"),
+        result = limits.run_ranks(ranks, cmd, cap, mpiexec=mpiexec, timeout=timeout, name=group_name(name),
                                   stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         log.seek(0)
         text = log.read()
@@ -305,7 +323,53 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                     help="train nothing: rewrite the results file and the figure from the runs in --workdir")
     ap.add_argument("--baselines", action="store_true",
                     help="train nothing: record the trivial baselines of the data in the results file --out")
+    tune = ap.add_argument_group("tuning (experiments.extreme.tuning)")
+    tune.add_argument("--tune", action="store_true",
+                      help="first choose each arm's Adam rate (and its state, where the algorithm reads it) on a "
+                           "tuning split of the training points at one width, seed 0, runs under WORKDIR/tuning; "
+                           "every width then trains at its arm's choice, recorded in --out as 'tuning'")
+    tune.add_argument("--tune-width", type=int, default=None,
+                      help="the width the arms are tuned at (default: the largest every arm fitted at under the "
+                           "same cap in --out, an earlier run of the study)")
+    tune.add_argument("--tune-samples", type=int, default=None,
+                      help="samples a tuning run trains (default a quarter of --samples; with --rounds, a quarter "
+                           "of the rounds)")
+    tune.add_argument("--tune-rates", default=",".join(map(str, tuning_lib.RATES)),
+                      help="Adam's rates tried, comma-separated")
+    tune.add_argument("--tune-states", default=",".join(tuning_lib.STATES),
+                      help="Adam's states tried where the algorithm reads one ('reset': restarted every round, "
+                           "'carry'); 'reset' alone keeps the memory IST's widest cells fit in")
     return ap.parse_args(argv)
+
+
+def tuning_record(args: argparse.Namespace, arms: Sequence[tuple[str, int]], cap: int,
+                  train) -> Optional[dict[str, Any]]:
+    """The tuning record the reported cells train at (`experiments.extreme.tuning`): ``--tune``'s, its runs trained
+    with ``train`` at ``--tune-width`` (or the width `tuning.tuning_width` reads from ``--out``) on a quarter of the
+    budget; with ``--rewrite``, the one ``--out`` records (its runs trained at it); None without either. A
+    ValueError for a budget, width or grid that cannot be tuned at."""
+    if args.rewrite:
+        record = tuning_lib.recorded(args.out)
+        if args.tune and record is None:
+            raise ValueError(f"--rewrite --tune: {args.out} records no tuning stage; run the study with --tune")
+        return record
+    if not args.tune:
+        return None
+    width = args.tune_width or tuning_lib.tuning_width(args.out, arms, cap)
+    rounds = None if args.rounds is None else max(1, args.rounds // 4)
+    samples = None if rounds is not None else (args.tune_samples or (args.samples or SAMPLES) // 4)
+    try:
+        at_width = cells(arms, [width], cap, rounds, args.config, samples=samples)
+    except ValueError as e:
+        raise ValueError(f"the tuning budget (--tune-samples): {e}") from None
+    try:
+        rates = [float(r) for r in args.tune_rates.split(",")]
+    except ValueError:
+        raise ValueError(f"--tune-rates {args.tune_rates!r}: give comma-separated rates, e.g. 5e-4,1e-3,2e-3"
+                         ) from None
+    return tuning_lib.run_tuning(tuning_lib.tuning_arms(at_width), args.workdir, train=train, root=ROOT,
+                                 rates=rates, states=args.tune_states.split(","), width=width, samples=samples,
+                                 rounds=rounds)
 
 
 def baselines(out: os.PathLike) -> dict[str, Any]:
@@ -345,6 +409,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     seeds = [int(s) for s in args.seeds.split(",")]
     mpiexec = str(pathlib.Path(sys.executable).parent / "mpiexec")
+    train = trainer(cap, args.timeout, mpiexec)
+    try:
+        tuned = tuning_record(args, arms, cap, train)
+        if tuned is not None:
+            cells_ = tuning_lib.applied(cells_, tuned)
+    except ValueError as e:
+        print(f"extreme study: {e}", file=sys.stderr)
+        return 2
+    except TuningError as e:  # an arm none of whose tuning runs trained
+        print(f"extreme study: {e}", file=sys.stderr)
+        return 1
     given = sys.argv[1:] if argv is None else list(argv)
     command = "python -m experiments.extreme.study " + " ".join(  # the command that trains them, not the rewrite
         a for a in given if a not in ("--rewrite",) and not a.startswith(("--out", "--figure", "--only")))
@@ -361,6 +436,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not trivial and pathlib.Path(args.out).exists():
             trivial.update(baselines(args.out))  # once: the data are the same for every run
         doc.update(trivial)
+        if tuned is not None:
+            doc["tuning"] = tuned
         study_lib.write_json(args.out, doc)
         if args.figure and any(r["fits"] for r in doc["rows"]):
             plot(doc, pathlib.Path(args.figure))
@@ -369,7 +446,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         write()
         return 0
     study_lib.run_study("extreme", cells_, seeds, args.workdir, root=ROOT,
-                        only=[s for s in args.only.split(",") if s], train=trainer(cap, args.timeout, mpiexec),
+                        only=[s for s in args.only.split(",") if s], train=train,
                         record=record, after_run=write)
     write()
     return 0

@@ -18,9 +18,14 @@ worker moves per round (measured), and the time per round. The results file
 trivial baselines on the same windows (`istjax.launch.baselines`: character n-gram tables; the regime, the trigram
 table).
 
+With ``--tune``, each arm's Adam rate (and IST's optimizer state; tensor parallelism carries Adam's state by
+construction) is first chosen on the tuning split (`istjax.launch.tuning.tune`: the last tenth of the training
+plays' windows evaluated, the rest trained on, the held-out plays never read; seed 0, a quarter of the rounds,
+``--tune-rounds``) with the same trainer, and both arms train at their choice; the file records it as ``tuning``.
+
 Command (as root, from the repository root)::
 
-    python -m experiments.extreme.transformer --cap 2GiB --rounds 30 --seeds 0,1,2
+    python -m experiments.extreme.transformer --cap 2GiB --rounds 30 --seeds 0,1,2 [--tune]
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ from istjax.core.memory import parse_bytes
 from istjax.launch import study as study_lib
 from istjax.launch.args import load_config
 from istjax.launch.baselines import baseline_sections
+from istjax.launch.tuning import Objective, arm_grid, tune, tuned_cells
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = "experiments/configs/shakespeare_transformer.py"
 OUT = ROOT / "experiments" / "extreme" / "results" / "transformer.json"
+RATES = (1e-3, 2e-3, 4e-3)  # --tune's Adam rates: half, equal to and twice the config's 2e-3
 ARMS = {"ist": ("--config.algorithm.name=ist", "--config.runtime.mode=sharded", "--config.sampler.name=stratified"),
         "tensor_parallel": ("--config.algorithm.name=tensor_parallel", "--config.runtime.mode=sharded")}
 
@@ -93,6 +100,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds a run may take")
     ap.add_argument("--mpiexec", default=str(pathlib.Path(__import__("sys").executable).parent / "mpiexec"))
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--tune", action="store_true", help="first choose each arm's Adam rate (and IST's optimizer "
+                    "state) on the tuning split, seed 0, runs under WORKDIR/tuning (module docstring)")
+    ap.add_argument("--tune-rounds", type=int, default=None, help="rounds a tuning run trains (default a quarter "
+                    "of --rounds)")
     args = ap.parse_args(argv)
     cap = parse_bytes(args.cap)
     cells_ = cells(cap, args.rounds)
@@ -101,9 +112,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                                                         __import__("sys").argv[1:])
     # the trivial baselines on the same validation windows: unigram, bigram, trigram tables (the regime: trigram)
     sections = baseline_sections(load_config(str(ROOT / CONFIG)))
+    train = extreme.trainer(cap, args.timeout, args.mpiexec)
+    if args.tune:
+        rounds = args.tune_rounds or max(1, args.rounds // 4)
+        tuning = tune(cells(cap, rounds), lambda c: arm_grid(c, RATES, root=ROOT), args.workdir,
+                      objective=Objective("test_loss", "min"), root=ROOT, study="extreme_transformer tuning",
+                      train=train)
+        cells_, sections = tuned_cells(cells_, tuning), {**sections, "tuning": {**tuning, "rounds": rounds}}
     outcome = study_lib.run_study("extreme_transformer", cells_, seeds, args.workdir, root=ROOT, command=command,
-                                  out=args.out, train=extreme.trainer(cap, args.timeout, args.mpiexec),
-                                  record=record, sections=sections)
+                                  out=args.out, train=train, record=record, sections=sections)
     doc = json.loads(pathlib.Path(args.out).read_text())
     doc["cap_bytes"] = cap
     doc["rows"] = rows(cells_, outcome.records)

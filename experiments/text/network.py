@@ -4,8 +4,9 @@ transformer, each arm at the settings the tuned text study chose for it.
 Every (link, arm, seed) trains `experiments/configs/shakespeare_transformer.py` on ``--ranks`` MPI processes (one
 worker each) placed in network namespaces joined by veth links shaped with ``tc`` to the link's rate
 (`experiments.network.slow_net`, through the time-to-accuracy study's `launch`), evaluated every ``--eval-every``
-rounds, for ``--samples`` windows. The seconds to the target are read from the run's own curve: the training seconds
-(compilation and evaluation excluded) at the first evaluation whose validation loss is at or below ``--target``.
+rounds, until its first evaluation whose validation loss is at or below ``--target`` (``--config.target_loss`` with
+``--config.stop_at_target=True``) or for ``--samples`` windows when it never gets there. The seconds to the target
+are read from the run's own curve: the training seconds (compilation and evaluation excluded) at that evaluation.
 Arms (``--arms``, comma-separated; `ARMS` maps each to its arm in the tuned study): ``ist`` (by width), ``local_sgd``,
 ``diloco`` and ``data_parallel``, all in the parameter-server mode (rank 0 evaluates the whole model: the sharded
 mode's evaluation in place all-reduces ``[B, T, D]`` activations per layer, minutes a run on a 100 Mbit/s link;
@@ -18,12 +19,14 @@ outer rate, IST's scaling), applied as ``--config.FIELD=VALUE`` overrides after 
 above the trigram table's validation loss recorded there (``baselines.trigram.test_loss``, 2.064 nats/char): a race
 to a loss that counting characters reaches says nothing about the models.
 
-**Time.** Runs do not stop at the target: each trains all ``--samples`` windows (128,000: the tuned study's budget,
-200 rounds at W = 2), so its curve shows where it went after. On 2 cores at 100 Mbit/s, from the untuned race's
-seconds a round (IST 1.4, DiLoCo and local SGD about 2.3, data parallel 4.6) and about 3 s an evaluation: IST about
-7 minutes a run, DiLoCo and local SGD about 10, data parallel about 18; the four arms over three seeds about 2.5
-hours (``--arms ist,data_parallel,diloco``: about 2 hours). ``--timeout`` (2,400 s a run) leaves data parallel
-twice its time.
+**Time.** A run stops at the target, so its curve ends there; an arm that never reaches it trains all
+``--samples`` windows (128,000: the tuned study's budget, 200 rounds at W = 2). On 2 cores at 100 Mbit/s, from the
+untuned race's seconds a round (IST 1.4, DiLoCo and local SGD about 2.3, data parallel 4.6) and about 3 s an
+evaluation, a full run takes IST about 7 minutes, DiLoCo and local SGD about 10, data parallel about 18: the four
+arms over three seeds at most about 2.5 hours (``--arms ist,data_parallel,diloco``: at most 2 hours), less by each
+run's rounds after its target (local SGD at W = 2 with the shipped config was at 1.815 nats/char after 150 of the 200
+rounds, so a 2.0 target ends it before three quarters of its budget). ``--timeout`` (2,400 s a run) leaves data
+parallel twice its full time.
 
 Command (as root, from the repository root, once ``python -m experiments.text.tuned --workers 2`` has chosen)::
 
@@ -60,18 +63,20 @@ SAMPLES = 128_000  # the tuned study's budget (200 rounds at W = 2): where its a
 TARGET = 2.0  # nats per character, below the trigram table's 2.064
 
 
-def cell(ranks: int, link: str, algorithm: str, *, samples: int, eval_every: int,
+def cell(ranks: int, link: str, algorithm: str, *, samples: int, eval_every: int, target: float = TARGET,
          settings: Optional[Mapping[str, Any]] = None) -> study_lib.Cell:
-    """One (link, arm) of the race: the config on ``ranks`` MPI ranks (parameter server), IST by width, for
-    ``samples`` windows; ``settings`` (a tuning's choice, `tuned_settings`) applied after the cell's own overrides
-    and recorded in its info as ``tuned``."""
+    """One (link, arm) of the race: the config on ``ranks`` MPI ranks (parameter server), IST by width, stopping at
+    its first evaluation at or below the validation loss ``target`` (``target_loss``, ``stop_at_target``), else
+    after ``samples`` windows; ``settings`` (a tuning's choice, `tuned_settings`) applied after the cell's own
+    overrides and recorded in its info as ``tuned``."""
     rounds = samples // (ranks * K * B)
     overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi",
                  "--config.runtime.mode=parameter_server", f"--config.num_workers={ranks}",
                  f"--config.local_steps={K}", f"--config.batch_size={B}",
                  *(("--config.model.split=width",) if algorithm == "ist" else ()),
                  f"--config.eval_every={eval_every}", f"--config.num_rounds={rounds}",
-                 f"--config.checkpoint_every={rounds}")
+                 f"--config.checkpoint_every={rounds}", f"--config.target_loss={target}",
+                 "--config.stop_at_target=True")
     base = study_lib.Cell(f"r{ranks}-{link}-{algorithm}", CONFIG, overrides,
                           {"model": "transformer", "ranks": ranks, "link": link, "algorithm": algorithm})
     return with_settings(base, settings or {}, info={**base.info, "tuned": dict(settings or {})})
@@ -188,8 +193,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if (code := common.refused("text network study", args.links)) is not None:
         return code
-    cells = [cell(args.ranks, link, a, samples=args.samples, eval_every=args.eval_every, settings=settings[a])
-             for link in args.links.split(",") for a in arms]
+    cells = [cell(args.ranks, link, a, samples=args.samples, eval_every=args.eval_every, target=args.target,
+                  settings=settings[a]) for link in args.links.split(",") for a in arms]
     command = common.command("experiments.text.network", argv)
 
     def document(runs: list[dict[str, Any]]) -> dict[str, Any]:

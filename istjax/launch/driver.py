@@ -179,7 +179,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     Returns:
       The summary: final metrics (``test_accuracy``, ``test_loss``, ``train_loss``, ...), ``samples_seen``,
       ``time_per_round_s``, ``compile_time_s``, bytes per worker per round, time/samples to
-      ``target_accuracy`` when set, and ``workdir``.
+      the target when the config sets one (``target_accuracy`` or ``target_loss``), and ``workdir``.
 
     Raises:
       ConfigError: a bad config or workdir (before anything is compiled).

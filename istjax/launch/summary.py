@@ -1,6 +1,8 @@
 """A finished run's summary: `run_summary` gathers its final metrics, samples seen, times and bytes into the dict
 written to ``summary.json`` (and returned by `istjax.launch.driver.train_and_evaluate`); `summary_text` is what the
-run prints at its end. `step_examples` is the unit ``samples_seen`` counts in: what one local step consumes.
+run prints at its end. A config with a target (``target_accuracy`` or ``target_loss``) adds it under its own field
+name and the metric-neutral ``round_to_target``, ``samples_to_target`` and ``time_to_target_s`` (None: not
+reached). `step_examples` is the unit ``samples_seen`` counts in: what one local step consumes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import ml_collections
 from istjax.algorithms.base import Algorithm
 from istjax.data.cluster_batches import CLUSTERS
 from istjax.launch import provenance
+from istjax.launch.config.target import target_of
 from istjax.launch.metrics import SPLIT, format_bytes, metrics_text
 
 __all__ = ["run_summary", "runtime_text", "step_examples", "summary_text"]
@@ -48,10 +51,10 @@ def run_summary(config, algorithm: Algorithm, records: list[dict], workdir: path
         "bytes_total": bytes_total, "workdir": str(workdir),
         "code": provenance.code_version(), "machine": provenance.machine(),  # what trained it, as it trained
     }
-    if (target := config.target_accuracy) is not None:  # only a config that sets a target has one
-        hit = next((r for r in records if (r.get("test_accuracy") or 0.0) >= target and "wall_time_s" in r), None)
-        out.update(target_accuracy=target, round_to_target=hit and hit["round"],
-                   samples_to_target=hit and hit["samples_seen"], time_to_target_s=hit and hit["wall_time_s"])
+    if (target := target_of(config)) is not None:  # only a config that sets a target has one
+        hit = next((r for r in records if target.met_by(r) and "wall_time_s" in r), None)
+        out.update({target.field: target.value, "round_to_target": hit and hit["round"],
+                    "samples_to_target": hit and hit["samples_seen"], "time_to_target_s": hit and hit["wall_time_s"]})
     return out
 
 
@@ -78,8 +81,8 @@ def summary_text(s: dict[str, Any]) -> str:
         f"  per worker per round: received {format_bytes(s['bytes_received_per_worker_per_round'])}, sent "
         f"{format_bytes(s['bytes_sent_per_worker_per_round'])}; all workers so far {format_bytes(s['bytes_total'])}",
     ]
-    if s.get("target_accuracy") is not None:  # named as the task names its accuracy (XMC: test P@1)
-        what = f"{(s.get('metric_labels') or {}).get('test_accuracy', 'test accuracy')} {s['target_accuracy']}"
+    if (target := target_of(s)) is not None:  # named as the task names its metric (XMC: test P@1; text: nats/char)
+        what = target.words(s.get("metric_labels"))
         lines.append(f"  {what} not reached" if s["round_to_target"] is None else
                      f"  reached {what} at round {s['round_to_target']} ({s['samples_to_target']:,} samples, "
                      f"{s['time_to_target_s']:.1f} s of training)")

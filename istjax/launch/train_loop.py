@@ -1,8 +1,10 @@
 """The training loop (`train_loop`): rounds under a progress bar from the state's round to ``num_rounds``. Every
 ``eval_every`` rounds (and after the last) the global model is evaluated (`evaluated`) and a record written to
 ``metrics.jsonl`` and TensorBoard; every ``checkpoint_every`` rounds, at the end, on reaching the target and on a
-signal the state is checkpointed. A non-finite loss stops the run (`TrainingError`, after checkpointing the last
-good state); SIGINT/SIGTERM checkpoint the finished round and raise `Interrupted`.
+signal the state is checkpointed. With ``stop_at_target`` the run ends after the first evaluation that reaches the
+config's target (`istjax.launch.config.target.reached`: test accuracy at or above ``target_accuracy``, or test loss
+at or below ``target_loss``), every process agreeing. A non-finite loss stops the run (`TrainingError`, after
+checkpointing the last good state); SIGINT/SIGTERM checkpoint the finished round and raise `Interrupted`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 
 from istjax.algorithms.base import Algorithm
 from istjax.core.state import TrainState
+from istjax.launch.config import target
 from istjax.launch.metrics import MetricWriter, is_primary
 from istjax.launch.run import Run, step_inputs
 from istjax.launch.summary import step_examples
@@ -175,12 +178,11 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
                 bar.set_postfix(postfix, refresh=False)
                 bar.update(1)
                 # Every process takes the same decision (the primary evaluated; agree shares its answer).
-                reached = c.stop_at_target and alg.runtime.agree(int(_reached(record, c.target_accuracy)))
+                reached = c.stop_at_target and alg.runtime.agree(int(target.reached(c, record)))
                 if done % int(c.checkpoint_every) == 0 or done == n or reached:
                     run.save(state)
                 if reached:
-                    run.log(f"reached test accuracy {c.target_accuracy} at round {done}; stopping "
-                            f"(stop_at_target).")
+                    run.log(f"reached {target.target_of(c).words()} at round {done}; stopping (stop_at_target).")
                     break
                 signum = alg.runtime.agree(stop["signum"] or 0) or None
                 if signum is not None:
@@ -193,7 +195,3 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
         bar.close()
         writer.close()
     return state
-
-
-def _reached(record: Optional[dict], target: Optional[float]) -> bool:
-    return record is not None and target is not None and (record.get("test_accuracy") or 0.0) >= target

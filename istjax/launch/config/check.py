@@ -187,13 +187,28 @@ def _check_numbers(config, p: Problems) -> None:
     if not isinstance(config.momentum, (int, float)) or not 0 <= config.momentum < 1:
         p.bad("momentum", "must be in [0, 1), e.g. 0.9.")
     _check_schedule(config, p.bad, p.choice)
-    t = config.target_accuracy
+    _check_target(config, p)
+
+
+def _check_target(config, p: Problems) -> None:
+    """The run's one target (`istjax.launch.config.target`): an accuracy fraction or a positive loss, not both, and
+    one whenever ``stop_at_target`` is set."""
+    t, loss = config.target_accuracy, config.target_loss
     if t is not None and (not isinstance(t, (int, float)) or not 0 < t <= 1):
         p.bad("target_accuracy", "must be a fraction in (0, 1], e.g. 0.95, or unset.")
+    if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool) or not math.isfinite(loss)
+                             or loss <= 0):
+        p.bad("target_loss", "must be a positive finite loss (reached at or below it), e.g. 2.0, or unset.")
+    elif loss is not None and t is not None:
+        p.bad("target_loss", f"set with target_accuracy={t!r}, and a run has one target: keep one, with "
+                             f"--config.target_accuracy=None (race to the loss) or --config.target_loss=None (to the "
+                             f"accuracy).")
     if not isinstance(config.stop_at_target, bool):
         p.bad("stop_at_target", "must be True or False.")
-    elif config.stop_at_target and t is None:
-        p.bad("stop_at_target", "needs a target: set --config.target_accuracy=0.9 (or leave stop_at_target False).")
+    elif config.stop_at_target and t is None and loss is None:
+        p.bad("stop_at_target", "needs a target: set --config.target_accuracy=0.9 (an accuracy, reached at or "
+                                "above) or --config.target_loss=2.0 (a loss, reached at or below), or leave "
+                                "stop_at_target False.")
 
 
 def _check_runtime_options(config, p: Problems, reads: tuple[str, ...]) -> None:

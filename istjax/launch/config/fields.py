@@ -24,8 +24,8 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 #: Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
 #: more rounds). Every other field must match the checkpoint's config exactly.
 RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "max_to_keep", "eval_batch_size",
-                      "eval_train_examples", "target_accuracy", "stop_at_target", "progress", "runtime.memory_limit",
-                      "runtime.loss_split")
+                      "eval_train_examples", "target_accuracy", "target_loss", "stop_at_target", "progress",
+                      "runtime.memory_limit", "runtime.loss_split")
 
 
 class ConfigError(ValueError):
@@ -190,7 +190,10 @@ def _run_fields(c: ml_collections.ConfigDict) -> None:
     # Report the time and samples to this test accuracy (the task's own: P@1 for XMC); None, the default: no target,
     # and no target line in the summary. A config that studies time to accuracy sets its own (a float field).
     c.target_accuracy = config_dict.FieldReference(None, field_type=float)
-    c.stop_at_target = False  # stop after the first evaluation at or above target_accuracy (time-to-accuracy runs)
+    # Or to this test loss, reached at or below it (a language model's validation nats/char: lower is better); a
+    # run has one target, so at most one of the two is set (istjax.launch.config.target decides "reached").
+    c.target_loss = config_dict.FieldReference(None, field_type=float)
+    c.stop_at_target = False  # stop after the first evaluation that reaches the target (time-to-target runs)
     c.progress = True  # tqdm progress bar
 
 
