@@ -381,7 +381,7 @@ def test_the_tuned_text_study_tunes_every_arm_alike_and_never_loads_the_reported
                                             "diloco_w2"]
     sizes = {c.label: len(grid_points(tuned.grid(c))) for c in cells}
     assert sizes == {f"{a}_w{w}": n for w in (2, 4) for a, n in
-                     (("ist_width", 18), ("ist_depth", 6), ("data_parallel", 3), ("local_sgd", 6), ("diloco", 12))}
+                     (("ist_width", 24), ("ist_depth", 8), ("data_parallel", 4), ("local_sgd", 8), ("diloco", 16))}
     assert all(tuned.grid(c)["learning_rate"] == tuned.LEARNING_RATES for c in cells)
     rounds = tuned.TUNING_SAMPLES // (2 * tuned.K * tuned.B)
     assert f"--config.eval_every={rounds}" in cells[0].overrides  # one evaluation, at the end
