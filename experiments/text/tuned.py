@@ -99,12 +99,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     workers = [int(w) for w in args.workers.split(",") if w]
     cache = pathlib.Path(workdir) / ".jax_cache"
     record = tune(arms(args.tuning_samples, workers, evals=1), grid, workdir, fraction=TUNING_FRACTION, seed=0,
-                  root=REPO, study="text tuning", cache=cache)
+                  root=REPO, study="text tuning", cache=cache, jobs=args.jobs)
     record["samples"] = args.tuning_samples
     command = "python -m experiments.text.tuned " + " ".join(sys.argv[1:] if argv is None else argv)
     outcome = run_study("text_tuned", tuned_cells(arms(args.samples, workers), record), args.seeds, workdir,
                         out=args.out, command=command.strip(), root=REPO, only=[s for s in args.only.split(",") if s],
-                        record=text.record, cache=cache, sections={"tuning": record},
+                        record=text.record, cache=cache, jobs=args.jobs, sections={"tuning": record},
                         after_run=lambda run, error: (text.finish(args.out), text.plot(args.out, FIGURE)))
     text.finish(args.out)
     text.plot(args.out, FIGURE)
