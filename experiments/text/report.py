@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from experiments.claims import claim
 from experiments.tables import (ROUND_COLUMNS, baseline_rows, cell, markdown_table, nbytes, round_cells, scalar,
                                seconds_to_target, settings_words, table, tuning_caption,
                                tuning_rows)
@@ -257,9 +256,3 @@ for _w in (2, 4):
         _tuned_row(d, "ist_width", w)))
 scalar("text.tuned.best", TUNED, _best_tuned)
 
-
-# The claim the tuned study decides (issue 55), held to the regime gate (the trigram table) by `report --check` once
-# the page shows its table; W = 4's joins it when its runs are in the file.
-claim("text.tuned.ist_near_local_methods_w2", table="text_tuned", arms=("ist_width_w2", "local_sgd_w2", "diloco_w2"),
-      metric="test_loss", text="IST by width within 0.05 nats/char of the better of local SGD and DiLoCo at equal "
-                               "samples, W = 2, every arm tuned")
