@@ -225,10 +225,16 @@ def _tuned(d):
                               "seconds a round"], out))
 
 
+def _arm_words(label: str) -> str:
+    """A tuned arm's label in words: ``ist_width_w2`` -> ``IST by width, W = 2``."""
+    arm, w = label.rsplit("_w", 1)
+    return f"{ARM_NAMES.get(arm, arm)}, W = {w}"
+
+
 @table("text_tuning", TUNED)
 def _tuning(d):
     t = d["tuning"]
-    rows = tuning_rows(t, lambda arm: arm.replace("_w", ", W = ").replace("_", " "))
+    rows = tuning_rows(t, _arm_words)
     return (tuning_caption(t, "windows").replace("training windows", "training plays' windows") + "\n\n"
             + markdown_table(["arm", "settings", "tuning loss (nats/char)"], rows))
 
