@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
 from istjax.launch.study import Cell, run_study
-from istjax.launch.tuning import Objective, tune, tuned_cells
+from istjax.launch.tuning import Objective, tune_then_run
 
 __all__ = ["Cell", "REPO", "Tuning", "parser", "seed_list", "run_grid", "plot", "cell_baselines", "record_baselines",
            "recorded_baselines"]
@@ -90,14 +90,14 @@ def run_grid(study: str, cells: Sequence[Cell], seeds: Sequence[int], workdir: p
     under ``<workdir>/tuning``), the cells then train at their choice and ``out`` holds the record (``tuning``).
     Returns 1 if a run failed, else 0."""
     cache = pathlib.Path(workdir) / ".jax_cache"
-    sections = recorded_baselines(out)
+    kwargs = dict(out=out, command=command, root=REPO, only=only, jobs=jobs, cache=cache,
+                  sections=recorded_baselines(out))
     try:
-        if tuning is not None:
-            record = tune(tuning.cells or cells, tuning.grids, workdir, objective=tuning.objective,
-                          fraction=tuning.fraction, root=REPO, study=f"{study} tuning", cache=cache, jobs=jobs)
-            cells, sections = tuned_cells(cells, record), {**sections, "tuning": record}
-        outcome = run_study(study, cells, seeds, workdir, out=out, command=command, root=REPO, only=only,
-                            jobs=jobs, cache=cache, sections=sections)
+        if tuning is None:
+            outcome = run_study(study, cells, seeds, workdir, **kwargs)
+        else:
+            outcome = tune_then_run(study, cells, seeds, workdir, grids=tuning.grids, objective=tuning.objective,
+                                    fraction=tuning.fraction, tuning_cells=tuning.cells, **kwargs)
     except ValueError as e:
         raise SystemExit(f"{study}: {e}") from e
     return 1 if outcome.failed else 0

@@ -206,12 +206,14 @@ def tuned_cells(cells: Sequence[Cell], tuning: Mapping[str, Any]) -> list[Cell]:
 def tune_then_run(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]], workdir: os.PathLike, *,
                   grids: Grids, objective: Objective = Objective(), fraction: float = 0.1, tuning_seed: int = 0,
                   root: os.PathLike = ".", train: Optional[Callable[[Planned], Optional[str]]] = None,
-                  sections: Optional[Mapping[str, Any]] = None, **run_kwargs: Any) -> Outcome:
+                  sections: Optional[Mapping[str, Any]] = None, tuning_cells: Optional[Sequence[Cell]] = None,
+                  **run_kwargs: Any) -> Outcome:
     """`tune`, then `istjax.launch.study.run_study` of the `tuned_cells` over ``seeds`` into ``workdir`` (module
     docstring); its results file (``out`` in ``run_kwargs``) holds the tuning record as ``tuning``, beside any
-    other ``sections`` (a study's ``baselines``, `istjax.launch.baselines.baseline_sections`)."""
+    other ``sections`` (a study's ``baselines``, `istjax.launch.baselines.baseline_sections`). ``tuning_cells``: the
+    arms as the tuning runs train them (the same labels, a smaller budget; default ``cells``)."""
     passed = {k: run_kwargs[k] for k in ("cache", "jobs", "overwrite") if k in run_kwargs}
-    record = tune(cells, grids, workdir, objective=objective, fraction=fraction, seed=tuning_seed, root=root,
+    record = tune(tuning_cells or cells, grids, workdir, objective=objective, fraction=fraction, seed=tuning_seed, root=root,
                   study=f"{study} tuning", train=train, **passed)
     json.dumps(record)  # a record the results file can hold (a value of a grid that is not JSON fails here)
     return study_lib.run_study(study, tuned_cells(cells, record), seeds, workdir, root=root, train=train,
