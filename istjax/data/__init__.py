@@ -29,6 +29,11 @@ Modules:
   (`tuning_split`, ``data.tuning_fraction``), what a study chooses its settings on.
 * ``ngram``: character n-gram count tables, the trivial baselines of a language model (`fit_ngram`,
   `ngram_baselines`).
+* ``clients``: federated clients as data: `ClientSplit` (each client's training examples, with its seed, checked
+  disjoint where made, recorded by `ClientSplit.to_record`) and the splits `iid`, `dirichlet` (label skew),
+  `shards` (McMahan et al.'s pathological split) and `by_group` (natural clients).
+* ``natural_clients``: Shakespeare's speaking roles (`shakespeare_roles`: each role's lines, split by position into
+  train and test) and FSDD's speakers (`fsdd_speakers`). Figures of a split: `istjax.launch.plot_clients`.
 """
 
 from istjax.data.arrays import check_dataset as check_dataset
@@ -45,6 +50,7 @@ from istjax.data.batching import make_index_fn as make_index_fn
 from istjax.data.builtin import load_digits as load_digits
 from istjax.data.builtin import load_mnist1d as load_mnist1d
 from istjax.data.builtin import load_synthetic_speech as load_synthetic_speech
+from istjax.data.clients import ClientSplit as ClientSplit
 from istjax.data.dataset import Dataset as Dataset
 from istjax.data.dataset import Rows as Rows
 from istjax.data.dataset import standardize as standardize
@@ -70,6 +76,7 @@ __all__ = [
     "Dataset",
     "augment_batches",
     "check_dataset",
+    "ClientSplit",
     "from_arrays",
     "load_module_dataset",
     "register_dataset",
