@@ -24,6 +24,8 @@ from istjax.algorithms.replicated import data_parallel as data_parallel
 from istjax.algorithms.tensor import tensor_parallel as tensor_parallel
 from istjax.algorithms.replicated import local_sgd as local_sgd
 from istjax.algorithms.replicated import diloco as diloco
+from istjax.algorithms.federated import fedavg as fedavg
+from istjax.algorithms.federated import fedsgd as fedsgd
 from istjax.algorithms.resist import resist as resist
 from istjax.core.comm import CommBytes as CommBytes
 from istjax.core.errors import ArgError as ArgError
@@ -99,6 +101,8 @@ __all__ = [
     "default_config",
     "diloco",
     "extract",
+    "fedavg",
+    "fedsgd",
     "extract_tree",
     "ist",
     "local_sgd",

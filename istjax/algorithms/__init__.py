@@ -2,6 +2,8 @@
 
 * `istjax.algorithms.ist`: Independent Subnetwork Training (arXiv 1910.02120).
 * `istjax.algorithms.replicated`: the data-parallel, local-SGD and DiLoCo baselines.
+* `istjax.algorithms.federated`: FedSGD, FedAvg and its server optimizers (FedAvgM, FedAdam), FedProx, over sampled
+  clients (McMahan et al. 2017; Reddi et al. 2021).
 * `istjax.algorithms.tensor`: tensor (model) parallelism, every layer split across MPI processes (Megatron).
 * `istjax.algorithms.resist`: ResIST, IST over the depth of a ResNet (arXiv 2107.00961).
 * `istjax.algorithms.reference`: the plain Python-loop rounds every runtime is tested against.
@@ -13,6 +15,8 @@ from istjax.algorithms.base import Algorithm as Algorithm
 from istjax.algorithms.base import Exchange as Exchange
 from istjax.algorithms.base import apply_update as apply_update
 from istjax.algorithms.base import local_train as local_train
+from istjax.algorithms.federated import fedavg as fedavg
+from istjax.algorithms.federated import fedsgd as fedsgd
 from istjax.algorithms.ist import ist as ist
 from istjax.algorithms.replicated import data_parallel as data_parallel
 from istjax.algorithms.replicated import diloco as diloco
@@ -37,6 +41,10 @@ class AlgorithmEntry(NamedTuple):
 #: Every algorithm but tensor parallel takes the exchange dtype and what a worker sends back (`istjax.core.precision`).
 _WIRE = ("exchange_dtype", "exchange_values")
 
+#: What a federated algorithm reads beyond the wire (`istjax.algorithms.federated`); ``clients`` is the run's sampler.
+_FEDERATED = ("clients", "server_optimizer", "server_learning_rate", "server_momentum", "prox_mu", "model_state",
+              "recompute_batches", *_WIRE)
+
 #: The algorithms by config name (``algorithm.name``): each entry builds one from a task, an optimizer and options.
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
     "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches", *_WIRE),
@@ -49,6 +57,11 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                                      "recompute_batches", *_WIRE),
                              "DiLoCo: whole replicas trained K steps, their average change applied by an outer "
                              "Nesterov step"),
+    "fedavg": AlgorithmEntry(fedavg, _FEDERATED, "federated averaging over the round's sampled clients, their "
+                             "models weighted by example counts, the server optimizer on the pseudo-gradient "
+                             "(sgd: FedAvg, with momentum FedAvgM; adam: FedAdam); prox_mu: FedProx"),
+    "fedsgd": AlgorithmEntry(fedsgd, _FEDERATED, "FedSGD: one full-batch gradient per sampled client, weighted by "
+                             "example counts"),
     "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "recompute_batches", "min_depth",
                                       "test_scale", "num_owners", *_WIRE),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
@@ -58,4 +71,4 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Exchange", "apply_update",
-           "data_parallel", "diloco", "ist", "local_sgd", "local_train", "resist", "tensor_parallel"]
+           "data_parallel", "diloco", "fedavg", "fedsgd", "ist", "local_sgd", "local_train", "resist", "tensor_parallel"]

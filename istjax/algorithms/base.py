@@ -62,8 +62,9 @@ from istjax.core.spec import SubnetSpec
 from istjax.core.state import MODEL_STATE_POLICIES as MODEL_STATE_POLICIES
 from istjax.core.state import OPTIMIZER_STATE_POLICIES as OPTIMIZER_STATE_POLICIES
 from istjax.core.state import (WORKERS, ModelStatePolicy, OptimizerStatePolicy, RoundPlan, TrainState, WorkerState,
-                               recompute_batches)
+                               last_steps, recompute_batches)
 from istjax.core.task import MIN_BATCH_STATISTICS_SPLIT, Task
+from istjax.core.weights import example_weights
 
 __all__ = [
     "Algorithm",
@@ -180,6 +181,10 @@ class Algorithm:
       reads_every_worker: every process's round reads every worker's batches each step (tensor parallel: each
         shard computes on all W x B examples), so a process must be given all rows of ``batches``, never only its
         own workers' (`istjax.launch.config.experiment.own_rows`).
+      clients: a federated algorithm's client sampler (`istjax.data.client_batches.ClientSampler`): its workers are
+        the round's sampled clients, and ``distribute``'s plan carries their server weights (``RoundPlan.weights``);
+        None for every other algorithm.
+      prox_mu: FedProx's proximal coefficient each local step's loss adds (`istjax.algorithms.federated`); 0: none.
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -207,6 +212,8 @@ class Algorithm:
     recompute_batches: int = 1
     wire: Wire = Wire()
     reads_every_worker: bool = False
+    clients: Any = None
+    prox_mu: float = 0.0
 
     def __post_init__(self):  # the declarations are checked where they are made, and held as their enums
         for field, policy in (("exchange", Exchange), ("model_state_policy", ModelStatePolicy)):
@@ -238,8 +245,15 @@ def local_train(loss, optimizer: optax.GradientTransformation, worker: WorkerSta
       batches_K: a pytree whose leaves are `[K, B, ...]`.
       shared: the round's shared input (the same for every worker), or None.
       grad_reduce: applied to every step's gradients (data parallel averages them across workers here).
+
+    Batches with example weights (``batches_K["weight"]`` `[K, B]`, `istjax.core.weights`): each step's loss is
+    their weighted mean, its metrics gain ``"examples"`` (the step's weight sum), and a step whose weights sum to 0
+    (padding) changes nothing: parameters, model state and optimizer state (Adam's count included) pass through.
+    Under a ``grad_reduce`` the weight sum is reduced with the gradients, in the same call, and a step is skipped
+    when it is 0 across all workers, so replicas that must agree skip together.
     """
     num_steps = jax.tree.leaves(batches_K)[0].shape[0]
+    weighted = example_weights(batches_K) is not None
 
     def step(carry: WorkerState, k):
         # Scanning over the step index and slicing the batch in place (rather than scanning over ``batches_K``)
@@ -248,8 +262,14 @@ def local_train(loss, optimizer: optax.GradientTransformation, worker: WorkerSta
         batch = jax.tree.map(lambda b: jax.lax.dynamic_index_in_dim(b, k, keepdims=False), batches_K)
         (value, (aux, model_state)), grads = jax.value_and_grad(loss, has_aux=True)(
             carry.params, carry.model_state, batch, shared)
-        new = apply_update(optimizer, grad_reduce(grads), carry)
-        return new._replace(model_state=model_state), {"loss": value, **aux}
+        if not weighted:
+            new = apply_update(optimizer, grad_reduce(grads), carry)
+            return new._replace(model_state=model_state), {"loss": value, **aux}
+        examples = jnp.sum(example_weights(batch).astype(jnp.float32))
+        grads, reduced = grad_reduce((grads, examples))
+        new = apply_update(optimizer, grads, carry)._replace(model_state=model_state)
+        kept = jax.tree.map(lambda n, c: jnp.where(reduced > 0, n, c), new, carry)  # a padded step: nothing moves
+        return kept, {"loss": value, **aux, "examples": examples}
 
     return jax.lax.scan(step, worker, jnp.arange(num_steps, dtype=jnp.int32))
 
@@ -277,7 +297,8 @@ def recompute_from(task: Task, batches: PyTree = None, shared: Any = None,
 
 def loss_split(task: Task, worker_loss: Callable) -> Callable[..., dict]:
     """``split(state, workers, batches, shared=None) -> metrics``: where a round's training loss went, on the batch
-    each worker trained last (``batches`` leaves `[W, K, B, ...]`; its `[W, B, ...]` slice ``K - 1``):
+    each worker trained last (``batches`` leaves `[W, K, B, ...]`; its `[W, B, ...]` slice ``K - 1``, or with example
+    weights each worker's last step that has any, `istjax.core.state.last_steps`):
 
     ``worker_train_loss``
         the workers' own loss after their K steps (``worker_loss``: the network each trained, a sub-network for
@@ -298,7 +319,7 @@ def loss_split(task: Task, worker_loss: Callable) -> Callable[..., dict]:
     merged_loss = task.train_loss(None)
 
     def split(state: TrainState, workers: WorkerState, batches: PyTree, shared: Any = None) -> dict:
-        last = jax.tree.map(lambda b: b[:, -1], batches)
+        last = jax.tree.map(lambda b: b[:, 0], last_steps(batches))
         size = jax.tree.leaves(last["x"] if "x" in last else last)[0].shape[1]  # examples in a worker's batch
         test = size >= min(task.min_eval_batch, MIN_BATCH_STATISTICS_SPLIT)
 

@@ -113,9 +113,13 @@ def _returned(alg: Algorithm, trained, exact):
 
 
 def _train_one(step, worker: WorkerState, batches_K, num_steps, shared) -> WorkerState:
-    """K plain optimizer steps: the loss's gradient, one optax update, the model state the loss returned."""
+    """K plain optimizer steps: the loss's gradient, one optax update, the model state the loss returned. A step
+    whose batch carries example weights that are all zero (a federated client's padding) is skipped."""
     for k in range(num_steps):
-        worker = step(worker, jax.tree.map(lambda b: b[k], batches_K), shared)
+        batch = jax.tree.map(lambda b: b[k], batches_K)
+        if isinstance(batch, dict) and "weight" in batch and not np.any(np.asarray(batch["weight"])):
+            continue
+        worker = step(worker, batch, shared)
     return worker
 
 
@@ -162,8 +166,26 @@ def _loss_and_state(loss, params, model_state, batch, shared):
     return value, (aux, new_state)
 
 
-def _mean(trees):
-    return jax.tree.map(lambda *xs: (sum(np.asarray(x, np.float64) for x in xs) / len(xs)).astype(xs[0].dtype), *trees)
+def _mean(trees, weights=None):
+    """The mean of ``trees`` (float64 sums), weighted by ``weights`` (summing to 1) when given."""
+    w = np.full(len(trees), 1 / len(trees)) if weights is None else np.asarray(weights, np.float64)
+    return jax.tree.map(lambda *xs: sum(wi * np.asarray(x, np.float64) for wi, x in zip(w, xs)).astype(xs[0].dtype),
+                        *trees)
+
+
+def _client_step(alg: Algorithm, anchor):
+    """A replica's plain step; with FedProx (``alg.prox_mu``) the proximal term's gradient ``mu * (w - anchor)``
+    added by hand to the loss's."""
+    if not alg.prox_mu:
+        return _compiled(alg, None, "step")
+    grad = _compiled(alg, None, "grad")
+
+    def step(worker: WorkerState, batch, shared):
+        grads, (_, model_state) = grad(worker.params, worker.model_state, batch, shared)
+        grads = jax.tree.map(lambda g, w, a: g + alg.prox_mu * (w - a), grads, worker.params, anchor)
+        return apply_update(alg.optimizer, grads, worker)._replace(model_state=model_state)
+
+    return step
 
 
 def _policy(alg: Algorithm, params, model_state, batches, shared):
@@ -215,21 +237,23 @@ def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState
 def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
     key, _ = round_keys(state.key)
-    step = _compiled(alg, None, "step")
+    # Federated clients: the server weighs each by its example count (the sampler's weights of this round).
+    weights = None if alg.clients is None else np.asarray(alg.clients.weights(state.round), np.float64)
     results = []
     for w in range(W):
         params_in = _rounded(alg, state.params)
         start = WorkerState(params_in, _rounded(alg, state.model_state),
                             at_round(alg.optimizer.init(params_in), state.round))
-        trained = _train_one(step, start, jax.tree.map(lambda b: b[w], batches), K, shared)
+        trained = _train_one(_client_step(alg, params_in), start, jax.tree.map(lambda b: b[w], batches), K, shared)
         results.append(WorkerState(_returned(alg, trained.params, state.params),
                                    _returned(alg, trained.model_state, state.model_state), ()))
-    params, opt_state = _mean([r.params for r in results]), ()
+    params, opt_state = _mean([r.params for r in results], weights), ()
     if alg.outer_optimizer is not None:  # DiLoCo: the replicas' average change through the outer optimizer
         outer_grad = jax.tree.map(lambda p, m: p - m, state.params, params)
-        updates, opt_state = alg.outer_optimizer.update(outer_grad, state.opt_state, state.params)
+        with jax.numpy_dtype_promotion("standard"):  # as `istjax.algorithms.replicated.outer_step`
+            updates, opt_state = alg.outer_optimizer.update(outer_grad, state.opt_state, state.params)
         params = jax.tree.map(lambda p, u: p + u, state.params, updates)
-    model_state = _policy(alg, params, _mean([r.model_state for r in results]), batches, shared)
+    model_state = _policy(alg, params, _mean([r.model_state for r in results], weights), batches, shared)
     return TrainState(params, model_state, opt_state, key, state.round + 1)
 
 
@@ -237,7 +261,8 @@ def reference_round(algorithm: Algorithm, state: TrainState, batches: PyTree, sh
     """One round of ``algorithm`` computed with plain loops.
 
     Covers every exchange an algorithm declares: ``"subnetworks"`` (IST, any sampler, optimizer state reset),
-    ``"gradients"`` (data parallel) and ``"replicas"`` (local SGD, optimizer state reset; DiLoCo's outer step).
+    ``"gradients"`` (data parallel) and ``"replicas"`` (local SGD, optimizer state reset; DiLoCo's outer step;
+    federated clients: weighted by their example counts, FedProx's term, the server optimizer's step).
     """
     if algorithm.exchange in (Exchange.SUBNETWORKS, Exchange.REPLICAS) and algorithm.carries_optimizer_state:
         raise NotImplementedError(f"the reference {algorithm.exchange} round resets the optimizer state every round; "

@@ -19,8 +19,9 @@ from istjax.core.comm import Exchange, replicated_bytes
 from istjax.core.errors import ArgError
 from istjax.core.schedule import at_round
 from istjax.core.state import (WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, round_keys,
-                               worker_init, worker_mean)
+                               weighted_replicas, worker_init, worker_mean)
 from istjax.core.task import Task
+from istjax.core.weights import example_weights
 
 __all__ = ["data_parallel", "diloco", "local_sgd", "outer_optimizer", "outer_step", "replicas_mean", "replicas_of"]
 
@@ -55,6 +56,11 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
                            grad_reduce=lambda g: wire.round(mean(wire.round(g), axis_name)))
 
     def local_fused(workers, batches, shared=None):  # all W workers on one device: one replica, the mean loss
+        if example_weights(batches) is not None:  # static: refused before anything is traced
+            raise ArgError("batches", "weight", "data parallel's fused step averages the workers' mean losses and "
+                           "does not read example weights (batches['weight']: federated clients' padding);",
+                           "train weighted batches with a federated algorithm (fedavg, fedsgd), or drop the "
+                           "weights.")
         first = first_worker(workers)  # replicas agree; each worker keeps its own model state (its batches' stats)
 
         def per_worker(params, states_W, batch_W):  # vmapped; in turn where a batched matmul would be slow
@@ -193,10 +199,16 @@ def replicas_of(wire: precision.Wire, tree: Any, num_workers: int) -> Any:
     return broadcast_workers(wire.round(tree), num_workers)
 
 
-def replicas_mean(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = False) -> Any:
+def replicas_mean(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = False, weights: Any = None) -> Any:
     """The mean over workers of what each sent back of its replica ``tree_W`` (`[W, ...]`) as the receiver reads it
     against its float32 ``exact`` tree (`istjax.core.precision.Wire`); with ``sent``, ``tree_W`` is what was sent
-    already (the MPI runtime's sums). A float32 wire: the plain mean."""
+    already (the MPI runtime's sums). A float32 wire: the plain mean. ``weights`` (`[W]`, summing to 1: a federated
+    round's ``plan.weights``): the weighted mean instead, each worker's tree weighted before it is sent
+    (`istjax.core.state.weighted_replicas`), as the MPI runtime weighs it before its all-reduce, so both round
+    alike; weights come with trees not yet sent (``sent=False``) only."""
+    if weights is not None:
+        assert not sent, "replicas_mean: weights apply to the workers' own trees, before they are sent"
+        tree_W = weighted_replicas(tree_W, exact, weights, jnp.shape(weights)[0])
     if not wire.exact:
         exact_W = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), tree_W, exact)
         tree_W = wire.back(tree_W, exact_W) if sent else wire.returned(tree_W, exact_W)
@@ -212,7 +224,8 @@ def outer_step(outer: optax.GradientTransformation, params, mean_params, outer_s
     """One outer step: the outer gradient ``params - mean_params`` (the replicas' average change, negated) through
     ``outer``. Returns the new parameters and outer state."""
     delta = jax.tree.map(lambda p, m: (p - m).astype(p.dtype), params, mean_params)
-    updates, outer_state = outer.update(delta, outer_state, params)
+    with jax.numpy_dtype_promotion("standard"):  # optax's Adam mixes Python floats with its int32 count
+        updates, outer_state = outer.update(delta, outer_state, params)
     return optax.apply_updates(params, updates), outer_state
 
 

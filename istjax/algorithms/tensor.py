@@ -46,6 +46,7 @@ from istjax.core.shard import Layout
 from istjax.core.spec import path_str
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, round_keys
 from istjax.core.task import Task, scores as default_scores
+from istjax.core.weights import example_weights
 from istjax.models import tensor_forward
 from istjax.xmc import loss as xmc_loss
 
@@ -147,6 +148,10 @@ def _logits(task: Task, d: Differentiable, params: PyTree, x: jax.Array) -> jax.
 def _shard_loss(task: Task, split: _Split) -> Callable:
     """``(d, params, batch) -> loss``: the whole network's training loss from shard ``d.index()``'s blocks."""
     def loss(d: Differentiable, params, batch):
+        if example_weights(batch) is not None:  # static: refused before anything is traced further
+            raise ArgError("batch", "weight", "tensor_parallel scores a batch as one mean over its examples; it does "
+                           "not read per-example weights (batch['weight'], istjax.core.weights);",
+                           "train weighted (client) batches with a replicated algorithm.")
         logits = _logits(task, d, params, batch["x"])
         if not split.block:
             return split.score(logits, batch["y"])[0]

@@ -15,6 +15,7 @@ import numpy as np
 from istjax.core.choice import Choice
 from istjax.core.partition import Partition
 from istjax.core.schedule import at_round
+from istjax.core.weights import example_weights, weighted_mean
 
 __all__ = [
     "WORKERS",
@@ -28,10 +29,12 @@ __all__ = [
     "WorkerState",
     "RoundPlan",
     "summarize",
+    "last_steps",
     "recompute_batches",
     "NonFiniteLoss",
     "check_finite",
     "worker_mean",
+    "weighted_replicas",
     "broadcast_workers",
     "first_worker",
 ]
@@ -90,10 +93,14 @@ class WorkerState(NamedTuple):
 
 
 class RoundPlan(NamedTuple):
-    """What ``distribute`` decided and ``collect`` needs: the next key and (IST) the round's partition."""
+    """What ``distribute`` decided and ``collect`` needs: the next key, (IST) the round's partition and (federated
+    clients) the server's ``weights`` of the W workers, `[W]` summing to 1 (the sampled clients' example counts
+    over their sum; None: every worker alike). An exchange that applies the weights itself on the way (the MPI
+    replicas' sum) hands ``collect`` a plan without them."""
 
     key: jax.Array
     partition: Optional[Partition]
+    weights: Optional[jax.Array] = None
 
 
 def round_keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -118,18 +125,43 @@ def recompute_batches(batches: PyTree, steps: int = 1) -> PyTree:
     return jax.tree.map(lambda b: b[:, :steps].reshape((-1,) + b.shape[2:]), batches)
 
 
+def last_steps(batches: PyTree) -> PyTree:
+    """Each worker's last batch of the round, `[W, 1, B, ...]` from leaves `[W, K, B, ...]` (the loss split's):
+    step K - 1, or, for batches with example weights (`istjax.core.weights`), each worker's last step whose weights
+    are not all 0 (a client's steps past its own end are padding; a worker without any: step K - 1)."""
+    weights = example_weights(batches)
+    if weights is None:
+        return jax.tree.map(lambda b: b[:, -1:], batches)
+    has_WxK = jnp.any(jnp.asarray(weights) != 0, axis=tuple(range(2, jnp.ndim(weights))))
+    last_W = has_WxK.shape[1] - 1 - jnp.argmax(has_WxK[:, ::-1], axis=1)  # none: argmax 0, step K - 1
+    return jax.tree.map(lambda b: jax.vmap(lambda b_w, k: jax.lax.dynamic_slice_in_dim(b_w, k, 1))(b, last_W),
+                        batches)
+
+
 def summarize(metrics_WxK: dict) -> dict:
     """Round metrics from per-worker, per-step ones (leaves `[W, K]`).
 
     Returns ``train_loss`` (mean over workers and steps), ``worker_loss`` `[W]` (each worker's mean over its K
     steps), ``finite`` (a bool: every step's loss of every worker is finite; `check_finite` reads it) and
     ``train_<name>`` (the mean) for every other metric.
+
+    With ``"examples"`` among the metrics (each step's weight sum: batches with example weights,
+    `istjax.core.weights`), every mean is weighted by it instead, so it is the mean over the round's examples and a
+    padded step (0 examples) counts nothing; a worker with no example at all has ``worker_loss`` 0 (its steps'
+    losses are exactly 0: nothing trained, nothing lost). ``train_examples`` is then their total over workers and
+    steps (an example trained in E epochs counts E times), not a mean.
     """
-    out = {"train_loss": jnp.mean(metrics_WxK["loss"]), "worker_loss": jnp.mean(metrics_WxK["loss"], axis=1),
-           "finite": jnp.all(jnp.isfinite(metrics_WxK["loss"]))}
+    loss = metrics_WxK["loss"]
+    examples = metrics_WxK.get("examples")
+    if examples is None:
+        out = {"train_loss": jnp.mean(loss), "worker_loss": jnp.mean(loss, axis=1)}
+    else:
+        out = {"train_loss": weighted_mean(loss, examples), "worker_loss": weighted_mean(loss, examples, 1),
+               "train_examples": jnp.sum(jnp.asarray(examples, jnp.float32))}
+    out["finite"] = jnp.all(jnp.isfinite(loss))
     for k, v in metrics_WxK.items():
-        if k != "loss":
-            out[f"train_{k}"] = jnp.mean(v)
+        if k not in ("loss", "examples"):
+            out[f"train_{k}"] = jnp.mean(v) if examples is None else weighted_mean(v, examples)
     return out
 
 
@@ -178,6 +210,23 @@ def worker_mean(tree_W: PyTree, like: PyTree = None) -> PyTree:
     if like is None:
         return jax.tree.map(lambda x: mean(x, x), tree_W)
     return jax.tree.map(mean, tree_W, like)
+
+
+def weighted_replicas(tree_L: Any, exact: Any, weights_L: Any, num_workers: int) -> Any:
+    """Each worker's tree ``t_w`` as ``exact + W * weights[w] * (t_w - exact)``: trees whose plain mean over all W
+    workers is their mean weighted by ``weights`` (summing to 1 over the W), so an exchange that sums or averages
+    replicas (an MPI all-reduce included) computes the weighted mean without knowing it. ``tree_L`` and
+    ``weights_L`` may be the L rows of the W a process holds. Integer leaves (a step count) are left as they are."""
+    scale = jnp.asarray(weights_L, jnp.float32) * num_workers
+
+    def one(t, e):
+        if not jnp.issubdtype(t.dtype, jnp.floating):
+            return t
+        s = scale.reshape((-1,) + (1,) * (t.ndim - 1))
+        e = jnp.broadcast_to(e, t.shape)
+        return (e + s * (t - e)).astype(t.dtype)
+
+    return jax.tree.map(one, tree_L, exact)
 
 
 def broadcast_workers(tree: PyTree, num_workers: int) -> PyTree:

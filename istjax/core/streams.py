@@ -13,10 +13,12 @@ import numpy as np
 
 from istjax.core.errors import ArgError
 
-__all__ = ["SHARD_TAG", "STREAM_TAG", "as_round", "check_positive", "check_seed", "is_traced", "stream_key"]
+__all__ = ["CLIENTS_TAG", "SHARD_TAG", "STREAM_TAG", "as_round", "check_positive", "check_seed", "clients_key",
+           "is_traced", "stream_key"]
 
 SHARD_TAG = 0x5348_4152  # "SHAR": folded into a stream's key to draw a data shard's permutation
 STREAM_TAG = 0x5354_524D  # "STRM": folded into a seed's key to start a batch stream
+CLIENTS_TAG = 0x434C_4E54  # "CLNT": folded into a seed's key to draw the federated clients of each round
 
 
 def check_positive(field: str, value: Any, minimum: int = 1) -> int:
@@ -44,6 +46,11 @@ def check_seed(seed: Any) -> int:
 def stream_key(seed: int) -> jax.Array:
     """The key a batch stream of ``seed`` starts from."""
     return jax.random.fold_in(jax.random.PRNGKey(seed), STREAM_TAG)
+
+
+def clients_key(seed: int) -> jax.Array:
+    """The key a client sampler of ``seed`` draws each round's clients from (`istjax.data.client_batches`)."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), CLIENTS_TAG)
 
 
 def as_round(round_index: Any) -> jax.Array:

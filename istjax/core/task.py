@@ -6,7 +6,8 @@ Algorithms never see a Flax module. They see:
   BatchNorm's ``batch_stats``; ``{}`` for a model without any), with a `SubnetSpec` for each;
 * ``train_loss(units)``: the training-mode loss of the network narrowed to ``units`` slots per neuron group
   (``units=None``: the full network), ``(params, model_state, batch, shared) -> (loss, (aux, model_state))``; the
-  returned model state is the updated one (running statistics after this batch);
+  returned model state is the updated one (running statistics after this batch); a batch with example weights
+  (``batch["weight"]`` `[B]`, `istjax.core.weights`) scores the weighted mean over its examples (`scored`);
 * ``evaluate(params, model_state, batch, shared) -> (loss, aux)``: the full network at test time (``train=False``:
   running statistics, and any test-time transform the model declares, such as ResIST's residual scaling);
 * optionally ``recompute_state(params, model_state, batches_NxB, shared) -> model_state``: statistics recomputed
@@ -34,8 +35,10 @@ import optax
 from istjax.core import contract, model_checks
 from istjax.core.errors import ArgError
 from istjax.core.spec import SubnetSpec, spec_for_state, spec_from_logical
+from istjax.core.weights import example_weights, weighted_mean
 
-__all__ = ["Task", "OwnerPass", "check_evaluation", "classifier", "example_and_classes", "is_dataset", "stateless",
+__all__ = ["Task", "OwnerPass", "check_evaluation", "classifier", "example_and_classes", "is_dataset", "scored",
+           "stateless",
            "EMPTY_SPEC",
            "MIN_BATCH_STATISTICS_EVAL", "MIN_BATCH_STATISTICS_SPLIT"]
 
@@ -179,6 +182,23 @@ def scores(logits_NxC: jax.Array, labels_N: jax.Array) -> tuple[jax.Array, dict]
     return loss, {"accuracy": accuracy}
 
 
+def scored(score: Callable, logits: Any, batch: Batch) -> tuple[jax.Array, dict]:
+    """``score(logits, batch["y"])``; for a batch with example weights (``batch["weight"]`` `[B]`,
+    `istjax.core.weights`), the weighted mean of each example's score and metrics instead: ``score`` vmapped over
+    single examples (``score(logits[i:i+1], y[i:i+1])``; every score is a mean over examples, so weights of 1
+    give the unweighted score to float rounding), then ``sum(w l) / sum(w)``, exactly 0 when the weights sum to
+    0. Without weights the score itself runs, unchanged."""
+    weight = example_weights(batch)
+    if weight is None:
+        return score(logits, batch["y"])
+
+    def one(logits_i, y_i):  # one example, as a batch of one
+        return score(*jax.tree.map(lambda a: a[None], (logits_i, y_i)))
+
+    values, aux = jax.vmap(one)(logits, batch["y"])
+    return weighted_mean(values, weight, 0), {k: weighted_mean(v, weight, 0) for k, v in aux.items()}
+
+
 def _owner_pass(eval_model: nn.Module, fresh: Optional[nn.Module], score: Callable = scores) -> Optional[OwnerPass]:
     """The task's `OwnerPass` from the module's owner methods (`istjax.core.contract`), None when it has neither:
     test-time scores from ``owner_logits`` and statistics recomputed from ``owner_statistics`` of ``fresh`` (the
@@ -191,7 +211,7 @@ def _owner_pass(eval_model: nn.Module, fresh: Optional[nn.Module], score: Callab
     def evaluate(params, model_state, batch, shared=None, *, owner, num_owners, reduce):
         logits = owner_logits({"params": params, **model_state}, batch["x"], shared, owner=owner,
                               num_owners=num_owners, reduce=reduce)
-        return score(logits, batch["y"])
+        return scored(score, logits, batch)
 
     def recompute_state(params, model_state, batches_NxB, shared=None, *, owner, num_owners, reduce):
         xs = jax.tree.leaves(batches_NxB["x"])
@@ -222,7 +242,7 @@ def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...], 
                 model_state = {c: updated[c] for c in collections}
             else:
                 logits = call(module, {"params": params}, batch["x"], shared, True, rngs=rngs)
-            value, aux = score(logits, batch["y"])
+            value, aux = scored(score, logits, batch)
             return value, (aux, model_state)
 
         return loss
@@ -246,7 +266,7 @@ def _evaluator(call: Callable, eval_model: nn.Module, min_eval_batch: int, score
                 f"{smallest} at the very least), or build the model without test-time batch statistics"
                 f"{_fields_text(eval_model)}.")
         logits = call(eval_model, {"params": params, **model_state}, batch["x"], shared, False)
-        return score(logits, batch["y"])
+        return scored(score, logits, batch)
 
     return evaluate
 

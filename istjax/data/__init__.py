@@ -34,6 +34,10 @@ Modules:
   `shards` (McMahan et al.'s pathological split) and `by_group` (natural clients).
 * ``natural_clients``: Shakespeare's speaking roles (`shakespeare_roles`: each role's lines, split by position into
   train and test) and FSDD's speakers (`fsdd_speakers`). Figures of a split: `istjax.launch.plot_clients`.
+* ``client_batches``: each federated round's clients and their local work: `client_sampler` (a `ClientSampler`: M
+  of the N clients a round, a pure function of (seed, round), and the server's weights by example count) and
+  `make_client_batch_fn` (a `ClientBatchFn`: the sampled clients' E epochs at batch B as ``[M, K, B]`` steps, with
+  per-example weights, 0 on the fill that pads a smaller client to the largest one's K steps).
 """
 
 from istjax.data.arrays import check_dataset as check_dataset
@@ -50,6 +54,10 @@ from istjax.data.batching import make_index_fn as make_index_fn
 from istjax.data.builtin import load_digits as load_digits
 from istjax.data.builtin import load_mnist1d as load_mnist1d
 from istjax.data.builtin import load_synthetic_speech as load_synthetic_speech
+from istjax.data.client_batches import ClientBatchFn as ClientBatchFn
+from istjax.data.client_batches import ClientSampler as ClientSampler
+from istjax.data.client_batches import client_sampler as client_sampler
+from istjax.data.client_batches import make_client_batch_fn as make_client_batch_fn
 from istjax.data.clients import ClientSplit as ClientSplit
 from istjax.data.dataset import Dataset as Dataset
 from istjax.data.dataset import Rows as Rows
@@ -76,7 +84,11 @@ __all__ = [
     "Dataset",
     "augment_batches",
     "check_dataset",
+    "ClientBatchFn",
+    "ClientSampler",
     "ClientSplit",
+    "client_sampler",
+    "make_client_batch_fn",
     "from_arrays",
     "load_module_dataset",
     "register_dataset",

@@ -2,7 +2,8 @@
 
 Full graph (graphs that fit): the batch is ``{"x": node ids [B], "y": labels [B]}`` and the graph is the shared
 input ``shared["graph"]``; the model runs over the whole graph and is scored at the batch's nodes. That is
-`istjax.classifier` as it is: `node_classifier(model, data)`.
+`istjax.classifier` as it is: `node_classifier(model, data)` (so a batch with example weights, `istjax.core.weights`,
+scores their weighted mean over its nodes; cluster mini-batches, below, refuse them).
 
 Cluster mini-batches (graphs that do not): the graph's nodes are partitioned into C clusters
 (`istjax.graph.clusters.partition_nodes`, METIS), and the shared input also holds the padded cluster table, the
@@ -26,6 +27,7 @@ import optax
 
 from istjax.core.errors import ArgError, Code
 from istjax.core.task import Task, classifier, example_and_classes, is_dataset
+from istjax.core.weights import example_weights
 from istjax.graph import clusters as clusters_lib
 from istjax.graph.graph import Graph
 
@@ -105,6 +107,12 @@ def cluster_classifier(model, shared: Any, *, num_classes: Optional[int] = None)
         module = model if units is None else model.subnet(units)
 
         def loss(params, model_state, batch, shared=None):
+            if example_weights(batch) is not None:  # static: refused before anything is traced further
+                raise ArgError("batch", "weight",
+                               "cluster_classifier: a batch of cluster ids weighs its nodes by the training mask; "
+                               "per-example weights (batch['weight'], istjax.core.weights) would weigh clusters, "
+                               "which this loss does not define;",
+                               "train cluster mini-batches without them (client batches are for example data).")
             g, labels, mask = clusters_lib.subgraph(shared["clusters"], shared["graph"].nodes, shared["labels"],
                                                     shared["train_mask"], batch["x"].astype(jnp.int32))
             rngs = {"dropout": batch["rng"]} if "rng" in batch else None  # a step key, istjax.data.with_step_keys

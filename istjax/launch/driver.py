@@ -55,7 +55,7 @@ from istjax.launch.evaluator import Evaluator, make_evaluator
 from istjax.launch.metrics import is_primary, peak_rss_mib, read_metrics, truncate_metrics, write_atomic
 from istjax.launch.restore import evaluate_run, restore_run
 from istjax.launch.run import Run, initial_state, open_run, step_inputs
-from istjax.launch.summary import run_summary, step_examples, summary_text
+from istjax.launch.summary import clients_text, run_summary, step_examples, summary_text
 from istjax.launch.train_loop import Interrupted, TrainingError, evaluated, train_loop
 from istjax.launch.workdir import RUN_FILES, EnvironmentFailure  # re-exported
 
@@ -154,7 +154,7 @@ def finish(run: Run, state: TrainState, records: list[dict], evaluate, start: in
     if not is_primary():
         return {"workdir": str(run.workdir), "rounds": max(start, int(run.config.num_rounds)), "primary": False}
     summary = run_summary(run.config, run.algorithm, records, run.workdir, compile_time=run.compile_time,
-                       wall=run.wall, bytes_total=run.bytes_total)
+                       wall=run.wall, bytes_total=run.bytes_total, clients=run.clients)
     summary["peak_rss_mib_per_process"] = peak_rss
     # What the summary calls its metrics: the data's (text: validation nats/char), else the task's (XMC: P@1, PSP@k).
     summary["metric_labels"] = metric_labels(run.dataset) or dict(run.task.summary_metrics) or None
@@ -194,6 +194,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
         check_memory_cap(run)  # before any state exists: a model over the cap is refused, not killed by the OS
         state = initial_state(run, resume=resume)
         run.begin()  # every check has passed: only now is the workdir written
+        if run.clients is not None:  # a federated run: which clients, how many a round, their K
+            run.log(clients_text(run.clients))
         start = int(jax.device_get(state.round))
         records: list[dict] = []
         if is_primary():

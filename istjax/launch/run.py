@@ -87,6 +87,7 @@ class Run:
     claim: Optional[workdir_lib.Claim] = None  # the workdir's lock, held by the writing process
     overwrite: bool = False  # `begin` deletes the previous run
     began: bool = False  # `begin` has written the run into its workdir
+    clients: Optional[dict] = None  # a federated run's clients (`istjax.launch.config.federated.Clients.to_record`)
 
     def save(self, state: TrainState) -> None:
         """Checkpoints the state: the whole state on the primary process, or every rank's shard where the runtime
@@ -149,7 +150,7 @@ def _start_run(experiment: Experiment, workdir: pathlib.Path, refusal: Optional[
                overwrite: bool) -> Run:
     """The run of the built ``experiment`` once every process knows whether the primary claimed the workdir;
     checks it (`istjax.launch.workdir.check_run`)."""
-    config, dataset, task, algorithm, batch_fn = experiment
+    config, dataset, task, algorithm, batch_fn = experiment[:5]
     if algorithm.runtime.agree(int(refusal is not None)):  # every process stops when the primary was refused
         raise refusal or ConfigError([f"workdir={str(workdir)!r}: the primary process refused it."])
     config_dict = config_lib.to_dict(config)
@@ -161,8 +162,9 @@ def _start_run(experiment: Experiment, workdir: pathlib.Path, refusal: Optional[
             print(msg, file=sys.stderr, flush=True)
 
     checkpointer = _checkpointer(workdir / "checkpoints", algorithm.runtime, int(config.max_to_keep))
+    clients = None if experiment.clients is None else experiment.clients.to_record()
     return Run(config, config_dict, workdir, dataset, task, algorithm, batch_fn, checkpointer, log,
-               overwrite=overwrite)
+               overwrite=overwrite, clients=clients)
 
 
 def _checkpointer(directory: pathlib.Path, runtime, max_to_keep: int):

@@ -2,13 +2,15 @@
 written to ``summary.json`` (and returned by `istjax.launch.driver.train_and_evaluate`); `summary_text` is what the
 run prints at its end. A config with a target (``target_accuracy`` or ``target_loss``) adds it under its own field
 name and the metric-neutral ``round_to_target``, ``samples_to_target`` and ``time_to_target_s`` (None: not
-reached). `step_examples` is the unit ``samples_seen`` counts in: what one local step consumes.
+reached). `step_examples` is the unit ``samples_seen`` counts in: what one local step consumes, and `round_shape`
+a round's ``(W, K, B)``. A federated run's summary records its clients (``clients``: the split's and the sampler's
+records, E, B and the derived K; `clients_text` is the line the run prints at its start and end).
 """
 
 from __future__ import annotations
 
 import pathlib
-from typing import Any
+from typing import Any, Optional
 
 import ml_collections
 
@@ -18,7 +20,7 @@ from istjax.launch import provenance
 from istjax.launch.config.target import target_of
 from istjax.launch.metrics import SPLIT, format_bytes, metrics_text
 
-__all__ = ["run_summary", "runtime_text", "step_examples", "summary_text"]
+__all__ = ["clients_text", "round_shape", "run_summary", "runtime_text", "step_examples", "summary_text"]
 
 
 def step_examples(config: ml_collections.ConfigDict) -> int:
@@ -29,11 +31,33 @@ def step_examples(config: ml_collections.ConfigDict) -> int:
     return int(config.batch_size)
 
 
+def round_shape(config: ml_collections.ConfigDict, clients: Optional[dict] = None) -> tuple[int, int, int]:
+    """``(W, K, B)`` of one round: the config's, or for a federated run (``clients``, its record) the clients'
+    local steps K (``epochs * ceil(largest client / B)``; the config's ``local_steps`` is not used) and B. A federated
+    round's ``W * K * B`` counts every position of its client batches, a smaller client's zero-weight fill
+    included (the round's ``train_examples`` metric counts the examples trained)."""
+    if clients is not None:
+        return int(config.num_workers), int(clients["local_steps"]), int(clients["batch_size"])
+    return int(config.num_workers), int(config.local_steps), step_examples(config)
+
+
+def clients_text(clients: dict[str, Any]) -> str:
+    """``clients: dirichlet(alpha=0.1, min_size=10), seed 0: 20 clients over 1437 examples, ...; 4 of 20 a round
+    (fraction 0.2), 1 epoch(s) at B=10 (largest client 177): K=18 local steps (the config's local_steps is not
+    used)``, from a clients record (`istjax.launch.config.federated.Clients.to_record`)."""
+    sampler = clients["sampler"]
+    given = f"fraction {sampler['fraction']:g}" if sampler.get("fraction") is not None else "num_workers"
+    return (f"clients: {clients['describe']}; {sampler['clients_per_round']} of {sampler['num_clients']} a round "
+            f"({given}), {clients['epochs']} epoch(s) at B={clients['batch_size']} (largest client "
+            f"{clients['max_client_size']}): K={clients['local_steps']} local steps (the config's local_steps is not "
+            f"used)")
+
+
 def run_summary(config, algorithm: Algorithm, records: list[dict], workdir: pathlib.Path, *, compile_time: float,
-                wall: float, bytes_total: float) -> dict[str, Any]:
+                wall: float, bytes_total: float, clients: Optional[dict] = None) -> dict[str, Any]:
     last = records[-1]
     rounds = int(last["round"])
-    W, K, B = int(config.num_workers), int(config.local_steps), step_examples(config)
+    W, K, B = round_shape(config, clients)
     out = {
         "name": config.name, "algorithm": algorithm.name, "dataset": config.data.name, "num_workers": W,
         "local_steps": K, "batch_size": B, "rounds": rounds, "samples_seen": rounds * W * K * B,
@@ -51,6 +75,8 @@ def run_summary(config, algorithm: Algorithm, records: list[dict], workdir: path
         "bytes_total": bytes_total, "workdir": str(workdir),
         "code": provenance.code_version(), "machine": provenance.machine(),  # what trained it, as it trained
     }
+    if clients is not None:  # a federated run: its split and sampler, as drawn
+        out["clients"] = clients
     if (target := target_of(config)) is not None:  # only a config that sets a target has one
         hit = next((r for r in records if target.met_by(r) and "wall_time_s" in r), None)
         out.update({target.field: target.value, "round_to_target": hit and hit["round"],
@@ -71,6 +97,7 @@ def summary_text(s: dict[str, Any]) -> str:
         f"K={s['local_steps']}, " + (f"{s['batch_size']} cluster(s) per step)." if s.get("graph_batches") == CLUSTERS
                                       else f"B={s['batch_size']})."),
         f"  runtime {runtime_text(s)}",
+        *([f"  {clients_text(s['clients'])}"] if s.get("clients") else []),
         f"  {metrics_text(s)}",
         f"  samples seen {s['samples_seen']:,}; {1000 * s['time_per_round_s']:.1f} ms per round "
         f"(training {s['wall_time_s']:.1f} s, "

@@ -26,7 +26,7 @@ from istjax.core.state import TrainState
 from istjax.launch.config import target
 from istjax.launch.metrics import MetricWriter, is_primary
 from istjax.launch.run import Run, step_inputs
-from istjax.launch.summary import step_examples
+from istjax.launch.summary import round_shape
 
 __all__ = ["Interrupted", "TrainingError", "evaluated", "train_loop"]
 
@@ -129,7 +129,7 @@ def evaluated(run: Run, state: TrainState, evaluate) -> Optional[dict]:
 def _record(run: Run, state: TrainState, metrics: dict, done: int, evaluate) -> Optional[dict]:
     """The evaluation record after round ``done`` (every process takes part; the primary's is the record)."""
     c = run.config
-    W, K, B = int(c.num_workers), int(c.local_steps), step_examples(c)
+    W, K, B = round_shape(c, run.clients)
     results = evaluated(run, state, evaluate)
     if results is None:
         return None

@@ -22,7 +22,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from istjax.core.state import ModelStatePolicy
+from istjax.core.state import ModelStatePolicy, last_steps
 from istjax.runtimes.base import (Runtime, check_batches, communicates, end_round, local_handle,
                                   map_workers)
 
@@ -82,7 +82,7 @@ def build(algorithm, devices=None, worker_map: str = "auto", loss_split: bool = 
         workers, metrics = jax.reshard((workers, metrics), replicated)
         last = None
         if loss_split and algorithm.split is not None:  # every worker's last batch, on every device
-            last = jax.reshard(jax.tree.map(lambda b: b[:, -1:], batches), replicated)
+            last = jax.reshard(last_steps(batches), replicated)
         if algorithm.model_state_policy == ModelStatePolicy.RECOMPUTE:
             batches = jax.reshard(batches, replicated)
         return end_round(algorithm, state, workers, plan, metrics, batches, shared, loss_split=loss_split,

@@ -15,6 +15,8 @@ The modules, by what they do:
 * `istjax.launch.config.check`: the schema (unknown fields, names, types and ranges).
 * `istjax.launch.config.target`: the run's one target (``target_accuracy`` or ``target_loss``) and whether an
   evaluation reached it, for the stop (``stop_at_target``) and the summary alike.
+* `istjax.launch.config.federated`: a federated algorithm's clients (the ``clients`` section): the split, the
+  sampler and their batches, whose K is the algorithm's ``local_steps``.
 * `istjax.launch.config.parts` and `istjax.launch.config.experiment`: the pieces a config names, made once by the library
   calls they stand for; a refusal the library makes is reported under the config field that set it
   (`istjax.launch.config.collect`)::

@@ -17,6 +17,7 @@ from istjax.data.cluster_batches import FULL_GRAPH, GRAPH_BATCHES
 from istjax.core.precision import DTYPES, EXCHANGE_VALUES
 from istjax.launch.config.fields import (OPTIMIZERS, ConfigError, close_matches, data_module, default_config, flat_dict,
                                          get_field, to_dict)
+from istjax.launch.config.federated import SPLITS, is_federated
 from istjax.launch.config.migrate import renamed
 
 __all__ = ["check", "schema_problems", "Problems"]
@@ -82,6 +83,7 @@ def schema_problems(config: ml_collections.ConfigDict) -> Problems:
     _check_names(config, p)
     _check_numbers(config, p)
     _check_data_fields(config, p)
+    _check_clients(config, p)
     return p
 
 
@@ -243,6 +245,67 @@ def _check_data_fields(config, p: Problems) -> None:
     p.choice("data.cluster_method", METHODS)
     for field in ("data.num_clusters", "data.clusters_per_step"):
         p.positive(field)
+
+
+def _check_clients(config, p: Problems) -> None:
+    """The ``clients`` section: read by a federated algorithm only (`is_federated`; a field set for another one would
+    change nothing, and is refused), each split's own fields by that split only; names and ranges. What the values
+    mean for the data (a split that does not fit its examples, ``num_workers`` against the clients drawn a round) is
+    refused where the clients and the algorithm are made (`istjax.launch.config.federated`)."""
+    if config.algorithm.name not in ALGORITHMS:
+        return  # an unknown algorithm: reported by the names' check
+    defaults = default_config().clients
+    changed = [f for f in sorted(defaults) if f in config.clients and config.clients[f] != defaults[f]]
+    if not is_federated(config):
+        users = [n for n in ALGORITHMS.names() if "clients" in ALGORITHMS.get(n).options]
+        for f in changed:
+            p.bad(f"clients.{f}", f"algorithm.name={config.algorithm.name!r} does not read the clients section, so it "
+                                  f"would change nothing; federated algorithms do ({', '.join(users)}). Drop it, or "
+                                  f"set --config.algorithm.name={users[0] if users else '...'}.")
+        return
+    if not p.choice("clients.split", SPLITS):
+        return
+    split = config.clients.split
+    for f in (f for fs in SPLITS.values() for f in fs if f not in SPLITS[split] and f in changed):
+        user = next(s for s, fs in SPLITS.items() if f in fs)
+        p.bad(f"clients.{f}", f"clients.split={split!r} does not read it, so it would change nothing; it is read by "
+                              f"clients.split={user!r}. Drop it, or set --config.clients.split={user}.")
+    for f in ("num_clients", "epochs", *(("shards_per_client",) if split == "shards" else ())):
+        p.positive(f"clients.{f}")
+    alpha = config.clients.alpha
+    if split == "dirichlet" and (not _is_number(alpha) or not 0 < alpha < math.inf):
+        p.bad("clients.alpha", "the Dirichlet concentration must be a number > 0, e.g. --config.clients.alpha=0.1 "
+                               "(strong skew) or 0.5.")
+    if split == "dirichlet" and (not _is_int(config.clients.min_size) or config.clients.min_size < 0):
+        p.bad("clients.min_size", "must be an integer >= 0 (the fewest examples a client may hold), e.g. 10.")
+    f = config.clients.fraction
+    if not _is_number(f) or not 0 <= f <= 1:
+        p.bad("clients.fraction", "must be a fraction in (0, 1] of the clients drawn each round, or 0 (num_workers "
+                                  "clients a round), e.g. --config.clients.fraction=0.1.")
+    b = config.clients.batch_size
+    if not isinstance(b, str) and (not _is_int(b) or b < 0):
+        p.bad("clients.batch_size", "give each client step's examples, e.g. --config.clients.batch_size=10, or all "
+                                    "(--config.clients.batch_size=all: each epoch one full-batch step), or 0 (the "
+                                    "run's batch_size).")
+    _check_federated_data(config, p)
+
+
+def _check_federated_data(config, p: Problems) -> None:
+    """The data fields a federated run cannot honour: a client reads its own examples (no shared sharding), as
+    example batches (no Cluster-GCN subgraphs), not augmented."""
+    name = f"algorithm.name={config.algorithm.name!r}"
+    if config.data.sharding != "disjoint":
+        p.bad("data.sharding", f"{name} trains each client on its own examples (clients.split), not on a shard of "
+                               f"one set; drop it (--config.data.sharding=disjoint).")
+    if config.data.graph_batches != FULL_GRAPH:
+        p.bad("data.graph_batches", f"{name} draws example batches from each client's examples, not Cluster-GCN "
+                                    f"subgraphs; drop it (--config.data.graph_batches={FULL_GRAPH}).")
+    if config.data.augment is True:
+        p.bad("data.augment", f"{name} does not augment its clients' batches; drop it (--config.data.augment=False).")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _check_schedule(config, bad, choice) -> None:

@@ -1,5 +1,6 @@
 """``build(config) -> Experiment``: everything a config describes, each piece made once by the library call it stands
-for, in order: dataset, task, optimizer, sampler, algorithm bound to its runtime, batch function.
+for, in order: dataset, task, optimizer, a federated algorithm's clients (`istjax.launch.config.federated`), sampler,
+algorithm bound to its runtime, batch function.
 
 Every call runs under a `Collector`: a refusal the library makes (an `istjax.ArgError` naming its argument) is
 reported under the config field that set that argument, in ``--config.`` spelling, and every step's refusal is
@@ -24,6 +25,8 @@ from istjax.core.task import Task, check_evaluation
 from istjax.data.cluster_batches import cluster_batch_fn, clustered
 from istjax.launch.config.check import schema_problems
 from istjax.launch.config.collect import FAILED, Collector
+from istjax.launch.config.federated import (Clients, client_batches, clients_text, is_federated, local_steps_text,
+                                            make_clients)
 from istjax.launch.config.fields import data_module, model_fields, model_module, to_dict
 from istjax.launch.config.parts import load_config_data, make_optimizer, make_sampler, make_task, record_sources
 
@@ -39,6 +42,8 @@ class Experiment(NamedTuple):
       task: the task the algorithm trains and the driver evaluates (ResIST's carries its scaled test-time network).
       algorithm: bound to the config's runtime.
       batch_fn: ``round -> batches`` for every worker.
+      clients: a federated run's clients (`istjax.launch.config.federated.Clients`: the split, the sampler, their
+        K), None for every other algorithm.
     """
 
     config: ml_collections.ConfigDict
@@ -46,6 +51,7 @@ class Experiment(NamedTuple):
     task: Task
     algorithm: Algorithm
     batch_fn: data_lib.BatchFn
+    clients: Optional[Clients] = None
 
 
 def build(config: ml_collections.ConfigDict) -> Experiment:
@@ -59,14 +65,16 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
     dataset = _dataset(config, c)
     task = _task(config, dataset, c)
     optimizer = c.step(lambda: make_optimizer(config), _OPTIMIZER_FIELDS, "optimizer")
-    algorithm = _algorithm(config, task, optimizer, c)
-    batch_fn = _batches(config, dataset, task, algorithm, c)
+    # A federated algorithm's clients (the split, the sampler, their batches) first: their K is its local_steps.
+    clients = make_clients(config, dataset, c) if is_federated(config) else None
+    algorithm = _algorithm(config, task, optimizer, c, clients)
+    batch_fn = _batches(config, dataset, task, algorithm, c, clients)
     c.raise_any()
     if getattr(batch_fn, "rows", None) is not None:  # this process holds its workers' examples, and evaluation's
         n = int(config.eval_train_examples) or len(dataset.train_y)
         dataset = dataset._replace(train_x=dataset.train_x[:n], train_y=dataset.train_y[:n])
     # The algorithm's own task: the one it trains and the one to evaluate (ResIST's scales its partitioned branches).
-    return Experiment(config, dataset, algorithm.task, algorithm, batch_fn)
+    return Experiment(config, dataset, algorithm.task, algorithm, batch_fn, clients)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -168,17 +176,22 @@ def option_fields(config, options: tuple[str, ...]) -> dict[str, Any]:
                               "task": "model.name", "group_sizes": _sizes_text, "sampler": _sampler_text,
                               "samplers": "sampler.groups", "num_owners": "sampler.num_owners",
                               **{o: o for o in RUN_OPTIONS}}
+    if "clients" in options:  # a federated algorithm: its K and B are the clients' (the config's local_steps unused)
+        fields.update({"clients": clients_text, "local_steps": local_steps_text, "batch_size": "clients.batch_size",
+                       "epochs": "clients.epochs", "fraction": "clients.fraction"})
     fields.update({o: f"algorithm.{o}" for o in options if o not in fields})
     fields.update({o: f"runtime.{o}" for o in runtimes.get(config.runtime.name).config_options})
     fields.update({"min_units": "sampler.min_units", "weights": "sampler.weights", "fractions": "sampler.fractions"})
     return fields
 
 
-def _option_value(config, option: str, sampler) -> Any:
-    """The config value behind an algorithm option: the sampler, its owner count, a setting of the whole run
-    (`RUN_OPTIONS`), or the ``algorithm`` field."""
+def _option_value(config, option: str, sampler, clients) -> Any:
+    """The config value behind an algorithm option: the sampler, its owner count, the clients' sampler, a setting
+    of the whole run (`RUN_OPTIONS`), or the ``algorithm`` field."""
     if option == "sampler":
         return sampler
+    if option == "clients":
+        return FAILED if clients is FAILED else clients.sampler
     if option == "num_owners":
         return int(config.sampler.num_owners)
     if option in RUN_OPTIONS:
@@ -186,9 +199,9 @@ def _option_value(config, option: str, sampler) -> Any:
     return config.algorithm[option]
 
 
-def _algorithm(config, task, optimizer, c: Collector):
+def _algorithm(config, task, optimizer, c: Collector, clients=None):
     """The algorithm the config names, built on the task and bound to the runtime (which checks its own fit: the
-    process count, the mode, what the sharded mode needs)."""
+    process count, the mode, what the sharded mode needs); a federated one on ``clients``, with their K."""
     import istjax.runtimes as runtimes
 
     if {"algorithm.name", "runtime.name"} & c.bad:  # unknown names: reported by the schema check
@@ -198,7 +211,8 @@ def _algorithm(config, task, optimizer, c: Collector):
     sampler = None
     if "sampler" in entry.options:
         sampler = c.step(lambda: make_sampler(config), _SAMPLER_FIELDS, _sampler_text(config))
-    options = {o: _option_value(config, o, sampler) for o in entry.options}
+    options = {o: _option_value(config, o, sampler, clients) for o in entry.options}
+    local_steps = int(config.local_steps) if clients is None or clients is FAILED else clients.local_steps
     runtime = runtimes.get(config.runtime.name)
     launch = {o: config.runtime[o] for o in runtime.config_options}
     # The launch's refusals first (the process count, W's fit); the runtime makes them again when the algorithm is
@@ -212,20 +226,23 @@ def _algorithm(config, task, optimizer, c: Collector):
     # reported all the same (the algorithm itself then counts as failed).
     stand_in = optax.identity() if optimizer is FAILED else optimizer
     algorithm = c.step(lambda: entry.factory(task, stand_in, num_workers=int(config.num_workers),
-                                             local_steps=int(config.local_steps), backend=config.runtime.name,
-                                             **options),
+                                             local_steps=local_steps, backend=config.runtime.name, **options),
                        {**fields, "algorithm": "algorithm.name"}, f"{config.algorithm.name} on {where}",
-                       inputs=(task, sampler))
+                       inputs=(task, sampler, clients))
     return FAILED if optimizer is FAILED else algorithm
 
 
-def _batches(config, dataset, task, algorithm, c: Collector):
+def _batches(config, dataset, task, algorithm, c: Collector, clients=None):
     """The batch function: of the algorithm's task and for this process's workers (`own_rows`) when the algorithm
-    was built; else of the model's task, for every worker, so that its refusals are reported all the same."""
+    was built; else of the model's task, for every worker, so that its refusals are reported all the same. A
+    federated run's are its clients' (`istjax.launch.config.federated.client_batches`)."""
+    built = algorithm is not FAILED
+    if clients is not None:
+        return client_batches(config, dataset, clients, algorithm.task if built else task,
+                              own_rows(algorithm) if built else None, c)
     fields = {"batch_size": "batch_size", "num_workers": "num_workers", "local_steps": "local_steps",
               "sharding": "data.sharding", "seed": "seed", "pad": "data.augment_pad", "batch_fn": "data.augment",
               "clusters_per_step": "data.clusters_per_step"}
-    built = algorithm is not FAILED
     return c.step(lambda: batch_fn_for(config, dataset, algorithm.task if built else task,
                                        own_rows(algorithm) if built else None), fields, "", inputs=(dataset, task))
 

@@ -45,8 +45,9 @@ def default_config() -> ml_collections.ConfigDict:
     """The default study, IST on scikit-learn's digits, with every field the driver knows and its meaning.
 
     The config has five sections, each naming its registry entry (``name``) and that entry's options: ``algorithm``,
-    ``sampler``, ``model``, ``data`` and ``runtime``; the fields of training (W, K, B, the optimizer and its schedule)
-    and of the run (seed, evaluation, checkpoints) sit at the top. The flat fields of earlier versions are refused
+    ``sampler``, ``model``, ``data`` and ``runtime``, and ``clients``, the federated algorithms' clients; the fields
+    of training (W, K, B, the optimizer and its schedule) and of the run (seed, evaluation, checkpoints) sit at the
+    top. The flat fields of earlier versions are refused
     with the nested name to use (`RENAMED`), and old ``config.json`` files are read through `from_dict`.
 
     Measured on a 2-core CPU: see ``experiments/configs/default.py`` for the command and the result.
@@ -77,6 +78,12 @@ def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     # DiLoCo: the outer optimizer (SGD with Nesterov momentum) on the replicas' average change; the paper's values.
     c.algorithm.outer_learning_rate = 0.7
     c.algorithm.outer_momentum = 0.9
+    # Federated algorithms (fedavg, fedsgd; istjax.algorithms.federated): the server optimizer of the clients'
+    # weighted mean change, "sgd" (FedAvg; server_momentum > 0: FedAvgM) | "adam" (FedAdam), and its settings.
+    c.algorithm.server_optimizer = "sgd"
+    c.algorithm.server_learning_rate = 1.0  # 1.0 with sgd and no momentum: the new model is the clients' mean
+    c.algorithm.server_momentum = 0.0  # heavy-ball momentum of server_optimizer="sgd" (FedAvgM: 0.9)
+    c.algorithm.prox_mu = 0.0  # FedProx: mu / 2 * ||w - w_global||^2 added to every local step's loss; 0: none
 
 
 def _sampler_section(c: ml_collections.ConfigDict) -> None:
@@ -91,6 +98,31 @@ def _sampler_section(c: ml_collections.ConfigDict) -> None:
     # Per neuron group samplers, overriding `name` for the groups named (istjax.per_group), e.g.
     # --config.sampler.groups.block_0_0=overlapping deals that group with overlap (it may then be smaller than W).
     c.sampler.groups = ml_collections.ConfigDict()
+
+
+def _clients_section(c: ml_collections.ConfigDict) -> None:
+    """The federated clients (`istjax.data.clients`, `istjax.data.client_batches`), read by the algorithms whose
+    registry entry takes ``clients`` (fedavg, fedsgd): the training set split into clients, the clients drawn a round
+    and their local work. Every worker is then a sampled client's slot, and K is derived, not ``local_steps``."""
+    c.clients = ml_collections.ConfigDict()
+    # Read by the federated algorithms only (fedavg, fedsgd: num_workers is the clients drawn a round, each worker a
+    # sampled client's slot); another algorithm refuses a field set here.
+    # How the training set is split (seeded by `seed`): "iid" (a shuffled equal split) | "dirichlet" (label skew:
+    # each class over the clients in Dir(alpha) proportions) | "shards" (McMahan et al.'s: sorted by label, cut into
+    # shards_per_client * num_clients shards, shards_per_client per client).
+    c.clients.split = "iid"
+    c.clients.num_clients = 100  # N, the clients of the split
+    c.clients.alpha = 0.5  # split="dirichlet": the concentration, > 0 (0.1: strong skew; large: nearly IID)
+    c.clients.min_size = 10  # split="dirichlet": the fewest examples a client may hold (the draw is repeated)
+    c.clients.shards_per_client = 2  # split="shards": shards per client (their count must divide the examples)
+    # C, the fraction of the clients drawn each round: max(1, round(C * num_clients)) must equal num_workers; 0.0:
+    # num_workers clients a round.
+    c.clients.fraction = 0.0
+    c.clients.epochs = 1  # E, passes over its own data a sampled client makes each round
+    # B, each client step's examples: 0 (the run's batch_size), a number (--config.clients.batch_size=10) or "all"
+    # (each epoch one full-batch step: FedSGD's). K = epochs * ceil(largest client / B) steps a round, the same for
+    # every client (a smaller one's extra steps are zero-weight fill, changing nothing); local_steps is not used.
+    c.clients.batch_size = config_dict.FieldReference(0, field_type=object)
 
 
 def _model_section(c: ml_collections.ConfigDict) -> None:
@@ -155,8 +187,10 @@ def _runtime_section(c: ml_collections.ConfigDict) -> None:
 
 def _training_fields(c: ml_collections.ConfigDict) -> None:
     """`default_config`'s fields for how the model is trained: W, K, B, the optimizer and its schedule."""
-    c.num_workers = 4  # W
-    c.local_steps = 10  # K, optimizer steps per round (every algorithm consumes [W, K, B] examples per round)
+    c.num_workers = 4  # W (a federated algorithm: the clients drawn a round, each worker a client's slot)
+    # K, optimizer steps per round (every algorithm consumes [W, K, B] examples per round); a federated algorithm's
+    # K is derived from its clients (clients.epochs, clients.batch_size) and this field is not used.
+    c.local_steps = 10
     c.batch_size = 32  # B, examples per worker per step
     c.num_rounds = 60  # rounds to train; samples seen = num_rounds * W * K * B
     c.optimizer = "sgd"  # "sgd" | "momentum" | "adam"
@@ -198,8 +232,8 @@ def _run_fields(c: ml_collections.ConfigDict) -> None:
 
 
 # default_config's parts in order (`istjax train --help` prints their lines).
-FIELD_BUILDERS = (_algorithm_section, _sampler_section, _model_section, _data_section, _runtime_section,
-                   _training_fields, _run_fields)
+FIELD_BUILDERS = (_algorithm_section, _sampler_section, _clients_section, _model_section, _data_section,
+                  _runtime_section, _training_fields, _run_fields)
 
 # The flat fields of earlier versions and where each now lives. A flat name (or, for the three flat sections, its
 # prefix) is refused in a config or on the command line with the nested name; `from_dict` reads old config.json

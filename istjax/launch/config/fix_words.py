@@ -5,8 +5,8 @@ The library names a fix by its Python names (`istjax.core.errors`); this module 
 each: first the field map of the build step that made the call (`istjax.launch.config.collect.Collector.step`:
 ``{"num_workers": "num_workers", "mode": "runtime.mode"}``), then `FIX_FIELDS` (the names a fix may give that no
 argument of that call carries: the model, the algorithm, the sampler), then the config's own fields: one at the top,
-then one of the sections (runtime, algorithm, sampler, data, data.kwargs) or a field of a built-in model. A renamed
-config field is renamed in these maps; the library's refusals do not change.
+then one of the sections (runtime, algorithm, sampler, clients, data, data.kwargs) or a field of a built-in model. A
+renamed config field is renamed in these maps; the library's refusals do not change.
 """
 
 from __future__ import annotations
@@ -24,9 +24,14 @@ __all__ = ["FIX_FIELDS", "config_terms", "config_words", "field_of", "flag_text"
 FIX_FIELDS = {"model": "model.name", "algorithm": "algorithm.name", "backend": "runtime.name",
               "sampler": "sampler.name", "samplers": "sampler.groups", "data": "data.name", "dataset": "data.name",
               "graph_batches": "data.graph_batches", "vocabulary": "data.kwargs.vocabulary",
-              "data_dir": "data.kwargs.data_dir", "path": "data.kwargs.path", "num_owners": "sampler.num_owners"}
+              "data_dir": "data.kwargs.data_dir", "path": "data.kwargs.path", "num_owners": "sampler.num_owners",
+              # A federated run draws num_workers clients a round unless clients.fraction sets it.
+              "clients_per_round": "num_workers",
+              # A data set's classes and held-out share: a loader's arguments where it takes them (synthetic_speech
+              # and csbm; spoken_keywords and the natural clients' per-client split).
+              "num_classes": "data.kwargs.num_classes", "test_fraction": "data.kwargs.test_fraction"}
 
-_SECTIONS = ("runtime", "algorithm", "sampler", "data", "data.kwargs")
+_SECTIONS = ("runtime", "algorithm", "sampler", "clients", "data", "data.kwargs")
 
 
 def config_terms(error: BaseException, fields: Optional[Mapping[str, Any]] = None, config=None) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 
 from istjax.core import precision
 from istjax.core.comm import Exchange, tree_bytes
-from istjax.core.state import WorkerState
+from istjax.core.state import WorkerState, weighted_replicas
 import istjax.runtimes.mpi.buffers as buffers
 import istjax.runtimes.mpi.rounds as rounds
 from istjax.runtimes.mpi.runtime import MPIRuntime, Traffic
@@ -30,22 +30,29 @@ PyTree = Any
 WHOLE_STATE = True
 
 
-def replica_ends(alg, n: int) -> tuple[Callable, Callable]:
-    """``(summed, finish)`` of the replicas' round end on ``n`` ranks, jitted: ``summed(state, trained)`` is what
-    the workers add across ranks (`[L, ...]`): the model state (gradients), or the replicas (a reset optimizer state
-    is not summed: collect does not read it); under a rounding wire, what each sends of it
-    (`istjax.core.precision.Wire.up` against the rounded state it started from), packed. ``finish(state, workers,
-    sums, plan, batches, shared)``: the sums (under a rounding wire, `[N, L, ...]` of every rank's 16 bits, added in
-    float32) over ``n``, through the algorithm's ``collect``."""
+def replica_ends(alg, n: int, first: int = 0) -> tuple[Callable, Callable]:
+    """``(summed, finish)`` of the replicas' round end on ``n`` ranks, jitted: ``summed(state, trained, plan)`` is
+    what the workers add across ranks (`[L, ...]`, this rank's workers from ``first`` on): the model state
+    (gradients), or the replicas (a reset optimizer state is not summed: collect does not read it), each worker's
+    weighted by the plan's server weights where it has them (federated clients,
+    `istjax.core.state.weighted_replicas`: the sum is then the weighted one); under a rounding wire, what
+    each sends of it (`istjax.core.precision.Wire.up` against the rounded state it started from), packed.
+    ``finish(state, workers, sums, plan, batches, shared)``: the sums (under a rounding wire, `[N, L, ...]` of every
+    rank's 16 bits, added in float32) over ``n``, through the algorithm's ``collect`` (with a plan whose weights
+    the sums hold already)."""
     gradients, carry, wire = alg.exchange == Exchange.GRADIENTS, alg.carries_optimizer_state, alg.wire
 
     @jax.jit
-    def summed(state, trained):
+    def summed(state, trained, plan):
         if gradients:  # params and optimizer states agree already: the model state is summed
             out, exact = trained.model_state, state.model_state
         else:
             out = trained if carry else trained._replace(opt_state=())
             exact = WorkerState(state.params, state.model_state, state.opt_state if carry else ())
+        if plan.weights is not None:
+            lanes = jax.tree.leaves(out)[0].shape[0]
+            mine = jax.lax.dynamic_slice_in_dim(plan.weights, first, lanes)
+            out = weighted_replicas(out, exact, mine, alg.num_workers)
         if wire.exact:
             return out
         exact_L = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), out, exact)
@@ -59,7 +66,8 @@ def replica_ends(alg, n: int) -> tuple[Callable, Callable]:
             workers = workers._replace(model_state=jax.tree.map(lambda s: s / n, sums))
         else:  # collect averages its workers: these L sums over ranks, / N, average to the mean over all W
             workers = jax.tree.map(lambda s: s / n, sums)
-        return alg.collect(state, workers, plan, batches, shared, **({} if wire.exact else {"sent": True}))
+        return alg.collect(state, workers, plan._replace(weights=None), batches, shared,
+                           **({} if wire.exact else {"sent": True}))
 
     return summed, finish
 
@@ -99,7 +107,7 @@ def install(rt: MPIRuntime) -> None:
         workers, plan = alg.distribute(state)  # every rank computes the same workers; keep this rank's
         return jax.tree.map(lambda v: jax.lax.dynamic_slice_in_dim(v, me * lanes, lanes), workers), plan
 
-    summed, finish = replica_ends(alg, n)
+    summed, finish = replica_ends(alg, n, me * lanes)
     split = rounds.split_fn(rt, lambda workers: workers)
 
     def init(key):
@@ -115,7 +123,7 @@ def install(rt: MPIRuntime) -> None:
         if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K exchanges
             sent = alg.local_steps * tree_bytes(wire.shapes(counted))
             in_step.update(sent=sent, received=sent if wire.exact else n * sent)  # an all-gather brings N pieces
-        out = summed(state, trained)
+        out = summed(state, trained, plan)
         if wire.exact:
             sums = x.allreduce_into(spares.take("sums", out), out)  # [L, ...] summed over ranks; a buffer per worker
             traffic.add(sent=out, received=out)

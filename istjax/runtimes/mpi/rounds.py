@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from istjax.core.state import WorkerState, recompute_batches, summarize
+from istjax.core.state import WorkerState, last_steps, recompute_batches, summarize
 from istjax.runtimes.base import communicates, map_workers
 from istjax.runtimes.mpi.runtime import MPIRuntime, Traffic
 
@@ -104,12 +104,12 @@ def split_fn(rt: MPIRuntime, as_workers: Callable) -> Optional[Callable]:
 
 
 def last_batches(full, mine, rt):
-    """Every worker's last batch of the round, `[W, 1, B, ...]`: sliced from ``full`` when this rank was given all
-    W workers' batches, else this rank's rows all-gathered (collective; data, not model: not counted as exchanged
-    bytes)."""
+    """Every worker's last batch of the round, `[W, 1, B, ...]` (`istjax.core.state.last_steps`): sliced from
+    ``full`` when this rank was given all W workers' batches, else this rank's rows all-gathered (collective;
+    data, not model: not counted as exchanged bytes)."""
     if full is not None:
-        return jax.tree.map(lambda b: b[:, -1:], full)
-    every = rt.comm.allgather(jax.tree.map(lambda b: np.asarray(b[:, -1:]), mine))
+        return last_steps(full)
+    every = rt.comm.allgather(jax.tree.map(np.asarray, last_steps(mine)))
     return jax.tree.map(lambda *rows: jnp.asarray(np.concatenate(rows)), *every)
 
 
@@ -118,7 +118,7 @@ def own_last(batches, rt):
     lanes = rt.workers_per_rank
     if {x.shape[0] for x in jax.tree.leaves(batches)} != {lanes}:
         batches = jax.tree.map(lambda b: b[rt.rank * lanes:(rt.rank + 1) * lanes], batches)
-    return jax.tree.map(lambda b: b[:, -1:], batches)
+    return last_steps(batches)
 
 
 def exchanged(alg) -> tuple[Callable, Optional[Callable]]:
