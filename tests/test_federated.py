@@ -185,3 +185,25 @@ def test_mpi_equals_simulate_with_unequal_clients(n, clients_per_round):
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     for case in ("fedavg", "fedavgm", "fedadam", "fedprox", "fedavg exchange bfloat16"):
         assert f"OK {case}: mpi == simulate" in out.stdout, case
+
+
+def test_devices_runtime_equals_simulate_with_unequal_clients():
+    """The devices runtime (fake CPU devices) holds two client slots a device; the weighted server mean over
+    slots spread across devices equals simulate's."""
+    task = _task(batch_norm=True)
+    clients = FixedClients((3, 8, 5, 2))
+    w = np.zeros((4, 3, 4), np.float32)
+    for c, steps in enumerate((1, 3, 2, 1)):  # client c's real steps; the rest is padding (weight 0)
+        w[c, :steps] = 1.0
+    b = _batches(4, 3, weight=w)
+    simulate = istjax.fedavg(task, optax.adam(0.01), num_workers=4, local_steps=3, clients=clients,
+                             server_momentum=0.5)
+    devices = istjax.fedavg(task, optax.adam(0.01), num_workers=4, local_steps=3, clients=clients,
+                            server_momentum=0.5, backend="devices", devices=jax.devices()[:2])
+    s_sim = s_dev = simulate.init(jax.random.key(0))
+    for _ in range(2):
+        s_sim, m_sim = simulate.round(s_sim, b)
+        s_dev, m_dev = devices.round(s_dev, b)
+    _close(s_sim.params, s_dev.params, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(m_sim["train_loss"]), float(m_dev["train_loss"]), rtol=1e-5)
+    assert float(m_sim["train_examples"]) == 4 * (1 + 3 + 2 + 1)
