@@ -187,3 +187,33 @@ def test_train_help_lists_the_clients_and_the_server_fields(capsys):
                   "algorithm.server_learning_rate = 1.0", "algorithm.server_momentum = 0.0", "algorithm.prox_mu = 0.0"):
         assert field in out, field
     assert "local_steps is not used" in out
+
+
+def test_a_sigterm_between_rounds_checkpoints_and_the_resumed_run_ends_bit_identical(tmp_path, monkeypatch):
+    """A real SIGTERM to this process after round 1 (of 4): the run checkpoints round 1 and stops; resumed, it ends
+    bit for bit equal to a run never stopped (clients sampled, examples drawn and server momentum alike)."""
+    import os
+    import signal
+
+    from istjax.launch import run as run_lib
+
+    flags = [*FEDAVG, "--config.algorithm.server_momentum=0.9", "--config.eval_every=4",
+             "--config.checkpoint_every=4", "--config.num_rounds=4"]
+    assert _train(tmp_path / "full", *flags) == 0
+    add, seen = run_lib._SplitWindow.add, []
+
+    def add_then_stop(self, metrics):  # the loss split's record of every round: a SIGTERM after the first
+        add(self, metrics)
+        seen.append(1)
+        if len(seen) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(run_lib._SplitWindow, "add", add_then_stop)
+    assert _train(tmp_path / "stopped", *flags) == 143
+    assert [p.name for p in (tmp_path / "stopped" / "checkpoints").iterdir()] == ["1"]
+    monkeypatch.setattr(run_lib._SplitWindow, "add", add)
+    assert _train(tmp_path / "stopped", *flags, "--resume") == 0
+    (a, step_a), (b, step_b) = _final_state(tmp_path / "full"), _final_state(tmp_path / "stopped")
+    assert step_a == step_b == 4
+    for x, y in zip(jax.tree.leaves((a.params, a.opt_state)), jax.tree.leaves((b.params, b.opt_state))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
