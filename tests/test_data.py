@@ -48,7 +48,7 @@ def _check_standardised(ds: D.Dataset) -> None:
 def test_datasets_registry():
     assert tuple(D.DATASETS) == ("digits", "mnist1d", "synthetic_speech", "fashion_mnist", "fsdd", "spoken_keywords",
                                  "cora", "citeseer", "pubmed", "csbm", "graph_npz", "xmc_debian_deps", "xmc_synthetic",
-                                 "xmc", "shakespeare", "text")
+                                 "xmc", "shakespeare", "text", "shakespeare_roles")
 
 
 def test_digits_shapes_split_and_standardisation():

@@ -33,7 +33,10 @@ Modules:
   disjoint where made, recorded by `ClientSplit.to_record`) and the splits `iid`, `dirichlet` (label skew),
   `shards` (McMahan et al.'s pathological split) and `by_group` (natural clients).
 * ``natural_clients``: Shakespeare's speaking roles (`shakespeare_roles`: each role's lines, split by position into
-  train and test) and FSDD's speakers (`fsdd_speakers`). Figures of a split: `istjax.launch.plot_clients`.
+  train and test) and FSDD's speakers (`fsdd_speakers`); the roles as a data set (`load_shakespeare_roles`,
+  ``shakespeare_roles``: each window its role's client) and `natural_split`, a data set's own clients
+  (``Dataset.train_clients``: these, FSDD's speakers) as a `ClientSplit`. Figures of a split:
+  `istjax.launch.plot_clients`.
 * ``client_batches``: each federated round's clients and their local work: `client_sampler` (a `ClientSampler`: M
   of the N clients a round, a pure function of (seed, round), and the server's weights by example count) and
   `make_client_batch_fn` (a `ClientBatchFn`: the sampled clients' E epochs at batch B as ``[M, K, B]`` steps, with

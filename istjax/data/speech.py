@@ -2,7 +2,9 @@
 
 FSDD (Jakobovski et al., CC BY-SA 4.0) holds 3,000 recordings of the digits 0-9, six speakers x 50 takes each, as
 8 kHz mono 16-bit WAV files named ``{digit}_{speaker}_{take}.wav``. Its conventional split tests on takes 0-4 of
-every speaker and digit (300 clips) and trains on takes 5-49 (2,700).
+every speaker and digit (300 clips) and trains on takes 5-49 (2,700). Each training clip's speaker is its client
+(``train_clients``: ids into ``client_names``, the speakers in alphabetical order), for federated learning's natural
+clients (`istjax.data.natural_clients`).
 
 `load_fsdd` reads the published archive (``fsdd-recordings.tar.gz``, holding ``recordings/*.wav``) or a folder of
 those WAV files, from ``data_dir`` or ``$ISTJAX_DATA_DIR``, and turns every clip into the IST paper's input with
@@ -72,8 +74,9 @@ def read_wav(data: bytes, name: str = "<wav>", sample_rate: int = FSDD_RATE) -> 
     return np.frombuffer(raw, dtype="<i2").astype(np.int16)
 
 
-def _members(source: pathlib.Path) -> Iterator[tuple[str, bytes]]:
-    """``(file name, bytes)`` of every FSDD-named recording in ``source`` (an archive or a folder)."""
+def _members(source: pathlib.Path, read: bool = True) -> Iterator[tuple[str, Optional[bytes]]]:
+    """``(file name, bytes)`` of every FSDD-named recording in ``source`` (an archive or a folder); with ``read``
+    False, ``(file name, None)``: the names alone, no recording read."""
     count = 0
 
     def admit(name: str, size: int) -> bool:
@@ -92,14 +95,14 @@ def _members(source: pathlib.Path) -> Iterator[tuple[str, bytes]]:
         folder = source / "recordings" if (source / "recordings").is_dir() else source
         for path in sorted(folder.iterdir()):
             if path.is_file() and not path.is_symlink() and admit(path.name, path.stat().st_size):
-                yield path.name, path.read_bytes()
+                yield path.name, path.read_bytes() if read else None
         return
     try:
         with tarfile.open(source, "r:*") as tar:
             for m in tar:
                 name = os.path.basename(m.name)
                 if m.isreg() and admit(name, m.size):
-                    yield name, tar.extractfile(m).read(_MAX_FILE_BYTES + 1)
+                    yield name, tar.extractfile(m).read(_MAX_FILE_BYTES + 1) if read else None
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:  # cut short (an interrupted copy)
         raise damaged_file(source, "complete tar archive", e, "Copy it again, or point data_dir= "
                             "(a config's data.kwargs.data_dir) at a recordings/ folder of its WAV files.") from None
@@ -156,10 +159,31 @@ def load_fsdd(data_dir: Optional[Union[str, os.PathLike]] = None, cache: bool = 
     cached = read_cache(path, ("x", "digits", "takes")) if cache else None
     if cached is not None:
         x, digits, takes = cached
+        speakers = _speakers(source, digits, takes, path.with_name(path.stem + "-speakers.npz"))
     else:
-        waves, digits, takes, _ = read_fsdd(source)
+        waves, digits, takes, speakers = read_fsdd(source)
         x = _features(waves, FSDD_MEL)
         if cache:
             write_cache(path, x=x, digits=digits, takes=takes)
     test = np.isin(takes, list(_TEST_TAKES))
-    return finalise("fsdd", x[~test], digits[~test], x[test], digits[test], 10)
+    names, ids = np.unique(np.asarray(speakers)[~test], return_inverse=True)  # alphabetical: the clients' order
+    clients = ids.reshape(-1).astype(np.int32)
+    clients.flags.writeable = False
+    return finalise("fsdd", x[~test], digits[~test], x[test], digits[test], 10)._replace(
+        train_clients=clients, client_names=tuple(str(n) for n in names))
+
+
+def _speakers(source: pathlib.Path, digits: np.ndarray, takes: np.ndarray, path: pathlib.Path) -> list[str]:
+    """The speaker of every recording of ``source``, in the order of the cached features (sorted by file name): the
+    names listed without reading a recording, checked against the cached ``digits`` and ``takes``, and kept in the
+    cache file ``path`` beside the features' (a feature cache written before speakers were kept stays valid)."""
+    cached = read_cache(path, ("speakers",))
+    if cached is not None and len(cached[0]) == len(digits):
+        return [str(s) for s in cached[0]]
+    parts = [_NAME.match(name).groups() for name, _ in sorted(_members(source, read=False))]
+    if [(int(d), int(t)) for d, _, t in parts] != list(zip(digits.tolist(), takes.tolist())):
+        raise ValueError(f"FSDD: the recordings listed in {source} are not those of its cached features; delete the "
+                         f"cache files fsdd-*.npz in {cache_dir()} and load again.")
+    speakers = [speaker for _, speaker, _ in parts]
+    write_cache(path, speakers=np.asarray(speakers))
+    return speakers

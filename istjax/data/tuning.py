@@ -75,8 +75,10 @@ def tuning_split(data: Dataset, fraction: float) -> Dataset:
                        "choose a fraction that leaves at least one example on each side.")
     cut = n - held
     _check_classes(data, cut, fraction)
+    clients = None if data.train_clients is None else data.train_clients[:cut]  # the head's clients, as they were
     return data._replace(train_x=_rows(data.train_x, slice(0, cut)), train_y=data.train_y[:cut],
-                         test_x=np.asarray(data.train_x[cut:]), test_y=data.train_y[cut:])  # evaluated whole
+                         test_x=np.asarray(data.train_x[cut:]), test_y=data.train_y[cut:],  # evaluated whole
+                         train_clients=clients)
 
 
 def _check_classes(data: Dataset, cut: int, fraction: float) -> None:

@@ -270,7 +270,12 @@ def _check_clients(config, p: Problems) -> None:
         user = next(s for s, fs in SPLITS.items() if f in fs)
         p.bad(f"clients.{f}", f"clients.split={split!r} does not read it, so it would change nothing; it is read by "
                               f"clients.split={user!r}. Drop it, or set --config.clients.split={user}.")
-    for f in ("num_clients", "epochs", *(("shards_per_client",) if split == "shards" else ())):
+    if split == "natural" and "num_clients" in changed:
+        p.bad("clients.num_clients", "clients.split='natural' takes its clients from the data set (data.name's own: "
+                                     "FSDD's speakers, Shakespeare's roles), so their number is the data's; drop "
+                                     "clients.num_clients, or draw that many clients (--config.clients.split=iid).")
+    for f in (*(() if split == "natural" else ("num_clients",)), "epochs",
+              *(("shards_per_client",) if split == "shards" else ())):
         p.positive(f"clients.{f}")
     alpha = config.clients.alpha
     if split == "dirichlet" and (not _is_number(alpha) or not 0 < alpha < math.inf):

@@ -72,7 +72,8 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
     c.raise_any()
     if getattr(batch_fn, "rows", None) is not None:  # this process holds its workers' examples, and evaluation's
         n = int(config.eval_train_examples) or len(dataset.train_y)
-        dataset = dataset._replace(train_x=dataset.train_x[:n], train_y=dataset.train_y[:n])
+        clients = None if dataset.train_clients is None else dataset.train_clients[:n]
+        dataset = dataset._replace(train_x=dataset.train_x[:n], train_y=dataset.train_y[:n], train_clients=clients)
     # The algorithm's own task: the one it trains and the one to evaluate (ResIST's scales its partitioned branches).
     return Experiment(config, dataset, algorithm.task, algorithm, batch_fn, clients)
 

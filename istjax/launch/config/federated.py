@@ -1,10 +1,11 @@
 """The federated steps of `istjax.launch.config.build`: the config's ``clients`` section made into the clients of a
-run, for an algorithm whose registry entry takes ``clients`` (`is_federated`: fedavg, fedsgd).
+run, for an algorithm whose registry entry takes ``clients`` (`is_federated`: fedavg, fedsgd, fedist).
 
 In order, each under the `Collector` with the fields behind its arguments, so a refusal names ``--config.clients.*``:
 
 1. the split (`istjax.data.clients`: ``iid``, ``dirichlet`` or ``shards`` of the training labels, seeded by
-   ``seed``);
+   ``seed``; or ``natural``: the data set's own clients, `istjax.data.natural_clients.natural_split`, their number
+   the data's, so ``clients.num_clients`` is not read);
 2. the sampler (`istjax.data.client_batches.client_sampler`): ``clients.fraction`` of the clients a round, or, at
    0, ``num_workers`` of them;
 3. the clients' batch function (`istjax.data.client_batches.make_client_batch_fn`) for every slot: its K, ``epochs
@@ -25,13 +26,14 @@ from istjax.algorithms import ALGORITHMS
 from istjax.data import clients as clients_lib
 from istjax.data.client_batches import ClientBatchFn, ClientSampler, client_sampler, make_client_batch_fn
 from istjax.data.clients import ClientSplit
+from istjax.data.natural_clients import natural_split
 from istjax.launch.config.collect import FAILED, Collector
 
 __all__ = ["SPLITS", "Clients", "is_federated", "client_batch_size", "clients_text", "local_steps_text",
            "make_clients", "client_batches"]
 
 #: The splits ``clients.split`` names, each with the ``clients`` fields it reads besides ``num_clients``.
-SPLITS = {"iid": (), "dirichlet": ("alpha", "min_size"), "shards": ("shards_per_client",)}
+SPLITS = {"iid": (), "dirichlet": ("alpha", "min_size"), "shards": ("shards_per_client",), "natural": ()}
 
 
 class Clients(NamedTuple):
@@ -74,7 +76,8 @@ def client_batch_size(config: ml_collections.ConfigDict) -> Any:
 
 def clients_text(config: ml_collections.ConfigDict) -> str:
     """The clients as a message names them: the split, its own fields and the fraction drawn a round."""
-    reads = ("num_clients", *SPLITS.get(config.clients.split, ()), "fraction")
+    reads = (*(() if config.clients.split == "natural" else ("num_clients",)), *SPLITS.get(config.clients.split, ()),
+             "fraction")
     return f"clients.split={config.clients.split!r} with " + ", ".join(
         f"clients.{f}={config.clients[f]!r}" for f in reads)
 
@@ -92,12 +95,14 @@ def _per_round_field(config: ml_collections.ConfigDict) -> str:
 
 _SPLIT_FIELDS = {"kind": "clients.split", "labels": "data.name", "num_clients": "clients.num_clients",
                  "alpha": "clients.alpha", "min_size": "clients.min_size",
-                 "shards_per_client": "clients.shards_per_client", "seed": "seed"}
+                 "shards_per_client": "clients.shards_per_client", "seed": "seed", "dataset": "data.name"}
 
 
 def _split(config: ml_collections.ConfigDict, dataset) -> ClientSplit:
     """The split ``clients.split`` names, of the training labels, seeded by ``seed``."""
     name = config.clients.split
+    if name == "natural":
+        return natural_split(dataset)
     options = {f: config.clients[f] for f in SPLITS[name]}
     return getattr(clients_lib, name)(dataset.train_y, int(config.clients.num_clients), seed=int(config.seed),
                                       **options)

@@ -78,7 +78,7 @@ def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     # DiLoCo: the outer optimizer (SGD with Nesterov momentum) on the replicas' average change; the paper's values.
     c.algorithm.outer_learning_rate = 0.7
     c.algorithm.outer_momentum = 0.9
-    # Federated algorithms (fedavg, fedsgd; istjax.algorithms.federated): the server optimizer of the clients'
+    # Federated algorithms (fedavg, fedsgd, fedist; istjax.algorithms.federated): the server optimizer of the clients'
     # weighted mean change, "sgd" (FedAvg; server_momentum > 0: FedAvgM) | "adam" (FedAdam), and its settings.
     c.algorithm.server_optimizer = "sgd"
     c.algorithm.server_learning_rate = 1.0  # 1.0 with sgd and no momentum: the new model is the clients' mean
@@ -102,16 +102,17 @@ def _sampler_section(c: ml_collections.ConfigDict) -> None:
 
 def _clients_section(c: ml_collections.ConfigDict) -> None:
     """The federated clients (`istjax.data.clients`, `istjax.data.client_batches`), read by the algorithms whose
-    registry entry takes ``clients`` (fedavg, fedsgd): the training set split into clients, the clients drawn a round
-    and their local work. Every worker is then a sampled client's slot, and K is derived, not ``local_steps``."""
+    registry entry takes ``clients`` (fedavg, fedsgd, fedist): the training set split into clients, the clients drawn a
+    round and their local work. Every worker is then a sampled client's slot, and K is derived, not ``local_steps``."""
     c.clients = ml_collections.ConfigDict()
-    # Read by the federated algorithms only (fedavg, fedsgd: num_workers is the clients drawn a round, each worker a
-    # sampled client's slot); another algorithm refuses a field set here.
+    # Read by the federated algorithms only (fedavg, fedsgd, fedist: num_workers is the clients drawn a round, each
+    # worker a sampled client's slot); another algorithm refuses a field set here.
     # How the training set is split (seeded by `seed`): "iid" (a shuffled equal split) | "dirichlet" (label skew:
     # each class over the clients in Dir(alpha) proportions) | "shards" (McMahan et al.'s: sorted by label, cut into
-    # shards_per_client * num_clients shards, shards_per_client per client).
+    # shards_per_client * num_clients shards, shards_per_client per client) | "natural" (the data set's own clients:
+    # data.name=fsdd's speakers, shakespeare_roles' speaking roles; num_clients is then the data's, not set here).
     c.clients.split = "iid"
-    c.clients.num_clients = 100  # N, the clients of the split
+    c.clients.num_clients = 100  # N, the clients of the split (not read by split="natural")
     c.clients.alpha = 0.5  # split="dirichlet": the concentration, > 0 (0.1: strong skew; large: nearly IID)
     c.clients.min_size = 10  # split="dirichlet": the fewest examples a client may hold (the draw is repeated)
     c.clients.shards_per_client = 2  # split="shards": shards per client (their count must divide the examples)
