@@ -25,6 +25,7 @@ from istjax.algorithms.tensor import tensor_parallel as tensor_parallel
 from istjax.algorithms.replicated import local_sgd as local_sgd
 from istjax.algorithms.replicated import diloco as diloco
 from istjax.algorithms.federated import fedavg as fedavg
+from istjax.algorithms.federated import fedist as fedist
 from istjax.algorithms.federated import fedsgd as fedsgd
 from istjax.algorithms.resist import resist as resist
 from istjax.core.comm import CommBytes as CommBytes
@@ -102,6 +103,7 @@ __all__ = [
     "diloco",
     "extract",
     "fedavg",
+    "fedist",
     "fedsgd",
     "extract_tree",
     "ist",

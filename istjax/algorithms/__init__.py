@@ -3,7 +3,7 @@
 * `istjax.algorithms.ist`: Independent Subnetwork Training (arXiv 1910.02120).
 * `istjax.algorithms.replicated`: the data-parallel, local-SGD and DiLoCo baselines.
 * `istjax.algorithms.federated`: FedSGD, FedAvg and its server optimizers (FedAvgM, FedAdam), FedProx, over sampled
-  clients (McMahan et al. 2017; Reddi et al. 2021).
+  clients (McMahan et al. 2017; Reddi et al. 2021), and IST on sampled clients (fedist).
 * `istjax.algorithms.tensor`: tensor (model) parallelism, every layer split across MPI processes (Megatron).
 * `istjax.algorithms.resist`: ResIST, IST over the depth of a ResNet (arXiv 2107.00961).
 * `istjax.algorithms.reference`: the plain Python-loop rounds every runtime is tested against.
@@ -16,6 +16,7 @@ from istjax.algorithms.base import Exchange as Exchange
 from istjax.algorithms.base import apply_update as apply_update
 from istjax.algorithms.base import local_train as local_train
 from istjax.algorithms.federated import fedavg as fedavg
+from istjax.algorithms.federated import fedist as fedist
 from istjax.algorithms.federated import fedsgd as fedsgd
 from istjax.algorithms.ist import ist as ist
 from istjax.algorithms.replicated import data_parallel as data_parallel
@@ -62,6 +63,11 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                              "(sgd: FedAvg, with momentum FedAvgM; adam: FedAdam); prox_mu: FedProx"),
     "fedsgd": AlgorithmEntry(fedsgd, _FEDERATED, "FedSGD: one full-batch gradient per sampled client, weighted by "
                              "example counts"),
+    "fedist": AlgorithmEntry(fedist, ("clients", "sampler", "server_optimizer", "server_learning_rate",
+                                      "server_momentum", "optimizer_state", "model_state", "recompute_batches",
+                                      *_WIRE),
+                             "IST on the round's sampled clients: neurons split among them, the merge weighted by "
+                             "example counts, the server optimizer on the pseudo-gradient (as fedavg)"),
     "resist": AlgorithmEntry(resist, ("optimizer_state", "model_state", "recompute_batches", "min_depth",
                                       "test_scale", "num_owners", *_WIRE),
                              "ResIST: residual blocks split among workers (model.name='depth_resnet')"),
@@ -71,4 +77,5 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Exchange", "apply_update",
-           "data_parallel", "diloco", "fedavg", "fedsgd", "ist", "local_sgd", "local_train", "resist", "tensor_parallel"]
+           "data_parallel", "diloco", "fedavg", "fedist", "fedsgd", "ist", "local_sgd", "local_train", "resist",
+           "tensor_parallel"]

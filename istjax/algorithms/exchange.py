@@ -6,7 +6,8 @@ whole model or for N owners, and this module composes the two:
 
 ``distribute(state) -> (workers, plan)`` and ``collect(state, workers, plan, batches=None, shared=None)``
     the whole model (the simulate and devices runtimes, the MPI parameter server): ``start`` of
-    `istjax.core.subnet.extract` of the held tree, and ``finish`` of `istjax.core.subnet.merge` of it.
+    `istjax.core.subnet.extract` of the held tree, and ``finish`` of `istjax.core.subnet.merge` of it, weighted by
+    the plan's ``weights`` where it has them (IST on federated clients, `istjax.algorithms.ist.fedist`).
 `OwnerSide`
     N owners each holding a part of the model (the MPI sharded mode): `istjax.core.shard.owner_distribute` of an
     owner's held part, and ``finish`` of `istjax.core.shard.owner_collect` of it. Workers start with the same
@@ -57,7 +58,7 @@ def whole_round(task: Task, pieces: SubnetPieces, recompute_batches: int = 1):
         if not wire.exact:  # read what each worker sent against the exact pieces it was given
             exact = extract(held, round_plan.partition, spec)
             returned = wire.back(returned, exact) if sent else wire.returned(returned, exact)
-        tree = merge(held, returned, round_plan.partition, spec, disjoint=disjoint)
+        tree = merge(held, returned, round_plan.partition, spec, disjoint=disjoint, weights=round_plan.weights)
         return pieces.finish(state, tree, round_plan, recompute_from(task, batches, shared, recompute_batches))
 
     return distribute, collect
@@ -113,14 +114,17 @@ def _owner_recompute(task: Task, layout: shard.Layout, first: Any, shared: Any, 
         params, model_state, first, shared, owner=layout.owner, num_owners=layout.num_owners, reduce=reduce)
 
 
-def subnet_algorithm(task: Task, pieces: SubnetPieces, *, init, num_workers: int, **fields: Any) -> Algorithm:
-    """The `Algorithm` of ``pieces``: ``distribute`` and ``collect`` over the whole model, the `OwnerSide`, the bytes
-    a worker moves (its share of the held tree, `istjax.core.comm.subnet_bytes`); ``fields`` the rest (``local``,
-    ``name``, ``local_steps``, ``optimizer``, the declarations)."""
+def subnet_algorithm(task: Task, pieces: SubnetPieces, *, init, num_workers: int, sharded: bool = True,
+                     **fields: Any) -> Algorithm:
+    """The `Algorithm` of ``pieces``: ``distribute`` and ``collect`` over the whole model, the `OwnerSide` (none
+    without ``sharded``: a plan whose ``weights`` the owners' merge does not read), the bytes a worker moves (its
+    share of the held tree, `istjax.core.comm.subnet_bytes`); ``fields`` the rest (``local``, ``name``,
+    ``local_steps``, ``optimizer``, the declarations)."""
     distribute, collect = whole_round(task, pieces, fields.get("recompute_batches", 1))
     held = jax.eval_shape(lambda k: pieces.held(init(k)), jax.random.key(0))
     slots = pieces.sampler.slots(pieces.spec.group_sizes, num_workers)
     return Algorithm(init=init, round=None, distribute=distribute, collect=collect, num_workers=num_workers,
                      comm=subnet_bytes(pieces.wire.shapes(held), pieces.spec, slots), task=task, sampler=pieces.sampler,
-                     exchange=Exchange.SUBNETWORKS, subnet=pieces, owner_side=owner_side(task, pieces),
+                     exchange=Exchange.SUBNETWORKS, subnet=pieces,
+                     owner_side=owner_side(task, pieces) if sharded else None,
                      wire=pieces.wire, **fields)

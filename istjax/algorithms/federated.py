@@ -23,6 +23,10 @@ and the plain server, one step of data parallel over the sampled clients' data.
 The server's optimizer state is the global state's ``opt_state`` (it travels as DiLoCo's does); the clients'
 optimizer state never leaves them. Which clients a round trains is a pure function of the sampler's seed and the
 round (nothing to checkpoint beyond the round), so a resumed run trains the same clients.
+
+`fedist` is IST on the sampled clients: IST's partition drawn over the round's client slots, each client training
+its sub-network on its own data, the merge weighted by example counts where several clients hold an element, then
+the same server optimizers (`istjax.algorithms.ist.ist_algorithm`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import optax
 
 from istjax.algorithms.base import (Algorithm, bind, check_common, finish_round, init_state, local_train, loss_split,
                                     recompute_from, with_outer)
+from istjax.algorithms.ist import ist_algorithm
 from istjax.algorithms.replicated import outer_step, replicas_mean, replicas_of
 from istjax.core import precision
 from istjax.core.comm import Exchange, replicated_bytes
@@ -42,7 +47,7 @@ from istjax.core.errors import ArgError
 from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys, worker_init
 from istjax.core.task import Task
 
-__all__ = ["SERVER_OPTIMIZERS", "fedavg", "fedsgd", "prox_loss", "server_optimizer_of"]
+__all__ = ["SERVER_OPTIMIZERS", "fedavg", "fedist", "fedsgd", "prox_loss", "server_optimizer_of"]
 
 #: The server optimizers by name (`server_optimizer`).
 SERVER_OPTIMIZERS = ("sgd", "adam")
@@ -169,3 +174,35 @@ def fedsgd(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
                                                       "fedavg."))
     return fedavg(task, optimizer, num_workers=num_workers, local_steps=local_steps, clients=clients, name="fedsgd",
                   **options)
+
+
+def fedist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int, clients: Any,
+           sampler: Any = None, server_optimizer: str = "sgd", server_learning_rate: float = 1.0,
+           server_momentum: float = 0.0, optimizer_state: str = "reset", model_state: str = "carry",
+           recompute_batches: int = 1, exchange_dtype: str = "float32", exchange_values: str = "delta",
+           backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+    """IST on sampled clients: `istjax.ist` whose W workers are the round's sampled clients (``num_workers`` =
+    ``clients.clients_per_round``). Each round IST's partition of every neuron group (``sampler``, default
+    `istjax.uniform`) is drawn over the W client slots; each client trains its sub-network on its own batches from a
+    fresh client ``optimizer`` state (padded steps change nothing); the server merges the sub-networks, an element
+    held by one client taking its value and one held by several (shared leaves: biases of the output layer,
+    LayerNorms; overlapping samplers) their mean weighted by example counts (`istjax.core.subnet.merge_leaf`), and
+    steps the global model along the pseudo-gradient ``global - merged`` with the server optimizer as `fedavg` does
+    (``"sgd"`` at learning rate 1 without momentum: none, the merged model is the new one, bit for bit).
+
+    The bytes a client moves a round are IST's (its sub-network, 1/W to 1/W^2 of each partitioned leaf). Runs on
+    simulate, devices and the MPI parameter server; not sharded (the owners' merge does not weigh)."""
+    check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
+    if optimizer_state != "reset":
+        raise ArgError("optimizer_state", optimizer_state, f"fedist with optimizer_state={optimizer_state!r}: a "
+                       f"client's optimizer state starts fresh every round (a sampled client keeps nothing between "
+                       f"rounds, and the global opt_state is the server optimizer's);",
+                       use={"optimizer_state": "reset"})
+    _check_clients(clients, num_workers)
+    server = server_optimizer_of(server_optimizer, server_learning_rate, server_momentum)
+    plain = server_optimizer == "sgd" and server_learning_rate == 1 and not server_momentum
+    algorithm = ist_algorithm(task, optimizer, num_workers=num_workers, local_steps=local_steps, sampler=sampler,
+                              carry=False, model_state=model_state, recompute_batches=recompute_batches,
+                              wire=precision.wire(exchange_dtype, exchange_values), name="fedist", clients=clients,
+                              server=None if plain else server)
+    return bind(algorithm, backend, **backend_options)

@@ -2,7 +2,9 @@
 
 IST is stated once, as `SubnetPieces` (`ist_pieces`: its plan, the tree it holds with its spec, how a worker
 starts, how a round finishes); its round over the whole model and its round over the N owners of a sharded model
-are both derived from them (`istjax.algorithms.exchange`).
+are both derived from them (`istjax.algorithms.exchange`). IST on federated clients
+(`istjax.algorithms.federated.fedist`) is the same pieces with the clients' weights in the plan and a server step
+in ``finish`` (`ist_algorithm`).
 
 Yuan, Wolfe, Dun, Tang, Kyrillidis, Jermaine, "Distributed Learning of Deep Neural Networks using Independent Subnet
 Training", arXiv 1910.02120.
@@ -10,14 +12,16 @@ Training", arXiv 1910.02120.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Optional, Union
 
 import jax
 import optax
 
 from istjax.algorithms.base import (Algorithm, OptimizerStatePolicy, SubnetPieces, bind, check_common, finish_round,
-                                    init_state, local_train, loss_split)
+                                    init_state, local_train, loss_split, with_outer)
 from istjax.algorithms.exchange import subnet_algorithm
+from istjax.algorithms.replicated import outer_step
 from istjax.core import contract, precision
 from istjax.core.errors import ArgError, Code
 from istjax.core import partition as partition_lib
@@ -26,7 +30,7 @@ from istjax.core.spec import SubnetSpec, spec_like_params
 from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys, worker_init
 from istjax.core.task import Task, scaled_for_test
 
-__all__ = ["ist", "ist_pieces", "held_spec"]
+__all__ = ["ist", "ist_algorithm", "ist_pieces", "held_spec"]
 
 
 def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
@@ -60,7 +64,24 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
       **backend_options: passed to the runtime (e.g. ``mode="sharded"`` for ``"mpi"``).
     """
     check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
-    wire = precision.wire(exchange_dtype, exchange_values)
+    algorithm = ist_algorithm(task, optimizer, num_workers=num_workers, local_steps=local_steps, sampler=sampler,
+                              carry=optimizer_state == OptimizerStatePolicy.CARRY, model_state=model_state,
+                              recompute_batches=recompute_batches, wire=precision.wire(exchange_dtype, exchange_values))
+    return bind(algorithm, backend, **backend_options)
+
+
+def ist_algorithm(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
+                  sampler: Optional[partition_lib.Sampler], carry: bool, model_state: str, recompute_batches: int,
+                  wire: precision.Wire, name: str = "ist", clients: Any = None,
+                  server: Optional[optax.GradientTransformation] = None) -> Algorithm:
+    """IST's `Algorithm`, not yet bound to a runtime, its common arguments checked by the caller
+    (`istjax.algorithms.base.check_common`): `ist`'s; with ``clients`` (a federated client sampler,
+    `istjax.data.client_batches.ClientSampler`) IST on the round's sampled clients
+    (`istjax.algorithms.federated.fedist`): the plan carries ``clients.weights(round)``, so the merge weighs each
+    client by its example count where several hold an element, and ``server`` (None: the merged model is the new
+    one) steps the global model along the pseudo-gradient ``global - merged``, its state the global ``opt_state``.
+    Such a plan has no owner side: the owners' merge of the sharded mode (`istjax.core.shard.owner_collect`) does
+    not weigh."""
     sampler = sampler or partition_lib.uniform()
     _check_groups(task)
     try:
@@ -69,18 +90,18 @@ def ist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int
         raise contract.group_size_refusal(task.module, e) from None
     task = scaled_for_test(task, slots)  # a module that scales its partitioned branches at test time
     loss = task.train_loss(slots)
-    carry = optimizer_state == OptimizerStatePolicy.CARRY
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):  # workers never talk locally
         del axis_name, reduce
         return local_train(loss, optimizer, worker, batches_K, shared)
 
-    pieces = ist_pieces(task, optimizer, sampler, num_workers, carry=carry, model_state=model_state, wire=wire)
-    algorithm = subnet_algorithm(task, pieces, init=init_state(task, optimizer, carry), num_workers=num_workers,
-                                 local=local, name="ist", local_steps=local_steps, optimizer=optimizer,
-                                 carries_optimizer_state=carry, model_state_policy=model_state,
-                                 split=loss_split(task, loss), recompute_batches=recompute_batches)
-    return bind(algorithm, backend, **backend_options)
+    pieces = ist_pieces(task, optimizer, sampler, num_workers, carry=carry, model_state=model_state, wire=wire,
+                        weights_of=None if clients is None else clients.weights, server=server)
+    return subnet_algorithm(task, pieces, init=with_outer(init_state(task, optimizer, carry), server),
+                            num_workers=num_workers, sharded=clients is None, local=local, name=name,
+                            local_steps=local_steps, optimizer=optimizer, carries_optimizer_state=carry,
+                            model_state_policy=model_state, split=loss_split(task, loss),
+                            recompute_batches=recompute_batches, clients=clients, outer_optimizer=server)
 
 
 def _check_groups(task: Task) -> None:
@@ -104,11 +125,14 @@ def held_spec(task: Task, optimizer: optax.GradientTransformation, carry: bool) 
 
 
 def ist_pieces(task: Task, optimizer: optax.GradientTransformation, sampler: partition_lib.Sampler,
-               num_workers: int, *, carry: bool, model_state: str,
-               wire: precision.Wire = precision.Wire()) -> SubnetPieces:
+               num_workers: int, *, carry: bool, model_state: str, wire: precision.Wire = precision.Wire(),
+               weights_of: Optional[Callable[[jax.Array], jax.Array]] = None,
+               server: Optional[optax.GradientTransformation] = None) -> SubnetPieces:
     """IST as `SubnetPieces`: a fresh partition of every neuron group each round; the parameters, the model state
     and a carried optimizer state dealt with it; a worker's optimizer state reset (``optimizer.init``) or carried,
-    stamped with the round either way; the model-state policy at the end of the round."""
+    stamped with the round either way; the model-state policy at the end of the round. ``weights_of(round)``: the
+    workers' `[W]` merge weights in the plan (federated clients); ``server``: an optimizer the merged parameters'
+    pseudo-gradient goes through (`istjax.algorithms.replicated.outer_step`; its state the global ``opt_state``)."""
     fields = ("params", "model_state") + (("opt_state",) if carry else ())
 
     def held(x):  # a TrainState or a WorkerState
@@ -116,7 +140,8 @@ def ist_pieces(task: Task, optimizer: optax.GradientTransformation, sampler: par
 
     def plan(state):
         key, round_key = round_keys(state.key)
-        return RoundPlan(key, sampler.sample(round_key, task.spec.group_sizes, num_workers))
+        weights = None if weights_of is None else weights_of(state.round)
+        return RoundPlan(key, sampler.sample(round_key, task.spec.group_sizes, num_workers), weights)
 
     def start(tree, round_index):
         opt = (at_round(tree["opt_state"], round_index) if carry
@@ -124,7 +149,9 @@ def ist_pieces(task: Task, optimizer: optax.GradientTransformation, sampler: par
         return WorkerState(tree["params"], tree["model_state"], opt)
 
     def finish(state, tree, round_plan, recompute=None):
-        return finish_round(model_state, state, tree["params"], tree["model_state"], tree.get("opt_state", ()),
-                            round_plan.key, recompute)
+        params, opt_state = tree["params"], tree.get("opt_state", ())
+        if server is not None:  # the pseudo-gradient, global - merged, through the server's optimizer
+            params, opt_state = outer_step(server, state.params, params, state.opt_state)
+        return finish_round(model_state, state, params, tree["model_state"], opt_state, round_plan.key, recompute)
 
     return SubnetPieces(sampler, held_spec(task, optimizer, carry), held, plan, start, finish, wire)

@@ -56,7 +56,8 @@ def _sub_shape(leaf_spec, shape, slots):
 
 
 class _Slicer:
-    """Worker slices of one tree (params or model state) and the by-count write-back."""
+    """Worker slices of one tree (params or model state) and the by-count write-back: every element the sum of its
+    holders' ``weight * value`` over the sum of their weights (each weight 1 but federated clients')."""
 
     def __init__(self, tree, spec, idx, slots):
         self.spec_leaves = jax.tree.leaves(spec.leaves)
@@ -75,15 +76,15 @@ class _Slicer:
             out.append(jnp.asarray(sub))
         return jax.tree.unflatten(self.treedef, out)
 
-    def add(self, w, trained):
+    def add(self, w, trained, weight=1.0):
         for i, (s, x, y) in enumerate(zip(self.spec_leaves, self.full, jax.tree.leaves(trained))):
             y = np.asarray(y)
             full_ix, sub_ix = _worker_slices(s, self.idx, self.group_sizes, self.slots, w, x.shape)
-            self.sums[i][full_ix] += y[sub_ix]
-            self.counts[i][full_ix] += 1
+            self.sums[i][full_ix] += weight * y[sub_ix]
+            self.counts[i][full_ix] += weight
 
     def merged(self):
-        new = [np.where(c > 0, s / np.maximum(c, 1), x).astype(x.dtype)
+        new = [np.where(c > 0, s / np.where(c > 0, c, 1), x).astype(x.dtype)
                for s, c, x in zip(self.sums, self.counts, self.full)]
         return jax.tree.unflatten(self.treedef, [jnp.asarray(v) for v in new])
 
@@ -202,6 +203,7 @@ def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainSta
     idx = {g: np.asarray(v) for g, v in part.indices.items()}
     slots = alg.sampler.slots(spec.group_sizes, W)
     step = _compiled(alg, slots, "step")
+    weights = _client_weights(alg, state)
     params, stats = _Slicer(state.params, spec, idx, slots), _Slicer(state.model_state, state_spec, idx, slots)
     for w in range(W):
         # The worker's sub-network and model state: slices of partitioned leaves (zero padding past its units).
@@ -209,11 +211,29 @@ def _subnetworks(alg: Algorithm, state: TrainState, batches, shared) -> TrainSta
         start = _rounded(alg, sub)
         worker = WorkerState(start, _rounded(alg, sub_stats), at_round(alg.optimizer.init(start), state.round))
         worker = _train_one(step, worker, jax.tree.map(lambda b: b[w], batches), K, shared)
-        params.add(w, _returned(alg, worker.params, sub))
-        stats.add(w, _returned(alg, worker.model_state, sub_stats))
-    new_params = params.merged()
+        weight = 1.0 if weights is None else weights[w]
+        params.add(w, _returned(alg, worker.params, sub), weight)
+        stats.add(w, _returned(alg, worker.model_state, sub_stats), weight)
+    new_params, opt_state = _server_step(alg, state, params.merged())
     model_state = _policy(alg, new_params, stats.merged(), batches, shared)
-    return TrainState(new_params, model_state, (), key, state.round + 1)
+    return TrainState(new_params, model_state, opt_state, key, state.round + 1)
+
+
+def _client_weights(alg: Algorithm, state: TrainState):
+    """Federated clients: the server weighs each by its example count (the sampler's weights of this round,
+    float64); None for every other algorithm."""
+    return None if alg.clients is None else np.asarray(alg.clients.weights(state.round), np.float64)
+
+
+def _server_step(alg: Algorithm, state: TrainState, merged):
+    """``(params, opt_state)``: the merged parameters, or, with an outer optimizer (DiLoCo's; a federated server's),
+    the global ones stepped along ``global - merged`` by it."""
+    if alg.outer_optimizer is None:
+        return merged, ()
+    outer_grad = jax.tree.map(lambda p, m: p - m, state.params, merged)
+    with jax.numpy_dtype_promotion("standard"):  # as `istjax.algorithms.replicated.outer_step`
+        updates, opt_state = alg.outer_optimizer.update(outer_grad, state.opt_state, state.params)
+    return jax.tree.map(lambda p, u: p + u, state.params, updates), opt_state
 
 
 def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
@@ -237,8 +257,7 @@ def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState
 def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
     key, _ = round_keys(state.key)
-    # Federated clients: the server weighs each by its example count (the sampler's weights of this round).
-    weights = None if alg.clients is None else np.asarray(alg.clients.weights(state.round), np.float64)
+    weights = _client_weights(alg, state)
     results = []
     for w in range(W):
         params_in = _rounded(alg, state.params)
@@ -247,12 +266,7 @@ def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
         trained = _train_one(_client_step(alg, params_in), start, jax.tree.map(lambda b: b[w], batches), K, shared)
         results.append(WorkerState(_returned(alg, trained.params, state.params),
                                    _returned(alg, trained.model_state, state.model_state), ()))
-    params, opt_state = _mean([r.params for r in results], weights), ()
-    if alg.outer_optimizer is not None:  # DiLoCo: the replicas' average change through the outer optimizer
-        outer_grad = jax.tree.map(lambda p, m: p - m, state.params, params)
-        with jax.numpy_dtype_promotion("standard"):  # as `istjax.algorithms.replicated.outer_step`
-            updates, opt_state = alg.outer_optimizer.update(outer_grad, state.opt_state, state.params)
-        params = jax.tree.map(lambda p, u: p + u, state.params, updates)
+    params, opt_state = _server_step(alg, state, _mean([r.params for r in results], weights))
     model_state = _policy(alg, params, _mean([r.model_state for r in results], weights), batches, shared)
     return TrainState(params, model_state, opt_state, key, state.round + 1)
 
@@ -260,7 +274,8 @@ def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
 def reference_round(algorithm: Algorithm, state: TrainState, batches: PyTree, shared: Any = None) -> TrainState:
     """One round of ``algorithm`` computed with plain loops.
 
-    Covers every exchange an algorithm declares: ``"subnetworks"`` (IST, any sampler, optimizer state reset),
+    Covers every exchange an algorithm declares: ``"subnetworks"`` (IST, any sampler, optimizer state reset; on
+    federated clients, merged by example counts, the server optimizer's step),
     ``"gradients"`` (data parallel) and ``"replicas"`` (local SGD, optimizer state reset; DiLoCo's outer step;
     federated clients: weighted by their example counts, FedProx's term, the server optimizer's step).
     """

@@ -9,6 +9,8 @@ leaves are broadcast to ``[W, ...]``.
 scattered in place (no averaging: no two workers share them); where a strategy overlaps, each element becomes the
 mean of the workers that hold it. Elements no worker holds keep their old value. Shared leaves become the mean over
 workers. ``merge(params, extract(params, p, spec), p, spec) == params`` for every partition (a property test).
+With per-worker ``weights`` (federated clients' example counts) both means are weighted: an element becomes
+``sum(w * value) / sum(w)`` over the workers that hold it (the plain mean for equal weights, to float rounding).
 
 Both are single XLA gathers per leaf, vectorised over workers (merge of an overlapping partition is a scatter-add);
 padding slots (index == group size) are filled with zeros by extract and dropped by merge.
@@ -25,7 +27,7 @@ once instead of W times.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -156,20 +158,41 @@ def leaf_disjoint(leaf: LeafSpec, disjoint: Union[bool, Mapping[str, bool]]) -> 
 
 
 def merge_leaf(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes,
-               disjoint: Union[bool, Mapping[str, bool]]) -> jax.Array:
-    """Writes `sub: [W, ...narrow]` back into `x: [...]` (see the module docstring)."""
+               disjoint: Union[bool, Mapping[str, bool]], weights: Optional[jax.Array] = None) -> jax.Array:
+    """Writes `sub: [W, ...narrow]` back into `x: [...]` (see the module docstring). With ``weights`` (`[W]`, > 0:
+    federated clients' example counts, `istjax.core.state.RoundPlan.weights`) an element several workers hold
+    becomes ``sum(w * sub) / sum(w)`` over its holders instead of their plain mean; one held by a single worker
+    still takes that worker's value."""
     if leaf.shared:
-        return worker_mean(sub, like=x)
+        return worker_mean(sub, like=x) if weights is None else _weighted_workers(sub, weights, x)
     if leaf_disjoint(leaf, disjoint):
         return _merge_disjoint(x, sub, leaf, partition, group_sizes)
     ix, axes = _index_tuple(leaf, partition, group_sizes, jnp.ndim(x))
-    upd = _from_sub_layout(sub.astype(x.dtype), axes)
-    sums = jnp.zeros_like(x).at[ix].add(upd, mode="drop")
-    # How many workers hold each element: scatter ones over the partitioned axes only, then broadcast.
+    dtype = x.dtype if weights is None or jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+    sub = sub.astype(dtype)
+    # What each worker adds to an element it holds, and to that element's count: 1 and its value, or w and w * value.
+    held = 1 if weights is None else jnp.asarray(weights, dtype).reshape((-1,) + (1,) * len(axes))
+    if weights is not None:
+        sub = sub * held.reshape((-1,) + (1,) * (sub.ndim - 1))
+    sums = jnp.zeros(x.shape, dtype).at[ix].add(_from_sub_layout(sub, axes), mode="drop")
+    # How many workers hold each element (or their weight): scatter over the partitioned axes only, then broadcast.
     part_ix = tuple(ix[a] for a in axes)
-    counts = jnp.zeros(tuple(x.shape[a] for a in axes), x.dtype).at[part_ix].add(1, mode="drop")
+    counts = jnp.zeros(tuple(x.shape[a] for a in axes), dtype).at[part_ix].add(held, mode="drop")
     counts = counts.reshape([x.shape[i] if i in axes else 1 for i in range(x.ndim)])  # axes are ascending
-    return jnp.where(counts > 0, sums / jnp.maximum(counts, 1), x)
+    if weights is None:
+        return jnp.where(counts > 0, sums / jnp.maximum(counts, 1), x)
+    return jnp.where(counts > 0, _as(sums / jnp.where(counts > 0, counts, 1), x.dtype), x)
+
+
+def _as(v: jax.Array, dtype) -> jax.Array:
+    """``v`` in ``dtype``, rounded to the nearest integer for an integer one (a count)."""
+    return jnp.round(v).astype(dtype) if jnp.issubdtype(dtype, jnp.integer) else v.astype(dtype)
+
+
+def _weighted_workers(sub: jax.Array, weights: jax.Array, like: jax.Array) -> jax.Array:
+    """``sum_w weights[w] * sub[w] / sum(weights)`` over the leading `[W]` axis, in ``like``'s dtype."""
+    w = jnp.asarray(weights, jnp.float32).reshape((-1,) + (1,) * (sub.ndim - 1))
+    return _as(jnp.sum(w * sub.astype(jnp.float32), axis=0) / jnp.sum(w), like.dtype)
 
 
 def extract(params: PyTree, partition: Partition, spec: SubnetSpec) -> PyTree:
@@ -180,7 +203,7 @@ def extract(params: PyTree, partition: Partition, spec: SubnetSpec) -> PyTree:
 
 
 def merge(params: PyTree, sub: PyTree, partition: Partition, spec: SubnetSpec, *,
-          disjoint: Union[bool, Mapping[str, bool]] = True) -> PyTree:
+          disjoint: Union[bool, Mapping[str, bool]] = True, weights: Optional[jax.Array] = None) -> PyTree:
     """Writes trained sub-networks back into the global parameters.
 
     Args:
@@ -190,8 +213,10 @@ def merge(params: PyTree, sub: PyTree, partition: Partition, spec: SubnetSpec, *
       spec: the parameters' spec.
       disjoint: the sampler's `istjax.Sampler.disjoint_groups` (or one flag for every group). Where a leaf's
         groups are not all disjoint, units held by several workers are averaged.
+      weights: `[W]` (> 0), how much each worker counts where several hold an element (shared leaves, overlapping
+        groups): federated clients' example counts (`merge_leaf`); None: every worker alike.
     """
-    return jax.tree.map(lambda s, x, y: merge_leaf(x, y, s, partition, spec.group_sizes, disjoint),
+    return jax.tree.map(lambda s, x, y: merge_leaf(x, y, s, partition, spec.group_sizes, disjoint, weights),
                         spec.leaves, params, sub)
 
 
