@@ -73,7 +73,7 @@ def test_a_fraction_rounds_half_up_and_draws_at_least_one_client():
 
 def test_the_sampler_records_itself_as_json():
     record = client_sampler(SPLIT, fraction=0.5, seed=3).to_record()
-    assert record == {"clients_per_round": 2, "num_clients": 3, "fraction": 0.5, "seed": 3}
+    assert record == {"clients_per_round": 2, "num_clients": 3, "fraction": 0.5, "seed": 3, "slots": 2}
     assert json.loads(json.dumps(record)) == record
     assert client_sampler(SPLIT, clients_per_round=1, seed=0).to_record()["fraction"] is None
     assert "2 of 3 clients" in repr(client_sampler(SPLIT, fraction=0.5, seed=3))
@@ -255,3 +255,64 @@ def test_a_round_too_big_to_hold_is_refused_naming_the_largest_client(monkeypatc
     assert info.value.arg == ("split", "clients_per_round", "epochs")
     monkeypatch.setattr(client_batches, "MAX_ROUND_BYTES", nbytes)
     assert _batches(clients_per_round=2, epochs=2, batch_size=2).local_steps == 6
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pad slots: more worker slots than clients drawn (M clients on P processes that do not divide M)
+def test_pad_slots_follow_the_drawn_clients_with_id_pad_and_weight_0():
+    plain = client_sampler(SPLIT, clients_per_round=2, seed=0)
+    padded = client_sampler(SPLIT, clients_per_round=2, seed=0, slots=4)
+    assert (padded.clients_per_round, padded.slots, plain.slots) == (2, 4, 2)
+    for r in range(8):
+        drawn = plain.ids(r).tolist()
+        assert padded.ids(r).tolist() == drawn + [client_batches.PAD] * 2 == drawn + [-1, -1]
+        sizes = [[2, 4, 6][c] for c in drawn]
+        want = [sizes[0] / sum(sizes), sizes[1] / sum(sizes), 0.0, 0.0]  # the same clients, the same weights
+        np.testing.assert_allclose(padded.weights(r), want, rtol=1e-6)
+        assert np.asarray(padded.weights(r))[2:].tolist() == [0.0, 0.0]
+        np.testing.assert_array_equal(np.asarray(padded.weights(r))[:2], np.asarray(plain.weights(r)))
+    assert jax.jit(padded.ids)(jnp.int32(5)).tolist() == padded.ids(5).tolist()
+    record = padded.to_record()
+    assert record["slots"] == 4 and record["clients_per_round"] == 2 and json.loads(json.dumps(record)) == record
+    assert "2 of 3 clients a round (clients_per_round) in 4 slots" in repr(padded)
+    assert client_sampler(SPLIT, clients_per_round=3, seed=0, slots=3).ids(0).tolist() == [0, 1, 2]
+
+
+def test_a_pad_slot_trains_on_the_first_drawn_clients_examples_at_weight_0():
+    """M = 2 clients in S = 3 slots, E = 2, B = 4 (K = 4): the drawn slots are exactly the unpadded batches; the
+    pad slot holds the round's first drawn client's batches, every weight 0."""
+    sampler = client_sampler(SPLIT, clients_per_round=2, seed=0, slots=3)
+    padded = make_client_batch_fn(DATA, SPLIT, sampler, epochs=2, batch_size=4, seed=1)
+    plain = _batches(clients_per_round=2, epochs=2, batch_size=4, seed=1)
+    assert (padded.num_workers, padded.slots, padded.clients_per_round, padded.local_steps) == (3, 3, 2, 4)
+    assert "slots=3" in repr(padded)
+    for r in (0, 3, 7):
+        b, want = padded(r), plain(r)
+        assert b["x"].shape == (3, 4, 4, 2) and b["weight"].shape == (3, 4, 4)
+        for k in want:
+            np.testing.assert_array_equal(np.asarray(b[k][:2]), np.asarray(want[k]))  # drawn slots unchanged
+            np.testing.assert_array_equal(np.asarray(b[k][2]), np.asarray(want[k][0]) * (k != "weight"))
+        assert np.asarray(b["weight"][2]).sum() == 0.0
+        first = sampler.ids(r).tolist()[0]
+        assert set(np.asarray(b["x"][2, ..., 0]).astype(int).reshape(-1).tolist()) <= set(HELD[first])
+        assert padded.clients(r).tolist() == sampler.ids(r).tolist()
+
+
+def test_a_ranks_rows_of_padded_slots_equal_the_full_rounds_rows():
+    """Two ranks of 2 slots for M = 3 clients: rank 1 holds the third client and the pad."""
+    sampler = client_sampler(SPLIT, clients_per_round=3, seed=0, slots=4)
+    full = make_client_batch_fn(DATA, SPLIT, sampler, epochs=1, batch_size=2, seed=2)
+    own = make_client_batch_fn(DATA, SPLIT, sampler, epochs=1, batch_size=2, seed=2, workers=(2, 4))
+    assert own.clients(1).tolist() == [2, -1]
+    whole, part = full(1), own(1)
+    for k in whole:
+        np.testing.assert_array_equal(np.asarray(part[k]), np.asarray(whole[k][2:4]))
+    assert np.asarray(part["weight"][1]).sum() == 0.0 and np.asarray(part["weight"][0]).sum() == 6.0
+
+
+@pytest.mark.parametrize("slots,words", [(1, r"slots=1 is fewer than the 2 clients.*slots=2 or None"),
+                                         (0, r"slots=0 must be >= 1")])
+def test_fewer_slots_than_clients_are_refused(slots, words):
+    with pytest.raises(ArgError, match=words) as info:
+        client_sampler(SPLIT, clients_per_round=2, seed=0, slots=slots)
+    assert info.value.arg == "slots"

@@ -25,6 +25,10 @@ class FixedClients(NamedTuple):
     def clients_per_round(self):
         return len(self.sizes)
 
+    @property
+    def slots(self):
+        return len(self.sizes)
+
     def weights(self, round_index):
         del round_index
         s = jnp.asarray(self.sizes, jnp.float32)
@@ -173,16 +177,19 @@ def test_fedsgd_refuses_several_local_steps():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n,clients_per_round", [(2, 4), (3, 3)])
+@pytest.mark.parametrize("n,clients_per_round", [(2, 3), (3, 4)])
 def test_mpi_equals_simulate_with_unequal_clients(n, clients_per_round):
     """FedAvg, FedAvgM, FedAdam, FedProx and a bfloat16 exchange on ``mpiexec -n 2`` and ``-n 3``: clients of
-    unequal sizes (padded steps), weighted on the way through the all-reduce, == simulate; bytes == analytic."""
+    unequal sizes (padded steps), weighted on the way through the all-reduce, == simulate; bytes == analytic. The
+    clients fall unevenly over the ranks: 3 in 4 slots on 2 ranks, 4 in 6 slots on 3 (pad slots of weight 0)."""
     from test_mpi import MPIEXEC, _mpiexec
 
     if not MPIEXEC.exists():
         pytest.skip("mpiexec not installed (pip install mpich)")
     out = _mpiexec(n, "federated.py", str(clients_per_round), timeout=400)
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    slots = -(-clients_per_round // n) * n
+    assert f"{clients_per_round} a round in {slots} slots on {n} ranks" in out.stdout and slots > clients_per_round
     for case in ("fedavg", "fedavgm", "fedadam", "fedprox", "fedavg exchange bfloat16"):
         assert f"OK {case}: mpi == simulate" in out.stdout, case
 
@@ -207,3 +214,85 @@ def test_devices_runtime_equals_simulate_with_unequal_clients():
     _close(s_sim.params, s_dev.params, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(float(m_sim["train_loss"]), float(m_dev["train_loss"]), rtol=1e-5)
     assert float(m_sim["train_examples"]) == 4 * (1 + 3 + 2 + 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pad slots: M clients a round in S > M worker slots (what lets M clients run on P processes that do not divide M)
+def _real_clients(slots=None, clients_per_round=3):
+    """Unequal clients of a toy set (a Dirichlet split of 60 examples over 9) and their batch function."""
+    from istjax.data import Dataset
+    from istjax.data.client_batches import client_sampler, make_client_batch_fn
+    from istjax.data.clients import dirichlet
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, D)).astype(np.float32), rng.integers(0, C, size=60).astype(np.int32)
+    data = Dataset(name="toy", train_x=x, train_y=y, test_x=x[:8], test_y=y[:8], num_classes=C)
+    split = dirichlet(y, 9, alpha=0.5, seed=1, min_size=2)
+    sampler = client_sampler(split, clients_per_round=clients_per_round, seed=2, slots=slots)
+    return sampler, make_client_batch_fn(data, split, sampler, epochs=2, batch_size=3, seed=3)
+
+
+def test_a_pad_slot_changes_nothing_fedavg_in_4_slots_equals_3_and_the_reference_loop():
+    """M = 3 clients in S = 4 slots (the 4th a pad: weight 0, every step skipped) == the same clients in S = 3,
+    to float rounding (a mean over 4 slots instead of 3); each round == the reference loop."""
+    task = _task(batch_norm=True)
+    padded, batches4 = _real_clients(slots=4)
+    plain, batches3 = _real_clients()
+    K = batches4.local_steps
+    assert batches3.local_steps == K and padded.slots == 4 and plain.slots == 3
+    options = {"server_momentum": 0.5, "server_learning_rate": 0.8}
+    alg4 = istjax.fedavg(task, optax.sgd(0.2), num_workers=4, local_steps=K, clients=padded, **options)
+    alg3 = istjax.fedavg(task, optax.sgd(0.2), num_workers=3, local_steps=K, clients=plain, **options)
+    s4 = s3 = alg4.init(jax.random.key(5))
+    for r in range(3):
+        b4, b3 = batches4(r), batches3(r)
+        assert padded.ids(r).tolist()[:3] == plain.ids(r).tolist() and float(b4["weight"][3].sum()) == 0.0
+        slow = reference_round(alg4, s4, b4)
+        (s4, m4), (s3, m3) = alg4.round(s4, b4), alg3.round(s3, b3)
+        _close(s4.params, slow.params, rtol=1e-4, atol=1e-5)
+        _close(s4.model_state, slow.model_state, rtol=1e-4, atol=1e-5)
+        _close(s4.params, s3.params, rtol=1e-5, atol=1e-6)
+        _close(s4.model_state, s3.model_state, rtol=1e-5, atol=1e-6)
+        _close(s4.opt_state, s3.opt_state, rtol=1e-5, atol=1e-6)
+        assert float(m4["train_examples"]) == float(m3["train_examples"])  # the pad trained no example
+        np.testing.assert_allclose(float(m4["train_loss"]), float(m3["train_loss"]), rtol=1e-5)
+
+
+def test_num_workers_must_be_the_samplers_slots_and_the_refusal_names_both_fixes():
+    padded, batches = _real_clients(slots=4)
+    with pytest.raises(istjax.ArgError, match=r"num_workers=3, but the sampler draws 3 clients a round in 4 slots.*"
+                                              r"num_workers=4 or client_sampler\(split, \.\.\., slots=3\)") as info:
+        istjax.fedavg(_task(), optax.sgd(0.1), num_workers=3, local_steps=batches.local_steps, clients=padded)
+    assert info.value.arg == "num_workers"
+    plain, _ = _real_clients()
+    with pytest.raises(istjax.ArgError, match=r"num_workers=4, but the sampler draws 3 clients a round: .*"
+                                              r"num_workers=3 or client_sampler\(split, \.\.\., slots=4\)"):
+        istjax.fedavg(_task(), optax.sgd(0.1), num_workers=4, local_steps=batches.local_steps, clients=plain)
+
+
+def test_a_config_on_p_processes_rounds_the_slots_up_to_a_multiple_of_p(monkeypatch):
+    """`istjax train` under ``mpiexec -n P`` (the launch's size, read from its environment) with runtime.name=mpi:
+    S = M rounded up to a multiple of P; on one process, or another runtime, S = M."""
+    from istjax.data import Dataset
+    from istjax.launch.args import parse_train_args
+    from istjax.launch.config.collect import Collector
+    from istjax.launch.config.federated import client_slots, make_clients
+
+    flags = ["istjax", "--config.algorithm.name=fedavg", "--config.clients.num_clients=9", "--config.num_workers=4",
+             "--config.clients.fraction=0.34", "--config.clients.batch_size=5"]  # M = round(0.34 * 9) = 3
+    mpi = parse_train_args([*flags, "--config.runtime.name=mpi"])[0]
+    one = parse_train_args(flags)[0]
+    assert client_slots(mpi, 3) == 3  # not launched by mpiexec: one process
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert [client_slots(mpi, m) for m in (1, 2, 3, 4)] == [2, 2, 4, 4] and client_slots(one, 3) == 3
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    assert [client_slots(mpi, m) for m in (3, 4)] == [3, 6]
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(90, D)).astype(np.float32), rng.integers(0, C, size=90)
+    data = Dataset(name="toy", train_x=x, train_y=y, test_x=x[:8], test_y=y[:8], num_classes=C)
+    collector = Collector(mpi)
+    clients = make_clients(mpi, data, collector)
+    assert collector.problems == []
+    assert (clients.sampler.clients_per_round, clients.sampler.slots, clients.batch_fn.num_workers) == (3, 4, 4)
+    assert clients.to_record()["sampler"]["slots"] == 4

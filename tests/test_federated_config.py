@@ -59,7 +59,7 @@ def test_fedavg_on_dirichlet_clients_trains_and_records_the_split(tmp_path, caps
     split = clients_lib.dirichlet(labels, 20, alpha=0.1, seed=0, min_size=10)
     assert record["split"] == split.to_record()
     assert record["split"]["kind"] == "dirichlet" and sum(record["split"]["sizes"]) == len(labels)
-    assert record["sampler"] == {"clients_per_round": 4, "num_clients": 20, "fraction": 0.2, "seed": 0}
+    assert record["sampler"] == {"clients_per_round": 4, "num_clients": 20, "fraction": 0.2, "seed": 0, "slots": 4}
     # K is the clients' (E * ceil(largest client / B)), not the config's local_steps (10).
     k = math.ceil(int(split.sizes.max()) / 10)
     assert record["local_steps"] == summary["local_steps"] == k != 10

@@ -31,6 +31,10 @@ class FixedClients(NamedTuple):
     def clients_per_round(self):
         return len(self.sizes)
 
+    @property
+    def slots(self):
+        return len(self.sizes)
+
     def weights(self, round_index):
         del round_index
         s = jnp.asarray(self.sizes, jnp.float32)
@@ -200,14 +204,82 @@ def test_fedist_trains_from_the_command_line_on_digits_clients(tmp_path):
 
 @pytest.mark.slow
 def test_mpi_parameter_server_equals_simulate_with_unequal_clients():
-    """fedist (plain server, server momentum, a bfloat16 exchange) on ``mpiexec -n 2``'s parameter server, 4
-    unequal clients a round (2 per rank), == simulate; measured bytes == analytic; the sharded mode refused."""
+    """fedist (plain server, server momentum, a bfloat16 exchange) on ``mpiexec -n 2``'s parameter server, 3
+    unequal clients a round in 4 slots (rank 1: a client and a pad of weight 0), == simulate in the same 4 slots;
+    measured bytes == analytic; the sharded mode refused."""
     from test_mpi import MPIEXEC, _mpiexec
 
     if not MPIEXEC.exists():
         pytest.skip("mpiexec not installed (pip install mpich)")
-    out = _mpiexec(2, "federated_ist.py", "4", timeout=400)
+    out = _mpiexec(2, "federated_ist.py", "3", timeout=400)
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "3 a round in 4 slots on 2 ranks" in out.stdout
     for case in ("fedist", "fedist server momentum", "fedist exchange bfloat16"):
         assert f"OK {case}: mpi parameter_server == simulate" in out.stdout, case
     assert "OK fedist sharded: refused" in out.stdout
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pad slots (a sampler's slots past its M clients, weight 0): in the weighted merge they return nothing
+_PADDED = Partition({"h": jnp.asarray([[0, 1, 2], [1, 2, 3], [3, 4, 0]], jnp.int32)}, {"h": jnp.ones((3, 3), bool)})
+
+
+def test_a_weight_0_worker_returns_nothing_in_the_overlapping_merge():
+    """Worker 2 (weight 0) holds unit 4 alone, unit 3 with worker 1 and unit 0 with worker 0: the merge equals the
+    two others' without it, bit for bit; unit 4, held by it alone, keeps its old value as a unit held by nobody."""
+    params, sub = _tiny(2)
+    pad = jax.tree.map(lambda s: jnp.concatenate([s, 100.0 + s[:1]]), sub)  # the pad's values, far off
+    weights = jnp.asarray([0.25, 0.75, 0.0])
+    got = merge(params, pad, _PADDED, _SPEC, disjoint=False, weights=weights)
+    want = merge(params, sub, _PART, _SPEC, disjoint=False, weights=weights[:2])
+    _close(got, want, rtol=0, atol=0)
+    assert float(got["v"][4]) == float(params["v"][4]) and float(got["m"][4, 4]) == float(params["m"][4, 4])
+    assert float(got["v"][3]) == float(sub["v"][1, 2])  # held by worker 1 and the pad: worker 1's value
+
+
+def test_a_weight_0_worker_returns_nothing_in_the_disjoint_merge():
+    """A disjoint partition: the units dealt to worker 2 (weight 0) keep their old value whatever it sends back."""
+    params, sub = _tiny(3)
+    part = Partition({"h": jnp.asarray([[0, 2], [1, 4], [3, 5]], jnp.int32)},  # worker 2: unit 3 and a padding slot
+                     {"h": jnp.asarray([[True, True], [True, True], [True, False]])})
+    sub = {"v": sub["v"][:, :2], "m": sub["m"][:, :2, :2], "b": sub["b"]}
+    sub3 = jax.tree.map(lambda s: jnp.concatenate([s, 100.0 + s[:1]]), sub)
+    got = merge(params, sub3, part, _SPEC, disjoint=True, weights=jnp.asarray([0.4, 0.6, 0.0]))
+    assert float(got["v"][3]) == float(params["v"][3]) and float(got["m"][3, 3]) == float(params["m"][3, 3])
+    assert [float(got["v"][i]) for i in (0, 2, 1, 4)] == [float(sub3["v"][w, k]) for w in (0, 1) for k in (0, 1)]
+    np.testing.assert_allclose(np.asarray(got["b"]), 0.4 * np.asarray(sub["b"][0]) + 0.6 * np.asarray(sub["b"][1]),
+                               rtol=1e-6)
+    # Without weights every holder returns its value: the pad's unit 3 would be written.
+    assert float(merge(params, sub3, part, _SPEC, disjoint=True)["v"][3]) == float(sub3["v"][2, 0])
+
+
+@pytest.mark.parametrize("options", [{}, {"exchange_dtype": "bfloat16", "exchange_values": "params"}])
+def test_fedist_in_4_slots_for_3_clients_equals_the_reference_loop_and_the_pad_keeps_its_units(options):
+    """M = 3 unequal clients in S = 4 slots (the 4th a pad): every round == the reference loop (where a holder of
+    weight 0 adds nothing); with the plain server the units dealt to the pad keep their global value, bit for bit.
+    (Not equal to fedist in 3 slots: IST deals the units over the 4 slots, so the pad's quarter trains nothing.)"""
+    from test_federated import _real_clients
+
+    from istjax.core.state import round_keys
+
+    task = _task(batch_norm=True)
+    clients, batches = _real_clients(slots=4)
+    K = batches.local_steps
+    alg = istjax.fedist(task, optax.sgd(0.2, momentum=0.5), num_workers=4, local_steps=K, clients=clients, **options)
+    state = alg.init(jax.random.key(0))
+    for r in range(2):
+        b = batches(r)
+        assert clients.ids(r).tolist()[3] == -1 and float(clients.weights(r)[3]) == 0.0
+        fast = alg.round(state, b)[0]
+        slow = reference_round(alg, state, b)
+        _close(fast.params, slow.params, rtol=1e-4, atol=1e-5)
+        _close(fast.model_state, slow.model_state, rtol=1e-4, atol=1e-5)
+        part = alg.sampler.sample(round_keys(state.key)[1], task.spec.group_sizes, 4)
+        pad = np.asarray(part.indices["hidden_0"])[3]  # the pad slot's units (uniform: 2 of the 8)
+        before, after = state.params["dense_0"]["kernel"], fast.params["dense_0"]["kernel"]
+        np.testing.assert_array_equal(np.asarray(after)[:, pad], np.asarray(before)[:, pad])
+        np.testing.assert_array_equal(np.asarray(fast.params["dense_out"]["kernel"])[pad],
+                                      np.asarray(state.params["dense_out"]["kernel"])[pad])
+        others = np.setdiff1d(np.arange(8), pad)
+        assert not np.array_equal(np.asarray(after)[:, others], np.asarray(before)[:, others])  # the clients' moved
+        state = fast

@@ -5,8 +5,10 @@ clients* (client slots, `istjax.data.client_batches.ClientSampler`): each starts
 client optimizer, runs its own data's local steps (``batches`` `[W, K, B, ...]` from
 `istjax.data.client_batches.make_client_batch_fn`: a client's ``E * ceil(n_c / B)`` steps, then zero-weight steps,
 which change nothing, up to the run's K), and sends its model back. The server takes the mean of the clients' models
-weighted by their example counts (McMahan et al. 2017, eq. 1; ``plan.weights``), and applies the *pseudo-gradient*
-``global - weighted mean`` through a server optimizer (`server_optimizer_of`; Reddi et al. 2021, "Adaptive Federated Optimization"):
+weighted by their example counts (McMahan et al. 2017, eq. 1; ``plan.weights``; a sampler's *pad slots*, those
+past its M clients when W was rounded up to fit the processes, weigh 0 and train nothing, so they change nothing),
+and applies the *pseudo-gradient* ``global - weighted mean`` through a server optimizer (`server_optimizer_of`;
+Reddi et al. 2021, "Adaptive Federated Optimization"):
 
 * ``server_optimizer="sgd"``, ``server_learning_rate=1``, ``server_momentum=0``: the new model is the weighted mean
   (FedAvg, McMahan et al. 2017);
@@ -43,7 +45,7 @@ from istjax.algorithms.ist import ist_algorithm
 from istjax.algorithms.replicated import outer_step, replicas_mean, replicas_of
 from istjax.core import precision
 from istjax.core.comm import Exchange, replicated_bytes
-from istjax.core.errors import ArgError
+from istjax.core.errors import ArgError, Code
 from istjax.core.state import WORKERS, RoundPlan, WorkerState, round_keys, worker_init
 from istjax.core.task import Task
 
@@ -98,16 +100,27 @@ def prox_loss(loss, mu: float, anchor: Any):
 
 
 def _check_clients(clients: Any, num_workers: int) -> None:
-    per_round = getattr(clients, "clients_per_round", None)
-    if per_round is None or not callable(getattr(clients, "weights", None)):
+    """``num_workers`` must be the sampler's client slots S (its M clients drawn a round, then its pads)."""
+    per_round, slots = getattr(clients, "clients_per_round", None), getattr(clients, "slots", None)
+    if per_round is None or slots is None or not callable(getattr(clients, "weights", None)):
         raise ArgError("clients", clients, f"clients={clients!r}: need the run's client sampler;",
                        "build it with istjax.data.client_sampler(split, fraction=..., seed=...).")
-    if per_round != num_workers:
-        fits = [{"num_workers": per_round}]
-        if getattr(clients, "fraction", None) is not None:  # or the fraction that draws num_workers clients
-            fits.append({"fraction": round(num_workers / clients.num_clients, 6)})
+    if slots != num_workers:
+        # Or the sampler refitted: num_workers clients a round (a config: the fraction that draws them), or, with
+        # num_workers slots to spare, the same clients in num_workers slots (a config derives its slots).
+        fits: list = [{"num_workers": slots}]
+        refit = ({"fraction": round(num_workers / clients.num_clients, 6)}
+                 if getattr(clients, "fraction", None) is not None else {"clients_per_round": num_workers})
+        padded = f"client_sampler(split, ..., slots={num_workers})"
+        if num_workers < per_round:
+            fits.append(refit)
+        elif num_workers > per_round:
+            fits.append(Code(padded, refit))
+        else:
+            fits = [Code(f"num_workers={slots} or {padded}", {"num_workers": slots})]
+        pads = f" in {slots} slots" if slots != per_round else ""
         raise ArgError("num_workers", num_workers, f"num_workers={num_workers}, but the sampler draws "
-                       f"{per_round} clients a round: a worker here is a sampled client's slot;", use=fits)
+                       f"{per_round} clients a round{pads}: a worker here is a client's slot;", use=fits)
 
 
 def _check_prox(mu: Any) -> None:
@@ -121,10 +134,10 @@ def fedavg(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
            prox_mu: float = 0.0, recompute_batches: int = 1, model_state: str = "carry",
            exchange_dtype: str = "float32", exchange_values: str = "delta", backend: Union[str, Any] = "simulate",
            name: str = "fedavg", **backend_options: Any) -> Algorithm:
-    """Federated averaging over ``clients`` (module docstring): ``num_workers`` is the clients sampled a round
-    (``clients.clients_per_round``), ``local_steps`` the batches' K; the client ``optimizer`` starts fresh every
-    round; the server applies ``server_optimizer`` at ``server_learning_rate`` (``server_momentum`` for
-    ``"sgd"``) to the pseudo-gradient; ``prox_mu`` is FedProx's mu."""
+    """Federated averaging over ``clients`` (module docstring): ``num_workers`` is the sampler's client slots
+    (``clients.slots``: its clients drawn a round, then any pads), ``local_steps`` the batches' K; the client
+    ``optimizer`` starts fresh every round; the server applies ``server_optimizer`` at ``server_learning_rate``
+    (``server_momentum`` for ``"sgd"``) to the pseudo-gradient; ``prox_mu`` is FedProx's mu."""
     check_common(task, num_workers, local_steps, "reset", model_state, recompute_batches)
     _check_clients(clients, num_workers)
     _check_prox(prox_mu)
@@ -182,13 +195,15 @@ def fedist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
            recompute_batches: int = 1, exchange_dtype: str = "float32", exchange_values: str = "delta",
            backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """IST on sampled clients: `istjax.ist` whose W workers are the round's sampled clients (``num_workers`` =
-    ``clients.clients_per_round``). Each round IST's partition of every neuron group (``sampler``, default
-    `istjax.uniform`) is drawn over the W client slots; each client trains its sub-network on its own batches from a
-    fresh client ``optimizer`` state (padded steps change nothing); the server merges the sub-networks, an element
-    held by one client taking its value and one held by several (shared leaves: biases of the output layer,
-    LayerNorms; overlapping samplers) their mean weighted by example counts (`istjax.core.subnet.merge_leaf`), and
-    steps the global model along the pseudo-gradient ``global - merged`` with the server optimizer as `fedavg` does
-    (``"sgd"`` at learning rate 1 without momentum: none, the merged model is the new one, bit for bit).
+    ``clients.slots``: the clients drawn a round, then any pads; a pad slot weighs 0, so the units it is dealt keep
+    their global value, as units no worker holds do). Each round IST's partition of every neuron group
+    (``sampler``, default `istjax.uniform`) is drawn over the W client slots; each client trains its sub-network
+    on its own batches from a fresh client ``optimizer`` state (padded steps change nothing); the server merges the
+    sub-networks, an element held by one client taking its value and one held by several (shared leaves: biases of
+    the output layer, LayerNorms; overlapping samplers) their mean weighted by example counts
+    (`istjax.core.subnet.merge_leaf`), and steps the global model along the pseudo-gradient ``global - merged``
+    with the server optimizer as `fedavg` does (``"sgd"`` at learning rate 1 without momentum: none, the merged
+    model is the new one, bit for bit).
 
     The bytes a client moves a round are IST's (its sub-network, 1/W to 1/W^2 of each partitioned leaf). Runs on
     simulate, devices and the MPI parameter server; not sharded (the owners' merge does not weigh)."""

@@ -10,7 +10,9 @@ scattered in place (no averaging: no two workers share them); where a strategy o
 mean of the workers that hold it. Elements no worker holds keep their old value. Shared leaves become the mean over
 workers. ``merge(params, extract(params, p, spec), p, spec) == params`` for every partition (a property test).
 With per-worker ``weights`` (federated clients' example counts) both means are weighted: an element becomes
-``sum(w * value) / sum(w)`` over the workers that hold it (the plain mean for equal weights, to float rounding).
+``sum(w * value) / sum(w)`` over the workers that hold it (the plain mean for equal weights, to float rounding). A
+worker of weight 0 (a federated pad slot) returns nothing: an element only such workers hold keeps its old value,
+as one no worker holds does, whether its group is dealt disjointly or with overlap.
 
 Both are single XLA gathers per leaf, vectorised over workers (merge of an overlapping partition is a scatter-add);
 padding slots (index == group size) are filled with zeros by extract and dropped by merge.
@@ -128,8 +130,10 @@ def _owners(partition: Partition, a: GroupAxis, group_sizes) -> tuple[jax.Array,
     return owner, jnp.zeros((length,), jnp.int32).at[at].set(slot, mode="drop")
 
 
-def _merge_disjoint(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes) -> jax.Array:
-    """`merge_leaf` for a disjoint partition, as a gather: ``x[i...] = sub[owner, slot...]`` where a worker holds it."""
+def _merge_disjoint(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes,
+                    weights: Optional[jax.Array] = None) -> jax.Array:
+    """`merge_leaf` for a disjoint partition, as a gather: ``x[i...] = sub[owner, slot...]`` where a worker holds it
+    (and, with ``weights``, weighs more than 0)."""
     num_workers = sub.shape[0]
     r = jnp.ndim(x)
 
@@ -146,7 +150,10 @@ def _merge_disjoint(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Par
         # An element is held iff every partitioned axis assigns it to the same worker.
         worker, held = (owner, owner < num_workers) if worker is None else (worker, held & (owner == worker))
         ix.append(slot)
-    vals = sub.astype(x.dtype).at[(jnp.minimum(worker, num_workers - 1),) + tuple(ix)].get(mode="promise_in_bounds")
+    worker = jnp.minimum(worker, num_workers - 1)
+    if weights is not None:  # a worker of weight 0 returns nothing: its units keep their value
+        held = held & (jnp.asarray(weights)[worker] > 0)
+    vals = sub.astype(x.dtype).at[(worker,) + tuple(ix)].get(mode="promise_in_bounds")
     return jnp.where(held, vals, x)
 
 
@@ -159,14 +166,14 @@ def leaf_disjoint(leaf: LeafSpec, disjoint: Union[bool, Mapping[str, bool]]) -> 
 
 def merge_leaf(x: jax.Array, sub: jax.Array, leaf: LeafSpec, partition: Partition, group_sizes,
                disjoint: Union[bool, Mapping[str, bool]], weights: Optional[jax.Array] = None) -> jax.Array:
-    """Writes `sub: [W, ...narrow]` back into `x: [...]` (see the module docstring). With ``weights`` (`[W]`, > 0:
+    """Writes `sub: [W, ...narrow]` back into `x: [...]` (see the module docstring). With ``weights`` (`[W]`, >= 0:
     federated clients' example counts, `istjax.core.state.RoundPlan.weights`) an element several workers hold
     becomes ``sum(w * sub) / sum(w)`` over its holders instead of their plain mean; one held by a single worker
-    still takes that worker's value."""
+    still takes that worker's value; one whose holders all weigh 0 (pad slots) keeps its value in ``x``."""
     if leaf.shared:
         return worker_mean(sub, like=x) if weights is None else _weighted_workers(sub, weights, x)
     if leaf_disjoint(leaf, disjoint):
-        return _merge_disjoint(x, sub, leaf, partition, group_sizes)
+        return _merge_disjoint(x, sub, leaf, partition, group_sizes, weights)
     ix, axes = _index_tuple(leaf, partition, group_sizes, jnp.ndim(x))
     dtype = x.dtype if weights is None or jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
     sub = sub.astype(dtype)
@@ -213,8 +220,9 @@ def merge(params: PyTree, sub: PyTree, partition: Partition, spec: SubnetSpec, *
       spec: the parameters' spec.
       disjoint: the sampler's `istjax.Sampler.disjoint_groups` (or one flag for every group). Where a leaf's
         groups are not all disjoint, units held by several workers are averaged.
-      weights: `[W]` (> 0), how much each worker counts where several hold an element (shared leaves, overlapping
-        groups): federated clients' example counts (`merge_leaf`); None: every worker alike.
+      weights: `[W]` (>= 0), how much each worker counts where several hold an element (shared leaves, overlapping
+        groups): federated clients' example counts (`merge_leaf`); a worker of weight 0 (a pad slot) returns
+        nothing. None: every worker alike.
     """
     return jax.tree.map(lambda s, x, y: merge_leaf(x, y, s, partition, spec.group_sizes, disjoint, weights),
                         spec.leaves, params, sub)

@@ -47,8 +47,10 @@ def clients_text(clients: dict[str, Any]) -> str:
     used)``, from a clients record (`istjax.launch.config.federated.Clients.to_record`)."""
     sampler = clients["sampler"]
     given = f"fraction {sampler['fraction']:g}" if sampler.get("fraction") is not None else "num_workers"
+    slots = sampler.get("slots", sampler["clients_per_round"])
+    pads = f" in {slots} slots" if slots != sampler["clients_per_round"] else ""
     return (f"clients: {clients['describe']}; {sampler['clients_per_round']} of {sampler['num_clients']} a round "
-            f"({given}), {clients['epochs']} epoch(s) at B={clients['batch_size']} (largest client "
+            f"({given}){pads}, {clients['epochs']} epoch(s) at B={clients['batch_size']} (largest client "
             f"{clients['max_client_size']}): K={clients['local_steps']} local steps (the config's local_steps is not "
             f"used)")
 

@@ -7,13 +7,15 @@ In order, each under the `Collector` with the fields behind its arguments, so a 
    ``seed``; or ``natural``: the data set's own clients, `istjax.data.natural_clients.natural_split`, their number
    the data's, so ``clients.num_clients`` is not read);
 2. the sampler (`istjax.data.client_batches.client_sampler`): ``clients.fraction`` of the clients a round, or, at
-   0, ``num_workers`` of them;
+   0, ``num_workers`` of them; in S slots (`client_slots`): M, or on a runtime of P processes (``runtime.name=mpi``
+   under ``mpiexec -n P``) M rounded up to a multiple of P, the slots past the M clients padding that trains
+   nothing (so 3 clients a round run on 2 processes in 4 slots);
 3. the clients' batch function (`istjax.data.client_batches.make_client_batch_fn`) for every slot: its K, ``epochs
    * ceil(largest client / B)``, is the algorithm's ``local_steps`` (the config's is not used).
 
 The algorithm is then built with ``clients=`` the sampler and ``local_steps=`` K; the run's batch function is the
 one of step 3, rebuilt for this process's slots when `istjax.launch.config.own_rows` says so (`client_batches`).
-That ``num_workers`` equals the clients drawn a round is the algorithm's own check (`istjax.algorithms.federated`).
+That ``num_workers`` equals the slots S is the algorithm's own check (`istjax.algorithms.federated`).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from istjax.data.clients import ClientSplit
 from istjax.data.natural_clients import natural_split
 from istjax.launch.config.collect import FAILED, Collector
 
-__all__ = ["SPLITS", "Clients", "is_federated", "client_batch_size", "clients_text", "local_steps_text",
-           "make_clients", "client_batches"]
+__all__ = ["SPLITS", "Clients", "is_federated", "client_batch_size", "client_slots", "clients_text",
+           "local_steps_text", "make_clients", "client_batches"]
 
 #: The splits ``clients.split`` names, each with the ``clients`` fields it reads besides ``num_clients``.
 SPLITS = {"iid": (), "dirichlet": ("alpha", "min_size"), "shards": ("shards_per_client",), "natural": ()}
@@ -108,6 +110,28 @@ def _split(config: ml_collections.ConfigDict, dataset) -> ClientSplit:
                                       **options)
 
 
+def client_slots(config: ml_collections.ConfigDict, clients_per_round: int) -> int:
+    """S, the slots of ``clients_per_round`` clients a round: that many on one process; on a runtime of P processes
+    (``runtime.name=mpi``, P from the launch, `istjax.core.process.process_count`), rounded up to a multiple of P,
+    so that every process runs as many slots (``num_workers`` must then be S)."""
+    import istjax.runtimes as runtimes
+    from istjax.core.process import process_count
+
+    multi = config.runtime.name in runtimes.names() and runtimes.get(config.runtime.name).multi_process
+    p = process_count() if multi else 1
+    return -(-clients_per_round // p) * p
+
+
+def _sampler(config: ml_collections.ConfigDict, split: ClientSplit) -> ClientSampler:
+    """The clients a round (``clients.fraction`` of them, or ``num_workers``) in `client_slots` slots."""
+    per_round = ({"fraction": float(config.clients.fraction)} if config.clients.fraction
+                 else {"clients_per_round": int(config.num_workers)})
+    sampler = client_sampler(split, seed=int(config.seed), **per_round)
+    slots = client_slots(config, sampler.clients_per_round)
+    return sampler if slots == sampler.slots else client_sampler(split, seed=int(config.seed), slots=slots,
+                                                                 **per_round)
+
+
 def _batch_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
     return {"batch_size": "clients.batch_size", "epochs": "clients.epochs", "seed": "seed", "split": "clients.split",
             "clients_per_round": _per_round_field(config), "dataset": "data.name", "workers": "num_workers"}
@@ -122,9 +146,7 @@ def _batch_fn(config, dataset, split: ClientSplit, sampler: ClientSampler,
 def make_clients(config: ml_collections.ConfigDict, dataset, c: Collector):
     """Steps 1 to 3 (module docstring): the run's `Clients`, or `FAILED` with the refusal recorded in ``c``."""
     split = c.step(lambda: _split(config, dataset), _SPLIT_FIELDS, clients_text(config), inputs=(dataset,))
-    per_round = ({"fraction": float(config.clients.fraction)} if config.clients.fraction
-                 else {"clients_per_round": int(config.num_workers)})
-    sampler = c.step(lambda: client_sampler(split, seed=int(config.seed), **per_round),
+    sampler = c.step(lambda: _sampler(config, split),
                      {"fraction": "clients.fraction", "clients_per_round": _per_round_field(config),
                       "split": "clients.min_size" if config.clients.split == "dirichlet" else "clients.split",
                       "seed": "seed"}, clients_text(config), inputs=(split,))

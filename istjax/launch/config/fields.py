@@ -105,7 +105,7 @@ def _clients_section(c: ml_collections.ConfigDict) -> None:
     registry entry takes ``clients`` (fedavg, fedsgd, fedist): the training set split into clients, the clients drawn a
     round and their local work. Every worker is then a sampled client's slot, and K is derived, not ``local_steps``."""
     c.clients = ml_collections.ConfigDict()
-    # Read by the federated algorithms only (fedavg, fedsgd, fedist: num_workers is the clients drawn a round, each
+    # Read by the federated algorithms only (fedavg, fedsgd, fedist: num_workers is the client slots of a round, each
     # worker a sampled client's slot); another algorithm refuses a field set here.
     # How the training set is split (seeded by `seed`): "iid" (a shuffled equal split) | "dirichlet" (label skew:
     # each class over the clients in Dir(alpha) proportions) | "shards" (McMahan et al.'s: sorted by label, cut into
@@ -116,8 +116,9 @@ def _clients_section(c: ml_collections.ConfigDict) -> None:
     c.clients.alpha = 0.5  # split="dirichlet": the concentration, > 0 (0.1: strong skew; large: nearly IID)
     c.clients.min_size = 10  # split="dirichlet": the fewest examples a client may hold (the draw is repeated)
     c.clients.shards_per_client = 2  # split="shards": shards per client (their count must divide the examples)
-    # C, the fraction of the clients drawn each round: max(1, round(C * num_clients)) must equal num_workers; 0.0:
-    # num_workers clients a round.
+    # C, the fraction of the clients drawn each round, M = max(1, round(C * num_clients)); 0.0: M = num_workers.
+    # num_workers must be the round's slots: M on one process; under mpiexec -n P (runtime.name=mpi), M rounded up
+    # to a multiple of P, the slots past the M clients padding that trains nothing (M = 3 on P = 2: num_workers=4).
     c.clients.fraction = 0.0
     c.clients.epochs = 1  # E, passes over its own data a sampled client makes each round
     # B, each client step's examples: 0 (the run's batch_size), a number (--config.clients.batch_size=10) or "all"
@@ -188,7 +189,7 @@ def _runtime_section(c: ml_collections.ConfigDict) -> None:
 
 def _training_fields(c: ml_collections.ConfigDict) -> None:
     """`default_config`'s fields for how the model is trained: W, K, B, the optimizer and its schedule."""
-    c.num_workers = 4  # W (a federated algorithm: the clients drawn a round, each worker a client's slot)
+    c.num_workers = 4  # W (a federated algorithm: the client slots of a round, clients.fraction's comment)
     # K, optimizer steps per round (every algorithm consumes [W, K, B] examples per round); a federated algorithm's
     # K is derived from its clients (clients.epochs, clients.batch_size) and this field is not used.
     c.local_steps = 10
