@@ -256,6 +256,9 @@ def test_a_pad_slot_changes_nothing_fedavg_in_4_slots_equals_3_and_the_reference
         _close(s4.opt_state, s3.opt_state, rtol=1e-5, atol=1e-6)
         assert float(m4["train_examples"]) == float(m3["train_examples"])  # the pad trained no example
         np.testing.assert_allclose(float(m4["train_loss"]), float(m3["train_loss"]), rtol=1e-5)
+        assert float(m4["split_workers"]) == float(m3["split_workers"]) == 3  # the loss split counts no pad
+        for k in ("worker_train_loss", "merged_train_loss", "merge_cost"):
+            np.testing.assert_allclose(float(m4[k]), float(m3[k]), rtol=1e-4, atol=1e-6, err_msg=k)
 
 
 def test_num_workers_must_be_the_samplers_slots_and_the_refusal_names_both_fixes():

@@ -64,7 +64,7 @@ from istjax.core.state import OPTIMIZER_STATE_POLICIES as OPTIMIZER_STATE_POLICI
 from istjax.core.state import (WORKERS, ModelStatePolicy, OptimizerStatePolicy, RoundPlan, TrainState, WorkerState,
                                last_steps, recompute_batches)
 from istjax.core.task import MIN_BATCH_STATISTICS_SPLIT, Task
-from istjax.core.weights import example_weights
+from istjax.core.weights import example_weights, weighted_mean
 
 __all__ = [
     "Algorithm",
@@ -314,6 +314,10 @@ def loss_split(task: Task, worker_loss: Callable) -> Callable[..., dict]:
         (0 for one worker, whose model the merged one is: exactly where both losses are one function, to float
         rounding where the worker runs a sub-network's module).
 
+    With example weights (federated clients), the means are over the workers whose last batch holds examples (a pad
+    slot holds none), and ``split_workers`` counts them (what a runtime that combines several processes' splits
+    weighs each by).
+
     The workers run one after another (`jax.lax.map`), as the evaluation of W small batches does not gain from
     being vectorised on a CPU and holds one worker's activations at a time."""
     merged_loss = task.train_loss(None)
@@ -331,9 +335,16 @@ def loss_split(task: Task, worker_loss: Callable) -> Callable[..., dict]:
             return own, merged, tested
 
         own, merged, tested = jax.lax.map(one, (workers, last))
-        out = {"worker_train_loss": jnp.mean(own), "merged_train_loss": jnp.mean(merged),
-               "merge_cost": jnp.mean(merged) - jnp.mean(own)}
-        return {**out, "merged_test_loss": jnp.mean(tested)} if test else out
+        weights = example_weights(last)  # a worker whose last batch holds no example (a pad slot) counts nothing
+        if weights is None:
+            out = {"worker_train_loss": jnp.mean(own), "merged_train_loss": jnp.mean(merged),
+                   "merge_cost": jnp.mean(merged) - jnp.mean(own)}
+            return {**out, "merged_test_loss": jnp.mean(tested)} if test else out
+        counted = jnp.any(jnp.asarray(weights) != 0, axis=tuple(range(1, jnp.ndim(weights)))).astype(jnp.float32)
+        mean = lambda v: weighted_mean(v, counted, axis=0)  # noqa: E731
+        out = {"worker_train_loss": mean(own), "merged_train_loss": mean(merged),
+               "merge_cost": mean(merged) - mean(own), "split_workers": jnp.sum(counted)}
+        return {**out, "merged_test_loss": mean(tested)} if test else out
 
     return split
 

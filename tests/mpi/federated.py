@@ -84,9 +84,14 @@ for label, options in CASES.items():
     bf16 = "exchange_dtype" in options
     for r in range(ROUNDS):
         state, metrics = rt.round(state, batch_fn(r))
-        ref, _ = simulate.round(ref, batch_fn(r))
+        ref, ref_metrics = simulate.round(ref, batch_fn(r))
         if r in (0, ROUNDS - 1):
             check(rt, state, ref, TOL_BF16 if bf16 else TOL_FIRST if r == 0 else TOL, f"{label}, round {r}")
+        if r == 0 and not bf16:  # the loss split over the counted clients (a pad slot counts none), every rank's
+            assert float(metrics["split_workers"]) == float(ref_metrics["split_workers"]) == CLIENTS_PER_ROUND
+            for k in ("worker_train_loss", "merged_train_loss", "merge_cost"):
+                np.testing.assert_allclose(float(metrics[k]), float(ref_metrics[k]), rtol=1e-4, atol=1e-6,
+                                           err_msg=f"{label} {k}")
     analytic = rt.algorithm.comm
     gathers = bf16  # 16 bits all-gathered: each rank receives N pieces
     assert metrics["measured_bytes_sent"] == analytic.sent, (label, metrics, analytic)

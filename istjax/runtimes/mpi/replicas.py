@@ -13,7 +13,6 @@ from typing import Any
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
-import numpy as np
 
 from istjax.core import precision
 from istjax.core.comm import Exchange, tree_bytes
@@ -139,9 +138,7 @@ def install(rt: MPIRuntime) -> None:
         out = rounds.finish(rt, traffic, metrics, comm)
         if split is not None:  # this rank's workers on their own batches, averaged over the ranks
             mine = split(state, trained, rounds.own_last(batches, rt), shared)
-            keys = sorted(mine)
-            total = comm.allreduce(np.array([float(mine[k]) for k in keys]))
-            out.update({k: np.asarray(v / n) for k, v in zip(keys, total)})
+            out.update(rounds.combine_splits(mine, comm))
         spares.keep(lanes=trained, sums=sums)
         return state, out
 

@@ -103,6 +103,18 @@ def split_fn(rt: MPIRuntime, as_workers: Callable) -> Optional[Callable]:
     return jax.jit(lambda state, workers, last, shared: alg.split(state, as_workers(workers), last, shared))
 
 
+def combine_splits(mine: dict, comm) -> dict:
+    """Every rank's loss split (`istjax.algorithms.base.loss_split`, of its own workers) as one, collective: the mean
+    over the ranks, or, where the splits count their workers (``split_workers``: pad slots count none), the mean
+    weighted by those counts, which is the mean over every counted worker."""
+    keys = sorted(mine)
+    count = float(mine.get("split_workers", 1.0))
+    total = comm.allreduce(np.array([float(mine[k]) * (1.0 if k == "split_workers" else count) for k in keys]
+                                    + [count]))
+    out = {k: np.asarray(v if k == "split_workers" else v / max(total[-1], 1.0)) for k, v in zip(keys, total[:-1])}
+    return out
+
+
 def last_batches(full, mine, rt):
     """Every worker's last batch of the round, `[W, 1, B, ...]` (`istjax.core.state.last_steps`): sliced from
     ``full`` when this rank was given all W workers' batches, else this rank's rows all-gathered (collective;
