@@ -170,38 +170,56 @@ def samples(out: pathlib.Path, workdir: pathlib.Path, seed: int = 0) -> dict[str
     return texts
 
 
-def plot(out: pathlib.Path = OUT, figure: pathlib.Path = FIGURE) -> pathlib.Path:
-    """Validation loss against samples, one panel per W, each cell's mean curve over its seeds."""
+def plot(out: pathlib.Path = OUT, figure: pathlib.Path = FIGURE, against_bytes: bool = False) -> pathlib.Path:
+    """Validation loss against samples, one panel per W, each cell's mean curve over its seeds; with
+    ``against_bytes`` a second row of panels against the bytes a worker has moved (received and sent, log scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     doc = json.loads(out.read_text())
     workers = sorted({r["num_workers"] for r in doc["rows"]})
     if not workers:
         return figure
-    fig, axes = plt.subplots(1, len(workers), figsize=(5.2 * len(workers), 3.8), squeeze=False, sharey=True)
-    for ax, w in zip(axes[0], workers):
+    rows = 2 if against_bytes else 1
+    fig, axes = plt.subplots(rows, len(workers), figsize=(5.2 * len(workers), 3.8 * rows), squeeze=False,
+                             sharey=True)
+    for col, w in enumerate(workers):
         for row in (r for r in doc["rows"] if r["num_workers"] == w):
-            curves = [r["curve"] for r in doc["runs"] if r["label"] == row["label"]]
-            if not curves:
-                continue
-            n = min(len(c) for c in curves)
-            x = [c["samples_seen"] * 64 / 1e6 for c in curves[0][:n]]
-            y = np.mean([[c["test_loss"] for c in cv[:n]] for cv in curves], axis=0)
-            ax.plot(x, y, marker="o", markersize=3, label=row["label"].rsplit("_w", 1)[0].replace("_", " "))
-        ax.set_title(f"W = {w}")
-        ax.set_xlabel("characters trained (millions)")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("validation loss (nats per character)")
+            _plot_cell(axes[:, col], doc, row)
+        axes[0][col].set_title(f"W = {w}")
+        axes[0][col].set_xlabel("characters trained (millions)")
+        if against_bytes:
+            axes[1][col].set_xscale("log")
+            axes[1][col].set_xlabel("bytes a worker has moved (received + sent)")
+        for ax in axes[:, col]:
+            ax.grid(alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("validation loss (nats per character)")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(figure, dpi=110)
     plt.close(fig)
     return figure
+
+
+def _plot_cell(axes, doc: dict, row: dict) -> None:
+    """One cell's mean curve over its seeds: against characters on ``axes[0]``, against bytes on ``axes[1]`` when
+    there is one."""
+    import numpy as np
+
+    curves = [r["curve"] for r in doc["runs"] if r["label"] == row["label"]]
+    if not curves:
+        return
+    n = min(len(c) for c in curves)
+    y = np.mean([[c["test_loss"] for c in cv[:n]] for cv in curves], axis=0)
+    label = row["label"].rsplit("_w", 1)[0].replace("_", " ")
+    axes[0].plot([c["samples_seen"] * 64 / 1e6 for c in curves[0][:n]], y, marker="o", markersize=3, label=label)
+    if len(axes) > 1:
+        per_round = 2 * row["bytes_per_worker_per_round"]
+        axes[1].plot([c["round"] * per_round for c in curves[0][:n]], y, marker="o", markersize=3, label=label)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -93,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", type=pathlib.Path, default=OUT)
     args = p.parse_args(argv)
     if args.plot:
-        print(text.plot(args.out, FIGURE))
+        print(text.plot(args.out, FIGURE, against_bytes=True))
         return 0
     workdir = args.workdir or REPO / "runs" / "text_tuned"
     workers = [int(w) for w in args.workers.split(",") if w]
@@ -105,9 +105,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     outcome = run_study("text_tuned", tuned_cells(arms(args.samples, workers), record), args.seeds, workdir,
                         out=args.out, command=command.strip(), root=REPO, only=[s for s in args.only.split(",") if s],
                         record=text.record, cache=cache, jobs=args.jobs, sections={"tuning": record},
-                        after_run=lambda run, error: (text.finish(args.out), text.plot(args.out, FIGURE)))
+                        after_run=lambda run, error: (text.finish(args.out), text.plot(args.out, FIGURE, against_bytes=True)))
     text.finish(args.out)
-    text.plot(args.out, FIGURE)
+    text.plot(args.out, FIGURE, against_bytes=True)
     return 1 if outcome.failed else 0
 
 
