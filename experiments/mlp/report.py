@@ -74,7 +74,8 @@ def _headline_digits(d):
 
 
 @headline_row("generalisation on the synthesised keywords (35 words, test voices unseen in training), 2-layer speech "
-              "MLP, W = 2, 204,800 samples: IST / data parallel (`python -m experiments.mlp.studies keywords`)",
+              "MLP, W = 2, 204,800 samples, each arm's rate tuned on held-out training clips: IST / data parallel "
+              "(`python -m experiments.mlp.studies keywords --tune`)",
               "`docs/network.md`", KEYWORDS_GEN)
 def _headline_keywords_generalisation(d):
     gap = _keywords_gap(d)
