@@ -3,7 +3,6 @@ by hand and against today's count-average; every round equal to the plain refere
 plain SGD of the whole network; IST's bytes; the command line; the MPI parameter server."""
 
 import json
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,27 +17,9 @@ from istjax.core.spec import GroupAxis, LeafSpec, SubnetSpec
 from istjax.core.subnet import merge
 from istjax.launch import cli
 from istjax.models import MLP
+from test_federated import FixedClients  # the same fixed-clients sampler
 
 D, C = 6, 3
-
-
-class FixedClients(NamedTuple):
-    """A client sampler whose every round draws the same clients with these example counts."""
-
-    sizes: tuple
-
-    @property
-    def clients_per_round(self):
-        return len(self.sizes)
-
-    @property
-    def slots(self):
-        return len(self.sizes)
-
-    def weights(self, round_index):
-        del round_index
-        s = jnp.asarray(self.sizes, jnp.float32)
-        return s / jnp.sum(s)
 
 
 def _task(batch_norm=False, hidden=(8,)):
