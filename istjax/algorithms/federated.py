@@ -39,8 +39,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.algorithms.base import (Algorithm, bind, check_common, finish_round, init_state, local_train, loss_split,
-                                    recompute_from, with_outer)
+from istjax.algorithms.base import (Algorithm, OptimizerStatePolicy, bind, check_common, finish_round, init_state,
+                                    local_train, loss_split, recompute_from, with_outer)
 from istjax.algorithms.ist import ist_algorithm
 from istjax.algorithms.replicated import outer_step, replicas_mean, replicas_of
 from istjax.core import precision
@@ -208,7 +208,7 @@ def fedist(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     The bytes a client moves a round are IST's (its sub-network, 1/W to 1/W^2 of each partitioned leaf). Runs on
     simulate, devices and the MPI parameter server; not sharded (the owners' merge does not weigh)."""
     check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
-    if optimizer_state != "reset":
+    if optimizer_state != OptimizerStatePolicy.RESET:
         raise ArgError("optimizer_state", optimizer_state, f"fedist with optimizer_state={optimizer_state!r}: a "
                        f"client's optimizer state starts fresh every round (a sampled client keeps nothing between "
                        f"rounds, and the global opt_state is the server optimizer's);",

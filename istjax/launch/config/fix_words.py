@@ -25,8 +25,9 @@ FIX_FIELDS = {"model": "model.name", "algorithm": "algorithm.name", "backend": "
               "sampler": "sampler.name", "samplers": "sampler.groups", "data": "data.name", "dataset": "data.name",
               "graph_batches": "data.graph_batches", "vocabulary": "data.kwargs.vocabulary",
               "data_dir": "data.kwargs.data_dir", "path": "data.kwargs.path", "num_owners": "sampler.num_owners",
-              # A federated run draws num_workers clients a round unless clients.fraction sets it.
-              "clients_per_round": "num_workers",
+              # A federated run draws num_workers clients a round unless clients.fraction sets it, in as many
+              # slots (more on MPI: a multiple of the process count); a split's kind is clients.split.
+              "clients_per_round": "num_workers", "slots": "num_workers", "kind": "clients.split",
               # A data set's classes and held-out share: a loader's arguments where it takes them (synthetic_speech
               # and csbm; spoken_keywords and the natural clients' per-client split).
               "num_classes": "data.kwargs.num_classes", "test_fraction": "data.kwargs.test_fraction"}
