@@ -93,6 +93,11 @@ def runtime_text(s: dict[str, Any]) -> str:
     return f"{s.get('runtime', 'simulate')}{mode}, {n} process{'es' if n != 1 else ''}"
 
 
+def _who(s: dict[str, Any]) -> str:
+    """What a run's worker is, for its byte counts: a federated run's worker is a sampled client's slot."""
+    return "client slot" if s.get("clients") else "worker"
+
+
 def summary_text(s: dict[str, Any]) -> str:
     lines = [
         f"Finished {s['rounds']} rounds of {s['algorithm']} on {s['dataset']} (W={s['num_workers']}, "
@@ -107,8 +112,8 @@ def summary_text(s: dict[str, Any]) -> str:
            else f"compiling the step {s['compile_time_s']:.1f} s")
         + (f", the evaluation {s['eval_compile_time_s']:.1f} s)" if s.get("eval_compile_time_s") is not None
            else ")"),
-        f"  per worker per round: received {format_bytes(s['bytes_received_per_worker_per_round'])}, sent "
-        f"{format_bytes(s['bytes_sent_per_worker_per_round'])}; all workers so far {format_bytes(s['bytes_total'])}",
+        f"  per {_who(s)} per round: received {format_bytes(s['bytes_received_per_worker_per_round'])}, sent "
+        f"{format_bytes(s['bytes_sent_per_worker_per_round'])}; all {_who(s)}s so far {format_bytes(s['bytes_total'])}",
     ]
     if (target := target_of(s)) is not None:  # named as the task names its metric (XMC: test P@1; text: nats/char)
         what = target.words(s.get("metric_labels"))
