@@ -176,6 +176,13 @@ def _render(name: str, doc: dict) -> str:
     return tables.REGISTRY[name].render(doc)
 
 
+def _untuned(path: str) -> dict:
+    """The committed results file ``path`` as an untuned study writes it: no tuning record, no row's choice."""
+    doc = {k: v for k, v in json.loads((REPO / path).read_text()).items() if k != "tuning"}
+    doc["rows"] = [{k: v for k, v in row.items() if k != "tuned"} for row in doc["rows"]]
+    return doc
+
+
 def _tuned(path: str, grids: dict, metric_of) -> dict:
     """The committed results file ``path`` as a tuned study would write it: a tuning record over ``grids`` (per
     label) and each row's choice."""
@@ -194,8 +201,8 @@ def _tuned(path: str, grids: dict, metric_of) -> dict:
 
 def test_the_graph_tables_show_each_cells_choice_and_every_tuning_run():
     path = "experiments/graphs/results/gist_cora.json"
-    plain = json.loads((REPO / path).read_text())
-    assert "chosen settings" not in _render("graphs_gist_cora", plain)  # the committed, untuned file as before
+    plain = _untuned(path)
+    assert "chosen settings" not in _render("graphs_gist_cora", plain)  # an untuned file as before
     with pytest.raises(tables.ResultsError, match="--tune"):
         _render("graphs_tuning_cora", plain)
 
@@ -217,8 +224,7 @@ def test_the_graph_tables_show_each_cells_choice_and_every_tuning_run():
 
 def test_the_keywords_tables_show_each_arms_choice_and_every_tuning_run():
     path = "experiments/mlp/results/keywords.json"
-    plain = {k: v for k, v in json.loads((REPO / path).read_text()).items() if k != "tuning"}  # as an untuned run
-    plain["rows"] = [{k: v for k, v in row.items() if k != "tuned"} for row in plain["rows"]]
+    plain = _untuned(path)
     assert "chosen settings" not in _render("keywords_generalisation", plain)
     doc = _tuned(path, {"learning_rate": (0.005, 0.01, 0.02)}, lambda i: [0.40, 0.45, 0.43][i])
     study = _render("keywords_generalisation", doc)
