@@ -18,7 +18,7 @@ import argparse
 import json
 import math
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
 from istjax.launch.study import Cell, run_study
@@ -83,15 +83,19 @@ class Tuning(NamedTuple):
 
 
 def run_grid(study: str, cells: Sequence[Cell], seeds: Sequence[int], workdir: pathlib.Path, out: pathlib.Path,
-             command: str, only: Sequence[str] = (), jobs: int = 1, tuning: Optional[Tuning] = None) -> int:
+             command: str, only: Sequence[str] = (), jobs: int = 1, tuning: Optional[Tuning] = None,
+             record: Optional[Callable[[Any], Optional[dict]]] = None, sections: Optional[dict] = None) -> int:
     """Trains every cell (those in ``only``) once per seed with `istjax.launch.study.run_study` (config files
     relative to the repository, a compilation cache in the workdir); rewrites ``out`` after each run. With
     ``tuning``, each arm's settings are first chosen on the tuning split (`istjax.launch.tuning.tune`, seed 0, runs
     under ``<workdir>/tuning``), the cells then train at their choice and ``out`` holds the record (``tuning``).
-    Returns 1 if a run failed, else 0."""
+    ``record``: a run's record (default `istjax.launch.study.run_record`); ``sections``: the study's own sections
+    of ``out`` (its target), beside the baselines it records. Returns 1 if a run failed, else 0."""
     cache = pathlib.Path(workdir) / ".jax_cache"
     kwargs = dict(out=out, command=command, root=REPO, only=only, jobs=jobs, cache=cache,
-                  sections=recorded_baselines(out))
+                  sections={**recorded_baselines(out), **dict(sections or {})})
+    if record is not None:
+        kwargs["record"] = record
     try:
         if tuning is None:
             outcome = run_study(study, cells, seeds, workdir, **kwargs)

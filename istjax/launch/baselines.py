@@ -146,10 +146,12 @@ def baseline_sections(config: Any, *, seed: int = 0, regime: Optional[tuple[str,
 
 
 def record_sections(out: os.PathLike, sections: Mapping[str, Any]) -> pathlib.Path:
-    """Adds ``sections`` (`baseline_sections`; any top-level entries) to the results file ``out``, keeping the rest;
-    written whole, atomically (`istjax.launch.study.write_json`)."""
+    """Adds ``sections`` (`baseline_sections`; any top-level entries) to the results file ``out``, keeping the rest
+    (a file not yet written is started with them: a study records its baselines before its first run); written
+    whole, atomically (`istjax.launch.study.write_json`)."""
     from istjax.launch.study import write_json
 
-    doc = json.loads(pathlib.Path(out).read_text())
+    path = pathlib.Path(out)
+    doc = json.loads(path.read_text()) if path.exists() else {}
     doc.update(json.loads(json.dumps(dict(sections))))
     return write_json(out, doc)
