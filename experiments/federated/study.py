@@ -32,7 +32,6 @@ Studies (``python -m experiments.federated.study STUDY --tune``), each its resul
 
 from __future__ import annotations
 
-import pathlib
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
