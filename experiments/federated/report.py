@@ -1,0 +1,308 @@
+"""The federated study's tables and figures: ``experiments/federated/results/{claim,momentum,ist}.json``
+(``python -m experiments.federated.study STUDY --tune``). Registered in `experiments.tables` when
+`experiments.report` imports this module.
+
+Every number here is read off the runs' curves (each run's evaluations: round, bytes, test accuracy) by the pure
+functions below, so a table changes only with its file:
+
+* `reached`: the first evaluation at or past the target, a run's rounds and bytes to it (None: not reached within
+  its budget, a censored run);
+* `claim_ratios`: per seed, FedSGD's rounds to the target over FedAvg's (a lower bound where FedSGD never reached
+  it: its budget over FedAvg's rounds);
+* `at_round`, `at_bytes`: a run's accuracy at a round, or at the first evaluation that has moved a given number of
+  bytes (IST on clients read at FedAvg's rounds and at FedAvg's bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from experiments.tables import (baseline_rows, cell, fixed, markdown_table, nbytes, scalar, settings_words,
+                               table, tuning_caption, tuning_rows)
+from istjax.launch.metrics import format_mean_std
+
+CLAIM = "experiments/federated/results/claim.json"
+MOMENTUM = "experiments/federated/results/momentum.json"
+IST = "experiments/federated/results/ist.json"
+SOURCES = {"claim": CLAIM, "momentum": MOMENTUM, "ist": IST}
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIGURES = {study: ROOT / "docs" / "figures" / f"federated_{study}.png" for study in SOURCES}
+CLAIMED = 10.0  # McMahan et al.: FedAvg reaches the target in 10-100x fewer rounds than FedSGD
+SPLIT_NAMES = {"iid": "IID", "dir0.5": "Dirichlet 0.5", "dir0.1": "Dirichlet 0.1", "shards": "2 shards a client"}
+ARM_NAMES = {"fedsgd": "FedSGD", "fedavg": "FedAvg", "fedavgm": "FedAvgM", "fedist": "IST on clients (fedist)"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading the curves
+
+def runs_of(d: dict, label: str) -> list[dict]:
+    """The finished runs of the cell ``label``, by seed."""
+    return sorted((r for r in d.get("runs", []) if r["label"] == label), key=lambda r: r["seed"])
+
+
+def reached(curve: Sequence[dict], target: float, metric: str = "test_accuracy") -> Optional[dict]:
+    """The first evaluation whose ``metric`` is at or past ``target`` (its ``round`` and ``bytes_total``), or None."""
+    return next((p for p in curve if p.get(metric) is not None and p[metric] >= target), None)
+
+
+def at_round(curve: Sequence[dict], rounds: int) -> Optional[dict]:
+    """The evaluation at round ``rounds`` exactly (None where the run was not evaluated there)."""
+    return next((p for p in curve if p["round"] == rounds), None)
+
+
+def at_bytes(curve: Sequence[dict], nbytes_: float) -> Optional[dict]:
+    """The first evaluation that has moved at least ``nbytes_`` bytes (all slots together), or None."""
+    return next((p for p in curve if p.get("bytes_total", 0) >= nbytes_), None)
+
+
+def _target(d: dict) -> float:
+    return float(d["target"]["value"])
+
+
+def claim_ratios(d: dict) -> list[dict]:
+    """Per seed both arms trained: FedSGD's and FedAvg's rounds to the target (None: not reached), and the ratio
+    ``fedsgd / fedavg`` with ``bound`` True where FedSGD never reached it (the ratio then its budget over FedAvg's
+    rounds, a lower bound); no ratio where FedAvg did not reach it."""
+    target, out = _target(d), []
+    avg = {r["seed"]: r for r in runs_of(d, "fedavg")}
+    for sgd in runs_of(d, "fedsgd"):
+        if sgd["seed"] not in avg:
+            continue
+        a, s = reached(avg[sgd["seed"]]["curve"], target), reached(sgd["curve"], target)
+        ratio = None if a is None else (s or {"round": sgd["rounds"]})["round"] / a["round"]
+        out.append({"seed": sgd["seed"], "fedavg": a, "fedsgd": s, "ratio": ratio, "bound": s is None})
+    return out
+
+
+def _mean_std(values: Sequence[float], digits: int = 1, unit: str = "") -> str:
+    """``'12.3x ± 1.1x (3 seeds)'``: the mean of ``values``, their sample standard deviation (none for one), the
+    count; '-' for none."""
+    if not values:
+        return "-"
+    text = f"{statistics.mean(values):.{digits}f}{unit}"
+    if len(values) > 1:
+        text += f" ± {statistics.stdev(values):.{digits}f}{unit}"
+    return f"{text} ({len(values)} seed{'s' if len(values) > 1 else ''})"
+
+
+def ratio_text(d: dict) -> str:
+    """The claim's ratio: mean ± std over seeds and their range, '>' where a seed's FedSGD never reached."""
+    pairs = [p for p in claim_ratios(d) if p["ratio"] is not None]
+    if not pairs:
+        return "not measured (FedAvg reached the target in no seed)"
+    ratios = [p["ratio"] for p in pairs]
+    bound = any(p["bound"] for p in pairs)
+    lo, hi = min(ratios), max(ratios)
+    return (f"{'at least ' if bound else ''}{_mean_std(ratios, 1, 'x')}, range {lo:.1f}-{hi:.1f}x"
+            + (" (FedSGD did not reach it within its budget in some seeds: those ratios are lower bounds)"
+               if bound else ""))
+
+
+def claim_verdict(d: dict) -> str:
+    """'met' when every seed's ratio is at least `CLAIMED` (10x), else 'missed', with the lowest ratio."""
+    pairs = claim_ratios(d)
+    if not pairs or any(p["ratio"] is None for p in pairs):
+        return "missed (FedAvg did not reach the target in every seed)"
+    low = min(p["ratio"] for p in pairs)
+    return f"{'met' if low >= CLAIMED else 'missed'} (lowest seed {low:.1f}x, the claim {CLAIMED:g}-100x)"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tables
+
+def _row(d: dict, label: str) -> Optional[dict]:
+    return next((r for r in d.get("rows", []) if r["label"] == label), None)
+
+
+def _accuracy(r: Optional[dict]) -> str:
+    if r is None:
+        return "-"
+    return format_mean_std(r["test_accuracy_mean"], r["test_accuracy_std"], len(r["seeds"]))
+
+
+def _settings(r: Optional[dict]) -> str:
+    return settings_words((r or {}).get("tuned") or {}) or "-"
+
+
+def _baselines(d: dict, width: int, at: int) -> list[list[str]]:
+    """The file's trivial baselines as rows ``width`` wide, the test accuracy in column ``at``."""
+    return [[name, *["-"] * (at - 1), value, *["-"] * (width - at - 1)]
+            for name, value in baseline_rows(d, ["test_accuracy"])]
+
+
+@table("federated_claim", CLAIM, shows=("test_accuracy",))
+def _claim(d):
+    target = _target(d)
+    pairs = claim_ratios(d)
+    arms = []
+    for label in ("fedavg", "fedsgd"):
+        r, runs = _row(d, label), runs_of(d, label)
+        hit = [reached(run["curve"], target) for run in runs]
+        rounds = [h["round"] for h in hit if h]
+        nbytes_ = [h["bytes_total"] for h in hit if h]
+        missing = len(hit) - len(rounds)
+        arms.append([ARM_NAMES[label], _settings(r), cell(r["rounds"]) if r else "-", _accuracy(r),
+                     _mean_std(rounds, 1) + (f" ({missing} of {len(hit)} not reached)" if missing else ""),
+                     _mean_std([b / 1e6 for b in nbytes_], 1, " MB") if nbytes_ else "-"])
+    head = ["arm", "chosen settings (tuning)", "rounds trained", "test accuracy at the end (mean ± std)",
+            f"rounds to {target:g}", f"bytes to {target:g} (all clients)"]
+    table_ = markdown_table(head, arms + _baselines(d, len(head), 3))
+    seeds = markdown_table(
+        ["seed", "FedAvg's rounds", "FedSGD's rounds", "FedSGD / FedAvg"],
+        [[cell(p["seed"]), cell(p["fedavg"]["round"]) if p["fedavg"] else "not reached",
+          cell(p["fedsgd"]["round"]) if p["fedsgd"] else "not reached",
+          "-" if p["ratio"] is None else f"{'>' if p['bound'] else ''}{p['ratio']:.1f}x"] for p in pairs])
+    return f"{table_}\n\nEach seed's rounds to {target:g} (the first evaluation at or past it):\n\n{seeds}"
+
+
+scalar("federated.claim.ratio", CLAIM, ratio_text)
+scalar("federated.claim.verdict", CLAIM, claim_verdict)
+scalar("federated.claim.target", CLAIM, lambda d: f"{_target(d):g}")
+scalar("federated.claim.linear", CLAIM, lambda d: fixed(d["baselines"]["linear"]["test_accuracy"], 3))
+
+
+def _pairs(d: dict, a: str, b: str, reader) -> list[float]:
+    """Per seed both cells trained: ``reader(run_a) - reader(run_b)`` (seeds where either reads None dropped)."""
+    other = {r["seed"]: r for r in runs_of(d, b)}
+    out = []
+    for r in runs_of(d, a):
+        if r["seed"] in other:
+            x, y = reader(r), reader(other[r["seed"]])
+            if x is not None and y is not None:
+                out.append(x - y)
+    return out
+
+
+def _points(values: Sequence[float]) -> str:
+    return _mean_std([100 * v for v in values], 1, " points") if values else "-"
+
+
+@table("federated_momentum", MOMENTUM, shows=("test_accuracy",))
+def _momentum(d):
+    rows = []
+    for split in ("iid", "dir0.5", "dir0.1"):
+        key = split.replace(".", "_")
+        avg, mom = _row(d, f"fedavg_{key}"), _row(d, f"fedavgm_{key}")
+        diff = _pairs(d, f"fedavgm_{key}", f"fedavg_{key}", lambda r: r["test_accuracy"])
+        rows.append([SPLIT_NAMES[split], _accuracy(avg), _settings(avg), _accuracy(mom), _settings(mom),
+                     _points(diff)])
+    head = ["split", "FedAvg", "its settings", "FedAvgM (momentum 0.9)", "its settings",
+            "FedAvgM - FedAvg (paired by seed)"]
+    return markdown_table(head, rows + _baselines(d, len(head), 1))
+
+
+def _acc(p: Optional[dict]) -> Optional[float]:
+    return None if p is None else p.get("test_accuracy")
+
+
+def ist_readings(d: dict, split: str) -> dict[str, Any]:
+    """IST on clients against FedAvg on ``split``, per seed: FedAvg's accuracy at its end, fedist's at FedAvg's
+    rounds and at FedAvg's bytes (all clients), and fedist's loss split at its end."""
+    key = split.replace(".", "_")
+    avg = {r["seed"]: r for r in runs_of(d, f"fedavg_{key}")}
+    out = []
+    for r in runs_of(d, f"fedist_{key}"):
+        a = avg.get(r["seed"])
+        if a is None:
+            continue
+        end = a["curve"][-1]
+        out.append({"seed": r["seed"], "fedavg": _acc(end), "equal_rounds": _acc(at_round(r["curve"], end["round"])),
+                    "equal_bytes": _acc(at_bytes(r["curve"], end["bytes_total"])),
+                    "worker_train_loss": r.get("worker_train_loss"), "merged_train_loss": r.get("merged_train_loss")})
+    return {"split": split, "seeds": out}
+
+
+def _mean_of(seeds: Sequence[dict], key: str, digits: int = 3) -> str:
+    values = [s[key] for s in seeds if s.get(key) is not None]
+    return _mean_std(values, digits) if values else "-"
+
+
+@table("federated_ist", IST, shows=("test_accuracy",))
+def _ist(d):
+    rows = []
+    for split in ("iid", "dir0.1"):
+        read, key = ist_readings(d, split), split.replace(".", "_")
+        seeds = read["seeds"]
+        avg, ist = _row(d, f"fedavg_{key}"), _row(d, f"fedist_{key}")
+        rows.append([SPLIT_NAMES[split], _mean_of(seeds, "fedavg"), _mean_of(seeds, "equal_rounds"),
+                     _mean_of(seeds, "equal_bytes"),
+                     _points([s["equal_bytes"] - s["fedavg"] for s in seeds if s["equal_bytes"] is not None]),
+                     nbytes(avg["bytes_per_worker_per_round"], binary=False) if avg else "-",
+                     nbytes(ist["bytes_per_worker_per_round"], binary=False) if ist else "-",
+                     f"{_mean_of(seeds, 'worker_train_loss')} / {_mean_of(seeds, 'merged_train_loss')}"])
+    head = ["split", "FedAvg (its rounds)", "fedist at FedAvg's rounds", "fedist at FedAvg's bytes",
+            "fedist - FedAvg at equal bytes", "FedAvg bytes a client a round", "fedist's",
+            "fedist's loss split at its end: workers' / merged model's training loss"]
+    return markdown_table(head, rows + _baselines(d, len(head), 1))
+
+
+def _tuning_table(study: str):
+    def render(d):
+        t = d.get("tuning")
+        if not t:
+            return f"{SOURCES[study]} records no tuning stage (run its study with --tune)."
+        return tuning_caption(t, "examples") + "\n\n" + markdown_table(
+            ["cell", "settings", "tuning-split accuracy at the end"], tuning_rows(t, lambda a: f"`{a}`"))
+    return render
+
+
+for _study, _src in SOURCES.items():
+    table(f"federated_tuning_{_study}", _src)(_tuning_table(_study))
+
+
+HEADLINE_WHAT = ("FedAvg against FedSGD on Fashion-MNIST's pathological clients (2 label-sorted shards each, 10 of 100 "
+                 "a round), the 2NN, each arm's rate tuned on a tuning split, 3 seeds (`python -m "
+                 "experiments.federated.study claim --tune`)")
+
+
+def _headline(d):
+    """The README's row (registered once ``claim.json`` is committed)."""
+    return (f"rounds to {_target(d):g} test accuracy, FedSGD over FedAvg: {ratio_text(d)}; the paper's 10-100x "
+            f"{claim_verdict(d).split(' ')[0]}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Figures
+
+def plot(study: str, source: Optional[pathlib.Path] = None, out: Optional[pathlib.Path] = None) -> pathlib.Path:
+    """Each run's test accuracy against rounds (``claim``, ``momentum``: one panel per split) or against bytes
+    (``ist``), every seed a line, the claim's target dashed. Drawn from the results file alone."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = json.loads((source or ROOT / SOURCES[study]).read_text())
+    panels = {"claim": ("shards",), "momentum": ("iid", "dir0.5", "dir0.1"), "ist": ("iid", "dir0.1")}[study]
+    x = "bytes_total" if study == "ist" else "round"
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), squeeze=False)
+    colours = {"fedsgd": "#d95f02", "fedavg": "#1b9e77", "fedavgm": "#7570b3", "fedist": "#e7298a"}
+    for ax, split in zip(axes[0], panels):
+        for r in d.get("rows", []):
+            if r.get("split") != split:
+                continue
+            for i, run in enumerate(runs_of(d, r["label"])):
+                xs = [p[x] / (1e9 if x == "bytes_total" else 1) for p in run["curve"]]
+                ax.plot(xs, [p["test_accuracy"] for p in run["curve"]], color=colours[r["arm"]], linewidth=1,
+                        alpha=0.8, label=ARM_NAMES[r["arm"]] if i == 0 else None)
+        if study == "claim":
+            ax.axhline(_target(d), color="k", linestyle="--", linewidth=1, label=f"target {_target(d):g}")
+            ax.set_xscale("log")
+        linear = ((d.get("baselines") or {}).get("linear") or {}).get("test_accuracy")
+        if linear is not None:
+            ax.axhline(linear, color="grey", linestyle=":", linewidth=1, label="linear baseline")
+        ax.set_xlabel("GB moved, all clients" if x == "bytes_total" else "round")
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0.5, 0.95)
+        ax.set_title(SPLIT_NAMES[split], fontsize=10)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path = out or FIGURES[study]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

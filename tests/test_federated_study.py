@@ -1,0 +1,82 @@
+"""The federated study (issue 58, item 6): its cells load as configs, its grids tune every arm alike, and its report
+reads rounds to a target, ratios and equal-bytes readings off hand-made curves."""
+
+import pytest
+
+from experiments import tables
+from experiments.federated import report, study
+from experiments.grid import REPO
+from istjax.launch.study import plan
+
+
+def _curve(points, bytes_per_round=10.0):
+    return [{"round": r, "bytes_total": r * bytes_per_round, "test_accuracy": a} for r, a in points]
+
+
+def _run(label, seed, points, rounds, bytes_per_round=10.0, **extra):
+    return {"label": label, "seed": seed, "rounds": rounds, "curve": _curve(points, bytes_per_round),
+            "test_accuracy": points[-1][1], **extra}
+
+
+def test_reached_is_the_first_evaluation_at_or_past_the_target():
+    curve = _curve([(1, 0.5), (2, 0.84), (3, 0.85), (4, 0.9)])
+    assert report.reached(curve, 0.85)["round"] == 3
+    assert report.reached(curve, 0.95) is None
+    assert report.at_round(curve, 2)["test_accuracy"] == 0.84 and report.at_round(curve, 7) is None
+    assert report.at_bytes(curve, 25.0)["round"] == 3  # 30 bytes is the first evaluation past 25
+
+
+def test_claim_ratios_by_seed_with_fedsgd_censored_at_its_budget():
+    d = {"target": {"value": 0.85}, "runs": [
+        _run("fedavg", 0, [(1, 0.6), (2, 0.86)], 10), _run("fedsgd", 0, [(10, 0.7), (30, 0.85)], 100),
+        _run("fedavg", 1, [(1, 0.6), (4, 0.9)], 10), _run("fedsgd", 1, [(50, 0.7), (100, 0.8)], 100)]}
+    pairs = report.claim_ratios(d)
+    assert [(p["seed"], p["ratio"], p["bound"]) for p in pairs] == [(0, 15.0, False), (1, 25.0, True)]
+    assert report.ratio_text(d).startswith("at least 20.0x ± 7.1x (2 seeds), range 15.0-25.0x")
+    assert report.claim_verdict(d).startswith("met (lowest seed 15.0x")
+    d["runs"][0] = _run("fedavg", 0, [(1, 0.6), (5, 0.86)], 10)  # seed 0: 30 / 5 = 6x
+    assert report.claim_verdict(d).startswith("missed (lowest seed 6.0x")
+
+
+def test_ist_readings_at_fedavg_rounds_and_bytes():
+    d = {"runs": [_run("fedavg_iid", 0, [(10, 0.8), (20, 0.85)], 20, bytes_per_round=12.0),
+                  _run("fedist_iid", 0, [(10, 0.6), (20, 0.7), (240, 0.82)], 240, bytes_per_round=1.0,
+                       worker_train_loss=0.3, merged_train_loss=0.5)]}
+    (seed,) = report.ist_readings(d, "iid")["seeds"]
+    assert seed["fedavg"] == 0.85 and seed["equal_rounds"] == 0.7 and seed["equal_bytes"] == 0.82
+    assert (seed["worker_train_loss"], seed["merged_train_loss"]) == (0.3, 0.5)
+
+
+def test_claim_table_renders_from_a_results_file():
+    rows = [{"label": label, "arm": label, "split": "shards", "algorithm": label, "num_workers": 10, "seeds": [0],
+             "test_accuracy_mean": 0.87, "test_accuracy_std": None, "rounds": rounds, "tuned": {"learning_rate": 0.1}}
+            for label, rounds in (("fedavg", 10), ("fedsgd", 100))]
+    d = {"target": {"value": 0.85}, "rows": rows, "baselines": {"linear": {"test_accuracy": 0.84}},
+         "runs": [_run("fedavg", 0, [(2, 0.86)], 10), _run("fedsgd", 0, [(40, 0.86)], 100)]}
+    text = tables.REGISTRY["federated_claim"].render(d)
+    assert "| FedAvg | lr 0.1 | 10 |" in text and "| 0 | 2 | 40 | 20.0x |" in text and "linear" in text
+
+
+def test_every_cell_loads_and_every_arm_tunes_the_same_client_rates():
+    for name in study.STUDIES:
+        cells = study.cells(name)
+        planned = plan(cells, [0], "/nonexistent", root=REPO)
+        for c, p in zip(cells, planned):
+            assert study.grid(c)["learning_rate"] == study.LEARNING_RATES
+            assert p.config.clients.fraction == 0.1 and p.config.num_workers == 10
+            if c.info["arm"] == "fedavgm":
+                assert p.config.algorithm.server_momentum == 0.9
+                assert study.grid(c)["algorithm.server_learning_rate"] == study.SERVER_LEARNING_RATES
+        # the tuning runs evaluate once, at their end, over the same budget
+        for c, t in zip(cells, study.cells(name, evaluate=False)):
+            assert c.info == t.info and f"--config.eval_every={c.info['rounds']}" in t.overrides
+
+
+def test_the_config_refuses_an_unknown_cell():
+    from istjax.launch.args import load_config
+
+    path = str(REPO / study.CONFIG)
+    with pytest.raises(Exception, match=r"ARM\[,SPLIT\] with ARM one of"):
+        load_config(path + ":fedavg,dir0.3", ())
+    c = load_config(path + ":fedavgm,dir0.1", ())
+    assert (c.clients.split, c.clients.alpha, c.clients.batch_size) == ("dirichlet", 0.1, 50)
