@@ -23,6 +23,11 @@ The splits (``labels``: the training labels, ``[n]`` non-negative integers):
   divide, and how many examples to drop otherwise).
 * `by_group`: natural clients, one per distinct group id (a speaker, a role), in sorted order of the ids.
 
+`capped` bounds any split's clients at ``max_examples`` each, a seeded random subset of a bigger client's examples
+kept for the whole run (the rest held by none), as federated benchmarks bound their largest natural clients (TFF's
+and LEAF's Shakespeare): a round's K follows the largest client, so one role of 800 windows would pad every other
+sampled client, median 18, to 800.
+
 Example::
 
     >>> import numpy as np
@@ -44,7 +49,7 @@ import numpy as np
 from istjax.core.errors import ArgError
 from istjax.core.streams import check_positive, check_seed
 
-__all__ = ["KINDS", "MAX_DRAWS", "ClientSplit", "by_group", "dirichlet", "iid", "shards"]
+__all__ = ["KINDS", "MAX_DRAWS", "ClientSplit", "by_group", "capped", "dirichlet", "iid", "shards"]
 
 KINDS = ("iid", "dirichlet", "shards", "groups")
 MAX_DRAWS = 1000  # Dirichlet draws tried for a split whose every client holds min_size examples
@@ -287,3 +292,26 @@ def by_group(groups: Sequence[Any]) -> ClientSplit:
     bounds = np.cumsum(np.bincount(inverse, minlength=ids.size))[:-1]
     return ClientSplit("groups", None, tuple(np.split(order, bounds)), g.size, {"num_groups": int(ids.size)},
                        names=tuple(str(i) for i in ids.tolist()))
+
+
+def capped(split: ClientSplit, max_examples: int, seed: int) -> ClientSplit:
+    """``split`` with every client holding at most ``max_examples`` examples: a bigger client keeps a uniform random
+    subset of its own (seeded by ``seed`` and the client, fixed for the run), a smaller one all of its; the examples
+    dropped are held by none (`ClientSplit.describe` counts them). Its kind, seed and names are ``split``'s; its
+    ``params`` add ``max_examples``. ``split`` itself where no client exceeds the cap."""
+    if isinstance(max_examples, bool):
+        raise ArgError("max_examples", max_examples, f"max_examples={max_examples!r}:",
+                       "give the most examples a client may hold, an integer >= 1, e.g. 64.")
+    cap = check_positive("max_examples", max_examples)
+    seed = check_seed(seed)
+    if not isinstance(split, ClientSplit):
+        raise ArgError("split", type(split).__name__, f"split is a {type(split).__name__}, not a ClientSplit;",
+                       "make one with istjax.data.clients (iid, dirichlet, shards or by_group).")
+    if int(split.sizes.max(initial=0)) <= cap:
+        return split
+    kept = []
+    for c, idx in enumerate(split.indices):
+        rng = np.random.default_rng([seed, c])
+        kept.append(idx if len(idx) <= cap else rng.choice(idx, size=cap, replace=False))
+    return ClientSplit(split.kind, split.seed, tuple(kept), split.num_examples,
+                       {**split.params, "max_examples": cap}, names=split.names)

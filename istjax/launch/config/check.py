@@ -283,6 +283,9 @@ def _check_clients(config, p: Problems) -> None:
                                "(strong skew) or 0.5.")
     if split == "dirichlet" and (not _is_int(config.clients.min_size) or config.clients.min_size < 0):
         p.bad("clients.min_size", "must be an integer >= 0 (the fewest examples a client may hold), e.g. 10.")
+    if not _is_int(config.clients.get("max_examples", 0)) or config.clients.get("max_examples", 0) < 0:
+        p.bad("clients.max_examples", "must be an integer >= 1 (the most examples a client holds; a bigger one keeps "
+                                      "a random subset), or 0 (no bound), e.g. --config.clients.max_examples=64.")
     f = config.clients.fraction
     if not _is_number(f) or not 0 <= f <= 1:
         p.bad("clients.fraction", "must be a fraction in (0, 1] of the clients drawn each round, or 0 (num_workers "

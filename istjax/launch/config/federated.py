@@ -5,7 +5,8 @@ In order, each under the `Collector` with the fields behind its arguments, so a 
 
 1. the split (`istjax.data.clients`: ``iid``, ``dirichlet`` or ``shards`` of the training labels, seeded by
    ``seed``; or ``natural``: the data set's own clients, `istjax.data.natural_clients.natural_split`, their number
-   the data's, so ``clients.num_clients`` is not read);
+   the data's, so ``clients.num_clients`` is not read), with ``clients.max_examples`` > 0 each client bounded at
+   that many examples (`istjax.data.clients.capped`);
 2. the sampler (`istjax.data.client_batches.client_sampler`): ``clients.fraction`` of the clients a round, or, at
    0, ``num_workers`` of them; in S slots (`client_slots`): M, or on a runtime of P processes (``runtime.name=mpi``
    under ``mpiexec -n P``) M rounded up to a multiple of P, the slots past the M clients padding that trains
@@ -79,7 +80,7 @@ def client_batch_size(config: ml_collections.ConfigDict) -> Any:
 def clients_text(config: ml_collections.ConfigDict) -> str:
     """The clients as a message names them: the split, its own fields and the fraction drawn a round."""
     reads = (*(() if config.clients.split == "natural" else ("num_clients",)), *SPLITS.get(config.clients.split, ()),
-             "fraction")
+             *(("max_examples",) if config.clients.get("max_examples") else ()), "fraction")
     return f"clients.split={config.clients.split!r} with " + ", ".join(
         f"clients.{f}={config.clients[f]!r}" for f in reads)
 
@@ -97,17 +98,22 @@ def _per_round_field(config: ml_collections.ConfigDict) -> str:
 
 _SPLIT_FIELDS = {"kind": "clients.split", "labels": "data.name", "num_clients": "clients.num_clients",
                  "alpha": "clients.alpha", "min_size": "clients.min_size",
-                 "shards_per_client": "clients.shards_per_client", "seed": "seed", "dataset": "data.name"}
+                 "shards_per_client": "clients.shards_per_client", "seed": "seed", "dataset": "data.name",
+                 "max_examples": "clients.max_examples"}
 
 
 def _split(config: ml_collections.ConfigDict, dataset) -> ClientSplit:
-    """The split ``clients.split`` names, of the training labels, seeded by ``seed``."""
+    """The split ``clients.split`` names, of the training labels, seeded by ``seed``; its clients bounded at
+    ``clients.max_examples`` where that is set."""
     name = config.clients.split
     if name == "natural":
-        return natural_split(dataset)
-    options = {f: config.clients[f] for f in SPLITS[name]}
-    return getattr(clients_lib, name)(dataset.train_y, int(config.clients.num_clients), seed=int(config.seed),
-                                      **options)
+        split = natural_split(dataset)
+    else:
+        options = {f: config.clients[f] for f in SPLITS[name]}
+        split = getattr(clients_lib, name)(dataset.train_y, int(config.clients.num_clients), seed=int(config.seed),
+                                           **options)
+    cap = config.clients.get("max_examples", 0)
+    return split if cap == 0 and not isinstance(cap, bool) else clients_lib.capped(split, cap, int(config.seed))
 
 
 def client_slots(config: ml_collections.ConfigDict, clients_per_round: int) -> int:

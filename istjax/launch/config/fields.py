@@ -116,6 +116,9 @@ def _clients_section(c: ml_collections.ConfigDict) -> None:
     c.clients.alpha = 0.5  # split="dirichlet": the concentration, > 0 (0.1: strong skew; large: nearly IID)
     c.clients.min_size = 10  # split="dirichlet": the fewest examples a client may hold (the draw is repeated)
     c.clients.shards_per_client = 2  # split="shards": shards per client (their count must divide the examples)
+    # The most examples a client holds, 0: no bound. A bigger client keeps a seeded random subset of its own for the
+    # run (Shakespeare's largest role holds 829 windows, the median 18: K follows the largest client, so bound it).
+    c.clients.max_examples = 0
     # C, the fraction of the clients drawn each round, M = max(1, round(C * num_clients)); 0.0: M = num_workers.
     # num_workers must be the round's slots: M on one process; under mpiexec -n P (runtime.name=mpi), M rounded up
     # to a multiple of P, the slots past the M clients padding that trains nothing (M = 3 on P = 2: num_workers=4).
