@@ -146,7 +146,8 @@ def _claim(d):
         nbytes_ = [h["bytes_total"] for h in hit if h]
         missing = len(hit) - len(rounds)
         arms.append([ARM_NAMES[label], _settings(r), cell(r["rounds"]) if r else "-", _accuracy(r),
-                     _mean_std(rounds, 1) + (f" ({missing} of {len(hit)} not reached)" if missing else ""),
+                     (f"not reached in {r['rounds']} ({missing} of {len(hit)} seeds)" if not rounds and r else
+                      _mean_std(rounds, 1) + (f" ({missing} of {len(hit)} not reached)" if missing else "")),
                      _mean_std([b / 1e6 for b in nbytes_], 1, " MB") if nbytes_ else "-"])
     head = ["arm", "chosen settings (tuning)", "rounds trained", "test accuracy at the end (mean ± std)",
             f"rounds to {target:g}", f"bytes to {target:g} (all clients)"]
