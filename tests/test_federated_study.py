@@ -67,8 +67,13 @@ def test_every_cell_loads_and_every_arm_tunes_the_same_client_rates():
             if c.info["arm"] == "fedavgm":
                 assert p.config.algorithm.server_momentum == 0.9
                 assert study.grid(c)["algorithm.server_learning_rate"] == study.SERVER_LEARNING_RATES
-        # the tuning runs evaluate once, at their end, over the same budget
-        for c, t in zip(cells, study.cells(name, evaluate=False)):
+        tuning = study.tuning_of(name)
+        if name == "claim":  # judged on the curve: its tuning runs evaluate as the reported ones do
+            assert tuning.cells == cells and tuning.objective.at == "mean"
+            continue
+        # a fixed-budget study judges the last point: its tuning runs evaluate once, at their end
+        assert tuning.objective.at == "last"
+        for c, t in zip(cells, tuning.cells):
             assert c.info == t.info and f"--config.eval_every={c.info['rounds']}" in t.overrides
 
 
@@ -80,3 +85,28 @@ def test_the_config_refuses_an_unknown_cell():
         load_config(path + ":fedavg,dir0.3", ())
     c = load_config(path + ":fedavgm,dir0.1", ())
     assert (c.clients.split, c.clients.alpha, c.clients.batch_size) == ("dirichlet", 0.1, 50)
+
+
+def test_a_tuning_objective_at_the_mean_reads_the_whole_curve(tmp_path):
+    """``Objective(at="mean")``: the mean over a run's evaluations, so the run that gets there sooner wins where
+    the last point would tie (and a non-finite point anywhere rules the run out); ``at="last"`` reads the end."""
+    import json as json_lib
+
+    from istjax.launch import tuning
+
+    def run(name, accs):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json_lib.dumps({"round": i + 1, "test_accuracy": a}) + "\n"
+                                                 for i, a in enumerate(accs)))
+        return d
+
+    fast, slow = run("fast", [0.6, 0.8, 0.8]), run("slow", [0.2, 0.4, 0.8])
+    assert tuning._metric(fast, "test_accuracy", "last") == tuning._metric(slow, "test_accuracy", "last") == 0.8
+    assert tuning._metric(fast, "test_accuracy", "mean") == pytest.approx(2.2 / 3)
+    assert tuning._metric(slow, "test_accuracy", "mean") == pytest.approx(1.4 / 3)
+    assert tuning._metric(run("nan", [0.5, float("nan"), 0.9]), "test_accuracy", "mean") is None
+    with pytest.raises(ValueError, match="Objective.at='median'"):
+        tuning._check_objective(tuning.Objective("test_accuracy", "max", "median"))
+    assert tuning.Objective("test_loss", "min").to_record() == {"metric": "test_loss", "direction": "min"}
+    assert tuning.Objective("test_accuracy", "max", "mean").to_record()["at"] == "mean"

@@ -14,7 +14,10 @@ Studies (``python -m experiments.federated.study STUDY --tune``), each its resul
   than FedSGD, on the pathological split (2 label-sorted shards a client), the paper's 2NN, E = 1, B = 10. The
   target (`TARGET`, set before any reported run, above the linear baseline that ``--baselines`` records) is in the
   file; `experiments.federated.report` reads each seed's rounds and bytes to reach it off the curves (evaluated
-  every round for FedAvg, every `SGD_EVAL_EVERY` for FedSGD) and the ratio's spread over seeds.
+  every `AVG_EVAL_EVERY` rounds for FedAvg, every `SGD_EVAL_EVERY` for FedSGD) and the ratio's spread over seeds.
+  FedSGD trains ten times FedAvg's rounds, so a FedSGD that has not reached the target by then makes the claim's
+  10x a lower bound. Its tuning runs train the same budgets with the same evaluations and are judged by their mean
+  accuracy over the run (`Objective` ``at="mean"``: the rate that gets there sooner), not by their last point.
 * ``momentum`` (``momentum.json``): FedAvgM (server momentum 0.9, its server rate tuned) against FedAvg at
   Dirichlet 0.1 and 0.5 and IID (Hsu et al. 2019 report the gain largest at the strongest skew), B = 50.
 * ``ist`` (``ist.json``): IST on the sampled clients (`istjax.fedist`) against FedAvg, IID and Dirichlet 0.1, B = 50.
@@ -50,9 +53,12 @@ STUDIES = ("claim", "momentum", "ist")
 # edge says only that the best may lie beyond it.
 LEARNING_RATES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 SERVER_LEARNING_RATES = (0.3, 1.0)  # FedAvgM's server rate (with momentum 0.9 its effective step is 10x this)
-TARGET = 0.85  # claim: test accuracy to reach, above the linear baseline (``--baselines``), chosen before any run
-SGD_ROUNDS, AVG_ROUNDS = 1500, 150  # claim: FedSGD's budget, FedAvg's (a tenth: the claim's low end, 10x)
-SGD_EVAL_EVERY = 5  # claim: FedSGD's rounds between evaluations (FedAvg's: 1)
+TARGET = 0.85  # claim: test accuracy to reach, above the linear baseline (0.841, ``--baselines``), fixed before any run
+# claim: FedAvg's budget and FedSGD's (ten times: the claim's low end). Raised from 150 and 1,500 before any reported
+# run, when every FedAvg tuning run at 150 rounds ended at 0.49-0.66 on the tuning split, far below the target, and
+# the last point of a curve over skewed clients swung with the round's clients (hence the mean objective).
+AVG_ROUNDS, SGD_ROUNDS = 500, 5000
+AVG_EVAL_EVERY, SGD_EVAL_EVERY = 5, 25  # claim: rounds between evaluations
 SKEW_ROUNDS = 200  # momentum and ist: FedAvg's rounds
 IST_ROUNDS_FACTOR = 12  # ist: fedist's rounds per FedAvg round (its bytes a round are about 1/12 of FedAvg's)
 SKEW_EVAL_EVERY = 10
@@ -72,9 +78,9 @@ def cells(study: str, evaluate: bool = True) -> list[Cell]:
     def every(rounds: int, n: int) -> int:
         return n if evaluate else rounds
 
-    if study == "claim":
-        return [_cell("fedsgd", "fedsgd", "shards", SGD_ROUNDS, every(SGD_ROUNDS, SGD_EVAL_EVERY)),
-                _cell("fedavg", "fedavg", "shards", AVG_ROUNDS, every(AVG_ROUNDS, 1))]
+    if study == "claim":  # tuned on its curves too (`tuning`)
+        return [_cell("fedsgd", "fedsgd", "shards", SGD_ROUNDS, SGD_EVAL_EVERY),
+                _cell("fedavg", "fedavg", "shards", AVG_ROUNDS, AVG_EVAL_EVERY)]
     splits = ("iid", "dir0.5", "dir0.1") if study == "momentum" else ("iid", "dir0.1")
     arms = ("fedavg", "fedavgm") if study == "momentum" else ("fedavg", "fedist")
     out = []
@@ -91,6 +97,15 @@ def grid(cell: Cell) -> dict:
     optimizer restarted every round, as every federated client's is."""
     variants = {"algorithm.server_learning_rate": SERVER_LEARNING_RATES} if cell.info["arm"] == "fedavgm" else None
     return arm_grid(cell, LEARNING_RATES, optimizer_states=("reset",), variants=variants, root=REPO)
+
+
+def tuning_of(study: str) -> Tuning:
+    """The study's tuning stage: every arm's `grid` on the tuning split (the last 10% of the training examples), at
+    the reported budget; the claim judged by the mean accuracy over each run's evaluations, the fixed-budget studies
+    by the last one (what they report), their tuning runs evaluated once, at their end."""
+    if study == "claim":
+        return Tuning(grid, Objective("test_accuracy", "max", "mean"), 0.1, cells(study))
+    return Tuning(grid, Objective("test_accuracy", "max"), 0.1, cells(study, evaluate=False))
 
 
 def record(p: Planned) -> Optional[dict[str, Any]]:
@@ -122,8 +137,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(plot(args.study))
         return 0
     workdir = args.workdir or REPO / "runs" / "federated"  # one for every study: a cell two share trains once
-    tuning = (Tuning(grid, Objective("test_accuracy", "max"), 0.1, cells(args.study, evaluate=False))
-              if args.tune else None)
+    tuning = tuning_of(args.study) if args.tune else None
     command = "python -m experiments.federated.study " + " ".join(sys.argv[1:] if argv is None else argv)
     code = run_grid(f"federated {args.study}", cells(args.study), args.seeds, workdir, out, command.strip(),
                     only=[s for s in args.only.split(",") if s], jobs=args.jobs, tuning=tuning, record=record,

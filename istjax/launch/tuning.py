@@ -11,7 +11,8 @@ is reported on. `tune_then_run` does both, in this order:
    ``<workdir>/tuning/<arm>/<grid point>``, so a killed study reuses the finished ones
    (`istjax.launch.study.finished`).
 2. **Choose.** Each arm's choice is its grid point with the best `Objective` (the metric of the run's last
-   evaluation, lowest or highest as the study names it; a run that failed or ended non-finite is never chosen).
+   evaluation, or its mean over the run's evaluations, lowest or highest as the study names it; a run that failed
+   or ended non-finite is never chosen).
 3. **Run.** The reported cells are the arms with their choice applied (`tuned_cells`: ``--config.FIELD=VALUE``
    overrides), trained over every seed by `istjax.launch.study.run_study`; its results file holds a ``tuning``
    section: the objective, the fraction, the seed, each arm's grid, every tuning run (its settings, its metric, the
@@ -43,11 +44,19 @@ Grids = Union[Mapping[str, Grid], Callable[[Cell], Grid]]  # per arm label, or a
 
 
 class Objective(NamedTuple):
-    """What a tuning run is judged by: ``metric``, a key of its last evaluation record (``test_loss``,
-    ``test_accuracy``, ``test_precision_at_3``: during tuning the "test" split is the tuning split), and
-    ``direction``, ``"min"`` (a loss) or ``"max"`` (an accuracy)."""
+    """What a tuning run is judged by: ``metric``, a key of its evaluation records (``test_loss``,
+    ``test_accuracy``, ``test_precision_at_3``: during tuning the "test" split is the tuning split), ``direction``,
+    ``"min"`` (a loss) or ``"max"`` (an accuracy), and ``at``: ``"last"`` (the run's last evaluation: a study that
+    reports where its runs end) or ``"mean"`` (the mean over every evaluation of the run, the area under its curve:
+    a study that reports how soon a run gets somewhere, rounds to a target, rewards the setting that gets there
+    sooner, and reads a curve that swings from round to round, as skewed clients' does, less by its last point)."""
     metric: str = "test_loss"
     direction: str = "min"
+    at: str = "last"
+
+    def to_record(self) -> dict[str, str]:
+        """The record a results file keeps (``at`` only where it is not the default ``"last"``)."""
+        return {"metric": self.metric, "direction": self.direction, **({"at": self.at} if self.at != "last" else {})}
 
 
 class TuningError(RuntimeError):
@@ -58,6 +67,9 @@ def _check_objective(objective: Objective) -> Objective:
     if objective.direction not in ("min", "max"):
         raise ValueError(f"Objective.direction={objective.direction!r}: choose 'min' (a loss) or 'max' (an "
                          f"accuracy).")
+    if objective.at not in ("last", "mean"):
+        raise ValueError(f"Objective.at={objective.at!r}: choose 'last' (the run's last evaluation) or 'mean' (the "
+                         f"mean over its evaluations).")
     return objective
 
 
@@ -142,15 +154,19 @@ def _grid_of(grids: Grids, cell: Cell) -> Grid:
     return grids[cell.label]
 
 
-def _metric(run_dir: pathlib.Path, metric: str) -> Optional[float]:
-    """The ``metric`` of the run's last evaluation record that has it; None without one, or where it is not
-    finite (a diverged run is never chosen)."""
+def _metric(run_dir: pathlib.Path, metric: str, at: str = "last") -> Optional[float]:
+    """The ``metric`` of the run's last evaluation record that has it (``at="last"``) or its mean over every record
+    that has it (``"mean"``); None without one, or where it is not finite (a diverged run, or with ``"mean"`` one
+    that diverged on the way, is never chosen)."""
     try:
         records = read_metrics(run_dir)
     except (OSError, ValueError):
         return None
-    value = next((r[metric] for r in reversed(records) if r.get(metric) is not None), None)
-    return float(value) if value is not None and math.isfinite(float(value)) else None
+    values = [float(r[metric]) for r in records if r.get(metric) is not None]
+    if not values:
+        return None
+    value = values[-1] if at == "last" else sum(values) / len(values)
+    return value if math.isfinite(value) else None
 
 
 def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective: Objective = Objective(),
@@ -181,7 +197,7 @@ def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective
         scored = []
         for point in points[c.label]:
             planned = by_label[f"{c.label}/{point_label(point)}"]
-            value = _metric(planned.run_dir, objective.metric)
+            value = _metric(planned.run_dir, objective.metric, objective.at)
             done = study_lib.run_record(planned) or {}
             records.append({"arm": c.label, "settings": point, "run_dir": str(planned.run_dir),
                             objective.metric: value, "error": outcome.failed.get(str(planned.run_dir)),
@@ -192,7 +208,7 @@ def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective
             raise TuningError(f"arm {c.label!r}: none of its {len(points[c.label])} grid points trained to a finite "
                               f"{objective.metric} (see the tuning runs under {pathlib.Path(workdir) / 'tuning'})")
         chosen[c.label] = min(scored)[2]  # the first in grid order among equals
-    return {"objective": objective._asdict(), "tuning_fraction": fraction, "seed": seed, "grids": grids_used,
+    return {"objective": objective.to_record(), "tuning_fraction": fraction, "seed": seed, "grids": grids_used,
             "runs": records, "chosen": chosen}
 
 
