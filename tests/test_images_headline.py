@@ -13,6 +13,7 @@ from experiments.images import headline
 from experiments.images import studies
 from istjax.launch.config import to_dict
 from istjax.launch.study import plan
+from istjax.launch.tuning import Objective
 
 TUNED = [f"{a}_W{w}" for w in (2, 4) for a in ("ist", "data_parallel", "local_sgd")]
 BEST = [f"{a}_W{w}_best" for w in (2, 4) for a in ("ist", "local_sgd")]
@@ -63,7 +64,7 @@ def test_the_tuning_runs_are_the_same_arms_at_a_quarter_of_the_budget_each_evalu
     tuning = studies.TUNINGS["headline"]()
     reported = {c.label: c for c in studies.GRIDS["headline"]()}
     assert [c.label for c in tuning.cells] == list(reported)
-    assert tuning.objective == ("test_accuracy", "max") and tuning.fraction == 0.1
+    assert tuning.objective == Objective("test_accuracy", "max") and tuning.fraction == 0.1
     for c in tuning.cells:
         f, g = _fields(c.overrides), _fields(reported[c.label].overrides)
         assert int(f["num_rounds"]) * 4 == int(g["num_rounds"])
