@@ -306,7 +306,7 @@ def headline_row(what: str | Callable[[Any], str], where: str, source: str) -> C
 
 SETTING_WORDS = {"learning_rate": "lr {}", "algorithm.optimizer_state": "state {}",
                  "algorithm.outer_learning_rate": "outer {}", "model.scaling": "scaling {}",
-                 "local_steps": "K = {}"}
+                 "local_steps": "K = {}", "algorithm.server_learning_rate": "server lr {}"}
 
 
 def settings_words(point: dict[str, Any]) -> str:
