@@ -24,6 +24,7 @@ from typing import Any, Optional
 from experiments.tables import (baseline_rows, cell, fixed, headline_row, markdown_table, nbytes, scalar, settings_words,
                                table, tuning_caption, tuning_rows)
 from istjax.launch.metrics import format_mean_std
+from istjax.launch.study import paired_difference
 
 CLAIM = "experiments/federated/results/claim.json"
 MOMENTUM = "experiments/federated/results/momentum.json"
@@ -166,18 +167,6 @@ scalar("federated.claim.target", CLAIM, lambda d: f"{_target(d):g}")
 scalar("federated.claim.linear", CLAIM, lambda d: fixed(d["baselines"]["linear"]["test_accuracy"], 3))
 
 
-def _pairs(d: dict, a: str, b: str, reader) -> list[float]:
-    """Per seed both cells trained: ``reader(run_a) - reader(run_b)`` (seeds where either reads None dropped)."""
-    other = {r["seed"]: r for r in runs_of(d, b)}
-    out = []
-    for r in runs_of(d, a):
-        if r["seed"] in other:
-            x, y = reader(r), reader(other[r["seed"]])
-            if x is not None and y is not None:
-                out.append(x - y)
-    return out
-
-
 def _points(values: Sequence[float]) -> str:
     """Differences of accuracy in points: ``'+0.5 ± 0.1 points (3 seeds)'``."""
     if not values:
@@ -193,9 +182,8 @@ def _momentum(d):
     for split in ("iid", "dir0.5", "dir0.1"):
         key = split.replace(".", "_")
         avg, mom = _row(d, f"fedavg_{key}"), _row(d, f"fedavgm_{key}")
-        diff = _pairs(d, f"fedavgm_{key}", f"fedavg_{key}", lambda r: r["test_accuracy"])
         rows.append([SPLIT_NAMES[split], _accuracy(avg), _settings(avg), _accuracy(mom), _settings(mom),
-                     _points(diff)])
+                     momentum_gain(d, split)])
     head = ["split", "FedAvg", "its settings", "FedAvgM (momentum 0.9)", "its settings",
             "FedAvgM - FedAvg (paired by seed)"]
     return markdown_table(head, rows + _baselines(d, len(head), 1))
@@ -204,7 +192,8 @@ def _momentum(d):
 def momentum_gain(d: dict, split: str) -> str:
     """FedAvgM minus FedAvg on ``split``, paired by seed, in points: mean ± std (n seeds)."""
     key = split.replace(".", "_")
-    return _points(_pairs(d, f"fedavgm_{key}", f"fedavg_{key}", lambda r: r["test_accuracy"]))
+    paired = paired_difference(runs_of(d, f"fedavgm_{key}"), runs_of(d, f"fedavg_{key}"), "test_accuracy")
+    return _points(paired["differences"] if paired else [])
 
 
 for _split in ("iid", "dir0.5", "dir0.1"):
