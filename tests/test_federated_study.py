@@ -59,6 +59,8 @@ def test_claim_table_renders_from_a_results_file():
 
 def test_every_cell_loads_and_every_arm_tunes_the_same_client_rates():
     for name in study.STUDIES:
+        if name == "shakespeare":
+            continue  # its arms each tune their one Adam (the next test)
         cells = study.cells(name)
         planned = plan(cells, [0], "/nonexistent", root=REPO)
         for c, p in zip(cells, planned):
@@ -75,6 +77,42 @@ def test_every_cell_loads_and_every_arm_tunes_the_same_client_rates():
         assert tuning.objective.at == "last"
         for c, t in zip(cells, tuning.cells):
             assert c.info == t.info and f"--config.eval_every={c.info['rounds']}" in t.overrides
+
+
+def test_shakespeare_arms_tune_their_one_adam_at_a_quarter_budget_and_fedsgd_stops_at_the_target():
+    cells = study.cells("shakespeare")
+    planned = {p.cell.label: p.config for p in plan(cells, [0], "/nonexistent", root=REPO)}
+    sgd, avg = planned["fedsgd"], planned["fedavg"]
+    assert (sgd.optimizer, sgd.learning_rate, sgd.algorithm.server_optimizer) == ("sgd", 1.0, "adam")
+    assert (avg.optimizer, avg.algorithm.server_optimizer, avg.algorithm.server_learning_rate) == ("adam", "sgd", 1.0)
+    assert sgd.num_rounds == 10 * avg.num_rounds == study.TEXT_SGD_ROUNDS
+    assert sgd.stop_at_target and not avg.stop_at_target
+    assert sgd.target_accuracy == avg.target_accuracy == study.TEXT_TARGET
+    assert (sgd.clients.fraction, sgd.num_workers, sgd.data.name) == (0.0, 10, "shakespeare_roles")
+    by_arm = {c.label: study.grid(c) for c in cells}
+    assert by_arm == {"fedsgd": {"algorithm.server_learning_rate": study.TEXT_RATES},
+                      "fedavg": {"learning_rate": study.TEXT_RATES}}
+    tuning = study.tuning_of("shakespeare")
+    assert tuning.objective == study.Objective("test_accuracy", "max", "mean")
+    for c, t in zip(cells, tuning.cells):
+        assert c.label == t.label and t.info["rounds"] * 4 == c.info["rounds"]
+        assert f"--config.eval_every={t.info['rounds'] // study.TEXT_TUNING_EVALS}" in t.overrides
+        assert not any("target" in f for f in t.overrides)  # the tuning runs train their whole quarter
+    assert study.sections("shakespeare") == {"target": {"metric": "test_accuracy", "value": study.TEXT_TARGET}}
+
+
+def test_shakespeare_table_shows_the_ngram_tables_and_a_run_stopped_at_the_target():
+    rows = [{"label": label, "arm": label, "split": "natural", "seeds": [0], "test_accuracy_mean": acc,
+             "test_accuracy_std": None, "rounds": rounds, "tuned": {"learning_rate": 0.003}}
+            for label, rounds, acc in (("fedavg", 40, 0.45), ("fedsgd", 400, 0.42))]
+    d = {"target": {"value": 0.42}, "rows": rows,
+         "baselines": {"trigram": {"test_accuracy": 0.39}, "bigram": {"test_accuracy": 0.3}},
+         "runs": [_run("fedavg", 0, [(10, 0.3), (20, 0.43), (40, 0.45)], 40),
+                  _run("fedsgd", 0, [(100, 0.3), (150, 0.42)], 400)]}  # stopped at its target, round 150
+    text = tables.REGISTRY["federated_shakespeare"].render(d)
+    assert "| 0 | 20 | 150 | 7.5x |" in text and "trigram" in text and "bigram" in text
+    assert report.claim_verdict(d).startswith("missed (lowest seed 7.5x")
+    assert tables.REGISTRY["federated.shakespeare.trigram"].render(d) == "0.390"
 
 
 def test_the_config_refuses_an_unknown_cell():

@@ -1,4 +1,4 @@
-"""The federated study's tables and figures: ``experiments/federated/results/{claim,momentum,ist}.json``
+"""The federated study's tables and figures: ``experiments/federated/results/{claim,momentum,ist,shakespeare}.json``
 (``python -m experiments.federated.study STUDY --tune``). Registered in `experiments.tables` when
 `experiments.report` imports this module.
 
@@ -29,11 +29,15 @@ from istjax.launch.study import paired_difference
 CLAIM = "experiments/federated/results/claim.json"
 MOMENTUM = "experiments/federated/results/momentum.json"
 IST = "experiments/federated/results/ist.json"
-SOURCES = {"claim": CLAIM, "momentum": MOMENTUM, "ist": IST}
+SHAKESPEARE = "experiments/federated/results/shakespeare.json"
+SOURCES = {"claim": CLAIM, "momentum": MOMENTUM, "ist": IST, "shakespeare": SHAKESPEARE}
+# The claim's two data sets: each its results file and the trivial baseline its target is set above
+CLAIMS = {"claim": (CLAIM, "linear"), "shakespeare": (SHAKESPEARE, "trigram")}
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIGURES = {study: ROOT / "docs" / "figures" / f"federated_{study}.png" for study in SOURCES}
 CLAIMED = 10.0  # McMahan et al.: FedAvg reaches the target in 10-100x fewer rounds than FedSGD
-SPLIT_NAMES = {"iid": "IID", "dir0.5": "Dirichlet 0.5", "dir0.1": "Dirichlet 0.1", "shards": "2 shards a client"}
+SPLIT_NAMES = {"iid": "IID", "dir0.5": "Dirichlet 0.5", "dir0.1": "Dirichlet 0.1", "shards": "2 shards a client",
+               "natural": "Shakespeare by speaking role"}
 ARM_NAMES = {"fedsgd": "FedSGD", "fedavg": "FedAvg", "fedavgm": "FedAvgM", "fedist": "IST on clients (fedist)"}
 
 
@@ -135,8 +139,9 @@ def _baselines(d: dict, width: int, at: int) -> list[list[str]]:
             for name, value in baseline_rows(d, ["test_accuracy"])]
 
 
-@table("federated_claim", CLAIM, shows=("test_accuracy",))
 def _claim(d):
+    """The claim's table on either data set: each arm's choice, end accuracy, rounds and bytes to the target
+    (``--`` where a run stopped at it), the trivial baselines beneath; then each seed's rounds and ratio."""
     target = _target(d)
     pairs = claim_ratios(d)
     arms = []
@@ -150,7 +155,7 @@ def _claim(d):
                      (f"not reached in {r['rounds']} ({missing} of {len(hit)} seeds)" if not rounds and r else
                       _mean_std(rounds, 1) + (f" ({missing} of {len(hit)} not reached)" if missing else "")),
                      _mean_std([b / 1e6 for b in nbytes_], 1, " MB") if nbytes_ else "-"])
-    head = ["arm", "chosen settings (tuning)", "rounds trained", "test accuracy at the end (mean ± std)",
+    head = ["arm", "chosen settings (tuning)", "rounds (budget)", "test accuracy at the end (mean ± std)",
             f"rounds to {target:g}", f"bytes to {target:g} (all clients)"]
     table_ = markdown_table(head, arms + _baselines(d, len(head), 3))
     seeds = markdown_table(
@@ -161,10 +166,13 @@ def _claim(d):
     return f"{table_}\n\nEach seed's rounds to {target:g} (the first evaluation at or past it):\n\n{seeds}"
 
 
-scalar("federated.claim.ratio", CLAIM, ratio_text)
-scalar("federated.claim.verdict", CLAIM, claim_verdict)
-scalar("federated.claim.target", CLAIM, lambda d: f"{_target(d):g}")
-scalar("federated.claim.linear", CLAIM, lambda d: fixed(d["baselines"]["linear"]["test_accuracy"], 3))
+for _study, (_src, _baseline) in CLAIMS.items():
+    table(f"federated_{_study}", _src, shows=("test_accuracy",))(_claim)
+    scalar(f"federated.{_study}.ratio", _src, ratio_text)
+    scalar(f"federated.{_study}.verdict", _src, claim_verdict)
+    scalar(f"federated.{_study}.target", _src, lambda d: f"{_target(d):g}")
+    scalar(f"federated.{_study}.{_baseline}", _src,
+           lambda d, b=_baseline: fixed(d["baselines"][b]["test_accuracy"], 3))
 
 
 def _points(values: Sequence[float]) -> str:
@@ -261,8 +269,9 @@ def _tuning_table(study: str):
         t = d.get("tuning")
         if not t:
             return f"{SOURCES[study]} records no tuning stage (run its study with --tune)."
+        over = "mean over the run's evaluations" if t["objective"].get("at") == "mean" else "at the end"
         return tuning_caption(t, "examples") + "\n\n" + markdown_table(
-            ["cell", "settings", "tuning-split accuracy at the end"], tuning_rows(t, lambda a: f"`{a}`"))
+            ["cell", "settings", f"tuning-split accuracy, {over}"], tuning_rows(t, lambda a: f"`{a}`"))
     return render
 
 
@@ -293,7 +302,8 @@ def plot(study: str, source: Optional[pathlib.Path] = None, out: Optional[pathli
     import matplotlib.pyplot as plt
 
     d = json.loads((source or ROOT / SOURCES[study]).read_text())
-    panels = {"claim": ("shards",), "momentum": ("iid", "dir0.5", "dir0.1"), "ist": ("iid", "dir0.1")}[study]
+    panels = {"claim": ("shards",), "momentum": ("iid", "dir0.5", "dir0.1"), "ist": ("iid", "dir0.1"),
+              "shakespeare": ("natural",)}[study]
     x = "bytes_total" if study == "ist" else "round"
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), squeeze=False)
     colours = {"fedsgd": "#d95f02", "fedavg": "#1b9e77", "fedavgm": "#7570b3", "fedist": "#e7298a"}
@@ -305,15 +315,16 @@ def plot(study: str, source: Optional[pathlib.Path] = None, out: Optional[pathli
                 xs = [p[x] / (1e9 if x == "bytes_total" else 1) for p in run["curve"]]
                 ax.plot(xs, [p["test_accuracy"] for p in run["curve"]], color=colours[r["arm"]], linewidth=1,
                         alpha=0.8, label=ARM_NAMES[r["arm"]] if i == 0 else None)
-        if study == "claim":
+        if study in CLAIMS:
             ax.axhline(_target(d), color="k", linestyle="--", linewidth=1, label=f"target {_target(d):g}")
             ax.set_xscale("log")
-        linear = ((d.get("baselines") or {}).get("linear") or {}).get("test_accuracy")
-        if linear is not None:
-            ax.axhline(linear, color="grey", linestyle=":", linewidth=1, label="linear baseline")
+        name = CLAIMS.get(study, (None, "linear"))[1]
+        baseline = ((d.get("baselines") or {}).get(name) or {}).get("test_accuracy")
+        if baseline is not None:
+            ax.axhline(baseline, color="grey", linestyle=":", linewidth=1, label=f"{name} baseline")
         ax.set_xlabel("GB moved, all clients" if x == "bytes_total" else "round")
         ax.set_ylabel("test accuracy")
-        ax.set_ylim(0.5, 0.95)
+        ax.set_ylim(*((0.1, 0.6) if study == "shakespeare" else (0.5, 0.95)))
         ax.set_title(SPLIT_NAMES[split], fontsize=10)
         ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

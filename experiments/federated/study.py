@@ -24,6 +24,11 @@ Studies (``python -m experiments.federated.study STUDY --tune``), each its resul
   A fedist client moves about a twelfth of FedAvg's bytes a round, so fedist trains `IST_ROUNDS_FACTOR` times the
   rounds: the report reads it at FedAvg's rounds (equal rounds) and at FedAvg's bytes (equal bytes), and its loss
   split (``worker_train_loss``, ``merged_train_loss``) says where a loss comes from.
+* ``shakespeare`` (``shakespeare.json``): the paper's claim on Shakespeare by speaking role
+  (`experiments/configs/shakespeare_federated.py`: each role a client, 10 a round, the text family's transformer at
+  a quarter of its size, each arm's one Adam rate tuned), rounds and bytes to `TEXT_TARGET` next-character accuracy,
+  beside the n-gram tables on the same windows. FedSGD trains up to ten times FedAvg's rounds and stops at the
+  target; the tuning runs train a quarter of each arm's budget (the `TEXT_RATES` comment says why).
 
 ::
 
@@ -31,6 +36,8 @@ Studies (``python -m experiments.federated.study STUDY --tune``), each its resul
     python -m experiments.federated.study claim --tune           # tuning, then 3 seeds (about an hour on 2 cores)
     python -m experiments.federated.study momentum --tune
     python -m experiments.federated.study ist --tune
+    python -m experiments.federated.study shakespeare --baselines   # the n-gram tables
+    python -m experiments.federated.study shakespeare --tune     # several hours on 2 cores, most of it FedSGD's
 """
 
 from __future__ import annotations
@@ -46,7 +53,8 @@ from istjax.launch.tuning import Objective, arm_grid
 
 CONFIG = "experiments/configs/fmnist_federated.py"
 RESULTS = REPO / "experiments" / "federated" / "results"
-STUDIES = ("claim", "momentum", "ist")
+TEXT_CONFIG = "experiments/configs/shakespeare_federated.py"
+STUDIES = ("claim", "momentum", "ist", "shakespeare")
 
 # The client's SGD rate, every arm. 0.005 and 0.01 added before any reported run, when FedSGD's first tuning runs
 # (0.02 to 0.2 at the claim's budget) ranked the lowest rate of the first grid, 0.02, best; 1.0 added before any
@@ -63,22 +71,54 @@ AVG_EVAL_EVERY, SGD_EVAL_EVERY = 5, 25  # claim: rounds between evaluations
 SKEW_ROUNDS = 200  # momentum and ist: FedAvg's rounds
 IST_ROUNDS_FACTOR = 12  # ist: fedist's rounds per FedAvg round (its bytes a round are about 1/12 of FedAvg's)
 SKEW_EVAL_EVERY = 10
+# shakespeare: the claim on Shakespeare's roles (`TEXT_CONFIG`), each arm's one Adam rate over `TEXT_RATES`; FedAvg
+# trains `TEXT_AVG_ROUNDS`, FedSGD ten times as many and stops at the target (only its rounds to it are read); the
+# tuning runs train a quarter of each arm's budget (FedSGD's thousands of rounds at 2 s each on 2 cores),
+# evaluated `TEXT_TUNING_EVALS` times, judged by the mean accuracy over those evaluations. TEXT_TARGET, the
+# next-character accuracy to reach, above the trigram table's on the same windows (``--baselines``), was fixed
+# before any reported run.
+TEXT_RATES = (1e-3, 3e-3, 1e-2)
+TEXT_AVG_ROUNDS, TEXT_SGD_ROUNDS = 400, 4000
+TEXT_AVG_EVAL_EVERY, TEXT_SGD_EVAL_EVERY = 10, 50
+TEXT_TUNING_EVALS = 5
+TEXT_TARGET = 0.42
 TRACKED = ("round", "samples_seen", "bytes_total", "test_accuracy", "test_loss", "worker_train_loss",
            "merged_train_loss")
 
 
-def _cell(label: str, arm: str, split: str, rounds: int, eval_every: int, **info: Any) -> Cell:
+def _cell(label: str, arm: str, split: str, rounds: int, eval_every: int, *, config: str = CONFIG,
+          extra: Sequence[str] = (), **info: Any) -> Cell:
     flags = (f"--config.num_rounds={rounds}", f"--config.eval_every={eval_every}",
-             f"--config.checkpoint_every={min(rounds, 100)}")
-    return Cell(label, f"{CONFIG}:{arm},{split}", flags, {"arm": arm, "split": split, "rounds": rounds, **info})
+             f"--config.checkpoint_every={min(rounds, 100)}", *extra)
+    arg = f"{config}:{arm}" + (f",{split}" if config == CONFIG else "")
+    return Cell(label, arg, flags, {"arm": arm, "split": split, "rounds": rounds, **info})
+
+
+def _text_cells(tuning: bool) -> list[Cell]:
+    """The Shakespeare claim's cells: FedSGD (stopping at `TEXT_TARGET`) and FedAvg at their budgets; ``tuning``:
+    both at a quarter of it, evaluated `TEXT_TUNING_EVALS` times, with no target."""
+    out = []
+    for arm, rounds, every in (("fedsgd", TEXT_SGD_ROUNDS, TEXT_SGD_EVAL_EVERY),
+                               ("fedavg", TEXT_AVG_ROUNDS, TEXT_AVG_EVAL_EVERY)):
+        if tuning:
+            rounds = rounds // 4
+            every, extra = rounds // TEXT_TUNING_EVALS, ()
+        else:
+            extra = (f"--config.target_accuracy={TEXT_TARGET}",
+                     f"--config.stop_at_target={arm == 'fedsgd'}")
+        out.append(_cell(arm, arm, "natural", rounds, every, config=TEXT_CONFIG, extra=extra, data="shakespeare"))
+    return out
 
 
 def cells(study: str, evaluate: bool = True) -> list[Cell]:
-    """The study's cells (module docstring); ``evaluate=False``: the same cells evaluated once, at their end (the
-    tuning runs: only the last evaluation is read)."""
+    """The study's cells (module docstring); ``evaluate=False``: the cells as the tuning runs train them, evaluated
+    once, at their end (only the last evaluation is read), or for Shakespeare's a quarter of the budget
+    (`_text_cells`)."""
     def every(rounds: int, n: int) -> int:
         return n if evaluate else rounds
 
+    if study == "shakespeare":
+        return _text_cells(tuning=not evaluate)
     if study == "claim":  # tuned on its curves too (`tuning`)
         return [_cell("fedsgd", "fedsgd", "shards", SGD_ROUNDS, SGD_EVAL_EVERY),
                 _cell("fedavg", "fedavg", "shards", AVG_ROUNDS, AVG_EVAL_EVERY)]
@@ -95,7 +135,11 @@ def cells(study: str, evaluate: bool = True) -> list[Cell]:
 
 def grid(cell: Cell) -> dict:
     """An arm's tuning grid: the client rate over `LEARNING_RATES`; FedAvgM's server rate too; fedist's client
-    optimizer restarted every round, as every federated client's is."""
+    optimizer restarted every round, as every federated client's is. On Shakespeare, each arm's one Adam rate over
+    `TEXT_RATES`: FedAvg's clients', FedSGD's server's (its clients' SGD at rate 1 hands it their gradients)."""
+    if cell.info.get("data") == "shakespeare":
+        field = "algorithm.server_learning_rate" if cell.info["arm"] == "fedsgd" else "learning_rate"
+        return {field: TEXT_RATES}
     variants = {"algorithm.server_learning_rate": SERVER_LEARNING_RATES} if cell.info["arm"] == "fedavgm" else None
     return arm_grid(cell, LEARNING_RATES, optimizer_states=("reset",), variants=variants, root=REPO)
 
@@ -106,6 +150,8 @@ def tuning_of(study: str) -> Tuning:
     by the last one (what they report), their tuning runs evaluated once, at their end."""
     if study == "claim":
         return Tuning(grid, Objective("test_accuracy", "max", "mean"), 0.1, cells(study))
+    if study == "shakespeare":
+        return Tuning(grid, Objective("test_accuracy", "max", "mean"), 0.1, cells(study, evaluate=False))
     return Tuning(grid, Objective("test_accuracy", "max"), 0.1, cells(study, evaluate=False))
 
 
@@ -121,7 +167,8 @@ def record(p: Planned) -> Optional[dict[str, Any]]:
 
 def sections(study: str) -> dict:
     """What the results file states besides its runs: the claim's target, fixed before any reported run."""
-    return {"target": {"metric": "test_accuracy", "value": TARGET}} if study == "claim" else {}
+    target = {"claim": TARGET, "shakespeare": TEXT_TARGET}.get(study)
+    return {} if target is None else {"target": {"metric": "test_accuracy", "value": target}}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
