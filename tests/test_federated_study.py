@@ -66,6 +66,7 @@ def test_every_cell_loads_and_every_arm_tunes_the_same_client_rates():
         for c, p in zip(cells, planned):
             assert study.grid(c)["learning_rate"] == study.LEARNING_RATES
             assert p.config.clients.fraction == 0.1 and p.config.num_workers == 10
+            assert p.config.runtime.loss_split == (name != "claim")  # a claim reads its accuracy alone
             if c.info["arm"] == "fedavgm":
                 assert p.config.algorithm.server_momentum == 0.9
                 assert study.grid(c)["algorithm.server_learning_rate"] == study.SERVER_LEARNING_RATES
@@ -87,6 +88,7 @@ def test_shakespeare_arms_tune_their_one_adam_at_a_quarter_budget_and_fedsgd_sto
     assert (avg.optimizer, avg.algorithm.server_optimizer, avg.algorithm.server_learning_rate) == ("adam", "sgd", 1.0)
     assert sgd.num_rounds == 10 * avg.num_rounds == study.TEXT_SGD_ROUNDS
     assert sgd.stop_at_target and not avg.stop_at_target
+    assert not sgd.runtime.loss_split and not avg.runtime.loss_split  # the claim reads accuracy alone
     assert sgd.target_accuracy == avg.target_accuracy == study.TEXT_TARGET
     assert (sgd.clients.fraction, sgd.num_workers, sgd.data.name) == (0.0, 10, "shakespeare_roles")
     by_arm = {c.label: study.grid(c) for c in cells}
