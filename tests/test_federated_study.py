@@ -150,3 +150,17 @@ def test_a_tuning_objective_at_the_mean_reads_the_whole_curve(tmp_path):
         tuning._check_objective(tuning.Objective("test_accuracy", "max", "median"))
     assert tuning.Objective("test_loss", "min").to_record() == {"metric": "test_loss", "direction": "min"}
     assert tuning.Objective("test_accuracy", "max", "mean").to_record()["at"] == "mean"
+
+
+def test_the_claim_figures_draw_from_a_results_file_alone(tmp_path):
+    import json as json_lib
+
+    for study_name, (_, baseline) in report.CLAIMS.items():
+        rows = [{"label": arm, "arm": arm, "split": "natural" if study_name == "shakespeare" else "shards"}
+                for arm in ("fedavg", "fedsgd")]
+        d = {"target": {"value": 0.42}, "rows": rows, "baselines": {baseline: {"test_accuracy": 0.39}},
+             "runs": [_run("fedavg", 0, [(10, 0.3), (20, 0.43)], 20), _run("fedsgd", 0, [(50, 0.3), (150, 0.42)], 200)]}
+        source = tmp_path / f"{study_name}.json"
+        source.write_text(json_lib.dumps(d))
+        out = report.plot(study_name, source, tmp_path / f"{study_name}.png")
+        assert out.stat().st_size > 1000
