@@ -1,6 +1,7 @@
 """Is a model a good fit for IST? The worked example of docs/ist_fit.md, on three seeds, as committed results.
 
     python -m experiments.custom.fit [--seeds 0,1,2]
+    python -m experiments.custom.fit --baselines      # the linear baseline row (a minute; the runs kept)
 
 The researcher's 1-D CNN (``experiments/custom/conv1d.py``, a model istjax does not ship, named by
 ``model.module``) on MNIST-1D, W = 4, 192,000 samples: IST without a remedy and with each remedy for the scale of
@@ -16,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from experiments.grid import REPO, Cell, parser, run_grid
+from experiments.grid import REPO, Cell, parser, record_baselines, run_grid
 
 RESULTS = REPO / "experiments" / "custom" / "results"
 CONFIG = "experiments/custom/configs/conv1d.py"
@@ -34,7 +35,10 @@ def cells() -> list[Cell]:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = parser("python -m experiments.custom.fit", __doc__, ["fit"]).parse_args(["fit", *argv])
+    args = parser("python -m experiments.custom.fit", __doc__, ["fit"], baselines=True).parse_args(["fit", *argv])
+    if args.baselines:
+        print(f"wrote {record_baselines(RESULTS / 'fit.json', cells()[0])}")
+        return 0
     seeds, only = args.seeds, [c for c in args.only.split(",") if c.strip()]
     command = f"python -m experiments.custom.fit --seeds {','.join(map(str, seeds))}"
     return run_grid("fit", cells(), seeds, args.workdir or REPO / "runs" / "custom" / "fit", RESULTS / "fit.json",

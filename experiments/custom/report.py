@@ -4,8 +4,8 @@ Registered in `experiments.tables` when `experiments.report` imports this module
 
 from __future__ import annotations
 
-from experiments.tables import (ResultsError, accuracy, algorithm_name, fixed, headline_row, markdown_table, percent,
-                               result_rows, scalar, table)
+from experiments.tables import (ResultsError, accuracy, algorithm_name, baseline_rows, fixed, headline_row,
+                               markdown_table, percent, result_rows, scalar, table)
 
 FIT = "experiments/custom/results/fit.json"
 REMEDIES = {"none": "none (the researcher's model)",
@@ -26,14 +26,16 @@ def _fit_gap(d, remedy: str) -> float:
     return 100 * (_fit(d, "local_sgd", remedy)["test_accuracy_mean"] - _fit(d, "ist", remedy)["test_accuracy_mean"])
 
 
-@table("fit.table", FIT)
+@table("fit.table", FIT, shows=("test_accuracy",))
 def _fit_table(d):
+    """Every cell, then the data's trivial baseline (a linear model, ``--baselines``) beneath, in the accuracy
+    column."""
     return markdown_table(
         ["remedy", "algorithm", "test accuracy (mean ± std over seeds)", "lowest / highest seed",
          "train loss of the full network"],
         [[REMEDIES.get(r["remedy"], r["remedy"]), algorithm_name(r["algorithm"]), accuracy(r),
           f"{fixed(r['test_accuracy_min'], 3)} / {fixed(r['test_accuracy_max'], 3)}", fixed(r["train_loss_mean"], 3)]
-         for r in result_rows(d)])
+         for r in result_rows(d)] + [["-", name, value, "-", "-"] for name, value in baseline_rows(d, ["test_accuracy"])])
 
 
 for _a, _r in (("ist", "none"), ("local_sgd", "none"), ("ist", "batchnorm"), ("local_sgd", "batchnorm")):
