@@ -24,7 +24,9 @@ def _three_way(d) -> str:
     acc = _per_algorithm(rows, lambda r: f"{r['test_accuracy_mean']:.3f} ± {r['test_accuracy_std']:.3f}")
     moved = _per_algorithm(rows, lambda r: nbytes(r["bytes_per_worker_per_round"] / 2, binary=False))
     n = min(len(r["seeds"]) for r in rows)
-    return f"{acc} test accuracy (mean ± std, {n} seeds); {moved} per worker per round each way"
+    linear = ((d.get("baselines") or {}).get("linear") or {}).get("test_accuracy")
+    beside = "" if linear is None else f" (a linear model: {linear:.3f})"
+    return f"{acc} test accuracy (mean ± std, {n} seeds){beside}; {moved} per worker per round each way"
 
 
 results_table("keywords_generalisation", KEYWORDS_GEN, [
@@ -61,7 +63,10 @@ BREAST_CANCER = "experiments/mlp/results/breast_cancer.json"
 results_table("breast_cancer", BREAST_CANCER, [
     "algorithm", "num_workers", "test_accuracy", ("min-max", spread),
     ("train loss", lambda r: fixed(r["train_loss_mean"], 3)), ("samples (all workers)", lambda r: cell(r["samples_seen"])),
-    ("bytes per worker per round, each way", lambda r: nbytes(r["bytes_per_worker_per_round"] / 2, binary=False))])
+    ("bytes per worker per round, each way", lambda r: nbytes(r["bytes_per_worker_per_round"] / 2, binary=False))],
+    baselines=True)
+# the linear baseline (`python -m experiments.mlp.studies breast_cancer --baselines`)
+scalar("breast_cancer.linear", BREAST_CANCER, lambda d: d["baselines"]["linear"]["test_accuracy"])
 
 
 scalar("digits.ist", DIGITS, lambda d: accuracy([r for r in result_rows(d) if r["algorithm"] == "ist"][0]))
