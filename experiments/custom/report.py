@@ -44,6 +44,7 @@ for _r in ("scale", "norm"):
     scalar(f"fit.ist_{_r}", FIT, lambda d, r=_r: accuracy(_fit(d, "ist", r)))
 for _r in ("none", "scale"):
     scalar(f"fit.loss_ist_{_r}", FIT, lambda d, r=_r: fixed(_fit(d, "ist", r)["train_loss_mean"], 2))
+scalar("fit.linear", FIT, lambda d: d["baselines"]["linear"]["test_accuracy"])  # ``--baselines``
 scalar("fit.gap_none", FIT, lambda d: fixed(_fit_gap(d, "none"), 1))
 scalar("fit.gap_batchnorm", FIT, lambda d: fixed(_fit_gap(d, "batchnorm"), 1))
 scalar("fit.gap_closed", FIT, lambda d: percent(1 - _fit_gap(d, "batchnorm") / _fit_gap(d, "none"), 0))
