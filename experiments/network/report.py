@@ -20,15 +20,15 @@ def _time_to_accuracy(d):
     return time_to_accuracy.markdown(d).strip()
 
 
-@table("network_fsdd", FSDD)
-def _time_to_accuracy_fsdd(d):
+def _with_baseline(d):
     """`_time_to_accuracy`, then the linear baseline (``--baselines``) on the same test clips against the target."""
     rows = [[name, acc, cell(d["target"])] for name, acc, _ in baseline_cells(d, 3, {1: "test_accuracy"})]
     return (_time_to_accuracy(d) + "\n\nThe data's trivial baseline on the same test clips:\n\n"
             + markdown_table(["baseline", "test accuracy", "the target"], rows))
 
 
-table("network_keywords", KEYWORDS)(_time_to_accuracy)
+table("network_fsdd", FSDD)(_with_baseline)
+table("network_keywords", KEYWORDS)(_with_baseline)
 
 
 def _linear_vs_target(d) -> str:
@@ -38,6 +38,7 @@ def _linear_vs_target(d) -> str:
 
 
 scalar("fsdd.linear", FSDD, _linear_vs_target)
+scalar("keywords.race_linear", KEYWORDS, _linear_vs_target)
 
 
 def _seeds(d) -> list[int]:
