@@ -139,6 +139,20 @@ def _baselines(d: dict, width: int, at: int) -> list[list[str]]:
             for name, value in baseline_rows(d, ["test_accuracy"])]
 
 
+def budget(r: dict) -> int:
+    """A row's budget in rounds: its ``--config.num_rounds`` override (a run that stops at the target records the
+    rounds it trained instead), else its rounds."""
+    flag = "--config.num_rounds="
+    given = [o[len(flag):] for o in r.get("overrides", ()) if o.startswith(flag)]
+    return int(given[-1]) if given else int(r["rounds"])
+
+
+def _end_accuracy(r: Optional[dict], runs: Sequence[dict]) -> str:
+    """The row's accuracy at the end of its runs, marked where they stopped at the target (their end is there)."""
+    stopped = sum(run["rounds"] < budget(r) for run in runs) if r else 0
+    return _accuracy(r) + (f" (where {stopped} of {len(runs)} stopped, at the target)" if stopped else "")
+
+
 def _claim(d):
     """The claim's table on either data set: each arm's choice, end accuracy, rounds and bytes to the target
     (``--`` where a run stopped at it), the trivial baselines beneath; then each seed's rounds and ratio."""
@@ -151,11 +165,11 @@ def _claim(d):
         rounds = [h["round"] for h in hit if h]
         nbytes_ = [h["bytes_total"] for h in hit if h]
         missing = len(hit) - len(rounds)
-        arms.append([ARM_NAMES[label], _settings(r), cell(r["rounds"]) if r else "-", _accuracy(r),
-                     (f"not reached in {r['rounds']} ({missing} of {len(hit)} seeds)" if not rounds and r else
+        arms.append([ARM_NAMES[label], _settings(r), cell(budget(r)) if r else "-", _end_accuracy(r, runs),
+                     (f"not reached in {budget(r)} ({missing} of {len(hit)} seeds)" if not rounds and r else
                       _mean_std(rounds, 1) + (f" ({missing} of {len(hit)} not reached)" if missing else "")),
                      _mean_std([b / 1e6 for b in nbytes_], 1, " MB") if nbytes_ else "-"])
-    head = ["arm", "chosen settings (tuning)", "rounds (budget)", "test accuracy at the end (mean ± std)",
+    head = ["arm", "chosen settings (tuning)", "budget (rounds)", "test accuracy at the end (mean ± std)",
             f"rounds to {target:g}", f"bytes to {target:g} (all clients)"]
     table_ = markdown_table(head, arms + _baselines(d, len(head), 3))
     seeds = markdown_table(
