@@ -194,14 +194,19 @@ def test_the_cli_prints_one_line_and_exits_with_the_command_code():
     assert out.stderr.strip().splitlines()[-1].startswith("killed by the kernel at the 100.0 MiB cgroup limit")
 
 
-def test_a_limit_per_rank_kills_only_the_rank_over_it_under_mpiexec():
+def test_a_limit_per_rank_kills_only_the_rank_over_it_under_mpiexec(tmp_path):
     """`run_ranks`: each rank in its own child group; rank 1 allocates 400 MiB under a 200 MiB limit per rank and is
-    the one the kernel kills; the job ends (no hang) and every group is removed."""
+    the one the kernel kills; the job ends (no hang) and every group is removed. Rank 1 starts only once rank 0 holds
+    its 50 MiB (a file says so): killed first, it would take rank 0 down before a loaded machine let it allocate."""
     limits = _limits()
     mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
     if not mpiexec.exists():
         pytest.skip("mpiexec not installed (pip install mpich)")
-    code = "import os; b = bytearray((400 if os.environ['PMI_RANK'] == '1' else 50) << 20); b[::4096] = b'x' * len(b[::4096])"
+    flag = tmp_path / "rank0_holds_its_memory"
+    code = (f"import os, pathlib, time; flag = pathlib.Path({str(flag)!r}); rank = os.environ['PMI_RANK']\n"
+            "while rank == '1' and not flag.exists(): time.sleep(0.01)\n"
+            "b = bytearray((400 if rank == '1' else 50) << 20); b[::4096] = b'x' * len(b[::4096])\n"
+            "if rank == '0': flag.touch()")
     r = limits.run_ranks(2, [sys.executable, "-c", code], 200 * MiB, mpiexec=str(mpiexec), timeout=120,
                          name="test-ranks", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert r.oom_killed and r.killed == ("rank 1",) and not r.timed_out and r.returncode != 0, r
