@@ -4,7 +4,7 @@ Registered in `experiments.tables` when `experiments.report` imports this module
 
 from __future__ import annotations
 
-from experiments.tables import (ResultsError, accuracy, algorithm_name, baseline_rows, fixed, headline_row,
+from experiments.tables import (ResultsError, accuracy, algorithm_name, baseline_cells, fixed, headline_row,
                                markdown_table, percent, result_rows, scalar, table)
 
 FIT = "experiments/custom/results/fit.json"
@@ -35,7 +35,7 @@ def _fit_table(d):
          "train loss of the full network"],
         [[REMEDIES.get(r["remedy"], r["remedy"]), algorithm_name(r["algorithm"]), accuracy(r),
           f"{fixed(r['test_accuracy_min'], 3)} / {fixed(r['test_accuracy_max'], 3)}", fixed(r["train_loss_mean"], 3)]
-         for r in result_rows(d)] + [["-", name, value, "-", "-"] for name, value in baseline_rows(d, ["test_accuracy"])])
+         for r in result_rows(d)] + baseline_cells(d, 5, {2: "test_accuracy"}, name_at=1))
 
 
 for _a, _r in (("ist", "none"), ("local_sgd", "none"), ("ist", "batchnorm"), ("local_sgd", "batchnorm")):

@@ -21,8 +21,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from experiments.tables import (baseline_rows, cell, fixed, headline_row, markdown_table, nbytes, scalar, settings_words,
-                               table, tuning_caption, tuning_rows)
+from experiments.tables import (baseline_cells, cell, fixed, headline_row, markdown_table, nbytes, scalar,
+                               settings_words, table, tuning_caption, tuning_rows)
 from istjax.launch.metrics import format_mean_std
 from istjax.launch.study import paired_difference
 
@@ -133,12 +133,6 @@ def _settings(r: Optional[dict]) -> str:
     return settings_words((r or {}).get("tuned") or {}) or "-"
 
 
-def _baselines(d: dict, width: int, at: int) -> list[list[str]]:
-    """The file's trivial baselines as rows ``width`` wide, the test accuracy in column ``at``."""
-    return [[name, *["-"] * (at - 1), value, *["-"] * (width - at - 1)]
-            for name, value in baseline_rows(d, ["test_accuracy"])]
-
-
 def budget(r: dict) -> int:
     """A row's budget in rounds: its ``--config.num_rounds`` override (a run that stops at the target records the
     rounds it trained instead), else its rounds."""
@@ -154,8 +148,8 @@ def _end_accuracy(r: Optional[dict], runs: Sequence[dict]) -> str:
 
 
 def _claim(d):
-    """The claim's table on either data set: each arm's choice, end accuracy, rounds and bytes to the target
-    (``--`` where a run stopped at it), the trivial baselines beneath; then each seed's rounds and ratio."""
+    """The claim's table on either data set: each arm's choice, budget, end accuracy (marked where runs stopped at
+    the target), rounds and bytes to the target, the trivial baselines beneath; then each seed's rounds and ratio."""
     target = _target(d)
     pairs = claim_ratios(d)
     arms = []
@@ -171,7 +165,7 @@ def _claim(d):
                      _mean_std([b / 1e6 for b in nbytes_], 1, " MB") if nbytes_ else "-"])
     head = ["arm", "chosen settings (tuning)", "budget (rounds)", "test accuracy at the end (mean ± std)",
             f"rounds to {target:g}", f"bytes to {target:g} (all clients)"]
-    table_ = markdown_table(head, arms + _baselines(d, len(head), 3))
+    table_ = markdown_table(head, arms + baseline_cells(d, len(head), {3: "test_accuracy"}))
     seeds = markdown_table(
         ["seed", "FedAvg's rounds", "FedSGD's rounds", "FedSGD / FedAvg"],
         [[cell(p["seed"]), cell(p["fedavg"]["round"]) if p["fedavg"] else "not reached",
@@ -208,7 +202,7 @@ def _momentum(d):
                      momentum_gain(d, split)])
     head = ["split", "FedAvg", "its settings", "FedAvgM (momentum 0.9)", "its settings",
             "FedAvgM - FedAvg (paired by seed)"]
-    return markdown_table(head, rows + _baselines(d, len(head), 1))
+    return markdown_table(head, rows + baseline_cells(d, len(head), {1: "test_accuracy"}))
 
 
 def momentum_gain(d: dict, split: str) -> str:
@@ -275,7 +269,7 @@ def _ist(d):
     head = ["split", "FedAvg (its rounds)", "fedist at FedAvg's rounds", "fedist at FedAvg's bytes",
             "fedist - FedAvg at equal bytes", "FedAvg bytes a client a round", "fedist's",
             "fedist's loss split at its end: workers' / merged model's training loss"]
-    return markdown_table(head, rows + _baselines(d, len(head), 1))
+    return markdown_table(head, rows + baseline_cells(d, len(head), {1: "test_accuracy"}))
 
 
 def _tuning_table(study: str):
