@@ -1,6 +1,7 @@
 """Shakespeare by speaking role (issue 58): each role of each play a client (``data.name=shakespeare_roles``), 10
-sampled a round (``clients.fraction=0``: M = num_workers, the same 10 on the tuning split's fewer roles), on the text family's transformer at a quarter of its size (2 layers, 4 heads, width 64,
-context 64), so that FedSGD's thousands of rounds fit the 2-core machine.
+sampled a round (``clients.fraction=0``: M = num_workers, the same 10 on the tuning split's fewer roles), on the text
+family's transformer at a quarter of its size (2 layers, 4 heads, width 64, context 64), so that FedSGD's thousands
+of rounds fit the 2-core machine.
 
 ``--config=experiments/configs/shakespeare_federated.py:ARM`` with ARM one of
 

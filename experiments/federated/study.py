@@ -4,8 +4,9 @@ Every cell is a config of `experiments/configs/fmnist_federated.py` (``ARM,SPLIT
 a round, client SGD), trained with the study runner's tuning protocol (`experiments.grid.run_grid` with a
 `experiments.grid.Tuning`): each arm's rates are chosen on a tuning split (the last 10% of the training examples, the
 clients split over the rest; one seed, the reported budget, judged by its accuracy at the end, or for the claim
-by its mean over the run), then the arm is trained at its choice over the seeds and scored on the test set. The same client-rate grid (`LEARNING_RATES`) for
-every arm; FedAvgM's server rate (`SERVER_LEARNING_RATES`) is its own extra setting, as DiLoCo's outer rate is.
+by its mean over the run), then the arm is trained at its choice over the seeds and scored on the test set. The same
+client-rate grid (`LEARNING_RATES`) for every arm; FedAvgM's server rate (`SERVER_LEARNING_RATES`) is its own extra
+setting, as DiLoCo's outer rate is.
 
 Studies (``python -m experiments.federated.study STUDY --tune``), each its results file under
 ``experiments/federated/results/``:
