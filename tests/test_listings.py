@@ -130,8 +130,8 @@ def test_result_lines_copy_their_results_files():
     (row,) = [r for r in debian["rows"] if r["label"] == "ist_p2_h512"]
     p1 = format_mean_std(row["precision_at_1_mean"], row["precision_at_1_std"], len(row["seeds"]))
     assert by_path["experiments/configs/xmc_debian_ist.py"].result.startswith(f"P@1 {p1}")
-    text = json.loads((REPO / "experiments/text/results/study.json").read_text())
-    (row,) = [r for r in text["rows"] if r["label"] == "ist_width_test_w2"]
+    text = json.loads((REPO / "experiments/text/results/tuned.json").read_text())
+    (row,) = [r for r in text["rows"] if r["label"] == "ist_width_w2"]
     shakespeare = by_path["experiments/configs/shakespeare_transformer.py"].result
     assert f"{row['val_loss_mean']:.3f} ± {row['val_loss_std']:.3f} nats/char" in shakespeare
     # A result line naming a row of its results file shows that row's accuracy.

@@ -56,7 +56,8 @@ def cells(cap: int, rounds: int, ranks: int = 2) -> list[study_lib.Cell]:
     ``cap`` bytes a rank, ``rounds`` rounds of the same batches."""
     common = ("--config.runtime.name=mpi", f"--config.num_workers={ranks}", f"--config.sampler.num_owners={ranks}",
               f"--config.num_rounds={rounds}", f"--config.eval_every={rounds}", f"--config.checkpoint_every={rounds}",
-              f"--config.runtime.memory_limit={cap}")
+              f"--config.runtime.memory_limit={cap}",
+              "--config.algorithm.optimizer_state=reset")  # as this study ran
     return [study_lib.Cell(f"{name}_p{ranks}", CONFIG, (*arm, *common), {"algorithm": name, "ranks": ranks})
             for name, arm in ARMS.items()]
 

@@ -53,7 +53,8 @@ def cells(samples: int, workers: Sequence[int] = (2, 4)) -> list[Cell]:
                              f"{w * K * B}); use a multiple of {4 * K * B}.")
         base = (f"--config.num_workers={w}", f"--config.local_steps={K}", f"--config.batch_size={B}",
                 f"--config.num_rounds={rounds}", f"--config.eval_every={max(1, rounds // 4)}",
-                f"--config.checkpoint_every={rounds}")
+                f"--config.checkpoint_every={rounds}",
+                "--config.algorithm.optimizer_state=reset")  # as this study ran: every local state restarted
 
         def cell(label, algorithm, split="width", scaling="train", **info):
             return Cell(f"{label}_w{w}", CONFIG, base + (f"--config.algorithm.name={algorithm}",

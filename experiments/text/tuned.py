@@ -68,7 +68,8 @@ def arms(samples: int, workers: Sequence[int], evals: int = EVALS) -> list[Cell]
         rounds = rounds_for(samples, w)
         base = (f"--config.num_workers={w}", f"--config.local_steps={K}", f"--config.batch_size={B}",
                 f"--config.num_rounds={rounds}", f"--config.eval_every={max(1, rounds // evals)}",
-                f"--config.checkpoint_every={rounds}")
+                f"--config.checkpoint_every={rounds}",
+                "--config.algorithm.optimizer_state=reset")  # each arm's tuning chooses its own, where it reads one
         for arm, (algorithm, split) in ARMS.items():
             flags = (f"--config.algorithm.name={algorithm}",)
             if split is not None:
