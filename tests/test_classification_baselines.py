@@ -36,6 +36,24 @@ def test_record_baselines_writes_the_linear_model_and_a_rerun_keeps_it(tmp_path)
     assert again["command"] == "pytest again" and again["baselines"] == doc["baselines"] and again["regime"] == REGIME
 
 
+
+def test_the_width_study_records_its_graphs_baseline_and_a_rerun_of_that_graph_keeps_it(tmp_path, monkeypatch):
+    """``graphs.studies width --baselines``: the generated graph's linear model on the study's test nodes, recorded
+    with the graph; a rerun of the study on that graph keeps it, on another graph drops it, and recording a
+    baseline of another graph into a file holding a study is refused."""
+    out = tmp_path / "gist_width.json"
+    monkeypatch.setattr(graph_studies, "WIDTH_OUT", out)
+    graph_studies.width_baselines(10_000)
+    doc = json.loads(out.read_text())
+    graph = repr(graph_studies._csbm(10_000))
+    assert doc["graph"] == graph and doc["regime"] == REGIME and doc["baselines"]["linear"]["converged"]
+    assert 0.1 < doc["baselines"]["linear"]["test_accuracy"] < 1.0  # ten classes: above chance, not solved
+    out.write_text(json.dumps({**doc, "rows": [], "runs": []}))
+    assert graph_studies._recorded_baselines(graph) == {"baselines": doc["baselines"], "regime": REGIME}
+    assert graph_studies._recorded_baselines(repr(graph_studies._csbm(12_000))) == {}
+    with pytest.raises(SystemExit, match="--num-nodes 12000: .* holds the study of"):
+        graph_studies.width_baselines(12_000)
+
 DOC = {"code": {"commit": "0" * 40, "clean": True}, "rows": [
     {"label": "ist", "algorithm": "ist", "num_workers": 2, "seeds": [0, 1], "test_accuracy_mean": 0.801,
      "test_accuracy_std": 0.01},
@@ -91,9 +109,6 @@ def test_a_study_without_a_config_refuses_baselines(capsys):
     with pytest.raises(SystemExit) as e:
         image_studies.main(["bytes", "--baselines"])
     assert e.value.code == 2 and "name one of resnet, ablation, decompose" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        graph_studies.main(["width", "--baselines"])
-    assert e.value.code == 2 and "name one of cora, citeseer, recipe" in capsys.readouterr().err
 
 
 def test_time_to_accuracy_rewrites_keep_the_recorded_baselines(tmp_path):

@@ -4,9 +4,9 @@ Registered in `experiments.tables` when `experiments.report` imports this module
 
 from __future__ import annotations
 
-from experiments.tables import (ResultsError, accuracy, cell, fixed, headline_row, label_accuracy, markdown_table, mib,
-                               nbytes, points_above_baseline, result_rows, results_table, scalar, spread, table,
-                               tuning_rows)
+from experiments.tables import (ResultsError, accuracy, baseline_cells, cell, fixed, headline_row, label_accuracy,
+                               markdown_table, mib, nbytes, points_above_baseline, result_rows, results_table, scalar,
+                               spread, table, tuning_rows)
 
 GIST_FILES = {"cora": "experiments/graphs/results/gist_cora.json",
               "citeseer": "experiments/graphs/results/gist_citeseer.json"}
@@ -60,7 +60,7 @@ def _graphs_width(d):
     trained = markdown_table(
         ["GIST", "rounds", "test accuracy (mean ± std over seeds)", "min-max", "s of training per seed"],
         [[f"W = {r['num_workers']}", cell(r["rounds"]), accuracy(r), spread(r), f"{r['train_s_mean']:.0f}"]
-         for r in result_rows(d)])
+         for r in result_rows(d)] + baseline_cells(d, 5, {2: "test_accuracy"}))
     runs = markdown_table(
         ["seed", "test accuracy", "test loss (full-width model)", "workers' training loss, last round"],
         [[cell(r["seed"]), fixed(r["test_accuracy"], 3), fixed(r["test_loss"], 3), fixed(r["train_loss_last_round"], 3)]
@@ -78,6 +78,7 @@ scalar("graphs.width.over_budget", GIST_WIDTH,
        lambda d: fixed(_width_fit(d)[0]["worker_peak_bytes"] / 2 ** 20 / d["budget_mib"], 1))
 scalar("graphs.width.worker_peak", GIST_WIDTH, lambda d: f"{_width_fit(d)[1]['worker_peak_bytes'] / 2 ** 20:.0f}")
 scalar("graphs.width.accuracy", GIST_WIDTH, lambda d: accuracy(result_rows(d)[0]))
+scalar("graphs.width.linear", GIST_WIDTH, lambda d: fixed(d["baselines"]["linear"]["test_accuracy"], 3))
 scalar("graphs.width.halving", GIST_WIDTH, lambda d: fixed(
     next(r for r in d["memory"] if r["W"] == 2)["worker_peak_bytes"] / _width_fit(d)[0]["worker_peak_bytes"]))
 

@@ -14,7 +14,8 @@ after every run ``experiments/graphs/results/gist_<study>.json`` (per seed and p
 command, commit and machine) and the figure ``docs/figures/gist_<study>.png`` are rewritten; `experiments.report`
 renders the docs' tables from the JSON. ``--only CELL,...`` trains some cells, ``--plot`` redraws the figure from the
 committed file, ``--baselines`` records the data's trivial baseline (a linear model on the nodes' features, trained
-full batch: `experiments.grid.record_baselines`) in the results file without training. Needs the Planetoid files
+full batch: `experiments.grid.record_baselines`; ``width``: on its generated graph's test nodes) in the results
+file without training. Needs the Planetoid files
 (``$ISTJAX_DATA_DIR/planetoid``).
 
 ``cora --tune`` and ``citeseer --tune`` first choose each cell's settings (`tuning`): Adam's learning rate over
@@ -55,11 +56,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.grid import REPO, Cell, Tuning, parser, plot, record_baselines, run_grid
+from experiments.grid import REPO, Cell, Tuning, parser, plot, record_baselines, recorded_baselines, run_grid
 from istjax.launch.study import mean_std
 from istjax.launch.tuning import Objective, arm_grid
 
 RESULTS = REPO / "experiments" / "graphs" / "results"
+WIDTH_OUT = RESULTS / "gist_width.json"
 CONFIGS = {"cora": "experiments/configs/cora_gist.py", "citeseer": "experiments/configs/citeseer_gist.py"}
 MODELS = {"gcn": "GCN", "graphsage": "GraphSAGE"}
 WORKERS = (1, 2, 4, 8)
@@ -156,16 +158,23 @@ def grid_main(study: str, workdir: pathlib.Path, seeds: Sequence[int], only: Seq
     return status
 
 
+def _csbm(num_nodes: int):
+    """The generated graph: 10 blocks, 64 features, degree 10, 2% of the nodes training, 5,000 test nodes."""
+    from istjax.data.graphs import csbm
+
+    return csbm(num_nodes=num_nodes, num_classes=10, num_features=64, avg_degree=10.0, homophily=0.8, snr=1.0,
+                seed=0, train_per_class=num_nodes // 50, num_val=1000, num_test=5000)
+
+
 def _graph(num_nodes: int):
-    """The generated graph (10 blocks, 64 features, degree 10) and its shared input with 32 METIS clusters."""
+    """The generated graph (`_csbm`) and its shared input with 32 METIS clusters."""
     import numpy as np
 
-    from istjax.data.graphs import as_dataset, csbm
+    from istjax.data.graphs import as_dataset
     from istjax.graph import task as graph_task
 
     t0 = time.time()
-    data = csbm(num_nodes=num_nodes, num_classes=10, num_features=64, avg_degree=10.0, homophily=0.8, snr=1.0,
-                seed=0, train_per_class=num_nodes // 50, num_val=1000, num_test=5000)
+    data = _csbm(num_nodes)
     full = as_dataset(data).shared
     shared = graph_task.with_clusters(full, np.asarray(data.labels), np.asarray(data.train_idx), 32, method="metis")
     print(f"graph: {data}; 32 METIS clusters, up to {shared['clusters'].max_nodes} nodes and "
@@ -225,9 +234,31 @@ def _train(task, data, full, shared, w: int, k: int, rounds: int, seed: int) -> 
 def _write_width(result: dict) -> None:
     result["written"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS / "gist_width.json.tmp"
+    tmp = WIDTH_OUT.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(RESULTS / "gist_width.json")
+    tmp.replace(WIDTH_OUT)
+
+
+def _recorded_baselines(graph: str) -> dict:
+    """What ``gist_width.json`` records of the graph ``graph`` (its repr) for a rerun of the study to keep
+    (`experiments.grid.recorded_baselines`); nothing when the file holds another graph's study."""
+    prior = json.loads(WIDTH_OUT.read_text()) if WIDTH_OUT.exists() else {}
+    return recorded_baselines(WIDTH_OUT) if prior.get("graph") == graph else {}
+
+
+def width_baselines(num_nodes: int) -> pathlib.Path:
+    """``width --baselines``: trains no network; adds the generated graph's trivial baseline (a linear model on the
+    nodes' features, scored on the study's test nodes: `istjax.launch.baselines.data_sections`) to
+    ``gist_width.json``, with the graph it was computed on. Refused when the file holds another graph's study."""
+    from istjax.data.graphs import as_dataset
+    from istjax.launch.baselines import data_sections, record_sections
+
+    data = _csbm(num_nodes)
+    recorded = json.loads(WIDTH_OUT.read_text()).get("graph") if WIDTH_OUT.exists() else None
+    if recorded not in (None, repr(data)):
+        raise SystemExit(f"--num-nodes {num_nodes}: {WIDTH_OUT} holds the study of {recorded}, not {data!r}; "
+                         f"rerun the study at this --num-nodes first, or pass the file's.")
+    return record_sections(WIDTH_OUT, {**data_sections(as_dataset(data)), "graph": repr(data)})
 
 
 def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, num_nodes: int,
@@ -244,7 +275,7 @@ def width(hidden: int, budget_mib: float, workers: Sequence[int], rounds: int, n
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     result = {"study": "width", "command": command, "code": code_version(), "machine": machine(), "started": started,
               "graph": repr(data), "num_nodes": num_nodes, "hidden": hidden, "budget_mib": budget_mib,
-              "local_steps": k, "memory": memory, "rows": [], "runs": []}
+              "local_steps": k, "memory": memory, **_recorded_baselines(repr(data)), "rows": [], "runs": []}
     fitting = [r["W"] for r in memory if r["fits"]]
     for seed in seeds if fitting else ():
         result["runs"].append(_train(task, data, full, shared, min(fitting), k, rounds, seed))
@@ -278,10 +309,9 @@ def main(argv: Sequence[str]) -> int:
     if args.tune and args.study not in TUNED:
         ap.error(f"--tune: study {args.study!r} is not a comparison of tuned cells; name one of {', '.join(TUNED)}")
     if args.baselines:
-        if args.study == "width":
-            ap.error(f"--baselines: study 'width' generates its graph outside a config; name one of "
-                     f"{', '.join(GRIDS)}")
-        print(f"wrote {record_baselines(RESULTS / f'gist_{args.study}.json', GRIDS[args.study]()[0])}")
+        out = (width_baselines(args.num_nodes) if args.study == "width"
+               else record_baselines(RESULTS / f"gist_{args.study}.json", GRIDS[args.study]()[0]))
+        print(f"wrote {out}")
         return 0
     if args.study == "width":
         command = "python -m experiments.graphs.studies width" + "".join(

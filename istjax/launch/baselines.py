@@ -30,7 +30,8 @@ import numpy as np
 
 from istjax.core.errors import ArgError
 
-__all__ = ["REGIME", "linear_baseline", "dataset_baselines", "baseline_sections", "record_sections"]
+__all__ = ["REGIME", "linear_baseline", "dataset_baselines", "data_sections", "baseline_sections",
+           "record_sections"]
 
 #: The regime baseline of each kind of data: (baseline, metric, direction).
 REGIME = {"text": ("trigram", "test_loss", "min"), "multilabel": ("most_frequent_labels", "test_accuracy", "max"),
@@ -129,20 +130,25 @@ def dataset_baselines(data: Any, *, seed: int = 0) -> dict[str, dict[str, Any]]:
     return {"linear": linear_baseline(data, seed=seed)}
 
 
-def baseline_sections(config: Any, *, seed: int = 0, regime: Optional[tuple[str, str, str]] = None
-                      ) -> dict[str, Any]:
-    """``{"baselines", "regime"}`` for the data ``config`` names (`istjax.launch.config.load_config_data`, so on
-    the split its runs are scored on): its `dataset_baselines` and its regime, ``regime`` or the kind's
-    (`REGIME`) as ``{"baseline", "metric", "direction"}``."""
-    from istjax.launch.config import load_config_data
-
-    data = load_config_data(config)
+def data_sections(data: Any, *, seed: int = 0, regime: Optional[tuple[str, str, str]] = None) -> dict[str, Any]:
+    """``{"baselines", "regime"}`` for ``data`` (a loaded `istjax.data.Dataset`, scored on its evaluated split): its
+    `dataset_baselines` and its regime, ``regime`` or the kind's (`REGIME`) as ``{"baseline", "metric",
+    "direction"}``. For a study whose data no config names (a graph it generates)."""
     baselines = dataset_baselines(data, seed=seed)
     name, metric, direction = regime or REGIME[_kind(data)]
     if name not in baselines:
         raise ArgError("regime", name, f"regime baseline {name!r} is not among {sorted(baselines)};",
                        "name one of them.")
     return {"baselines": baselines, "regime": {"baseline": name, "metric": metric, "direction": direction}}
+
+
+def baseline_sections(config: Any, *, seed: int = 0, regime: Optional[tuple[str, str, str]] = None
+                      ) -> dict[str, Any]:
+    """`data_sections` of the data ``config`` names (`istjax.launch.config.load_config_data`, so on the split its
+    runs are scored on)."""
+    from istjax.launch.config import load_config_data
+
+    return data_sections(load_config_data(config), seed=seed, regime=regime)
 
 
 def record_sections(out: os.PathLike, sections: Mapping[str, Any]) -> pathlib.Path:
