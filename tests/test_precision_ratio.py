@@ -96,3 +96,24 @@ def test_data_parallel_pieces_time_the_same_products_in_each_form():
     assert set(out["pieces"]) == set(dp_bfloat16.FORMS) and set(out["steps"]) == set(dp_bfloat16.STEPS)
     assert out["steps"]["float32"]["speed_vs_float32"]["per_rep"] == [1.0, 1.0]
     assert out["steps"]["bfloat16 in turn"]["speed_vs_float32"]["reps"] == 2
+
+
+def test_the_accuracy_table_shows_each_data_sets_linear_model_and_refuses_a_file_without(monkeypatch):
+    from experiments.precision import studies as precision_studies
+
+    rows = [{"label": "speech_ist_float32", "data": "speech", "algorithm": "ist", "precision": "float32",
+             "seeds": [0], "test_accuracy_mean": 0.9, "test_accuracy_std": None, "bytes_per_worker_per_round": 10}]
+    runs = [{"label": "speech_ist_float32", "seed": 0, "test_accuracy": 0.9}]
+    monkeypatch.setattr(report, "DATA", {"speech": "speech MLP"})
+    doc = {"rows": rows, "runs": runs, "baselines": {"speech linear": {"test_accuracy": 0.95}}}
+    table = report.accuracy(doc)
+    assert "| speech MLP | linear model on the inputs (trivial baseline) | - | 0.950 | - | - | - |" in table
+    with pytest.raises(tables.ResultsError, match="accuracy --baselines"):
+        report.accuracy({"rows": rows, "runs": runs})
+    # --baselines: one linear model per data set, from that data set's first cell
+    seen = []
+    monkeypatch.setattr(precision_studies, "cell_baselines",
+                        lambda c: seen.append(c.label) or {"baselines": {"linear": {"test_accuracy": len(seen)}}})
+    got = precision_studies.data_baselines()["baselines"]
+    assert list(got) == [f"{d} linear" for d in precision_studies.DATASETS]
+    assert seen == [f"{d}_ist_float32" for d in precision_studies.DATASETS]

@@ -7,7 +7,8 @@ experiments.benchmarks.run --only 8 --out experiments/benchmarks/results_precisi
 
 from __future__ import annotations
 
-from experiments.tables import algorithm_name, cell, fixed, link_name, markdown_table, nbytes, ratio, scalar, table
+from experiments.tables import (ResultsError, algorithm_name, cell, fixed, link_name, markdown_table, nbytes, ratio,
+                               scalar, table)
 
 ACCURACY = "experiments/precision/results/accuracy.json"
 NETWORK = "experiments/precision/results/time_to_accuracy.json"
@@ -24,7 +25,8 @@ def _points(x):
 @table("precision_accuracy", ACCURACY)
 def accuracy(d):
     """Per data set and algorithm: float32's test accuracy (mean ± std over seeds), each bfloat16 setting's and its
-    difference in points (mean of the seed-by-seed differences, with their range), bytes per worker per round."""
+    difference in points (mean of the seed-by-seed differences, with their range), bytes per worker per round; then
+    the data set's linear model (``--baselines``)."""
     rows = {(r["data"], r["algorithm"], r["precision"]): r for r in d["rows"]}
     by_label = {r["label"]: {run["seed"]: run for run in d["runs"] if run["label"] == r["label"]} for r in d["rows"]}
     out = []
@@ -49,9 +51,20 @@ def accuracy(d):
             line.append(f"{nbytes(base['bytes_per_worker_per_round'], binary=False)} -> "
                         f"{nbytes(ex['bytes_per_worker_per_round'], binary=False) if ex else '-'}")
             out.append(line)
+        linear = (d.get("baselines") or {}).get(f"{data} linear")
+        if linear is None:
+            raise ResultsError(f"the results file records no '{data} linear' baseline; fix: run `python -m "
+                               f"experiments.precision.studies accuracy --baselines`")
+        out.append([DATA[data], "linear model on the inputs (trivial baseline)", "-", fixed(linear["test_accuracy"], 3),
+                    "-", "-", "-"])
     return markdown_table(["model", "algorithm", "seeds", "float32", "bfloat16 compute (vs float32)",
                            "bfloat16 exchange (vs float32)", "bytes per worker per round"], out)
 
+
+
+for _data in DATA:  # each data set's linear model (``accuracy --baselines``), for the page's prose
+    scalar(f"precision.linear.{_data}", ACCURACY,
+           lambda d, data=_data: fixed(d["baselines"][f"{data} linear"]["test_accuracy"], 3))
 
 def _speed_rows(d):
     return d["results"]["8_precision"]["rows"]

@@ -13,7 +13,8 @@ change each worker made, `istjax.core.precision`). Every cell of a data set sees
 Every cell trains once per seed into ``runs/precision/accuracy/<cell>/s<seed>`` (a finished run is reused) and after
 every run ``experiments/precision/results/accuracy.json`` (per seed and per cell: mean and spread, command, commit,
 machine) and ``docs/figures/precision_accuracy.png`` are rewritten; `experiments.report` renders docs/precision.md's
-table from the JSON, each precision's difference to float32 beside it.
+table from the JSON, each precision's difference to float32 beside it. ``accuracy --baselines`` trains no cell: it
+records each data set's linear model (`data_baselines`) in the results file, which a rerun of the study keeps.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from experiments.grid import REPO, Cell, parser, plot, run_grid
+from experiments.grid import REPO, Cell, cell_baselines, parser, plot, run_grid
+from istjax.launch.baselines import record_sections
 
 RESULTS = REPO / "experiments" / "precision" / "results"
 PRECISIONS = {"float32": (), "bf16_compute": ("--config.compute_dtype=bfloat16",),
@@ -49,10 +51,24 @@ def accuracy_cells() -> list[Cell]:
     return cells
 
 
+def data_baselines() -> dict:
+    """``accuracy --baselines``: each data set's linear model (`experiments.grid.cell_baselines` of its first cell: a
+    softmax regression trained full batch on the data its config reads, scored on its test split), as the file's
+    ``baselines`` section, ``<data> linear`` -> scores. No regime: the study compares precisions of one model, not
+    algorithms, and registers no claim."""
+    firsts = {}
+    for c in accuracy_cells():
+        firsts.setdefault(c.info["data"], c)
+    return {"baselines": {f"{data} linear": cell_baselines(c)["baselines"]["linear"] for data, c in firsts.items()}}
+
+
 def main(argv: Sequence[str]) -> int:
-    ap = parser("python -m experiments.precision.studies", __doc__, ["accuracy"])
+    ap = parser("python -m experiments.precision.studies", __doc__, ["accuracy"], baselines=True)
     args = ap.parse_args(argv)
     out = RESULTS / "accuracy.json"
+    if args.baselines:
+        print(f"wrote {record_sections(out, data_baselines())}")
+        return 0
     status = 0
     if not args.plot:
         command = f"python -m experiments.precision.studies accuracy --seeds {','.join(map(str, args.seeds))}"
