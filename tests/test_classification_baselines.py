@@ -36,7 +36,6 @@ def test_record_baselines_writes_the_linear_model_and_a_rerun_keeps_it(tmp_path)
     assert again["command"] == "pytest again" and again["baselines"] == doc["baselines"] and again["regime"] == REGIME
 
 
-
 def test_the_width_study_records_its_graphs_baseline_and_a_rerun_of_that_graph_keeps_it(tmp_path, monkeypatch):
     """``graphs.studies width --baselines``: the generated graph's linear model on the study's test nodes, recorded
     with the graph; a rerun of the study on that graph keeps it, on another graph drops it, and recording a
@@ -53,6 +52,7 @@ def test_the_width_study_records_its_graphs_baseline_and_a_rerun_of_that_graph_k
     assert graph_studies._recorded_baselines(repr(graph_studies._csbm(12_000))) == {}
     with pytest.raises(SystemExit, match="--num-nodes 12000: .* holds the study of"):
         graph_studies.width_baselines(12_000)
+
 
 DOC = {"code": {"commit": "0" * 40, "clean": True}, "rows": [
     {"label": "ist", "algorithm": "ist", "num_workers": 2, "seeds": [0, 1], "test_accuracy_mean": 0.801,

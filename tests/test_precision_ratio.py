@@ -107,8 +107,8 @@ def test_the_accuracy_table_shows_each_data_sets_linear_model_and_refuses_a_file
     monkeypatch.setattr(report, "DATA", {"speech": "speech MLP"})
     doc = {"rows": rows, "runs": runs, "baselines": {"speech linear": {"test_accuracy": 0.95}}}
     table = report.accuracy(doc)
-    assert "| speech MLP | linear model on the inputs (trivial baseline) | - | 0.950 | - | - | - |" in table
-    with pytest.raises(tables.ResultsError, match="accuracy --baselines"):
+    assert "| speech MLP | linear (trivial baseline) | - | 0.950 | - | - | - |" in table
+    with pytest.raises(tables.ResultsError, match="--baselines"):
         report.accuracy({"rows": rows, "runs": runs})
     # --baselines: one linear model per data set, from that data set's first cell
     seen = []

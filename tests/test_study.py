@@ -90,6 +90,21 @@ def test_a_cell_whose_overrides_changed_but_not_its_config_keeps_its_runs(tmp_pa
     assert trained == [("ist", 0), ("ist", 0)]  # the config changed: trained afresh
 
 
+def test_a_pinned_cell_keeps_runs_recorded_before_a_field_was_added(tmp_path):
+    """A results file written before a config field existed records no value for it; the run trained at what is
+    now its default, so a cell pinning something else the file already has keeps its runs (as `finished` reads an
+    old ``config.json``), and a cell whose config now differs in that field does not."""
+    out, trained = tmp_path / "results.json", []
+    study.run_study("tiny", [CELL], [0], tmp_path / "runs", out=out, root=REPO, train=_counting_trainer(trained))
+    doc = json.loads(out.read_text())
+    del doc["configs"]["ist"]["resolved"]["compute_dtype"]  # as a file written before bfloat16 compute existed
+    out.write_text(json.dumps(doc))
+    pinned = CELL._replace(overrides=CELL.overrides + ("--config.batch_size=32",))
+    now = study.resolved_fields(study.plan([pinned], [0], tmp_path / "r", root=REPO)[0].config)
+    assert study.kept_records(out, [pinned], {"ist": now}).keys() == {("ist", 0)}
+    assert study.kept_records(out, [pinned], {"ist": {**now, "compute_dtype": "bfloat16"}}) == {}
+
+
 def test_a_run_of_some_cells_keeps_the_other_cells_pinned_runs(tmp_path):
     """``only`` trains one cell; another cell whose overrides now pin its config's own value keeps its runs (their
     run directories gone: a study that outlives its machine)."""

@@ -7,7 +7,8 @@ shakespeare_transformer.py``, both arms on P = 2 ranks of ``mpiexec``, each rank
 (``--rounds`` rounds of W = P workers x K x B windows):
 
 * ``ist``: sharded IST by width (W = P workers; every layer's heads and feed-forward units dealt stratified by P
-  owners, so no rank holds the whole model), the config's recipe (test-time scaling);
+  owners, so no rank holds the whole model), test-time scaling, Adam's state restarted every round (pinned: the
+  config now carries it);
 * ``tensor_parallel``: Megatron's split of the same network (`istjax.algorithms.tensor`, from the transformer's own
   ``tensor_logits``): each rank holds 1/P of every layer's heads and units and the rest whole, one all-reduce after
   each attention and feed-forward branch, forward and backward; exact full-model training on the same batches.

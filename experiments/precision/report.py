@@ -7,7 +7,7 @@ experiments.benchmarks.run --only 8 --out experiments/benchmarks/results_precisi
 
 from __future__ import annotations
 
-from experiments.tables import (ResultsError, algorithm_name, cell, fixed, link_name, markdown_table, nbytes, ratio,
+from experiments.tables import (algorithm_name, baseline_cells, cell, fixed, link_name, markdown_table, nbytes, ratio,
                                scalar, table)
 
 ACCURACY = "experiments/precision/results/accuracy.json"
@@ -51,20 +51,17 @@ def accuracy(d):
             line.append(f"{nbytes(base['bytes_per_worker_per_round'], binary=False)} -> "
                         f"{nbytes(ex['bytes_per_worker_per_round'], binary=False) if ex else '-'}")
             out.append(line)
-        linear = (d.get("baselines") or {}).get(f"{data} linear")
-        if linear is None:
-            raise ResultsError(f"the results file records no '{data} linear' baseline; fix: run `python -m "
-                               f"experiments.precision.studies accuracy --baselines`")
-        out.append([DATA[data], "linear model on the inputs (trivial baseline)", "-", fixed(linear["test_accuracy"], 3),
-                    "-", "-", "-"])
+        linear = (d.get("baselines") or {}).get(f"{data} linear")  # `accuracy --baselines`, one per data set
+        (row,) = baseline_cells({"baselines": {"linear": linear}} if linear else {}, 7, {3: "test_accuracy"}, name_at=1)
+        out.append([DATA[data], *row[1:]])
     return markdown_table(["model", "algorithm", "seeds", "float32", "bfloat16 compute (vs float32)",
                            "bfloat16 exchange (vs float32)", "bytes per worker per round"], out)
-
 
 
 for _data in DATA:  # each data set's linear model (``accuracy --baselines``), for the page's prose
     scalar(f"precision.linear.{_data}", ACCURACY,
            lambda d, data=_data: fixed(d["baselines"][f"{data} linear"]["test_accuracy"], 3))
+
 
 def _speed_rows(d):
     return d["results"]["8_precision"]["rows"]

@@ -76,7 +76,8 @@ def cell(ranks: int, link: str, algorithm: str, *, samples: int, eval_every: int
                  *(("--config.model.split=width",) if algorithm == "ist" else ()),
                  f"--config.eval_every={eval_every}", f"--config.num_rounds={rounds}",
                  f"--config.checkpoint_every={rounds}", f"--config.target_loss={target}",
-                 "--config.stop_at_target=True")
+                 "--config.stop_at_target=True",
+                 "--config.algorithm.optimizer_state=reset")  # each arm's tuned choice sets its own, where it reads one
     base = study_lib.Cell(f"r{ranks}-{link}-{algorithm}", CONFIG, overrides,
                           {"model": "transformer", "ranks": ranks, "link": link, "algorithm": algorithm})
     return with_settings(base, settings or {}, info={**base.info, "tuned": dict(settings or {})})

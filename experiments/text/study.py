@@ -1,11 +1,11 @@
 """The transformer study of docs/transformers.md: IST by width (three scalings) and by depth against data parallel,
 local SGD and DiLoCo on Shakespeare's plays, W = 2 and 4, the same samples for every cell, three seeds.
 
-Every cell trains `experiments/configs/shakespeare_transformer.py` (4 layers, 4 heads, width 128, context 64; Adam
-2e-3, K = 10 local steps of B = 32 windows) for ``--samples`` windows (rounds = samples / (W x K x B)), evaluated on
-512 held-out windows of whole plays; after every run ``experiments/text/results/study.json`` is rewritten: per cell
-the validation loss (nats per character) over seeds (``val_loss_mean``), the bytes a worker moves a round, and each
-run's curve of validation loss against rounds, samples and wall time::
+Every cell trains `experiments/configs/shakespeare_transformer.py` (4 layers, 4 heads, width 128, context 64; Adam 2e-3,
+its state restarted every round, K = 10 local steps of B = 32 windows) for ``--samples`` windows (rounds = samples / (W
+x K x B)), evaluated on 512 held-out windows of whole plays; after every run ``experiments/text/results/study.json`` is
+rewritten: per cell the validation loss (nats per character) over seeds (``val_loss_mean``), the bytes a worker moves a
+round, and each run's curve of validation loss against rounds, samples and wall time::
 
     python -m experiments.text.study                  # every cell, seeds 0,1,2 (about an hour on 2 cores)
     python -m experiments.text.study --only ist_width_train_w2 --seeds 0

@@ -309,6 +309,17 @@ def resolved_fields(config: Any) -> dict[str, Any]:
     return resolved
 
 
+def _read_resolved(recorded: Any) -> Optional[dict[str, Any]]:
+    """A results file's recorded ``resolved`` fields as `resolved_fields` writes them today: read through
+    `istjax.launch.config.from_dict`, so a field added since, at its default, is what the run did (as `finished`
+    reads a run's ``config.json``); None when there is none."""
+    from istjax.launch.config import from_dict
+
+    if not isinstance(recorded, Mapping):
+        return None
+    return resolved_fields(from_dict(recorded))
+
+
 def kept_records(out: os.PathLike, cells: Sequence[Cell], resolved: Optional[Mapping[str, dict[str, Any]]] = None
                  ) -> dict[tuple[str, Optional[int]], dict[str, Any]]:
     """``{(label, seed): record}``: the runs an earlier `run_study` wrote into ``out`` for cells whose config file
@@ -329,7 +340,7 @@ def kept_records(out: os.PathLike, cells: Sequence[Cell], resolved: Optional[Map
         if recorded.get("config") != _config_name(c):
             return False
         return (recorded.get("overrides") == list(c.overrides)
-                or (c.label in resolved and recorded.get("resolved") == resolved[c.label]))
+                or (c.label in resolved and _read_resolved(recorded.get("resolved")) == resolved[c.label]))
 
     kept = {c.label for c in cells if same(c)}
     return {(r["label"], r.get("seed")): r for r in doc.get("runs", []) if r.get("label") in kept}
