@@ -402,12 +402,13 @@ def test_the_tuned_text_tables_read_losses_at_equal_bytes_off_the_curves_and_mar
                 "bytes_per_worker_per_round": per_round, "time_per_round_s_mean": 1.0, "seeds": [0],
                 "val_loss_mean": loss, "val_loss_std": None, "tuned": {"learning_rate": 0.002}}
 
-    def run(arm, losses, w=2):
-        return {"label": f"{arm}_w{w}", "seed": 0,
+    def run(arm, losses, w=2, seed=0, seconds=1.0):
+        return {"label": f"{arm}_w{w}", "seed": seed, "time_per_round_s": seconds,
                 "curve": [{"round": i + 1, "test_loss": v} for i, v in enumerate(losses)]}
 
     d = {"rows": [row("ist_width", 2.0, 100), row("local_sgd", 1.98, 200), row("diloco", 1.90, 200)],
-         "runs": [run("ist_width", (3, 2.6, 2.2, 2.0)), run("local_sgd", (3.0, 2.5, 2.1, 1.98)),
+         "runs": [run("ist_width", (3, 2.6, 2.2, 2.0)), run("local_sgd", (3.0, 2.5, 2.1, 1.98), seconds=2.5),
+                  run("local_sgd", (3.0, 2.5, 2.1, 1.98), seed=1, seconds=1.25),
                   run("diloco", (2.9, 2.4, 2.0, 1.9))],
          "tuning": {"objective": {"metric": "test_loss", "direction": "min"}, "seed": 0, "samples": 1280,
                     "tuning_fraction": 0.1,
@@ -422,6 +423,8 @@ def test_the_tuned_text_tables_read_losses_at_equal_bytes_off_the_curves_and_mar
     assert report._tuned_target(d, 2) == "missed (+0.100 nats/char against DiLoCo)"
     table = report._tuned(d)
     assert "| 2 | local SGD | lr 0.002 | 1.980 (1 seed) | 2.500 |" in table
+    (local,) = [line for line in table.splitlines() if "| local SGD |" in line]
+    assert local.endswith("| 1.25 |")  # the fastest seed's seconds a round
     assert "trigram (trivial baseline, regime)" in table
     tuning = report._tuning(d)
     assert tuning.index("lr 0.002 (chosen) | 2.400") < tuning.index("lr 0.001 | 2.500")
