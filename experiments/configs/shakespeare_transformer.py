@@ -13,7 +13,7 @@ settings 1.640 ± 0.005, data parallel 1.629 ± 0.005; the trigram table 2.064),
 
 Why Adam 2e-3, its state carried from round to round (``algorithm.optimizer_state="carry"``), and test-time scaling
 (``scaling="test"``: the test-time network scales each partitioned branch by the fraction a worker trains): the
-tuned study chose them for IST by width at W = 2, from Adam's rate over 5e-4 to 4e-3, the state
+tuned study chose them for IST by width at W = 2 and at W = 4, from Adam's rate over 5e-4 to 4e-3, the state
 restarted or carried, and the three scalings, on the last 10% of the training plays' windows, before any reported
 run (the held-out plays the loss above is read on were not loaded). The studies that ran with every state
 restarted (``experiments.text.study``, ``experiments.extreme.transformer``) pin ``optimizer_state=reset``; so must
