@@ -86,10 +86,12 @@ scalar("graphs.width.halving", GIST_WIDTH, lambda d: fixed(
 def _headline_gist(d) -> str:
     by = {r["label"]: r for r in result_rows(d)}
 
+    def mean_std(r):
+        return f"{r['test_accuracy_mean']:.3f} ± {r['test_accuracy_std']:.3f}"
+
     def model(m):
         return (f"{'GCN' if m == 'gcn' else 'GraphSAGE'} full model {accuracy(by[f'{m}_W1'])}, GIST W = 2 / 4 / 8 "
-                + " / ".join(f"{by[f'{m}_W{w}']['test_accuracy_mean']:.3f} ± {by[f'{m}_W{w}']['test_accuracy_std']:.3f}"
-                             for w in (2, 4, 8)))
+                + " / ".join(mean_std(by[f"{m}_W{w}"]) for w in (2, 4, 8)))
     return (f"{model('gcn')}; {model('graphsage')}; Kipf and Welling's 16-wide GCN trained here "
             f"{accuracy(by['paper_gcn16'])}")
 

@@ -103,12 +103,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   root=REPO, study="text tuning", cache=cache, jobs=args.jobs)
     record["samples"] = args.tuning_samples
     command = "python -m experiments.text.tuned " + " ".join(sys.argv[1:] if argv is None else argv)
+
+    def write(*_):  # after every run and at the end: the file's derived fields, then the figure from it
+        text.finish(args.out)
+        text.plot(args.out, FIGURE, against_bytes=True)
+
     outcome = run_study("text_tuned", tuned_cells(arms(args.samples, workers), record), args.seeds, workdir,
                         out=args.out, command=command.strip(), root=REPO, only=[s for s in args.only.split(",") if s],
                         record=text.record, cache=cache, jobs=args.jobs, sections={"tuning": record},
-                        after_run=lambda run, error: (text.finish(args.out), text.plot(args.out, FIGURE, against_bytes=True)))
-    text.finish(args.out)
-    text.plot(args.out, FIGURE, against_bytes=True)
+                        after_run=write)
+    write()
     return 1 if outcome.failed else 0
 
 
