@@ -138,3 +138,11 @@ def test_the_fsdd_race_shows_the_linear_baseline_against_its_target():
     assert tables.REGISTRY["fsdd.linear"].render(d) == "0.967, at or above the target 0.9"
     d["baselines"]["linear"]["test_accuracy"] = 0.85
     assert network_report._linear_vs_target(d) == "0.850, below the target 0.9"
+
+
+def test_choices_on_a_grids_edge_are_counted_only_on_grids_of_three_or_more():
+    t = {"grids": {"a": {"learning_rate": [0.01, 0.005, 0.02]}, "b": {"learning_rate": [0.005, 0.01, 0.02]},
+                   "c": {"learning_rate": [0.1, 0.2]}, "d": {"optimizer_state": ["reset", "carry"]}},
+         "chosen": {"a": {"learning_rate": 0.005}, "b": {"learning_rate": 0.01}, "c": {"learning_rate": 0.2},
+                    "d": {"optimizer_state": "carry"}}}
+    assert tables.choices_on_edges(t) == ["a"]  # b inside, c's grid too small to have an inside, d has no rate
