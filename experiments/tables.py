@@ -229,7 +229,6 @@ def baseline_cells(data: Any, width: int, metrics: dict[int, str], name_at: int 
     return rows
 
 
-
 def choices_on_edges(tuning: Any, field: str = "learning_rate") -> list[str]:
     """The arms of a tuning record (``tuning``: ``grids`` and ``chosen``) whose chosen ``field`` is the lowest or
     highest value of a grid of three or more: a choice there says only that the best may lie beyond the grid."""
@@ -239,6 +238,7 @@ def choices_on_edges(tuning: Any, field: str = "learning_rate") -> list[str]:
         if len(values) >= 3 and chosen.get(field) in (values[0], values[-1]):
             out.append(arm)
     return out
+
 
 def points_above_baseline(data: Any, labels: Sequence[str], baseline: str = "linear",
                           metric: str = "test_accuracy") -> str:
