@@ -91,8 +91,9 @@ def test_the_race_refuses_what_would_not_decide_naming_the_flag(tmp_path, capsys
 
 
 def test_the_race_table_shows_each_arms_settings_when_the_file_records_them():
-    """A tuned race's table has a settings column and names the tuned file and the trigram loss; a file of the
-    untuned race (committed before issue 55) renders as before, with no such column."""
+    """A tuned race's table has a settings column and the windows each arm took to the target (mean over the seeds
+    that reached it), and names the tuned file and the trigram loss; a file of the untuned race (committed before
+    issue 55) renders as before, with neither column."""
     from experiments import tables
     from experiments.text import report
 
@@ -100,14 +101,28 @@ def test_the_race_table_shows_each_arms_settings_when_the_file_records_them():
     assert tables.REGISTRY["text_network"].sources == (report.NETWORK,)
     row = {"link": "100mbit", "seeds": [0, 1, 2], "reached": 3, "seconds_to_target": 50.0,
            "seconds_to_target_std": 5.0, "time_per_round_s": 1.4, "bytes_per_worker_per_round": 1.7e6}
-    summary = [{**row, "algorithm": "ist", "tuned": CHOSEN["ist_width_w2"]},
-               {**row, "algorithm": "data_parallel", "tuned": {"learning_rate": 0.001}}]
+    summary = [{**row, "algorithm": "ist", "tuned": CHOSEN["ist_width_w2"], "samples_to_target": 57600.0},
+               {**row, "algorithm": "data_parallel", "tuned": {"learning_rate": 0.001}, "samples_to_target": None}]
     doc = {"ranks": 2, "target": 2.0, "samples": 128000, "tuned": "experiments/text/results/tuned.json",
            "trigram_loss": TRIGRAM, "summary": summary}
     text = render(doc)
-    assert "| link | algorithm | settings (tuned) | seconds to target |" in text
-    assert "| IST | lr 0.004, state carried, scaling none |" in text and "| data parallel | lr 0.001 |" in text
+    assert "| link | algorithm | settings (tuned) | seconds to target | windows to target |" in text
+    assert "| IST | lr 0.004, state carried, scaling none | 50.0 ± 5.0 (3 seeds) | 57,600 |" in text
+    assert "| data parallel | lr 0.001 | 50.0 ± 5.0 (3 seeds) | - |" in text
     assert "experiments/text/results/tuned.json" in text and "2.064" in text
     old = {k: v for k, v in doc.items() if k not in ("tuned", "trigram_loss")}  # the shape of the untuned race's
     old["summary"] = [{k: v for k, v in r.items() if k != "tuned"} for r in doc["summary"]]
     assert "settings" not in render(old) and "| link | algorithm | seconds to target |" in render(old)
+
+
+def test_the_summary_averages_windows_to_target_over_the_seeds_that_reached_it():
+    """Per arm: seconds and windows to the target are means over the seeds that reached it (a seed that did not is
+    counted in ``reached``, not in the means)."""
+    base = {"link": "100mbit", "algorithm": "ist", "time_per_round_s": 2.0, "bytes_sent_per_worker_per_round": 5e6,
+            "tuned": {}}
+    runs = [{**base, "seed": 0, "seconds_to_target": 100.0, "samples_to_target": 51200},
+            {**base, "seed": 1, "seconds_to_target": 140.0, "samples_to_target": 64000},
+            {**base, "seed": 2, "seconds_to_target": None, "samples_to_target": None}]
+    (row,) = network.summarise(runs)
+    assert row["reached"] == 2 and row["seeds"] == [0, 1, 2]
+    assert row["seconds_to_target"] == pytest.approx(120.0) and row["samples_to_target"] == pytest.approx(57600.0)

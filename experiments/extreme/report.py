@@ -146,7 +146,7 @@ def _bytes(d):
 
 
 def _gap(d):
-    """IST's approximation cost: its P@1 and PSP@1 beside tensor parallel's (exact full-model training) at each H
+    """IST against exact training: its P@1 and PSP@1 beside tensor parallel's (exact full-model training) at each H
     both train, same ranks and samples; the difference of the means with the two spreads."""
     def at(algorithm, hidden):
         return next((r for r in d["rows"] if r["algorithm"] == algorithm and r["hidden"] == hidden

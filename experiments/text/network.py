@@ -144,7 +144,7 @@ def record(p: study_lib.Planned, target: float) -> Optional[dict[str, Any]]:
 
 def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (link, algorithm): the seconds to the target over the seeds that reached it (mean, std), how many did,
-    the mean seconds a round, the bytes a worker sends a round and the settings it trained at (``tuned``)."""
+    the mean windows to the target over those seeds, the mean seconds a round, the bytes a worker sends a round and the settings it trained at (``tuned``)."""
     out = []
     for link, algorithm in sorted({(r["link"], r["algorithm"]) for r in runs}):
         mine = [r for r in runs if (r["link"], r["algorithm"]) == (link, algorithm)]
@@ -152,6 +152,8 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         mean, std = study_lib.mean_std(reached)
         out.append({"link": link, "algorithm": algorithm, "seeds": sorted(r["seed"] for r in mine),
                     "reached": len(reached), "seconds_to_target": mean, "seconds_to_target_std": std,
+                    "samples_to_target": study_lib.mean_std(r["samples_to_target"] for r in mine
+                                                            if r.get("samples_to_target"))[0],
                     "time_per_round_s": study_lib.mean_std(r["time_per_round_s"] for r in mine
                                                            if r.get("time_per_round_s"))[0],
                     "bytes_per_worker_per_round": next((r["bytes_sent_per_worker_per_round"] for r in mine

@@ -117,9 +117,10 @@ NETWORK = "experiments/text/results/network.json"
 def _network(d):
     tuned = "tuned" in d  # a race at the tuned study's settings (an earlier one ran every arm at the config's)
     body = markdown_table(
-        ["link", "algorithm", *(["settings (tuned)"] if tuned else []), "seconds to target", *ROUND_COLUMNS],
+        ["link", "algorithm", *(["settings (tuned)"] if tuned else []), "seconds to target",
+         *(["windows to target"] if tuned else []), *ROUND_COLUMNS],
         [[r["link"], NAMES[r["algorithm"]], *([settings_words(r.get("tuned") or {}) or "-"] if tuned else []),
-          seconds_to_target(r), *round_cells(r)] for r in d["summary"]])
+          seconds_to_target(r), *([_windows(r)] if tuned else []), *round_cells(r)] for r in d["summary"]])
     settings = (f" Each arm at the settings the tuned study chose for it at W = {d['ranks']} on the tuning split "
                 f"(`{d['tuned']}`); the target is below the trigram table's {d['trigram_loss']:.3f} nats per "
                 f"character on the same windows." if tuned else "")
@@ -127,6 +128,11 @@ def _network(d):
             f"loss <= {d['target']} nats per character (training seconds: compilation and evaluation excluded; at "
             f"most {d['samples']:,} windows a run), mean ± std over the seeds that reached it.{settings}\n\n"
             + body)
+
+
+def _windows(r) -> str:
+    """A race row's mean windows (all workers) to the target over the seeds that reached it; '-' when none did."""
+    return f"{round(r['samples_to_target']):,}" if r.get("samples_to_target") else "-"
 
 
 def _race(d, other: str) -> str:
