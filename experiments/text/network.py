@@ -20,12 +20,10 @@ above the trigram table's validation loss recorded there (``baselines.trigram.te
 to a loss that counting characters reaches says nothing about the models.
 
 **Time.** A run stops at the target, so its curve ends there; an arm that never reaches it trains all
-``--samples`` windows (128,000: the tuned study's budget, 200 rounds at W = 2). On 2 cores at 100 Mbit/s, from the
-untuned race's seconds a round (IST 1.4, DiLoCo and local SGD about 2.3, data parallel 4.6) and about 3 s an
-evaluation, a full run takes IST about 7 minutes, DiLoCo and local SGD about 10, data parallel about 18: the four
-arms over three seeds at most about 2.5 hours (``--arms ist,data_parallel,diloco``: at most 2 hours), less by each
-run's rounds after its target (local SGD at W = 2 with the shipped config was at 1.815 nats/char after 150 of the 200
-rounds, so a 2.0 target ends it before three quarters of its budget). ``--timeout`` (2,400 s a run) leaves data
+``--samples`` windows (128,000: the tuned study's budget, 200 rounds at W = 2). On 2 cores at 100 Mbit/s every
+arm of the tuned race reached 2.0 nats/char in every seed, each run in 3.5-5.5 minutes with compilation and
+evaluations (the 12 runs about an hour); a run that never reaches the target would take, at the race's seconds a
+round, about 7 (IST) to 16 minutes (data parallel). ``--timeout`` (2,400 s a run) leaves data
 parallel twice its full time.
 
 Command (as root, from the repository root, once ``python -m experiments.text.tuned --workers 2`` has chosen)::
