@@ -126,3 +126,16 @@ def test_the_summary_averages_windows_to_target_over_the_seeds_that_reached_it()
     (row,) = network.summarise(runs)
     assert row["reached"] == 2 and row["seeds"] == [0, 1, 2]
     assert row["seconds_to_target"] == pytest.approx(120.0) and row["samples_to_target"] == pytest.approx(57600.0)
+
+
+def test_the_figure_draws_every_run_and_is_redrawn_from_the_file(tmp_path):
+    """``--plot`` redraws the race's figure from its results file (next to a results file outside the repository:
+    the committed figure is not touched); a run without a curve (killed before its first evaluation) is skipped."""
+    curve = [[10.0, 3200, 2.7], [60.0, 19200, 2.2], [120.0, 38400, 1.99]]
+    runs = [{"algorithm": a, "link": "100mbit", "seed": 0, "loss_curve": curve} for a in network.ARMS]
+    doc = {"target": 2.0, "trigram_loss": TRIGRAM, "runs": [*runs, {**runs[0], "seed": 1, "loss_curve": []}]}
+    out = tmp_path / "n.json"
+    out.write_text(json.dumps(doc))
+    assert network.main(["--plot", "--out", str(out)]) == 0
+    figure = tmp_path / "n.png"
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000

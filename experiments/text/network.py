@@ -31,7 +31,9 @@ Command (as root, from the repository root, once ``python -m experiments.text.tu
     python -m experiments.text.network --links 100mbit --seeds 0,1,2 --target 2.0
 
 Results: ``experiments/text/results/network.json`` (per cell its overrides and tuned settings, the tuned file's path
-and the trigram loss the target is below), rendered by `experiments.text.report` into ``docs/transformers.md``.
+and the trigram loss the target is below), rendered by `experiments.text.report` into ``docs/transformers.md``;
+figure ``docs/figures/text_network.png`` (every run's validation loss against training seconds and against windows,
+`plot`), redrawn from the file by ``--plot``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import Any, Optional
 from experiments.grid import seed_list
 from experiments.network import common
 from experiments.network import time_to_accuracy as tta
-from experiments.text.study import B, CONFIG, K
+from experiments.text.study import B, CONFIG, K, NAMES
 from istjax.core.errors import ArgError
 from istjax.launch import study as study_lib
 from istjax.launch.metrics import read_metrics
@@ -55,6 +57,8 @@ from istjax.launch.tuning import with_settings
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "experiments" / "text" / "results" / "network.json"
 TUNED = ROOT / "experiments" / "text" / "results" / "tuned.json"
+FIGURE = ROOT / "docs" / "figures" / "text_network.png"
+COLORS = {"ist": "tab:blue", "local_sgd": "tab:green", "diloco": "tab:orange", "data_parallel": "tab:red"}
 # A raced arm -> its arm in the tuned study (`experiments.text.tuned.ARMS`), whose choice at W = ranks it trains at.
 ARMS = {"ist": "ist_width", "local_sgd": "local_sgd", "diloco": "diloco", "data_parallel": "data_parallel"}
 SAMPLES = 128_000  # the tuned study's budget (200 rounds at W = 2): where its arms end below the trigram table
@@ -160,6 +164,38 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def plot(doc: Mapping[str, Any], path: pathlib.Path = FIGURE) -> pathlib.Path:
+    """Every run's validation loss against its training seconds (left) and against the windows it trained (right),
+    an arm's seeds in its colour, with the target and the trigram table's loss as horizontal lines: the left panel
+    is the race, the right one what each arm needs to get there."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.8), sharey=True)
+    for r in doc["runs"]:
+        seconds, windows, loss = zip(*r["loss_curve"]) if r.get("loss_curve") else ((), (), ())
+        label = f"{NAMES[r['algorithm']]} ({r['link']})"
+        axes[0].plot(seconds, loss, ".-", color=COLORS.get(r["algorithm"]), alpha=0.8, label=label)
+        axes[1].plot(windows, loss, ".-", color=COLORS.get(r["algorithm"]), alpha=0.8, label=label)
+    for ax, xlabel in zip(axes, ("training seconds (compilation and evaluation excluded)",
+                                 "windows trained (all workers)")):
+        ax.axhline(doc["target"], color="black", ls=":", lw=1)
+        ax.axhline(doc["trigram_loss"], color="gray", ls="--", lw=1)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("validation loss (nats per character)")
+    axes[0].set_title(f"to {doc['target']} nats/char (dotted); trigram table dashed")
+    handles = dict(zip(*reversed(axes[0].get_legend_handles_labels())))  # one entry per arm
+    axes[1].legend(handles.values(), handles.keys(), fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _relative(path: pathlib.Path) -> str:
     """``path`` as the results file records it: from the repository root when under it."""
     path = path.resolve()
@@ -181,7 +217,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--timeout", type=float, default=2400, help="seconds per run before it is killed")
     ap.add_argument("--workdir", default="runs/text-network")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--plot", action="store_true", help="only redraw the figure from --out's file")
     args = ap.parse_args(argv)
+    figure = FIGURE if pathlib.Path(args.out).resolve() == OUT else pathlib.Path(args.out).with_suffix(".png")
+    if args.plot:
+        print(plot(json.loads(pathlib.Path(args.out).read_text()), figure))
+        return 0
     arms = args.arms.split(",")
     if any(a not in ARMS for a in arms):
         print(f"--arms: each of {', '.join(ARMS)}", file=sys.stderr)
@@ -207,6 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runs = common.run_to_file("text_network", cells, args, record=lambda p: record(p, args.target),
                               document=document, tag="tn")
     print(json.dumps(summarise(runs), indent=1))
+    print(f"figure: {plot(document(runs), figure)}")
     return 0
 
 
