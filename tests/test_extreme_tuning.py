@@ -150,7 +150,7 @@ def _p1(config) -> float:
 
 @pytest.fixture
 def tuned(tmp_path):
-    """``tuning_record`` of a two-arm study with ``--tune --tune-width 256``, trained by a fake trainer that writes
+    """``tuning_record`` of a two-arm study with ``--tune --tune-width 256`` over three rates, trained by a fake trainer that writes
     each run's last evaluation (`_p1`) and records what it was asked to train."""
     seen = []
 
@@ -161,8 +161,8 @@ def tuned(tmp_path):
                                                              "test_precision_at_1": _p1(p.config)}) + "\n")
         return None
 
-    args = study.parse_args(["--tune", "--tune-width", "256", "--workdir", str(tmp_path), "--out",
-                             str(tmp_path / "out.json")])
+    args = study.parse_args(["--tune", "--tune-width", "256", "--tune-rates", "0.0005,0.001,0.002", "--workdir",
+                             str(tmp_path), "--out", str(tmp_path / "out.json")])
     record = study.tuning_record(args, [("ist", 2), ("data_parallel", 2)], GiB, train)
     return record, seen
 
