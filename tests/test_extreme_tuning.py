@@ -121,7 +121,7 @@ def test_each_arm_is_tuned_at_one_width_on_a_quarter_of_the_samples_over_the_gri
     assert all(c.model.hidden == (256,) and c.data.kwargs.order == "shuffled" and c.runtime.memory_limit == GiB
                for c in configs.values())
     grids = {a.label: tuning.grids(root=study.ROOT)(a) for a in arms}
-    rates = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)
+    rates = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)
     with_state = {"learning_rate": rates, "algorithm.optimizer_state": ("reset", "carry")}
     assert grids == {"ist_p2": with_state, "local_sgd_p2": with_state, "ist_p4": with_state,
                      "data_parallel_p2": {"learning_rate": rates}, "tensor_parallel_p2": {"learning_rate": rates}}

@@ -12,10 +12,11 @@ cgroup cap and ``runtime.memory_limit`` as the reported runs):
   every seed it tried; the smallest of those). Memory grows with the width, so every arm fits there: the Debian
   study's H = 256 (data parallel holds no more), the synthetic study's H = 512 (its data parallel at 1024 trained
   in 2 of 3 seeds);
-* **the grid** (`grids`): Adam's rate over ``RATES`` (half the config's 1e-3 to eight times it: a first tuning
-  of the Debian study over 5e-4, 1e-3 and 2e-3 chose 2e-3, the grid's top edge, for every one of its five arms, so
-  the grid was widened upwards before any reported run trained; the first grid's runs are the new grid's first
-  three rates, reused) and, where the algorithm reads it (`istjax.launch.tuning.arm_grid`: IST and local SGD; data and tensor parallelism carry Adam's
+* **the grid** (`grids`): Adam's rate over ``RATES`` (half the config's 1e-3 to 32 times it, doubling: a first
+  tuning of the Debian study over 5e-4, 1e-3 and 2e-3 chose 2e-3, the grid's top edge, for every one of its five
+  arms; a second up to 8e-3 chose 8e-3 for four of them (local SGD 4e-3 with its state carried); so the grid was
+  widened upwards twice, before any reported run trained, the earlier grids' runs reused) and, where the algorithm
+  reads it (`istjax.launch.tuning.arm_grid`: IST and local SGD; data and tensor parallelism carry Adam's
   state by construction), its state restarted every round or carried;
 * **the budget**: a quarter of the reported samples (``--tune-samples``), seed 0;
 * **the split**: the training points' last ``FRACTION`` evaluated, the rest trained on
@@ -44,9 +45,10 @@ from istjax.launch.tuning import Objective, arm_grid, tune, with_settings
 __all__ = ["RATES", "STATES", "OBJECTIVE", "FRACTION", "arm_label", "tuning_width", "tuning_arms", "grids",
            "run_tuning", "applied", "recorded"]
 
-# Adam's rates tried: from half the configs' 1e-3 to eight times it. The first Debian tuning (5e-4, 1e-3, 2e-3)
-# put every arm on its top edge, 2e-3; the grid was widened upwards before any reported run (module docstring).
-RATES = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)
+# Adam's rates tried: from half the configs' 1e-3 to 32 times it. The Debian tuning put its arms on the grid's top
+# edge twice (2e-3, then 8e-3 for four of five); the grid was widened upwards before any reported run (module
+# docstring).
+RATES = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)
 STATES = ("reset", "carry")  # Adam's state restarted every round or carried, where the algorithm reads it
 OBJECTIVE = Objective("test_precision_at_1", "max")  # during tuning, "test" is the tuning split
 FRACTION = 0.1  # the training points held out to choose on
