@@ -150,8 +150,8 @@ def _p1(config) -> float:
 
 @pytest.fixture
 def tuned(tmp_path):
-    """``tuning_record`` of a two-arm study with ``--tune --tune-width 256`` over three rates, trained by a fake trainer that writes
-    each run's last evaluation (`_p1`) and records what it was asked to train."""
+    """``tuning_record`` of a two-arm study with ``--tune --tune-width 256`` over three rates, trained by a fake
+    trainer that writes each run's last evaluation (`_p1`) and records what it was asked to train."""
     seen = []
 
     def train(p):

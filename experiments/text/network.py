@@ -146,7 +146,8 @@ def record(p: study_lib.Planned, target: float) -> Optional[dict[str, Any]]:
 
 def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (link, algorithm): the seconds to the target over the seeds that reached it (mean, std), how many did,
-    the mean windows to the target over those seeds, the mean seconds a round, the bytes a worker sends a round and the settings it trained at (``tuned``)."""
+    the mean windows to the target over those seeds, the mean seconds a round, the bytes a worker sends a round and
+    the settings it trained at (``tuned``)."""
     out = []
     for link, algorithm in sorted({(r["link"], r["algorithm"]) for r in runs}):
         mine = [r for r in runs if (r["link"], r["algorithm"]) == (link, algorithm)]
