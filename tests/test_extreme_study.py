@@ -198,3 +198,21 @@ def test_the_network_studys_record_and_results_document(tmp_path):
     r = network.record(p)
     assert r["label"] == c.label and r["local_steps"] == 10 and r["time_to_target_s"] == 3.0
     assert r["commit"] == "abc" and r["clean"] and network.summarise([r])[0]["reached"] == 1
+
+
+def test_a_failed_run_says_why_in_the_commands_words_not_only_its_exit_code():
+    from experiments.extreme import limits
+
+    def ended(code: int, killed: bool) -> limits.Limited:
+        return limits.Limited(code, GiB, GiB // 2, killed, False, {"rank 0": GiB // 2}, 1.0, {"rank 0": GiB // 2})
+
+    said = ("W0 some warning\nistjax train: workdir='/r/s0' holds a run with a different config; differing fields"
+            " (workdir -> now): learning_rate: 0.002 -> 0.016.\n")
+    refused = "   - rank 0 of 2 would hold 2.52 GiB: ...\nistjax train: runtime.memory_limit=...\n"
+    assert study.failure(ended(2, False), said) == (
+        ended(2, False).summary + ": istjax train: workdir='/r/s0' holds a run with a different config; differing"
+        " fields (workdir -> now): learning_rate: 0.002 -> 0.016.")
+    assert study.failure(ended(2, False), refused) == "rank 0 of 2 would hold 2.52 GiB: ..."
+    # the kernel's kill is the reason, whatever the command wrote before it
+    assert study.failure(ended(137, True), said) == ended(137, True).summary
+    assert study.failure(ended(1, False), "Traceback ...\n") == ended(1, False).summary

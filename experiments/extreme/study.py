@@ -115,6 +115,17 @@ def _refusal(text: str) -> Optional[str]:
     return next((line.strip(" -") for line in text.splitlines() if "would hold" in line), None)
 
 
+def failure(result: limits.Limited, text: str) -> str:
+    """Why a run under the limit failed: the predicted-memory refusal's line; else, for a run that exited by itself,
+    the kernel's summary and the last error the command line wrote (``istjax train: workdir=... holds a run with a
+    different config ...``: without it a refusal reads only as ``exit 2``); else the summary alone."""
+    refused = _refusal(text)
+    if refused is not None:
+        return refused
+    said = [line.strip() for line in text.splitlines() if line.startswith("istjax ")]
+    return f"{result.summary}: {said[-1]}" if said and not result.oom_killed else result.summary
+
+
 def trainer(cap: int, timeout: float, mpiexec: str):
     """`run_study`'s ``train`` (and the tuning stage's, `experiments.extreme.tuning`): the run under ``mpiexec -n P``
     (P the config's ``num_workers``: W = P in every arm) with a limit per rank; a refused cell's seed-0 run is
@@ -143,7 +154,7 @@ def trainer(cap: int, timeout: float, mpiexec: str):
         study_lib.write_json(_limit_file(p.run_dir), record)
         if result.returncode == 0 and not result.oom_killed:
             return None
-        return refused or result.summary
+        return failure(result, text)
     return train
 
 
