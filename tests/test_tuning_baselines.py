@@ -145,6 +145,53 @@ def test_each_arm_gets_the_rate_best_on_the_tuning_split_and_a_killed_study_reus
     tuning.tune_then_run("tiny", arms, [0], tmp_path / "runs", train=trainer(), **kw)
     assert len(trained) == before and json.loads(out.read_text())["tuning"]["chosen"] == record["chosen"]
 
+    # The machine is gone (every run directory with it): the results file's records stand, nothing is retrained.
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")
+    tuning.tune_then_run("tiny", arms, [0], tmp_path / "runs", train=trainer(), **kw)
+    again = json.loads(out.read_text())
+    assert len(trained) == before and again["tuning"] == record and len(again["runs"]) == 2
+
+
+def _recorded_tuning(arms, grid, values, objective):
+    """A results file's tuning record of ``arms`` over ``grid`` as `tuning.tune` writes it, each run's metric from
+    ``values`` in grid order, its run directory long gone."""
+    runs = []
+    for c in arms:
+        for point, value in zip(tuning.grid_points(grid), values[c.label]):
+            label = f"{c.label}/{tuning.point_label(point)}"
+            run = tuning.with_settings(c, {**point, "data.tuning_fraction": FRACTION}, label, {})
+            runs.append({"arm": c.label, "settings": point, "run_dir": f"/gone/{label}", objective.metric: value,
+                         "error": None, "commit": "abc1234", "clean": True, "config": study.config_name(run),
+                         "overrides": list(run.overrides)})
+    return {"objective": objective.to_record(), "tuning_fraction": FRACTION, "seed": 0, "runs": runs}
+
+
+def test_tuning_runs_a_results_file_records_are_not_retrained_unless_their_overrides_changed(tmp_path):
+    arms, grid, trained = _arms(tmp_path), {"learning_rate": (0.01, 0.5)}, []
+    objective = tuning.Objective("test_loss", "min")
+    earlier = _recorded_tuning(arms, grid, {"ist": (0.9, 0.4), "dp": (0.3, 0.6)}, objective)
+
+    def train(p):  # a run that is trained fails: the choice then rests on the records alone
+        trained.append(p.cell.label)
+        return "not trained in this test"
+
+    kw = dict(objective=objective, fraction=FRACTION, root=REPO, train=train)
+    record = tuning.tune(arms, {"ist": grid, "dp": grid}, tmp_path, earlier=earlier, **kw)
+    assert trained == [] and record["chosen"] == {"ist": {"learning_rate": 0.5}, "dp": {"learning_rate": 0.01}}
+    assert record["runs"] == earlier["runs"]
+    # a run recorded with other overrides (its cell changed since), one recorded before overrides were, another
+    # split: trained again
+    earlier["runs"][0]["overrides"] = earlier["runs"][0]["overrides"][:-1]
+    del earlier["runs"][3]["overrides"]
+    record = tuning.tune(arms, {"ist": grid, "dp": grid}, tmp_path, earlier=earlier, **kw)
+    assert trained == ["ist/learning_rate=0.01", "dp/learning_rate=0.5"]
+    assert record["chosen"] == {"ist": {"learning_rate": 0.5}, "dp": {"learning_rate": 0.01}}
+    with pytest.raises(tuning.TuningError, match="none of its 2 grid points"):  # every run trained, and failed
+        tuning.tune(arms, {"ist": grid, "dp": grid}, tmp_path, earlier={**earlier, "tuning_fraction": 0.5}, **kw)
+    assert len(trained) == 2 + 4
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Trivial baselines

@@ -52,7 +52,7 @@ from experiments.extreme import limits
 from experiments.extreme import tuning as tuning_lib
 from istjax.core.memory import format_size, parse_bytes
 from istjax.launch import study as study_lib
-from istjax.launch.tuning import TuningError
+from istjax.launch.tuning import TuningError, recorded_tuning
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = "experiments/configs/xmc_debian_ist.py"
@@ -360,7 +360,7 @@ def tuning_record(args: argparse.Namespace, arms: Sequence[tuple[str, int]], cap
     budget; with ``--rewrite``, the one ``--out`` records (its runs trained at it); None without either. A
     ValueError for a budget, width or grid that cannot be tuned at."""
     if args.rewrite:
-        record = tuning_lib.recorded(args.out)
+        record = recorded_tuning(args.out)
         if args.tune and record is None:
             raise ValueError(f"--rewrite --tune: {args.out} records no tuning stage; run the study with --tune")
         return record
@@ -379,8 +379,8 @@ def tuning_record(args: argparse.Namespace, arms: Sequence[tuple[str, int]], cap
         raise ValueError(f"--tune-rates {args.tune_rates!r}: give comma-separated rates, e.g. 5e-4,1e-3,2e-3"
                          ) from None
     return tuning_lib.run_tuning(tuning_lib.tuning_arms(at_width), args.workdir, train=train, root=ROOT,
-                                 rates=rates, states=args.tune_states.split(","), width=width, samples=samples,
-                                 rounds=rounds)
+                                 rates=rates, states=args.tune_states.split(","), earlier=recorded_tuning(args.out),
+                                 width=width, samples=samples, rounds=rounds)
 
 
 def baselines(out: os.PathLike) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from istjax.core.memory import parse_bytes
 from istjax.launch import study as study_lib
 from istjax.launch.args import load_config
 from istjax.launch.baselines import baseline_sections
-from istjax.launch.tuning import Objective, arm_grid, tune, tuned_cells
+from istjax.launch.tuning import Objective, arm_grid, recorded_tuning, tune, tuned_cells
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = "experiments/configs/shakespeare_transformer.py"
@@ -119,7 +119,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         rounds = args.tune_rounds or max(1, args.rounds // 4)
         tuning = tune(cells(cap, rounds), lambda c: arm_grid(c, RATES, root=ROOT), args.workdir,
                       objective=Objective("test_loss", "min"), root=ROOT, study="extreme_transformer tuning",
-                      train=train)
+                      train=train, earlier=recorded_tuning(args.out))
         cells_, sections = tuned_cells(cells_, tuning), {**sections, "tuning": {**tuning, "rounds": rounds}}
     outcome = study_lib.run_study("extreme_transformer", cells_, seeds, args.workdir, root=ROOT, command=command,
                                   out=args.out, train=train, record=record, sections=sections)

@@ -43,7 +43,7 @@ from istjax.launch import study as study_lib
 from istjax.launch.tuning import Objective, arm_grid, tune, with_settings
 
 __all__ = ["RATES", "STATES", "OBJECTIVE", "FRACTION", "arm_label", "tuning_width", "tuning_arms", "grids",
-           "run_tuning", "applied", "recorded"]
+           "run_tuning", "applied"]
 
 # Adam's rates tried: from half the configs' 1e-3 to 32 times it. The Debian tuning put its arms on the grid's top
 # edge twice (2e-3, then 8e-3 for four of five); the grid was widened upwards before any reported run (module
@@ -98,12 +98,13 @@ def grids(rates: Sequence[float] = RATES, states: Sequence[str] = STATES,
 
 
 def run_tuning(arms: Sequence[study_lib.Cell], workdir: os.PathLike, *, train: Callable, root: os.PathLike,
-               rates: Sequence[float] = RATES, states: Sequence[str] = STATES, **extra: Any) -> dict[str, Any]:
+               rates: Sequence[float] = RATES, states: Sequence[str] = STATES,
+               earlier: Optional[Mapping[str, Any]] = None, **extra: Any) -> dict[str, Any]:
     """`istjax.launch.tuning.tune` of the ``arms`` (`tuning_arms`) with the study's ``train`` into
-    ``<workdir>/tuning``: the tuning record, with ``extra`` (the width, the samples) and the training points' order
-    added."""
+    ``<workdir>/tuning`` (``earlier``: the results file's tuning record, whose runs stand for those gone from the
+    disk): the tuning record, with ``extra`` (the width, the samples) and the training points' order added."""
     record = tune(arms, grids(rates, states, root), workdir, objective=OBJECTIVE, fraction=FRACTION, root=root,
-                  study="extreme tuning", train=train)
+                  study="extreme tuning", train=train, earlier=earlier)
     return {**record, **extra, "order": ORDER.rsplit("=", 1)[1]}
 
 
@@ -119,12 +120,3 @@ def applied(cells: Sequence[study_lib.Cell], tuning: Mapping[str, Any]) -> list[
         point = chosen[arm_label(c)]
         out.append(with_settings(c, point, info={**c.info, "tuned": point}))
     return out
-
-
-def recorded(out: os.PathLike) -> Optional[dict[str, Any]]:
-    """The tuning record of the results file ``out`` (None where it has none or does not exist): what ``--rewrite``
-    applies, the runs it rewrites from having trained at that choice."""
-    try:
-        return json.loads(pathlib.Path(out).read_text()).get("tuning")
-    except (OSError, ValueError):
-        return None

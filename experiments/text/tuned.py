@@ -33,7 +33,7 @@ from typing import Optional
 from experiments.grid import REPO, Cell, parser
 from experiments.text import study as text
 from istjax.launch.study import run_study
-from istjax.launch.tuning import arm_grid, tune, tuned_cells
+from istjax.launch.tuning import arm_grid, recorded_tuning, tune, tuned_cells
 
 OUT = REPO / "experiments" / "text" / "results" / "tuned.json"
 FIGURE = REPO / "docs" / "figures" / "transformers_tuned.png"
@@ -100,7 +100,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     workers = [int(w) for w in args.workers.split(",") if w]
     cache = pathlib.Path(workdir) / ".jax_cache"
     record = tune(arms(args.tuning_samples, workers, evals=1), grid, workdir, fraction=TUNING_FRACTION, seed=0,
-                  root=REPO, study="text tuning", cache=cache, jobs=args.jobs)
+                  root=REPO, study="text tuning", cache=cache, jobs=args.jobs, earlier=recorded_tuning(args.out))
     record["samples"] = args.tuning_samples
     command = "python -m experiments.text.tuned " + " ".join(sys.argv[1:] if argv is None else argv)
 

@@ -35,7 +35,8 @@ from typing import Any, NamedTuple, Optional
 from istjax.launch.metrics import SPLIT, read_metrics
 
 __all__ = ["Cell", "Planned", "Outcome", "mean_std", "nested", "flat", "plan", "finished", "train_in_process",
-           "child_command", "child_trainer", "run_record", "aggregate", "results", "write_json", "run_study"]
+           "child_command", "child_trainer", "run_record", "aggregate", "results", "write_json", "run_study",
+           "config_name", "kept_records"]
 
 
 class Cell(NamedTuple):
@@ -265,12 +266,13 @@ def aggregate(cells: Sequence[Cell], runs: Sequence[dict[str, Any]]) -> list[dic
                      "bytes_per_worker_per_round": first["bytes_per_worker_per_round"],
                      "time_per_round_s_mean": mean_std(r["time_per_round_s"] for r in mine)[0],
                      **_split_means(mine),
-                     "config": _config_name(cell), "overrides": list(cell.overrides),
+                     "config": config_name(cell), "overrides": list(cell.overrides),
                      "commits": sorted({str(r.get("commit")) for r in mine})})
     return rows
 
 
-def _config_name(cell: Cell) -> str:
+def config_name(cell: Cell) -> str:
+    """How a results file names a cell's config: its file's path, or ``<label>`` for a config built in Python."""
     return str(cell.config) if isinstance(cell.config, (str, os.PathLike)) else f"<{cell.label}>"
 
 
@@ -292,7 +294,7 @@ def results(study: str, command: str, planned: Sequence[Planned], runs: Sequence
     configs = {}
     for p in planned:
         if p.cell.label not in configs:
-            configs[p.cell.label] = {"config": _config_name(p.cell), "overrides": list(p.cell.overrides),
+            configs[p.cell.label] = {"config": config_name(p.cell), "overrides": list(p.cell.overrides),
                                      "resolved": resolved_fields(p.config)}
     return {"study": study, "command": command, "machine": _machines(runs), "started": started,
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "configs": configs,
@@ -337,7 +339,7 @@ def kept_records(out: os.PathLike, cells: Sequence[Cell], resolved: Optional[Map
 
     def same(c: Cell) -> bool:
         recorded = doc.get("configs", {}).get(c.label) or {}
-        if recorded.get("config") != _config_name(c):
+        if recorded.get("config") != config_name(c):
             return False
         return (recorded.get("overrides") == list(c.overrides)
                 or (c.label in resolved and _read_resolved(recorded.get("resolved")) == resolved[c.label]))

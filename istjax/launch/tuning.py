@@ -9,7 +9,8 @@ is reported on. `tune_then_run` does both, in this order:
    at one seed, with ``data.tuning_fraction`` set: the run trains on the head of the training examples and evaluates
    on their tail (`istjax.data.tuning`); the reported split is never read. The runs are ordinary runs under
    ``<workdir>/tuning/<arm>/<grid point>``, so a killed study reuses the finished ones
-   (`istjax.launch.study.finished`).
+   (`istjax.launch.study.finished`), and a study that outlives its machine reuses those its results file records
+   (`tune`'s ``earlier``: the same config file and overrides), as it keeps its reported runs.
 2. **Choose.** Each arm's choice is its grid point with the best `Objective` (the metric of the run's last
    evaluation, or its mean over the run's evaluations, lowest or highest as the study names it; a run that failed
    or ended non-finite is never chosen).
@@ -37,7 +38,7 @@ from istjax.launch.metrics import read_metrics
 from istjax.launch.study import Cell, Outcome, Planned
 
 __all__ = ["Objective", "TuningError", "arm_grid", "grid_points", "point_label", "with_settings", "tune",
-           "tuned_cells", "tune_then_run"]
+           "tuned_cells", "tune_then_run", "recorded_tuning"]
 
 Grid = Mapping[str, Sequence[Any]]  # config field -> the values tried
 Grids = Union[Mapping[str, Grid], Callable[[Cell], Grid]]  # per arm label, or a function of the arm
@@ -169,13 +170,32 @@ def _metric(run_dir: pathlib.Path, metric: str, at: str = "last") -> Optional[fl
     return value if math.isfinite(value) else None
 
 
+def _reusable(earlier: Optional[Mapping[str, Any]], objective: Objective, fraction: float, seed: int
+              ) -> dict[tuple[str, str], dict[str, Any]]:
+    """``{(arm, point label): run}``: the runs of an ``earlier`` tuning record (a results file's ``tuning``) that can
+    stand for a run trained now: same objective, split and seed, a finite metric, and recording the config file and
+    overrides they trained with (compared with the run's own by `tune`; its commit stays in the record, as
+    `istjax.launch.study.kept_records` keeps a reported run's)."""
+    if not earlier or (earlier.get("objective"), earlier.get("tuning_fraction"), earlier.get("seed")) != (
+            objective.to_record(), fraction, seed):
+        return {}
+    return {(r["arm"], point_label(r["settings"])): r for r in earlier.get("runs", ())
+            if r.get(objective.metric) is not None and "overrides" in r and "config" in r}
+
+
 def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective: Objective = Objective(),
          fraction: float = 0.1, seed: int = 0, root: os.PathLike = ".", study: str = "tuning",
-         train: Optional[Callable[[Planned], Optional[str]]] = None, **run_kwargs: Any) -> dict[str, Any]:
+         train: Optional[Callable[[Planned], Optional[str]]] = None, earlier: Optional[Mapping[str, Any]] = None,
+         **run_kwargs: Any) -> dict[str, Any]:
     """Trains every arm's grid once at ``seed`` on the tuning split (``data.tuning_fraction = fraction``) into
     ``<workdir>/tuning/<arm>/<grid point>``, skipping finished runs, and returns the tuning record (module
     docstring): ``{"objective", "tuning_fraction", "seed", "grids", "runs", "chosen"}``. ``train`` and
     ``run_kwargs`` are `istjax.launch.study.run_study`'s.
+
+    ``earlier``: the tuning record of an earlier run of the study (`recorded_tuning` of its results file). A run
+    it records with the same config file and overrides is not trained again when its run
+    directory is gone (a study that outlives its machine, as `istjax.launch.study.kept_records` does for reported
+    runs): its recorded metric, commit and run directory stand.
 
     Raises:
       ValueError: a fraction outside (0, 1), an unknown direction, an arm without a grid.
@@ -189,19 +209,37 @@ def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective
     points = {c.label: grid_points(grids_used[c.label]) for c in cells}
     runs = [with_settings(c, {**p, "data.tuning_fraction": fraction}, f"{c.label}/{point_label(p)}", {})
             for c in cells for p in points[c.label]]
-    outcome = study_lib.run_study(study, runs, [seed], pathlib.Path(workdir) / "tuning", root=root,
+    tuning_dir = pathlib.Path(workdir) / "tuning"
+    previous = _reusable(earlier, objective, fraction, seed)
+
+    def kept(p: Planned) -> Optional[dict[str, Any]]:  # an earlier record standing for a run gone from the disk
+        r = previous.get(tuple(p.cell.label.split("/", 1)))
+        if r is None or study_lib.finished(p.config, p.run_dir):
+            return None
+        return r if (r["config"], r["overrides"]) == (study_lib.config_name(p.cell), list(p.cell.overrides)) else None
+
+    planned = study_lib.plan(runs, [seed], tuning_dir, root=root, layout=lambda label, s: label) if previous else []
+    reused = {p.cell.label: r for p in planned if (r := kept(p)) is not None}
+    outcome = study_lib.run_study(study, [c for c in runs if c.label not in reused], [seed], tuning_dir, root=root,
                                   layout=lambda label, s: label, train=train, **run_kwargs)
     by_label = {p.cell.label: p for p in outcome.planned}
     records, chosen = [], {}
     for c in cells:
         scored = []
         for point in points[c.label]:
-            planned = by_label[f"{c.label}/{point_label(point)}"]
-            value = _metric(planned.run_dir, objective.metric, objective.at)
-            done = study_lib.run_record(planned) or {}
-            records.append({"arm": c.label, "settings": point, "run_dir": str(planned.run_dir),
-                            objective.metric: value, "error": outcome.failed.get(str(planned.run_dir)),
-                            "commit": (done.get("commit")), "clean": done.get("clean")})
+            label = f"{c.label}/{point_label(point)}"
+            if label in reused:
+                records.append(reused[label])
+                value = reused[label][objective.metric]
+            else:
+                planned_run = by_label[label]
+                value = _metric(planned_run.run_dir, objective.metric, objective.at)
+                done = study_lib.run_record(planned_run) or {}
+                records.append({"arm": c.label, "settings": point, "run_dir": str(planned_run.run_dir),
+                                objective.metric: value, "error": outcome.failed.get(str(planned_run.run_dir)),
+                                "commit": (done.get("commit")), "clean": done.get("clean"),
+                                "config": study_lib.config_name(planned_run.cell),
+                                "overrides": list(planned_run.cell.overrides)})
             if value is not None:
                 scored.append((value if objective.direction == "min" else -value, len(scored), point))
         if not scored:
@@ -210,6 +248,17 @@ def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective
         chosen[c.label] = min(scored)[2]  # the first in grid order among equals
     return {"objective": objective.to_record(), "tuning_fraction": fraction, "seed": seed, "grids": grids_used,
             "runs": records, "chosen": chosen}
+
+
+def recorded_tuning(out: Optional[os.PathLike]) -> Optional[dict[str, Any]]:
+    """The tuning record of the results file ``out`` (its ``tuning`` section; None where the file has none, does not
+    exist or is not given)."""
+    if out is None:
+        return None
+    try:
+        return json.loads(pathlib.Path(out).read_text()).get("tuning")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def tuned_cells(cells: Sequence[Cell], tuning: Mapping[str, Any]) -> list[Cell]:
@@ -229,8 +278,9 @@ def tune_then_run(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[in
     other ``sections`` (a study's ``baselines``, `istjax.launch.baselines.baseline_sections`). ``tuning_cells``: the
     arms as the tuning runs train them (the same labels, a smaller budget; default ``cells``)."""
     passed = {k: run_kwargs[k] for k in ("cache", "jobs", "overwrite") if k in run_kwargs}
-    record = tune(tuning_cells or cells, grids, workdir, objective=objective, fraction=fraction, seed=tuning_seed, root=root,
-                  study=f"{study} tuning", train=train, **passed)
+    record = tune(tuning_cells or cells, grids, workdir, objective=objective, fraction=fraction, seed=tuning_seed,
+                  root=root, study=f"{study} tuning", train=train, earlier=recorded_tuning(run_kwargs.get("out")),
+                  **passed)
     json.dumps(record)  # a record the results file can hold (a value of a grid that is not JSON fails here)
     return study_lib.run_study(study, tuned_cells(cells, record), seeds, workdir, root=root, train=train,
                                sections={"tuning": record, **dict(sections or {})}, **run_kwargs)
