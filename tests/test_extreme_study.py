@@ -216,3 +216,27 @@ def test_a_failed_run_says_why_in_the_commands_words_not_only_its_exit_code():
     # the kernel's kill is the reason, whatever the command wrote before it
     assert study.failure(ended(137, True), said) == ended(137, True).summary
     assert study.failure(ended(1, False), "Traceback ...\n") == ended(1, False).summary
+
+
+def test_the_per_metric_table_puts_ists_widest_cells_against_the_best_replicated_cell_on_every_metric():
+    from experiments.extreme import report
+
+    def row(algorithm, ranks, hidden, p1, psp1, fits=True, seeds=(0, 1, 2)):
+        return {"algorithm": algorithm, "ranks": ranks, "hidden": hidden, "fits": fits, "seeds": list(seeds),
+                "attempted": 3, "precision_at_1_mean": p1, "precision_at_1_std": 0.0, "psp_at_1_mean": psp1,
+                "psp_at_1_std": 0.0}
+
+    doc = {"rows": [row("data_parallel", 2, 128, 0.50, 0.20), row("local_sgd", 2, 256, 0.55, 0.10),
+                    row("data_parallel", 2, 256, 0.70, 0.30, fits=False, seeds=(0, 1)),
+                    row("ist", 2, 512, 0.56, 0.15), row("ist", 2, 256, 0.90, 0.90), row("ist", 4, 1024, 0.52, 0.25),
+                    row("tensor_parallel", 2, 512, 0.60, 0.30)],
+           "baselines": {"most_frequent_labels": {"test_precision_at_1": 0.4, "test_psp_at_1": 0.05}}}
+    lines = report._per_metric(doc).splitlines()
+    assert lines[0].split(" | ")[3:5] == ["IST, 2 ranks, H = 512 (widest)", "IST, 4 ranks, H = 1,024 (widest)"]
+    p1, psp1 = (line.split(" | ") for line in lines[2:4])
+    # P@1: local SGD's 0.55 is the replicated best (the 2-of-3 cell is not counted); IST at 512 above, at 1024 below
+    assert p1[1:5] == ["0.400", "0.550 ± 0.000 (3 seeds) (local SGD, H = 256)", "0.560 ± 0.000 (3 seeds): above",
+                       "0.520 ± 0.000 (3 seeds): below"]
+    assert psp1[2:5] == ["0.200 ± 0.000 (3 seeds) (data parallel, H = 128)", "0.150 ± 0.000 (3 seeds): below",
+                         "0.250 ± 0.000 (3 seeds): above"]
+    assert "2 of 3 seeds trained" in p1[-1] and len(lines) == 4  # metrics the rows do not carry are left out
