@@ -337,8 +337,16 @@ def tuning_rows(tuning: dict[str, Any], arm_name: Callable[[str], str] = str, di
         mine = sorted((r for r in tuning["runs"] if r["arm"] == arm),
                       key=lambda r: (r[metric] is None, sign * (r[metric] or 0)))
         out += [[arm_name(arm), settings_words(r["settings"]) + (" (chosen)" if r["settings"] == chosen else ""),
-                 "-" if r[metric] is None else f"{r[metric]:.{digits}f}"] for r in mine]
+                 _tuning_score(r, metric, digits)] for r in mine]
     return out
+
+
+def _tuning_score(run: dict[str, Any], metric: str, digits: int) -> str:
+    """A tuning run's score, or ``-`` and, for a run that failed, the first clause of why (``rank 0 killed by the
+    kernel at the 1.90 GiB cgroup limit per rank (exit 9)``)."""
+    if run[metric] is not None:
+        return f"{run[metric]:.{digits}f}"
+    return f"- ({run['error'].split(', ')[0].split('; ')[0]})" if run.get("error") else "-"
 
 
 def tuning_caption(tuning: dict[str, Any], unit: str) -> str:

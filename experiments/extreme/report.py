@@ -9,8 +9,9 @@ import operator
 from typing import Optional
 
 from experiments.claims import claim
-from experiments.tables import (ROUND_COLUMNS, ResultsError, baseline_cells, cell, markdown_table, nbytes, round_cells,
-                               scalar, seconds_to_target, settings_words, table, tuning_caption, tuning_rows)
+from experiments.tables import (ROUND_COLUMNS, ResultsError, baseline_cells, cell, choices_on_edges, markdown_table,
+                               nbytes, round_cells, scalar, seconds_to_target, settings_words, table, tuning_caption,
+                               tuning_rows)
 from istjax.algorithms.tensor import step_bytes
 from istjax.launch.metrics import format_mean_std
 
@@ -371,7 +372,12 @@ def _register_study(tables: str, gap: str, prefix: str, source: str) -> None:
         scalar(f"{prefix}.{name}", source, fn)
 
 
+# The Debian study again with Adam's state restarted every round wherever an arm reads one (``--tune-states reset``):
+# the memory-lean variant of IST and local SGD, its rate chosen from the same tuning runs (data and tensor
+# parallelism, which carry their state by construction, the same cells as in DEBIAN).
+DEBIAN_RESET = "experiments/extreme/results/debian_reset.json"
 _register_study("extreme_debian", "extreme_gap", "extreme", DEBIAN)
+_register_study("extreme_debian_reset", "extreme_gap_reset", "extreme.reset", DEBIAN_RESET)
 _register_study("extreme_synthetic", "extreme_synthetic_gap", "extreme.synthetic", SYNTHETIC)
 
 
@@ -435,13 +441,16 @@ def _tuning_table(source: str, module: str, unit: str, metric: str):
              f"Every arm at H = {t['width']:,}, under the study's cap and trainer." if t.get("width") else "",
              f"{t['rounds']} rounds a run." if t.get("rounds") and not t.get("samples") else "",
              f"The training points listed in a fixed permutation (`data.kwargs.order={t['order']}`), so the held-out "
-             f"tail is a fair draw of them." if t.get("order") else ""]))
+             f"tail is a fair draw of them." if t.get("order") else "",
+             f"Chosen at an edge of its rate grid (the best may lie beyond it): "
+             f"{'; '.join(map(_arm_words, edges))}." if (edges := choices_on_edges(t)) else ""]))
         return (f"{tuning_caption(t, unit)} {where}".rstrip() + "\n\n"
                 + markdown_table(["arm", "settings", metric], tuning_rows(t, _arm_words)))
     return render
 
 
 table("extreme_tuning_debian", DEBIAN)(_tuning_table(DEBIAN, "study", "points", "tuning P@1"))
+table("extreme_tuning_debian_reset", DEBIAN_RESET)(_tuning_table(DEBIAN_RESET, "study", "points", "tuning P@1"))
 table("extreme_tuning_synthetic", SYNTHETIC)(_tuning_table(SYNTHETIC, "study", "points", "tuning P@1"))
 table("extreme_tuning_transformer", TRANSFORMER)(_tuning_table(TRANSFORMER, "transformer", "windows",
                                                                "tuning loss (nats/char)"))
