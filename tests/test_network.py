@@ -151,11 +151,13 @@ def test_ist_across_two_namespaces_crosses_the_links(tmp_path):
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_job_and_the_namespaces_go(tmp_path):
     """A rank killed mid-run: the job ends within 30 s with a message naming the rank; the namespaces are removed."""
-    out, report = _slow_net(tmp_path, "--hosts", "2", "--tag", "tst2", "--", sys.executable, "tests/mpi/crash.py",
-                            "kill", timeout=120)
-    assert out.returncode != 0
-    assert report["wall_s"] < 90  # start-up, two rounds, the kill and the teardown of the other rank; not a hang
+    # slow_net's own --timeout, not only subprocess's: past it slow_net prints what each rank was doing, kills the
+    # job and removes the namespaces (a test killed from outside would leave them behind for the next run).
+    out, report = _slow_net(tmp_path, "--hosts", "2", "--tag", "tst2", "--timeout", "150", "--",
+                            sys.executable, "tests/mpi/crash.py", "kill", timeout=240)
     text = out.stdout + out.stderr
+    assert out.returncode not in (0, 124), text[-3000:]  # failed, and not by running past the timeout
+    assert report["wall_s"] < 90  # start-up, two rounds, the kill and the teardown of the other rank; not a hang
     assert "rank 1 (namespace isjtst2-1) ended with status 137, killed by signal 9" in text, text[-3000:]
     assert sn.leftovers(sn.make_plan(2, "tst2")) == []
 
