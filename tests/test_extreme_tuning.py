@@ -275,3 +275,18 @@ def test_the_transformer_cell_tunes_each_arm_on_a_quarter_of_the_rounds_and_trai
     assert len(tuning_runs) == 6 + 3 and all(p.config.num_rounds == 2 and p.seed == 0 for p in tuning_runs)
     reported = {p.cell.label: p.config for p in seen if not p.config.data.tuning_fraction}
     assert reported["tensor_parallel_p2"].learning_rate == 4e-3 and reported["ist_p2"].num_rounds == 8
+
+
+def test_the_prose_names_a_state_none_of_whose_tuning_runs_trained_and_refuses_one_never_tried(tuned):
+    """A state whose every tuning run the kernel killed reads "none of its N runs trained" (the tuning table says
+    why); a state the record never tried is an error naming it, not a blank in the prose."""
+    record, _ = tuned
+    metric = record["objective"]["metric"]
+    runs = [{**r, metric: None} if r["settings"].get("algorithm.optimizer_state") == "carry" else r
+            for r in record["runs"]]
+    doc = _doc({**record, "runs": runs})
+    carried = sum(1 for r in runs if r["arm"] == "ist_p2" and r["settings"].get("algorithm.optimizer_state") == "carry")
+    assert tables.REGISTRY["extreme.tuning.ist_p2_carry"].render(doc) == f"none of its {carried} runs trained"
+    assert tables.REGISTRY["extreme.tuning.ist_p2_reset"].render(doc).startswith("0.")
+    with pytest.raises(tables.ResultsError, match="no run of local_sgd_p2 with optimizer_state=carry"):
+        tables.REGISTRY["extreme.tuning.local_sgd_p2_carry"].render(doc)

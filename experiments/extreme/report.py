@@ -209,14 +209,17 @@ def _by_width(d, algorithm: str, ranks: int = 2) -> str:
 
 
 def _tuning_best(d, arm: str, state: str) -> str:
-    """The best tuning-split P@1 of ``arm``'s runs with Adam's state ``state`` and its rate, for the prose."""
+    """The best tuning-split P@1 of ``arm``'s runs with Adam's state ``state`` and its rate, for the prose; "none
+    trained" where every such run failed (the kernel's kill at the cap: the tuning table says why)."""
     t = d["tuning"]
     metric = t["objective"]["metric"]
-    runs = [r for r in t["runs"] if r["arm"] == arm and r[metric] is not None
-            and r["settings"].get("algorithm.optimizer_state") == state]
+    runs = [r for r in t["runs"] if r["arm"] == arm and r["settings"].get("algorithm.optimizer_state") == state]
     if not runs:
-        raise ResultsError(f"the tuning record holds no scored run of {arm} with optimizer_state={state}")
-    best = max(runs, key=lambda r: r[metric])
+        raise ResultsError(f"the tuning record holds no run of {arm} with optimizer_state={state}")
+    scored = [r for r in runs if r[metric] is not None]
+    if not scored:
+        return f"none of its {len(runs)} runs trained"
+    best = max(scored, key=lambda r: r[metric])
     return f"{cell(best[metric])} (lr {best['settings']['learning_rate']:g})"
 
 
