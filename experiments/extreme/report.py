@@ -209,8 +209,8 @@ def _by_width(d, algorithm: str, ranks: int = 2) -> str:
 
 
 def _tuning_best(d, arm: str, state: str) -> str:
-    """The best tuning-split P@1 of ``arm``'s runs with Adam's state ``state`` and its rate, for the prose; "none
-    trained" where every such run failed (the kernel's kill at the cap: the tuning table says why)."""
+    """The best tuning-split P@1 of ``arm``'s runs with Adam's state ``state`` and its rate, for the prose; "none of
+    its N runs trained" where every such run failed (the kernel's kill at the cap: the tuning table says why)."""
     t = d["tuning"]
     metric = t["objective"]["metric"]
     runs = [r for r in t["runs"] if r["arm"] == arm and r["settings"].get("algorithm.optimizer_state") == state]
