@@ -240,3 +240,35 @@ def test_the_per_metric_table_puts_ists_widest_cells_against_the_best_replicated
     assert psp1[2:5] == ["0.200 ± 0.000 (3 seeds) (data parallel, H = 128)", "0.150 ± 0.000 (3 seeds): below",
                          "0.250 ± 0.000 (3 seeds): above"]
     assert "2 of 3 seeds trained" in p1[-1] and len(lines) == 4  # metrics the rows do not carry are left out
+
+
+def test_the_network_race_at_the_tuned_studys_choices_and_its_refusals(tmp_path, monkeypatch):
+    """``--tuned``: each raced arm takes its own choice on --ranks ranks from the tuned study's file, after the pinned
+    untuned settings (so the choice wins); a missing file, an arm without a choice and a target the constant
+    predictor reaches are refused naming the flag, before any namespace is built."""
+    from experiments.extreme import network
+    from istjax.core.errors import ArgError
+
+    chosen = {"ist_p2": {"learning_rate": 0.008, "algorithm.optimizer_state": "carry"},
+              "tensor_parallel_p2": {"learning_rate": 0.004}, "ist_p4": {"learning_rate": 0.5}}
+    path = tmp_path / "debian.json"
+    path.write_text(json.dumps({"tuning": {"chosen": chosen},
+                                "baselines": {"most_frequent_labels": {"test_precision_at_1": 0.443}}}))
+    settings = network.tuned_settings(path, 2, ["ist", "tensor_parallel"], 0.5)
+    assert settings == {"ist": chosen["ist_p2"], "tensor_parallel": chosen["tensor_parallel_p2"]}  # not p4's
+    ist = network.cell(512, 2, "100mbit", "ist", 40, target=0.5, samples=204800, settings=settings["ist"])
+    (p,) = study_lib.plan([ist], [0], tmp_path / "runs", root=network.ROOT)
+    assert (p.config.learning_rate, p.config.algorithm.optimizer_state) == (0.008, "carry")
+    assert ist.info["tuned"] == chosen["ist_p2"]
+    untuned = network.cell(512, 2, "100mbit", "ist", 40, target=0.5, samples=204800)
+    (q,) = study_lib.plan([untuned], [0], tmp_path / "runs2", root=network.ROOT)
+    assert (q.config.learning_rate, q.config.algorithm.optimizer_state) == (0.001, "reset")
+    for args, words in (((tmp_path / "none.json", 2, ["ist"], 0.5), "no such file"),
+                        ((path, 4, ["ist", "tensor_parallel"], 0.5), "no tuning.chosen for tensor_parallel_p4"),
+                        ((path, 2, ["ist"], 0.44), "most-frequent-labels predictor")):
+        with pytest.raises(ArgError, match=words) as e:
+            network.tuned_settings(*args)
+        assert e.value.arg in ("--tuned", "--target")
+    monkeypatch.setattr(network.common, "refused", lambda *a: None)
+    monkeypatch.setattr(network.common, "run_to_file", lambda *a, **k: pytest.fail("trained despite a refusal"))
+    assert network.main(["--tuned", str(tmp_path / "none.json"), "--workdir", str(tmp_path / "w")]) == 2

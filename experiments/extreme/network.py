@@ -10,8 +10,9 @@ under ``mpiexec`` on the namespaces), evaluates every round and stops at the fir
 `experiments.network.time_to_accuracy`). Arms (``--arms``, comma-separated):
 
 * ``ist:K``: sharded IST (no rank holds the whole model), W = P workers, K local steps of B = 128 (the extreme
-  study's recipe, ``experiments/configs/xmc_debian_ist.py``, at the Adam settings the race ran with,
-  `RACE_SETTINGS`); a round's all-to-all moves each worker's sub-network
+  study's recipe, ``experiments/configs/xmc_debian_ist.py``, at the Adam settings the race first ran with,
+  `RACE_SETTINGS`, or with ``--tuned FILE`` at the choice the tuned extreme study made for the arm on P ranks,
+  ``tuning.chosen["<algorithm>_p<P>"]``); a round's all-to-all moves each worker's sub-network
   both ways at once, and its evaluation runs in place by label blocks (`istjax.algorithms.tensor.owner_evaluate`:
   the output layer's rows exchanged for a label block per evaluated chunk, ``[points, H]`` hidden units and each
   rank's top 5, not ``[points, labels]`` partial logits);
@@ -25,7 +26,9 @@ target over the seeds), rendered by `experiments.extreme.report` into ``docs/ext
 Command (as root, from the repository root)::
 
     ISTJAX_DATA_DIR=../shared/data python -m experiments.extreme.network --hidden 512 --links 1gbit,100mbit \\
-        --arms ist:40,ist:80,ist:160,tensor_parallel:10 --seeds 0,1,2 --target 0.5
+        --arms ist:40,ist:80,ist:160,tensor_parallel:10 --seeds 0,1,2 --target 0.5 \\
+        [--tuned experiments/extreme/results/debian.json]   # each arm at its tuned choice; the target then above
+                                                            # the constant predictor's P@1 recorded there
 """
 
 from __future__ import annotations
@@ -36,29 +39,32 @@ import math
 import pathlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from experiments.extreme.study import CONFIG
 from experiments.grid import seed_list
 from experiments.network import common, slow_net
 from experiments.network import time_to_accuracy as tta
+from istjax.core.errors import ArgError
 from istjax.launch import study as study_lib
+from istjax.launch.tuning import chosen_settings, with_settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "experiments" / "extreme" / "results" / "network.json"
 BATCH = 128
 ALGORITHMS = ("ist", "tensor_parallel")
-# The race's optimizer settings, pinned: those the config shipped when the race ran (Adam 1e-3, its state restarted
-# every round), before the study's tuning moved the config to its choice (experiments/extreme/results/network.json
-# records them).
+# The race's optimizer settings without --tuned, pinned: those the config shipped when the race first ran (Adam 1e-3,
+# its state restarted every round), before the study's tuning moved the config to its choice
+# (experiments/extreme/results/network.json records them). With --tuned each arm's choice is applied after them.
 RACE_SETTINGS = ("--config.learning_rate=0.001", "--config.algorithm.optimizer_state=reset")
 
 
 def cell(hidden: int, ranks: int, link: str, algorithm: str, local_steps: int, *, target: float,
-         samples: int) -> study_lib.Cell:
+         samples: int, settings: Optional[Mapping[str, Any]] = None) -> study_lib.Cell:
     """One (link, arm) of the study: the extreme config at ``hidden`` on ``ranks`` MPI ranks (sharded), evaluated
-    every round, stopping at ``target``, for at most ``samples`` samples."""
+    every round, stopping at ``target``, for at most ``samples`` samples; ``settings`` (the tuned study's choice for
+    the arm, `tuned_settings`) applied after its own overrides and recorded in its info as ``tuned``."""
     rounds = math.ceil(samples / (ranks * local_steps * BATCH))
     overrides = (f"--config.algorithm.name={algorithm}", "--config.runtime.name=mpi", "--config.runtime.mode=sharded",
                  f"--config.num_workers={ranks}", f"--config.sampler.num_owners={ranks}",
@@ -66,9 +72,34 @@ def cell(hidden: int, ranks: int, link: str, algorithm: str, local_steps: int, *
                  f"--config.batch_size={BATCH}", f"--config.target_accuracy={target}",
                  "--config.stop_at_target=True", "--config.eval_every=1", "--config.eval_train_examples=1000",
                  f"--config.num_rounds={rounds}", f"--config.checkpoint_every={rounds}", *RACE_SETTINGS)
-    return study_lib.Cell(f"h{hidden}-r{ranks}-{link}-{algorithm}-k{local_steps}", CONFIG, overrides,
+    base = study_lib.Cell(f"h{hidden}-r{ranks}-{link}-{algorithm}-k{local_steps}", CONFIG, overrides,
                           {"model": f"h{hidden}", "ranks": ranks, "link": link, "algorithm": algorithm,
                            "hidden": hidden, "local_steps": local_steps, "batch_size": BATCH})
+    if settings is None:
+        return base
+    return with_settings(base, settings, info={**base.info, "tuned": dict(settings)})
+
+
+def tuned_settings(path: pathlib.Path, ranks: int, algorithms: Sequence[str], target: float
+                   ) -> dict[str, dict[str, Any]]:
+    """Each algorithm's settings as the tuned extreme study chose them on ``ranks`` ranks (``tuning.chosen
+    ["<algorithm>_p<ranks>"]`` of its results file ``path``, `istjax.launch.tuning.chosen_settings`).
+
+    Raises:
+      ArgError: (``--tuned``) no such file or no choice for an arm; (``--target``) a target at or below the
+        most-frequent-labels predictor's test P@1 recorded there: counting labels reaches it.
+    """
+    keys = {a: f"{a}_p{ranks}" for a in algorithms}
+    chosen, doc = chosen_settings(
+        path, list(keys.values()), why="the race trains each arm at the settings the tuned extreme study chose",
+        fix=f"Run `python -m experiments.extreme.study --tune` with the arms on {ranks} ranks first, or name its "
+            f"results file with --tuned PATH.")
+    constant = ((doc.get("baselines") or {}).get("most_frequent_labels") or {}).get("test_precision_at_1")
+    if constant is not None and not target > constant:
+        raise ArgError("--target", target, f"--target {target}: at or below the most-frequent-labels predictor's "
+                       f"test P@1 {constant:.3f} (baselines.most_frequent_labels of {path}); a race to it is won "
+                       f"by counting labels.", f"Give a target above {constant:.3f}, e.g. --target 0.5.")
+    return {a: chosen[k] for a, k in keys.items()}
 
 
 def record(p: study_lib.Planned) -> Optional[dict[str, Any]]:
@@ -112,6 +143,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
     ap.add_argument("--workdir", default="runs/extreme-network")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--tuned", default=None, help="a tuned extreme study's results file (e.g. "
+                    "experiments/extreme/results/debian.json): each arm at its choice there; without it, at the "
+                    "pinned RACE_SETTINGS (Adam 1e-3, state restarted)")
     return ap.parse_args(argv)
 
 
@@ -124,7 +158,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a not in ALGORITHMS:
             print(f"--arms: {a!r} is not one of {ALGORITHMS}", file=sys.stderr)
             return 2
-    cells = [cell(args.hidden, args.ranks, link, a, k, target=args.target, samples=args.samples)
+    try:
+        settings = (None if args.tuned is None else
+                    tuned_settings(pathlib.Path(args.tuned), args.ranks, sorted({a for a, _ in arms}), args.target))
+    except ArgError as e:
+        print(f"extreme network study: {e}", file=sys.stderr)
+        return 2
+    cells = [cell(args.hidden, args.ranks, link, a, k, target=args.target, samples=args.samples,
+                  settings=None if settings is None else settings[a])
              for link in args.links.split(",") for a, k in arms]
     command = common.command("experiments.extreme.network", argv)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -132,7 +173,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def document(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"study": "extreme_network", "command": command, "started": started,
                 "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "target": args.target, "hidden": args.hidden,
-                "ranks": args.ranks, "samples": args.samples, "cells": {c.label: list(c.overrides) for c in cells},
+                "ranks": args.ranks, "samples": args.samples, "tuned": args.tuned,
+                "cells": {c.label: list(c.overrides) for c in cells},
                 "summary": summarise(runs), "runs": runs}
 
     runs = common.run_to_file("extreme_network", cells, args, record=record, document=document, tag="xn")

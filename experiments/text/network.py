@@ -52,7 +52,7 @@ from experiments.text.study import B, CONFIG, K, NAMES
 from istjax.core.errors import ArgError
 from istjax.launch import study as study_lib
 from istjax.launch.metrics import read_metrics
-from istjax.launch.tuning import with_settings
+from istjax.launch.tuning import chosen_settings, with_settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "experiments" / "text" / "results" / "network.json"
@@ -85,35 +85,25 @@ def cell(ranks: int, link: str, algorithm: str, *, samples: int, eval_every: int
     return with_settings(base, settings or {}, info={**base.info, "tuned": dict(settings or {})})
 
 
-def _tuned_refusal(path: pathlib.Path, problem: str, ranks: int) -> ArgError:
-    return ArgError("--tuned", str(path), f"--tuned {path}: {problem}; the race trains each arm at the settings the "
-                    f"tuned text study chose.", f"Run `python -m experiments.text.tuned --workers {ranks}` first, or "
-                    f"name its results file with --tuned PATH.")
-
-
 def tuned_settings(path: pathlib.Path, ranks: int, arms: Sequence[str]) -> tuple[dict[str, dict[str, Any]], float]:
     """Each of ``arms`` 's settings as `experiments.text.tuned` chose them at W = ``ranks`` (``tuning.chosen
-    ["<ARMS[arm]>_w<ranks>"]`` of the results file ``path``), and the trigram table's validation loss recorded
-    there (``baselines.trigram.test_loss``), which the target must be below.
+    ["<ARMS[arm]>_w<ranks>"]`` of the results file ``path``, `istjax.launch.tuning.chosen_settings`), and the
+    trigram table's validation loss recorded there (``baselines.trigram.test_loss``), which the target must be below.
 
     Raises:
       ArgError: (``--tuned``) no such file, no choice for an arm at W = ``ranks``, or no trigram loss.
     """
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise _tuned_refusal(path, "no such file", ranks)
-    doc = json.loads(path.read_text())
-    chosen = (doc.get("tuning") or {}).get("chosen") or {}
-    missing = [f"{ARMS[a]}_w{ranks}" for a in arms if f"{ARMS[a]}_w{ranks}" not in chosen]
-    if missing:
-        raise _tuned_refusal(path, f"no tuning.chosen for {', '.join(missing)} (it holds {sorted(chosen) or 'none'})",
-                             ranks)
+    keys = {a: f"{ARMS[a]}_w{ranks}" for a in arms}
+    chosen, doc = chosen_settings(path, list(keys.values()),
+                                  why="the race trains each arm at the settings the tuned text study chose",
+                                  fix=f"Run `python -m experiments.text.tuned --workers {ranks}` first, or name its "
+                                      f"results file with --tuned PATH.")
     trigram = ((doc.get("baselines") or {}).get("trigram") or {}).get("test_loss")
     if trigram is None:
         raise ArgError("--tuned", str(path), f"--tuned {path}: no baselines.trigram.test_loss (the trigram table's "
                        f"validation loss, which the target must be below).", f"Record it with `python -m "
                        f"experiments.text.study --baselines --out {path}`.")
-    return {a: dict(chosen[f"{ARMS[a]}_w{ranks}"]) for a in arms}, float(trigram)
+    return {a: chosen[k] for a, k in keys.items()}, float(trigram)
 
 
 def check_target(target: float, trigram: float, path: pathlib.Path) -> float:

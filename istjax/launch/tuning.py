@@ -33,6 +33,7 @@ import pathlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Optional, Union
 
+from istjax.core.errors import ArgError
 from istjax.launch import study as study_lib
 from istjax.launch.metrics import read_metrics
 from istjax.launch.study import Cell, Outcome, Planned
@@ -259,6 +260,33 @@ def recorded_tuning(out: Optional[os.PathLike]) -> Optional[dict[str, Any]]:
         return json.loads(pathlib.Path(out).read_text()).get("tuning")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def chosen_settings(path: os.PathLike, keys: Sequence[str], *, why: str, fix: str
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The settings a tuned study chose for each of ``keys`` (``tuning.chosen[key]`` of its results file ``path``)
+    and the whole file, for a later study that trains those arms at their choice (a race on shaped links).
+
+    Raises:
+      ArgError: (``--tuned``) no such file, or no choice for a key; its message says ``why`` the study needs one and
+        ``fix`` how to make it.
+    """
+    path = pathlib.Path(path)
+
+    def refused(problem: str) -> ArgError:
+        return ArgError("--tuned", str(path), f"--tuned {path}: {problem}; {why}.", fix)
+
+    if not path.is_file():
+        raise refused("no such file")
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as e:
+        raise refused(f"not JSON ({e})") from None
+    chosen = (doc.get("tuning") or {}).get("chosen") or {} if isinstance(doc, dict) else {}
+    missing = [k for k in keys if k not in chosen]
+    if missing:
+        raise refused(f"no tuning.chosen for {', '.join(missing)} (it holds {sorted(chosen) or 'none'})")
+    return {k: dict(chosen[k]) for k in keys}, doc
 
 
 def tuned_cells(cells: Sequence[Cell], tuning: Mapping[str, Any]) -> list[Cell]:
