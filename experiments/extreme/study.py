@@ -272,7 +272,9 @@ def _data_shape(data: dict) -> dict[str, int]:
 
 
 def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
-    """P@1 against H per arm (mean and the seeds' spread), the widths that did not fit the cap marked on the axis."""
+    """P@1 against H per arm (mean and the seeds' spread), the widths that did not fit the cap marked on the axis, a
+    cell that trained in some of its seeds drawn hollow at their mean with how many, and the most-frequent-labels
+    predictor's P@1 as a dashed line where the file records it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -290,6 +292,16 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
                            markersize=9 - 1.2 * i, fillstyle="none" if i % 2 else "full",
                            label=f"{algorithm.replace('_', ' ')}, {ranks} ranks")
         misfits.append(([r["hidden"] for r in mine if not r["fits"]], line[0].get_color()))
+        for r in mine:  # at the cap's edge: trained in some seeds, killed in others
+            if not r["fits"] and r.get("seeds") and r.get("precision_at_1_mean") is not None:
+                ax.errorbar([r["hidden"]], [r["precision_at_1_mean"]], yerr=[r["precision_at_1_std"] or 0],
+                            marker="osD^v"[i % 5], fillstyle="none", capsize=3, color=line[0].get_color(),
+                            linestyle="none")
+                ax.annotate(f"{len(r['seeds'])} of {r['attempted']} seeds", (r["hidden"], r["precision_at_1_mean"]),
+                            textcoords="offset points", xytext=(6, -12), fontsize=7, color=line[0].get_color())
+    constant = ((doc.get("baselines") or {}).get("most_frequent_labels") or {}).get("test_precision_at_1")
+    if constant is not None:
+        ax.axhline(constant, color="0.4", linestyle="--", linewidth=1, label="most frequent labels")
     bottom, top = ax.get_ylim()
     for widths, color in misfits:  # on the axis, once every line has set the limits
         ax.scatter(widths, [bottom] * len(widths), marker="x", color=color, clip_on=False, zorder=3)
