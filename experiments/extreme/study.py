@@ -280,7 +280,7 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = plt.subplots(figsize=(8.0, 4.0))
     arms = sorted({(r["algorithm"], r["ranks"]) for r in doc["rows"]})
     misfits = []
     for i, (algorithm, ranks) in enumerate(arms):  # distinct markers: equal arms (data and tensor parallel) overlap
@@ -315,7 +315,7 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
             else "xmc-debian-deps")
     ax.set_title(f"{name}, {doc['cap']} per rank")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: no point hidden under it
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
