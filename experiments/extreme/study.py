@@ -300,8 +300,12 @@ def plot(doc: dict, path: pathlib.Path) -> pathlib.Path:
                 ax.annotate(f"{len(r['seeds'])} of {r['attempted']} seeds", (r["hidden"], r["precision_at_1_mean"]),
                             textcoords="offset points", xytext=(6, -12), fontsize=7, color=line[0].get_color())
     constant = ((doc.get("baselines") or {}).get("most_frequent_labels") or {}).get("test_precision_at_1")
-    if constant is not None:
+    low, high = ax.get_ylim()
+    if constant is not None and constant >= low - (high - low):  # near the cells: a line
         ax.axhline(constant, color="0.4", linestyle="--", linewidth=1, label="most frequent labels")
+    elif constant is not None:  # far below them: a line would flatten every difference between the arms
+        ax.text(0.01, 0.02, f"most frequent labels: P@1 {constant:.3f}, below the axis", transform=ax.transAxes,
+                fontsize=8, color="0.3")
     bottom, top = ax.get_ylim()
     for widths, color in misfits:  # on the axis, once every line has set the limits
         ax.scatter(widths, [bottom] * len(widths), marker="x", color=color, clip_on=False, zorder=3)
