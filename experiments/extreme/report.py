@@ -423,6 +423,9 @@ DEBIAN_RESET = "experiments/extreme/results/debian_reset.json"
 _register_study("extreme_debian", "extreme_gap", "extreme", DEBIAN)
 _register_study("extreme_debian_reset", "extreme_gap_reset", "extreme.reset", DEBIAN_RESET)
 _register_study("extreme_synthetic", "extreme_synthetic_gap", "extreme.synthetic", SYNTHETIC)
+# The synthetic study again with Adam's state restarted (``--tune-states reset``), as DEBIAN_RESET is to DEBIAN.
+SYNTHETIC_RESET = "experiments/extreme/results/synthetic_reset.json"
+_register_study("extreme_synthetic_reset", "extreme_synthetic_gap_reset", "extreme.synthetic.reset", SYNTHETIC_RESET)
 
 
 TRANSFORMER = "experiments/extreme/results/transformer.json"
@@ -496,6 +499,8 @@ def _tuning_table(source: str, module: str, unit: str, metric: str):
 table("extreme_tuning_debian", DEBIAN)(_tuning_table(DEBIAN, "study", "points", "tuning P@1"))
 table("extreme_tuning_debian_reset", DEBIAN_RESET)(_tuning_table(DEBIAN_RESET, "study", "points", "tuning P@1"))
 table("extreme_tuning_synthetic", SYNTHETIC)(_tuning_table(SYNTHETIC, "study", "points", "tuning P@1"))
+table("extreme_tuning_synthetic_reset", SYNTHETIC_RESET)(_tuning_table(SYNTHETIC_RESET, "study", "points",
+                                                                       "tuning P@1"))
 table("extreme_tuning_transformer", TRANSFORMER)(_tuning_table(TRANSFORMER, "transformer", "windows",
                                                                "tuning loss (nats/char)"))
 
@@ -516,5 +521,8 @@ claim("extreme.synthetic.widths", table="extreme_synthetic",
       arms=("ist_p2_h512", "ist_p4_h1024", "data_parallel_p2_h512", "tensor_parallel_p2_h2048"),
       metric="precision_at_1", text="on synthetic data, each arm at its tuned settings (IST's state carried): IST fits "
       "no wider than data parallel on 2 ranks, twice as wide on 4, and scores below exact training")
+claim("extreme.synthetic.reset.widths", table="extreme_synthetic_reset",
+      arms=("ist_p2_h2048", "ist_p4_h4096", "data_parallel_p2_h512"), metric="precision_at_1",
+      text="on synthetic data, Adam's state restarted: IST holds wider widths than data parallel; P@1 against it")
 claim("extreme.transformer", table="extreme_transformer", arms=("ist_p2", "tensor_parallel_p2"), metric="test_loss",
       text="IST against tensor parallelism on the transformer under the same cap: both below the trigram table")
