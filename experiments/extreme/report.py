@@ -192,10 +192,15 @@ def _constant(d, metric: str = "precision_at_1") -> str:
     return cell(d["baselines"]["most_frequent_labels"][f"test_{metric}"])
 
 
+def _both_fit(d, a: str, b: str) -> tuple[dict, list[int]]:
+    """The rows on 2 ranks that fit, by (algorithm, H), and the widths at which both ``a`` and ``b`` fit."""
+    rows = {(r["algorithm"], r["hidden"]): r for r in d["rows"] if r["ranks"] == 2 and r["fits"]}
+    return rows, sorted(h for (alg, h) in rows if alg == a and (b, h) in rows)
+
+
 def _equal_width(d, a: str = "local_sgd", b: str = "ist") -> str:
     """P@1 of ``a`` and ``b`` at every width both fit on 2 ranks, for the prose."""
-    rows = {(r["algorithm"], r["hidden"]): r for r in d["rows"] if r["ranks"] == 2 and r["fits"]}
-    widths = sorted(h for (alg, h) in rows if alg == a and (b, h) in rows)
+    rows, widths = _both_fit(d, a, b)
     p1 = lambda alg: " / ".join(cell(rows[alg, h]["precision_at_1_mean"]) for h in widths)  # noqa: E731
     return f"P@1 {p1(a)} against IST's {p1(b)} at H = {' / '.join(map(str, widths))}"
 
@@ -203,8 +208,7 @@ def _equal_width(d, a: str = "local_sgd", b: str = "ist") -> str:
 def _deficit(d, a: str = "tensor_parallel", b: str = "ist") -> str:
     """How far ``b``'s P@1 is below ``a``'s at every width both fit on 2 ranks (negative where ``b`` is above), for
     the prose."""
-    rows = {(r["algorithm"], r["hidden"]): r for r in d["rows"] if r["ranks"] == 2 and r["fits"]}
-    widths = sorted(h for (alg, h) in rows if alg == a and (b, h) in rows)
+    rows, widths = _both_fit(d, a, b)
     gaps = (rows[a, h]["precision_at_1_mean"] - rows[b, h]["precision_at_1_mean"] for h in widths)
     return f"{' / '.join(f'{g:.3f}' for g in gaps)} at H = {' / '.join(map(str, widths))}"
 
