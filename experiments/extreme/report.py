@@ -10,8 +10,9 @@ from typing import Optional
 
 from experiments.claims import claim
 from experiments.tables import (ROUND_COLUMNS, ResultsError, baseline_cells, cell, choices_on_edges, markdown_table,
-                               nbytes, round_cells, scalar, seconds_to_target, settings_words, table, tuning_caption,
-                               tuning_rows)
+                               nbytes, register, round_cells, scalar, seconds_to_target, settings_words, table,
+                               tuning_caption, tuning_rows)
+from istjax.algorithms import ALGORITHMS
 from istjax.algorithms.tensor import step_bytes
 from istjax.launch.metrics import format_mean_std
 
@@ -237,8 +238,6 @@ def _tuning_best(d, arm: str, state: str) -> str:
 
 
 scalar("extreme.constant_p1", DEBIAN, _constant)
-scalar("extreme.constant_margin", DEBIAN,  # the race's target, P@1 0.5, over the constant predictor
-       lambda d: cell(0.5 - d["baselines"]["most_frequent_labels"]["test_precision_at_1"]))
 for _arm in ("ist_p2", "ist_p4", "local_sgd_p2"):
     for _state in ("carry", "reset"):
         scalar(f"extreme.tuning.{_arm}_{_state}", DEBIAN,
@@ -262,6 +261,41 @@ def _network_name(d: dict, algorithm: str) -> str:
     return name if algorithm != "ist" else f"{name} ({' / '.join(sorted(modes)).replace('_', ' ')})"
 
 
+# The race's target over the constant predictor (the study's file records the predictor, the race's its target).
+register("extreme.constant_margin", (NETWORK, DEBIAN), lambda race, study: cell(
+    race["target"] - study["baselines"]["most_frequent_labels"]["test_precision_at_1"]), inline=True)
+scalar("extreme.race_target", NETWORK, lambda d: d["target"])
+
+
+def _race_bytes_per_sample(d: dict, algorithm: str, k: int) -> str:
+    """The bytes a worker sends a sample in the race's arm (``algorithm``, K = ``k``): a round's over its
+    ``ranks x K x B`` samples (tensor parallelism's steps, like IST's, each on ``ranks x B``; B as its runs record)."""
+    row = next(r for r in d["summary"] if (r["algorithm"], r["local_steps"]) == (algorithm, k))
+    batch = next(r["batch_size"] for r in d["runs"] if (r["algorithm"], r["local_steps"]) == (algorithm, k))
+    return nbytes(row["bytes_per_worker_per_round"] / (d["ranks"] * k * batch), binary=False)
+
+
+for _alg, _k in (("ist", 80), ("ist", 160), ("tensor_parallel", 10)):
+    scalar(f"extreme.race.bytes_per_sample.{_alg}_k{_k}", NETWORK,
+           lambda d, a=_alg, k=_k: _race_bytes_per_sample(d, a, k))
+
+
+def _race_settings(d: dict, algorithm: str) -> str:
+    """The optimizer settings the race trained ``algorithm`` at, in words: the last learning rate and state its
+    cells' overrides set (the pinned `RACE_SETTINGS`, then a ``--tuned`` choice after them), the state only where
+    the algorithm reads one (`istjax.algorithms.ALGORITHMS`: tensor parallelism always carries Adam's)."""
+    found = {}
+    keys = ["learning_rate"] + (["algorithm.optimizer_state"] if "optimizer_state" in ALGORITHMS.get(
+        algorithm).options else [])
+    for label, overrides in d["cells"].items():
+        if f"-{algorithm}-k" in label:
+            for o in overrides:
+                key, _, value = o.removeprefix("--config.").partition("=")
+                if key in keys:
+                    found[key] = float(value) if key == "learning_rate" else value
+    return settings_words(found) or "the config's settings at the runs' commit"
+
+
 @table("extreme_network", NETWORK)
 def _network(d):
     body = markdown_table(
@@ -271,7 +305,11 @@ def _network(d):
          for r in d["summary"]])
     return (f"xmc-debian-deps, H = {d['hidden']}, {d['ranks']} ranks on shaped links, to test P@1 >= {d['target']} "
             f"(training seconds: compilation and evaluation excluded; at most {d['samples']:,} samples a run), "
-            f"mean ± std over the seeds that reached it.\n\n" + body)
+            f"mean ± std over the seeds that reached it. Adam at "
+            + "; ".join(f"{_network_name(d, a)}: {_race_settings(d, a)}" for a in sorted({r["algorithm"] for r in
+                                                                                     d["summary"]}))
+            + (f" (the choices of the tuned study {d['tuned']})." if d.get("tuned") else
+               " (pinned, not tuned: `RACE_SETTINGS`).") + "\n\n" + body)
 
 # Amazon-670k's shape on synthetic data: who fits the cap, and IST's rounds at widths no other arm holds.
 AMAZON = "experiments/extreme/results/amazon_shape.json"
