@@ -103,6 +103,8 @@ def _hand_metric(run_dir: pathlib.Path, module: pathlib.Path) -> float:
 
 @pytest.mark.slow
 def test_each_arm_gets_the_rate_best_on_the_tuning_split_and_a_killed_study_reuses_its_tuning_runs(tmp_path):
+    """Also: a study killed mid-tuning keeps its finished tuning runs in the results file, whether or not their
+    run directories survive."""
     arms, grid = _arms(tmp_path), {"learning_rate": (0.01, 0.5)}
     out, trained, seen = tmp_path / "results.json", [], []
 
@@ -120,8 +122,19 @@ def test_each_arm_gets_the_rate_best_on_the_tuning_split_and_a_killed_study_reus
     with pytest.raises(Killed):
         tuning.tune_then_run("tiny", arms, [0], tmp_path / "runs", train=trainer(limit=2), **kw)
     assert trained == ["ist/learning_rate=0.01", "ist/learning_rate=0.5"]
+    # the results file already holds the two finished tuning runs, nothing chosen; with their run directories gone
+    # (a machine lost mid-tuning) they are not trained again
+    partial = json.loads(out.read_text())["tuning"]
+    assert partial["partial"] is True and partial["chosen"] == {}
+    assert [(r["arm"], r["settings"]) for r in partial["runs"]] == [("ist", p) for p in tuning.grid_points(grid)]
+    assert all(math.isfinite(r["test_loss"]) and r["error"] is None for r in partial["runs"])
+    import shutil
+
+    shutil.move(tmp_path / "runs" / "tuning" / "ist", tmp_path / "ist_aside")
     tuning.tune_then_run("tiny", arms, [0], tmp_path / "runs", train=trainer(), **kw)
+    shutil.move(tmp_path / "ist_aside", tmp_path / "runs" / "tuning" / "ist")  # back, for the hand scores below
     assert trained[2:] == ["dp/learning_rate=0.01", "dp/learning_rate=0.5", "ist", "dp"]  # the two finished kept
+    assert "partial" not in json.loads(out.read_text())["tuning"]
     assert seen == [FRACTION] * 4 + [0.0, 0.0]  # every tuning run on the tuning split, the reported ones not
 
     doc = json.loads(out.read_text())
@@ -146,8 +159,6 @@ def test_each_arm_gets_the_rate_best_on_the_tuning_split_and_a_killed_study_reus
     assert len(trained) == before and json.loads(out.read_text())["tuning"]["chosen"] == record["chosen"]
 
     # The machine is gone (every run directory with it): the results file's records stand, nothing is retrained.
-    import shutil
-
     shutil.rmtree(tmp_path / "runs")
     tuning.tune_then_run("tiny", arms, [0], tmp_path / "runs", train=trainer(), **kw)
     again = json.loads(out.read_text())

@@ -10,7 +10,8 @@ is reported on. `tune_then_run` does both, in this order:
    on their tail (`istjax.data.tuning`); the reported split is never read. The runs are ordinary runs under
    ``<workdir>/tuning/<arm>/<grid point>``, so a killed study reuses the finished ones
    (`istjax.launch.study.finished`), and a study that outlives its machine reuses those its results file records
-   (`tune`'s ``earlier``: the same config file and overrides), as it keeps its reported runs.
+   (`tune`'s ``earlier``: the same config file and overrides; `tune_then_run` writes them there after every tuning
+   run), as it keeps its reported runs.
 2. **Choose.** Each arm's choice is its grid point with the best `Objective` (the metric of the run's last
    evaluation, or its mean over the run's evaluations, lowest or highest as the study names it; a run that failed
    or ended non-finite is never chosen).
@@ -187,7 +188,7 @@ def _reusable(earlier: Optional[Mapping[str, Any]], objective: Objective, fracti
 def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective: Objective = Objective(),
          fraction: float = 0.1, seed: int = 0, root: os.PathLike = ".", study: str = "tuning",
          train: Optional[Callable[[Planned], Optional[str]]] = None, earlier: Optional[Mapping[str, Any]] = None,
-         **run_kwargs: Any) -> dict[str, Any]:
+         progress: Optional[Callable[[dict[str, Any]], None]] = None, **run_kwargs: Any) -> dict[str, Any]:
     """Trains every arm's grid once at ``seed`` on the tuning split (``data.tuning_fraction = fraction``) into
     ``<workdir>/tuning/<arm>/<grid point>``, skipping finished runs, and returns the tuning record (module
     docstring): ``{"objective", "tuning_fraction", "seed", "grids", "runs", "chosen"}``. ``train`` and
@@ -197,6 +198,11 @@ def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective
     it records with the same config file and overrides is not trained again when its run
     directory is gone (a study that outlives its machine, as `istjax.launch.study.kept_records` does for reported
     runs): its recorded metric, commit and run directory stand.
+
+    ``progress``: called after every tuning run with the record so far (``chosen`` empty, ``partial`` true: the
+    runs reused or finished, each failed one with its error), so that a caller can keep it where it outlives the
+    run directories (`tune_then_run` writes it into the results file: a machine lost mid-tuning loses no finished
+    run).
 
     Raises:
       ValueError: a fraction outside (0, 1), an unknown direction, an arm without a grid.
@@ -210,45 +216,84 @@ def tune(cells: Sequence[Cell], grids: Grids, workdir: os.PathLike, *, objective
     points = {c.label: grid_points(grids_used[c.label]) for c in cells}
     runs = [with_settings(c, {**p, "data.tuning_fraction": fraction}, f"{c.label}/{point_label(p)}", {})
             for c in cells for p in points[c.label]]
-    tuning_dir = pathlib.Path(workdir) / "tuning"
-    previous = _reusable(earlier, objective, fraction, seed)
+    layout = lambda label, s: label  # noqa: E731 (one run directory a grid point)
+    planned = {p.cell.label: p for p in study_lib.plan(runs, [seed], pathlib.Path(workdir) / "tuning", root=root,
+                                                       layout=layout)}
+    stage = _TuningRuns(planned, _reusable(earlier, objective, fraction, seed), objective)
 
-    def kept(p: Planned) -> Optional[dict[str, Any]]:  # an earlier record standing for a run gone from the disk
-        r = previous.get(tuple(p.cell.label.split("/", 1)))
-        if r is None or study_lib.finished(p.config, p.run_dir):
-            return None
-        return r if (r["config"], r["overrides"]) == (study_lib.config_name(p.cell), list(p.cell.overrides)) else None
+    def record(runs_now: list[dict[str, Any]], chosen: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        return {"objective": objective.to_record(), "tuning_fraction": fraction, "seed": seed, "grids": grids_used,
+                "runs": runs_now, "chosen": chosen, **extra}
 
-    planned = study_lib.plan(runs, [seed], tuning_dir, root=root, layout=lambda label, s: label) if previous else []
-    reused = {p.cell.label: r for p in planned if (r := kept(p)) is not None}
-    outcome = study_lib.run_study(study, [c for c in runs if c.label not in reused], [seed], tuning_dir, root=root,
-                                  layout=lambda label, s: label, train=train, **run_kwargs)
-    by_label = {p.cell.label: p for p in outcome.planned}
+    def after_run(p: Planned, error: Optional[str]) -> None:
+        stage.ended(p, error)
+        if progress is not None:
+            progress(record([r for c in cells for point in points[c.label]
+                             if (r := stage.run_of(c.label, point)) is not None], {}, partial=True))
+
+    study_lib.run_study(study, [c for c in runs if c.label not in stage.reused], [seed],
+                        pathlib.Path(workdir) / "tuning", root=root, layout=layout, train=train, after_run=after_run,
+                        **run_kwargs)
     records, chosen = [], {}
     for c in cells:
-        scored = []
-        for point in points[c.label]:
-            label = f"{c.label}/{point_label(point)}"
-            if label in reused:
-                records.append(reused[label])
-                value = reused[label][objective.metric]
-            else:
-                planned_run = by_label[label]
-                value = _metric(planned_run.run_dir, objective.metric, objective.at)
-                done = study_lib.run_record(planned_run) or {}
-                records.append({"arm": c.label, "settings": point, "run_dir": str(planned_run.run_dir),
-                                objective.metric: value, "error": outcome.failed.get(str(planned_run.run_dir)),
-                                "commit": (done.get("commit")), "clean": done.get("clean"),
-                                "config": study_lib.config_name(planned_run.cell),
-                                "overrides": list(planned_run.cell.overrides)})
-            if value is not None:
-                scored.append((value if objective.direction == "min" else -value, len(scored), point))
+        mine = [stage.run_of(c.label, point) or {"arm": c.label, "settings": point, objective.metric: None,
+                                                 "error": "not trained"} for point in points[c.label]]
+        records += mine
+        scored = [(r[objective.metric] * (1 if objective.direction == "min" else -1), i, r["settings"])
+                  for i, r in enumerate(mine) if r[objective.metric] is not None]
         if not scored:
             raise TuningError(f"arm {c.label!r}: none of its {len(points[c.label])} grid points trained to a finite "
                               f"{objective.metric} (see the tuning runs under {pathlib.Path(workdir) / 'tuning'})")
         chosen[c.label] = min(scored)[2]  # the first in grid order among equals
-    return {"objective": objective.to_record(), "tuning_fraction": fraction, "seed": seed, "grids": grids_used,
-            "runs": records, "chosen": chosen}
+    return record(records, chosen)
+
+
+class _TuningRuns:
+    """The runs of one tuning stage (`tune`), by grid point: ``reused`` from an earlier record (`_reusable`'s
+    ``previous``: a run whose directory is gone, recorded with the same config file and overrides), or read from
+    their run directories once trained (`ended` says which this process attempted, and which failed)."""
+
+    def __init__(self, planned: Mapping[str, Planned], previous: Mapping[tuple[str, str], dict[str, Any]],
+                 objective: Objective):
+        self.planned, self.objective = planned, objective
+        self.reused = {label: r for label, p in planned.items()
+                       if (r := previous.get(tuple(label.split("/", 1)))) is not None
+                       and not study_lib.finished(p.config, p.run_dir)
+                       and (r["config"], r["overrides"]) == (study_lib.config_name(p.cell), list(p.cell.overrides))}
+        self.attempted: set[str] = set()
+        self.failed: dict[str, str] = {}
+
+    def ended(self, p: Planned, error: Optional[str]) -> None:
+        """Notes that ``p`` was trained now, and its error if it failed."""
+        self.attempted.add(str(p.run_dir))
+        if error is not None:
+            self.failed[str(p.run_dir)] = error
+
+    def run_of(self, arm: str, point: dict[str, Any]) -> Optional[dict[str, Any]]:
+        """The record of one grid point's run: reused, or read from its run directory (None: not trained yet)."""
+        label = f"{arm}/{point_label(point)}"
+        if label in self.reused:
+            return self.reused[label]
+        p = self.planned[label]
+        if str(p.run_dir) not in self.attempted and not study_lib.finished(p.config, p.run_dir):
+            return None
+        done = study_lib.run_record(p) or {}
+        return {"arm": arm, "settings": point, "run_dir": str(p.run_dir),
+                self.objective.metric: _metric(p.run_dir, self.objective.metric, self.objective.at),
+                "error": self.failed.get(str(p.run_dir)), "commit": done.get("commit"), "clean": done.get("clean"),
+                "config": study_lib.config_name(p.cell), "overrides": list(p.cell.overrides)}
+
+
+def _keep_tuning(out: os.PathLike, partial: dict[str, Any]) -> None:
+    """Writes a tuning stage's record so far into the results file ``out`` as its ``tuning`` section, the rest of
+    the file as it was: a study that outlives its machine mid-tuning keeps the runs it finished (`recorded_tuning`
+    reads them back)."""
+    try:
+        doc = json.loads(pathlib.Path(out).read_text())
+    except (OSError, ValueError):
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    study_lib.write_json(out, {**doc, "tuning": partial})
 
 
 def recorded_tuning(out: Optional[os.PathLike]) -> Optional[dict[str, Any]]:
@@ -302,13 +347,17 @@ def tune_then_run(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[in
                   sections: Optional[Mapping[str, Any]] = None, tuning_cells: Optional[Sequence[Cell]] = None,
                   **run_kwargs: Any) -> Outcome:
     """`tune`, then `istjax.launch.study.run_study` of the `tuned_cells` over ``seeds`` into ``workdir`` (module
-    docstring); its results file (``out`` in ``run_kwargs``) holds the tuning record as ``tuning``, beside any
+    docstring); its results file (``out`` in ``run_kwargs``) holds the tuning record as ``tuning`` (the record so
+    far after every tuning run, `tune`'s ``progress``; the whole one when the stage ends), beside any
     other ``sections`` (a study's ``baselines``, `istjax.launch.baselines.baseline_sections`). ``tuning_cells``: the
     arms as the tuning runs train them (the same labels, a smaller budget; default ``cells``)."""
     passed = {k: run_kwargs[k] for k in ("cache", "jobs", "overwrite") if k in run_kwargs}
+    out = run_kwargs.get("out")
     record = tune(tuning_cells or cells, grids, workdir, objective=objective, fraction=fraction, seed=tuning_seed,
-                  root=root, study=f"{study} tuning", train=train, earlier=recorded_tuning(run_kwargs.get("out")),
-                  **passed)
+                  root=root, study=f"{study} tuning", train=train, earlier=recorded_tuning(out),
+                  progress=None if out is None else (lambda partial: _keep_tuning(out, partial)), **passed)
     json.dumps(record)  # a record the results file can hold (a value of a grid that is not JSON fails here)
+    if out is not None:  # the whole record, its choices included, before the reported runs begin
+        _keep_tuning(out, record)
     return study_lib.run_study(study, tuned_cells(cells, record), seeds, workdir, root=root, train=train,
                                sections={"tuning": record, **dict(sections or {})}, **run_kwargs)
