@@ -28,6 +28,9 @@ from istjax.algorithms.federated import fedavg as fedavg
 from istjax.algorithms.federated import fedist as fedist
 from istjax.algorithms.federated import fedsgd as fedsgd
 from istjax.algorithms.resist import resist as resist
+from istjax.algorithms.consensus import admm as admm
+from istjax.algorithms.codistill import codistillation as codistillation
+from istjax.algorithms.dynamic import dynamic_averaging as dynamic_averaging
 from istjax.core.comm import CommBytes as CommBytes
 from istjax.core.errors import ArgError as ArgError
 from istjax.core.partition import Partition as Partition
@@ -96,11 +99,14 @@ __all__ = [
     "OwnerPass",
     "TrainState",
     "WorkerState",
+    "admm",
     "check_finite",
     "classifier",
+    "codistillation",
     "data_parallel",
     "default_config",
     "diloco",
+    "dynamic_averaging",
     "extract",
     "fedavg",
     "fedist",

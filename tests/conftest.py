@@ -25,6 +25,8 @@ if os.path.isdir(_SHARED_DATA):
 os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -60,3 +62,52 @@ def cached_compiles_env(env: dict, folder=None) -> dict:
         return env
     return dict(env, JAX_COMPILATION_CACHE_DIR=str(folder), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+
+
+@pytest.fixture(scope="module")
+def compilation_cache(tmp_path_factory):
+    """`persistent_compilation_cache` for a test module's runs (a run and its resume load each other's programs)."""
+    with persistent_compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+        yield
+
+
+class OneRankOf:
+    """Rank 0 of a ``ranks``-process MPI world, as far as building the MPI runtime asks before it refuses (its size
+    and rank): a refusal made while the runtime is built is tested without mpiexec."""
+
+    def __init__(self, ranks: int = 2):
+        self.ranks = ranks
+
+    def Get_size(self):
+        return self.ranks
+
+    def Get_rank(self):
+        return 0
+
+
+def final_state(workdir):
+    """``(state, step)``: the newest checkpoint of the run in ``workdir``, restored in its algorithm's layout."""
+    from istjax.launch import config as config_lib
+    from istjax.launch.checkpoint import Checkpointer
+
+    algorithm = config_lib.build(config_lib.load_run_config(workdir)).algorithm
+    like = jax.jit(algorithm.init)(jax.random.key(0))
+    with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
+        state, _, step = ckpt.restore_latest(like)
+    return state, step
+
+
+def resumed_equals_uninterrupted(train, root, *flags, rounds: int = 4):
+    """``train(workdir, *flags)`` (the CLI, returning its exit code) for ``rounds`` rounds into ``root / "full"``, and
+    for half of them into ``root / "split"``, then resumed there to ``rounds``: both final checkpoints equal bit for
+    bit, parameters and optimizer state (what an algorithm keeps between rounds). Returns the final state."""
+    assert train(root / "full", *flags, f"--config.num_rounds={rounds}") == 0
+    assert train(root / "split", *flags, f"--config.num_rounds={rounds // 2}") == 0
+    assert train(root / "split", *flags, f"--config.num_rounds={rounds}", "--resume") == 0
+    (a, step_a), (b, step_b) = final_state(root / "full"), final_state(root / "split")
+    assert step_a == step_b == rounds
+    leaves_a, leaves_b = jax.tree.leaves((a.params, a.opt_state)), jax.tree.leaves((b.params, b.opt_state))
+    assert len(leaves_a) == len(leaves_b) > 0
+    for x, y in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    return a

@@ -4,6 +4,9 @@
 * `istjax.algorithms.replicated`: the data-parallel, local-SGD and DiLoCo baselines.
 * `istjax.algorithms.federated`: FedSGD, FedAvg and its server optimizers (FedAvgM, FedAdam), FedProx, over sampled
   clients (McMahan et al. 2017; Reddi et al. 2021), and IST on sampled clients (fedist).
+* `istjax.algorithms.dynamic`: dynamic model averaging, replicas that average only when their models drift apart.
+* `istjax.algorithms.codistill`: codistillation, groups that learn from each other's predictions.
+* `istjax.algorithms.consensus`: consensus ADMM, replicas held to one model by a penalty and a dual per worker.
 * `istjax.algorithms.tensor`: tensor (model) parallelism, every layer split across MPI processes (Megatron).
 * `istjax.algorithms.resist`: ResIST, IST over the depth of a ResNet (arXiv 2107.00961).
 * `istjax.algorithms.reference`: the plain Python-loop rounds every runtime is tested against.
@@ -15,6 +18,9 @@ from istjax.algorithms.base import Algorithm as Algorithm
 from istjax.algorithms.base import Exchange as Exchange
 from istjax.algorithms.base import apply_update as apply_update
 from istjax.algorithms.base import local_train as local_train
+from istjax.algorithms.codistill import codistillation as codistillation
+from istjax.algorithms.consensus import admm as admm
+from istjax.algorithms.dynamic import dynamic_averaging as dynamic_averaging
 from istjax.algorithms.federated import fedavg as fedavg
 from istjax.algorithms.federated import fedist as fedist
 from istjax.algorithms.federated import fedsgd as fedsgd
@@ -58,6 +64,15 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                                      "recompute_batches", *_WIRE),
                              "DiLoCo: whole replicas trained K steps, their average change applied by an outer "
                              "Nesterov step"),
+    "admm": AlgorithmEntry(admm, ("rho", "model_state", "recompute_batches", *_WIRE),
+                           "consensus ADMM: whole replicas trained K steps on their loss plus rho/2 ||x - z + u_i||^2, "
+                           "z the mean of x_i + u_i, each worker's dual u_i kept between rounds"),
+    "dynamic_averaging": AlgorithmEntry(dynamic_averaging, ("delta",),
+                                        "dynamic model averaging: each replica keeps its model; models move only when "
+                                        "one drifts further than delta from the last average (Kamp et al. 2018)"),
+    "codistillation": AlgorithmEntry(codistillation, ("groups", "distill_weight", "teacher_every", "burn_in"),
+                                     "codistillation: groups of replicas, each group's loss plus distill_weight x "
+                                     "KL(the other groups' stale predictions || its own) (Anil et al. 2018)"),
     "fedavg": AlgorithmEntry(fedavg, _FEDERATED, "federated averaging over the round's sampled clients, their "
                              "models weighted by example counts, the server optimizer on the pseudo-gradient "
                              "(sgd: FedAvg, with momentum FedAvgM; adam: FedAdam); prox_mu: FedProx"),
@@ -76,6 +91,6 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                                       "(runtime.name='mpi'; models giving their tensor split: mlp, sparse_mlp, transformer)"),
 }, hint="Add one with istjax.algorithms.ALGORITHMS.register(name, AlgorithmEntry(factory, options)).")
 
-__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Exchange", "apply_update",
-           "data_parallel", "diloco", "fedavg", "fedist", "fedsgd", "ist", "local_sgd", "local_train", "resist",
-           "tensor_parallel"]
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmEntry", "Exchange", "admm", "apply_update", "codistillation",
+           "data_parallel", "diloco", "dynamic_averaging", "fedavg", "fedist", "fedsgd", "ist", "local_sgd",
+           "local_train", "resist", "tensor_parallel"]

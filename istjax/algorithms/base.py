@@ -69,6 +69,7 @@ from istjax.core.weights import example_weights, weighted_mean
 __all__ = [
     "Algorithm",
     "OwnerSide",
+    "Resident",
     "SubnetPieces",
     "EXCHANGES",
     "Exchange",
@@ -145,6 +146,32 @@ class OwnerSide(NamedTuple):
     evaluate: Optional[Callable[..., Optional[Callable]]] = None
 
 
+class Resident(NamedTuple):
+    """State an algorithm keeps for each worker between rounds, where the worker runs (consensus ADMM's duals), and
+    its round in the pieces a runtime needs whose processes each hold only their own workers' rows of it (the MPI
+    replicas exchange, `istjax.runtimes.mpi.replicas`). The algorithm's ``distribute`` starts one worker per row the
+    state holds (all W on one process; a process's L under MPI), and its ``collect`` is ``merge`` of ``outgoing``,
+    then ``keep``.
+
+    Attributes:
+      rows: ``state -> tree``, the per-worker state, leaves `[n, ...]`.
+      with_rows: ``(state, tree) -> state``.
+      outgoing: ``workers -> WorkerState``, what each trained worker sends (ADMM: ``x_i + u_i`` as its parameters,
+        its model state, no optimizer state).
+      merge: ``(state, outgoing, plan, batches=None, shared=None, *, sent=False) -> state``, the next global state
+        from the workers' ``outgoing`` trees, of which it reads only their mean (a runtime may hand it sums over
+        processes divided by their count); its rows unchanged.
+      keep: ``(new_state, outgoing) -> tree``, the workers' rows after the round, from the new global state and what
+        each sent (exact, `[n, ...]`).
+    """
+
+    rows: Callable[[TrainState], PyTree]
+    with_rows: Callable[[TrainState, PyTree], TrainState]
+    outgoing: Callable[[WorkerState], WorkerState]
+    merge: Callable[..., TrainState]
+    keep: Callable[[TrainState, WorkerState], PyTree]
+
+
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
     """An algorithm: ``init`` and ``round`` for users; its pieces and declarations for runtimes and drivers.
@@ -185,6 +212,19 @@ class Algorithm:
         the round's sampled clients, and ``distribute``'s plan carries their server weights (``RoundPlan.weights``);
         None for every other algorithm.
       prox_mu: FedProx's proximal coefficient each local step's loss adds (`istjax.algorithms.federated`); 0: none.
+      protocol: the settings of a protocol whose round the plain reference loop states on its own (`Consensus` of
+        consensus ADMM, `Dynamic` of dynamic averaging, `Codistill` of codistillation: in
+        `istjax.algorithms.consensus`, `.dynamic`, `.codistill`); None for every other algorithm.
+      resident: the state each worker keeps between rounds and the round's pieces around it (`Resident`), for an
+        algorithm whose workers keep state (ADMM); None for every other.
+      collect_reads_workers: ``collect`` reads each worker's trained state, not only their mean (dynamic
+        averaging's balancing, codistillation's groups): a runtime that hands ``collect`` sums over processes (the MPI
+        replicas exchange) cannot run it.
+      round_metrics: ``(state, new_state) -> metrics`` a runtime adds to a round's, read from the states before and
+        after it, for an algorithm whose round moves a data-dependent number of bytes (dynamic averaging's
+        ``measured_bytes_sent`` and ``measured_bytes_received``, counted); None for none.
+      whole_init: ``key -> TrainState``, the whole global state as a checkpoint holds it, where `whole_state_init`
+        cannot derive it from the declarations above (ADMM's duals); None: derived.
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -214,6 +254,11 @@ class Algorithm:
     reads_every_worker: bool = False
     clients: Any = None
     prox_mu: float = 0.0
+    protocol: Any = None
+    whole_init: Optional[Callable[[jax.Array], TrainState]] = None
+    resident: Optional[Resident] = None
+    collect_reads_workers: bool = False
+    round_metrics: Optional[Callable[[TrainState, TrainState], dict]] = None
 
     def __post_init__(self):  # the declarations are checked where they are made, and held as their enums
         for field, policy in (("exchange", Exchange), ("model_state_policy", ModelStatePolicy)):
@@ -407,7 +452,10 @@ def with_outer(init: Callable[[jax.Array], TrainState],
 def whole_state_init(algorithm: Algorithm) -> Callable[[jax.Array], TrainState]:
     """``key -> TrainState``: the whole global state ``algorithm`` starts from on one process, whatever part of it
     a runtime holds here (the layout of its checkpoints): parameters, model state, and the optimizer state it
-    carries (the outer optimizer's, for an algorithm that has one)."""
+    carries (the outer optimizer's, for an algorithm that has one; an algorithm's own ``whole_init`` where it gives
+    one)."""
+    if algorithm.whole_init is not None:
+        return algorithm.whole_init
     return with_outer(init_state(algorithm.task, algorithm.optimizer, algorithm.carries_optimizer_state),
                       algorithm.outer_optimizer)
 

@@ -24,6 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from istjax.algorithms.base import Algorithm, ModelStatePolicy, apply_update
+from istjax.algorithms.codistill import Codistill
+from istjax.algorithms.consensus import Consensus
+from istjax.algorithms.dynamic import Dynamic
 from istjax.core.comm import Exchange
 from istjax.core.precision import ExchangeValues
 from istjax.core.schedule import at_round
@@ -174,16 +177,16 @@ def _mean(trees, weights=None):
                         *trees)
 
 
-def _client_step(alg: Algorithm, anchor):
-    """A replica's plain step; with FedProx (``alg.prox_mu``) the proximal term's gradient ``mu * (w - anchor)``
-    added by hand to the loss's."""
-    if not alg.prox_mu:
+def _client_step(alg: Algorithm, anchor, mu: float):
+    """A replica's plain step; with a proximal term (FedProx's ``alg.prox_mu``, ADMM's ``rho``: ``mu``)
+    its gradient ``mu * (w - anchor)`` added by hand to the loss's."""
+    if not mu:
         return _compiled(alg, None, "step")
     grad = _compiled(alg, None, "grad")
 
     def step(worker: WorkerState, batch, shared):
         grads, (_, model_state) = grad(worker.params, worker.model_state, batch, shared)
-        grads = jax.tree.map(lambda g, w, a: g + alg.prox_mu * (w - a), grads, worker.params, anchor)
+        grads = jax.tree.map(lambda g, w, a: g + mu * (w - a), grads, worker.params, anchor)
         return apply_update(alg.optimizer, grads, worker)._replace(model_state=model_state)
 
     return step
@@ -258,17 +261,121 @@ def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
     W, K = alg.num_workers, alg.local_steps
     key, _ = round_keys(state.key)
     weights = _client_weights(alg, state)
-    results = []
+    duals = state.opt_state.duals if isinstance(alg.protocol, Consensus) else None  # ADMM's u_i, `[W, ...]`
+    results, sent = [], []
     for w in range(W):
         params_in = _rounded(alg, state.params)
         start = WorkerState(params_in, _rounded(alg, state.model_state),
                             at_round(alg.optimizer.init(params_in), state.round))
-        trained = _train_one(_client_step(alg, params_in), start, jax.tree.map(lambda b: b[w], batches), K, shared)
-        results.append(WorkerState(_returned(alg, trained.params, state.params),
+        if duals is None:  # FedProx's anchor is the model received
+            step = _client_step(alg, params_in, alg.prox_mu)
+        else:  # ADMM's is z - u_i
+            dual = jax.tree.map(lambda u: np.asarray(u[w]), duals)
+            step = _client_step(alg, jax.tree.map(lambda z, u: z - u, params_in, dual), alg.protocol.rho)
+        trained = _train_one(step, start, jax.tree.map(lambda b: b[w], batches), K, shared)
+        own = trained.params if duals is None else jax.tree.map(lambda x, u: x + u, trained.params, dual)
+        sent.append(own)  # ADMM: s_i = x_i + u_i
+        results.append(WorkerState(_returned(alg, own, state.params),
                                    _returned(alg, trained.model_state, state.model_state), ()))
-    params, opt_state = _server_step(alg, state, _mean([r.params for r in results], weights))
+    if duals is None:
+        params, opt_state = _server_step(alg, state, _mean([r.params for r in results], weights))
+    else:  # z = the mean of what they sent; u_i = s_i - z
+        params = _mean([r.params for r in results])
+        opt_state = state.opt_state._replace(duals=jax.tree.map(
+            lambda z, *s: jnp.stack([np.asarray(si) - np.asarray(z) for si in s]), params, *sent))
     model_state = _policy(alg, params, _mean([r.model_state for r in results], weights), batches, shared)
     return TrainState(params, model_state, opt_state, key, state.round + 1)
+
+
+def _row(tree, w):
+    return jax.tree.map(lambda v: jnp.asarray(np.asarray(v)[w]), tree)
+
+
+def _squared(a, b) -> float:
+    return float(sum(np.sum(np.square(np.asarray(x, np.float64) - np.asarray(y, np.float64)))
+                     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))))
+
+
+def _dynamic(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
+    """Dynamic averaging (`istjax.algorithms.dynamic`) as its paper states it: every worker's K steps from its own
+    model; the violators of ``||w_i - r||^2 <= delta``; ``B`` from them, doubled from the round's random order of
+    the others until its average is within ``delta`` of ``r`` or it holds half the workers (then all, and ``r``
+    moves); ``B``'s models replaced by their average."""
+    W, K, delta = alg.num_workers, alg.local_steps, alg.protocol.delta
+    key, round_key = round_keys(state.key)
+    old, step = state.opt_state, _compiled(alg, None, "step")
+    trained = []
+    for w in range(W):
+        own = WorkerState(*(_row(t, w) for t in old.workers))
+        own = own._replace(opt_state=at_round(own.opt_state, state.round))
+        trained.append(_train_one(step, own, jax.tree.map(lambda b: b[w], batches), K, shared))
+    violators = [w for w in range(W) if _squared(trained[w].params, old.reference) > delta]
+    others = [int(w) for w in np.asarray(jax.random.permutation(round_key, W)) if w not in violators]
+    synced, full = list(violators), False
+    while synced:
+        if 2 * len(synced) >= W:
+            synced, full = list(range(W)), True
+            break
+        if _squared(_mean([trained[w].params for w in synced]), old.reference) <= delta:
+            break
+        synced += others[:len(synced)]  # doubled with the next of the random order
+        others = [o for o in others if o not in synced]
+    if synced:
+        params = _mean([trained[w].params for w in synced])
+        model_state = _mean([trained[w].model_state for w in synced])
+        trained = [t._replace(params=params, model_state=model_state) if w in synced else t
+                   for w, t in enumerate(trained)]
+    stack = lambda trees: jax.tree.map(lambda *xs: jnp.stack([np.asarray(x) for x in xs]), *trees)  # noqa: E731
+    workers = WorkerState(stack([t.params for t in trained]), stack([t.model_state for t in trained]),
+                          stack([t.opt_state for t in trained]))
+    counts = np.asarray(old.transfers) + np.isin(np.arange(W), synced)
+    dynamic = old._replace(workers=workers, reference=params if full else old.reference,
+                           transfers=jnp.asarray(counts, jnp.float32),
+                           violations=old.violations + len(violators),
+                           syncs=old.syncs + jnp.asarray([bool(synced) and not full, full], jnp.int32))
+    return TrainState(_mean([t.params for t in trained]), _mean([t.model_state for t in trained]), dynamic, key,
+                      state.round + 1)
+
+
+def _codistill(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
+    """Codistillation (`istjax.algorithms.codistill`): every worker's K steps from its group's model on its loss plus
+    the weight times ``KL(teacher || student)``, the teacher the mean of the other groups' stale copies' predicted
+    distributions (each teacher run on its own, their mean in numpy); each group's model the mean of its replicas;
+    the copies retaken every ``teacher_every`` rounds."""
+    W, K, c, task = alg.num_workers, alg.local_steps, alg.protocol, alg.task
+    R, old = W // c.groups, state.opt_state
+    weight = c.weight if int(state.round) >= c.burn_in else 0.0
+    predict = jax.jit(lambda p, s, batch: jax.nn.softmax(task.logits(p, s, batch, shared, train=False)[0], axis=-1))
+
+    @jax.jit
+    def grad(params, model_state, batch, teacher):
+        def loss(p):
+            logits, new_state = task.logits(p, model_state, batch, shared, train=True)
+            kl = jnp.mean(jnp.sum(teacher * (jnp.log(jnp.maximum(teacher, 1e-30)) - jax.nn.log_softmax(logits)), -1))
+            return task.score(logits, batch["y"])[0] + weight * kl, new_state
+        return jax.grad(loss, has_aux=True)(params)
+
+    trained = []
+    for w in range(W):
+        g = w // R
+        worker = WorkerState(_row(old.groups[0], g), _row(old.groups[1], g), None)
+        worker = worker._replace(opt_state=at_round(alg.optimizer.init(worker.params), state.round))
+        for k in range(K):
+            batch = jax.tree.map(lambda b: b[w, k], batches)
+            probs = [np.asarray(predict(_row(old.teachers[0], h), _row(old.teachers[1], h), batch))
+                     for h in range(c.groups) if h != g]
+            grads, model_state = grad(worker.params, worker.model_state, batch, jnp.asarray(np.mean(probs, axis=0)))
+            worker = apply_update(alg.optimizer, grads, worker)._replace(model_state=model_state)
+        trained.append(worker)
+    stack = lambda trees: jax.tree.map(lambda *xs: jnp.stack([np.asarray(x) for x in xs]), *trees)  # noqa: E731
+    groups = (stack([_mean([trained[g * R + i].params for i in range(R)]) for g in range(c.groups)]),
+              stack([_mean([trained[g * R + i].model_state for i in range(R)]) for g in range(c.groups)]))
+    done = int(state.round) + 1
+    exchange = done % c.teacher_every == 0
+    first = jax.tree.map(lambda v: v[0], groups)
+    return TrainState(first[0], first[1], old._replace(groups=groups, teachers=groups if exchange else old.teachers,
+                                                       taken=jnp.asarray(done if exchange else old.taken, jnp.int32)),
+                      round_keys(state.key)[0], state.round + 1)
 
 
 def reference_round(algorithm: Algorithm, state: TrainState, batches: PyTree, shared: Any = None) -> TrainState:
@@ -277,8 +384,14 @@ def reference_round(algorithm: Algorithm, state: TrainState, batches: PyTree, sh
     Covers every exchange an algorithm declares: ``"subnetworks"`` (IST, any sampler, optimizer state reset; on
     federated clients, merged by example counts, the server optimizer's step),
     ``"gradients"`` (data parallel) and ``"replicas"`` (local SGD, optimizer state reset; DiLoCo's outer step;
-    federated clients: weighted by their example counts, FedProx's term, the server optimizer's step).
+    federated clients: weighted by their example counts, FedProx's term, the server optimizer's step; consensus
+    ADMM: each worker's dual, its penalty around ``z - u_i``, the server's mean of ``x_i + u_i``), dynamic averaging
+    (each worker's own model, the balancing as its paper states it) and codistillation (groups, stale teachers).
     """
+    if isinstance(algorithm.protocol, Dynamic):  # every worker keeps its own optimizer state
+        return _dynamic(algorithm, state, batches, shared)
+    if isinstance(algorithm.protocol, Codistill):
+        return _codistill(algorithm, state, batches, shared)
     if algorithm.exchange in (Exchange.SUBNETWORKS, Exchange.REPLICAS) and algorithm.carries_optimizer_state:
         raise NotImplementedError(f"the reference {algorithm.exchange} round resets the optimizer state every round; "
                                   f"build {algorithm.name} with optimizer_state='reset' to compare against it.")

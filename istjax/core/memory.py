@@ -18,8 +18,9 @@ when that exceeds the cap (`check_memory`). The prediction (`predict`) has three
   scratch). ``argument_size_in_bytes`` is *not* added: the step's arguments are the state (counted as ``state``) and
   the data (resident already, in ``baseline``). A runtime whose round is several device steps around MPI calls has
   no single compiled step before its first round; it may estimate its round itself (`RuntimeHandle.round_memory`:
-  the MPI runtime's sharded mode compiles its local phase ahead and adds the round's exchange buffers, tensor
-  parallel compiles its round), else ``step`` is 0 and the prediction a lower bound. Either way the study's OS limit
+  the MPI runtime's sharded mode and the replicas' exchange (data parallel, local SGD, DiLoCo) compile their local
+  phase ahead and add the round's exchange buffers, tensor parallel compiles its round), else ``step`` is 0 and the
+  prediction a lower bound (IST on the MPI parameter server). Either way the study's OS limit
   (`experiments.extreme.limits`) backs it with an observed failure.
 
 Sizes are bytes; `parse_bytes` reads the config's ``"1.5GiB"`` spelling.

@@ -118,6 +118,11 @@ class Task:
         `MIN_BATCH_STATISTICS_SPLIT`; a whole split between the two is evaluated as one batch.
       owner: the network run from one owner's slice of it (`OwnerPass`, the MPI runtime's sharded mode), for a
         module with ``owner_logits`` or ``owner_statistics`` (`istjax.core.contract`); None otherwise.
+      logits: ``(params, model_state, batch, shared=None, *, train) -> (logits, model_state)``, the full network's
+        predictions (``train=True``: the training network, its updated model state; ``False``: the test-time one,
+        the state as given), and ``score``: ``(logits, labels) -> (loss, aux)``, what ``train_loss(None)`` makes of
+        them (`classifier` gives both; an algorithm that adds a term on the predictions, codistillation, reads
+        them); None for a task built otherwise.
       summary_metrics: the metrics a run's summary prints, in order, as ``(record key, label)`` pairs: the
         module's ``summary_metrics()`` (`istjax.core.contract`; P@1, P@5, PSP@1, PSP@5 for `istjax.models.SparseMLP`),
         or ``()``: the classification default, test accuracy, test loss and train loss
@@ -139,6 +144,8 @@ class Task:
     no_groups_reason: str = ""  # why the spec has no neuron group, when it has none (for IST's refusal)
     eval_module: Any = None  # the Flax module `evaluate` runs (the test-time network: scaled branches, say)
     summary_metrics: tuple[tuple[str, str], ...] = ()
+    logits: Optional[Callable[..., tuple[jax.Array, PyTree]]] = None
+    score: Optional[Callable[..., tuple[jax.Array, dict]]] = None
 
     @classmethod
     def from_loss(cls, init: Callable[[jax.Array], PyTree], loss_fn: Callable[[Units], LossFn],
@@ -224,6 +231,21 @@ def _owner_pass(eval_model: nn.Module, fresh: Optional[nn.Module], score: Callab
                      frozenset(contract.owner_whole_groups(eval_model)))
 
 
+def _forward(module: nn.Module, call: Callable, collections: tuple[str, ...]) -> Callable:
+    """``(params, model_state, batch, shared) -> (logits, model_state)``: ``module``'s training forward pass, its
+    collections updated (a batch's step key, ``batch["rng"]``, drives its dropout)."""
+
+    def forward(params, model_state, batch, shared=None):
+        rngs = {"dropout": batch["rng"]} if "rng" in batch else None  # a step key (istjax.data.with_step_keys)
+        if not collections:
+            return call(module, {"params": params}, batch["x"], shared, True, rngs=rngs), model_state
+        logits, updated = call(module, {"params": params, **model_state}, batch["x"], shared, True,
+                               mutable=list(collections), rngs=rngs)
+        return logits, {c: updated[c] for c in collections}
+
+    return forward
+
+
 def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...], score: Callable = scores) -> Callable:
     """The task's ``train_loss(units)``: the loss of the sub-network at ``units`` (the full network for None)."""
 
@@ -233,15 +255,10 @@ def _train_loss(model: nn.Module, call: Callable, collections: tuple[str, ...], 
         else:
             contract.require_subnet(model)
             module = model.subnet(units)
+        forward = _forward(module, call, collections)
 
         def loss(params, model_state, batch, shared=None):
-            rngs = {"dropout": batch["rng"]} if "rng" in batch else None  # a step key (istjax.data.with_step_keys)
-            if collections:
-                logits, updated = call(module, {"params": params, **model_state}, batch["x"], shared, True,
-                                       mutable=list(collections), rngs=rngs)
-                model_state = {c: updated[c] for c in collections}
-            else:
-                logits = call(module, {"params": params}, batch["x"], shared, True, rngs=rngs)
+            logits, model_state = forward(params, model_state, batch, shared)
             value, aux = scored(score, logits, batch)
             return value, (aux, model_state)
 
@@ -397,13 +414,19 @@ def classifier(model: nn.Module, example: Any, rules: Optional[Mapping[str, Any]
 
     score = contract.scores(model) or scores  # the module's own loss and metrics, if it declares them
     train_loss = _train_loss(model, call, collections, score)
+
+    def logits(params, model_state, batch, shared=None, *, train):
+        if not train:
+            return call(eval_model, {"params": params, **model_state}, batch["x"], shared, False), model_state
+        return _forward(model, call, collections)(params, model_state, batch, shared)
+
     min_eval_batch = MIN_BATCH_STATISTICS_EVAL if contract.batch_statistics_at_test(eval_model) else 1
     evaluate = _evaluator(call, eval_model, min_eval_batch, score)
     fresh = model.clone(bn_momentum=0.0) if collections and contract.recomputable(model) else None
     recompute_state = None if fresh is None else _recomputer(call, fresh, collections)
     return Task(init=init, train_loss=train_loss, evaluate=evaluate, spec=spec, init_state=init_state,
                 state_spec=state_spec, recompute_state=recompute_state, min_eval_batch=min_eval_batch, module=model,
-                eval_module=eval_model, summary_metrics=contract.summary_metrics(model),
+                eval_module=eval_model, summary_metrics=contract.summary_metrics(model), logits=logits, score=score,
                 example_x=example_x, num_classes=num_classes, owner=_owner_pass(eval_model, fresh, score),
                 no_groups_reason="" if spec.group_sizes else model_checks.no_groups_reason(model, abstract["params"],
                                                                                             rules))

@@ -108,11 +108,14 @@ class Runtime(NamedTuple):
 def end_round(algorithm, state, workers, plan, metrics_WxK: dict, batches: Any, shared: Any = None, *,
               loss_split: bool = True, split_batches: Any = None) -> tuple[Any, dict]:
     """The end of a round every one-program runtime shares: ``collect`` the workers into the next state, summarise
-    their metrics (`istjax.core.state.summarize`) and, with ``loss_split``, add the round's loss split
+    their metrics (`istjax.core.state.summarize`), add the algorithm's own (``algorithm.round_metrics``) and, with
+    ``loss_split``, add the round's loss split
     (``algorithm.split``, on ``split_batches``, default ``batches``: leaves `[W, k, B, ...]` whose last step is each
     worker's last batch)."""
     new = algorithm.collect(state, workers, plan, batches, shared)
     metrics = summarize(metrics_WxK)
+    if algorithm.round_metrics is not None:
+        metrics.update(algorithm.round_metrics(state, new))
     if loss_split and algorithm.split is not None:
         metrics.update(algorithm.split(new, workers, batches if split_batches is None else split_batches, shared))
     return new, metrics

@@ -4,6 +4,8 @@
   partition / extract / merge, with the exact expected fixed point, the paper's closed forms and the 2x2 example.
 * `istjax.theory.regression`: a wide one-hidden-layer ReLU network trained with IST on a regression task (Liao and
   Kyrillidis, TMLR 2022): loss floor against the number of sub-networks and local steps.
+* `istjax.theory.consensus`: local SGD's biased fixed point and consensus ADMM's unbiased one on heterogeneous
+  quadratics, in closed form, with the problem as a task the real algorithms run on.
 
 See ``docs/theory.md`` and ``experiments/theory/``.
 """

@@ -13,9 +13,7 @@ Rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tests/test_mpi.py.
 """
 
 import json
-import os
 import pathlib
-import signal
 import sys
 
 import jax
@@ -28,6 +26,7 @@ from istjax.launch.checkpoint import Checkpointer
 from istjax.core import shard as shard_lib
 from istjax.launch.config import ConfigError, default_config
 from istjax.runtimes import mpi as M
+from stopping import interrupted_after
 
 ROOT = pathlib.Path(sys.argv[1])
 FAMILY = sys.argv[2] if len(sys.argv) > 2 else "mlp"
@@ -64,28 +63,7 @@ def config():
 driver.train_and_evaluate(config(), ROOT / "full")
 say("OK uninterrupted sharded run: 4 rounds")
 
-real_compile = driver.compile_step
-
-
-def stop_after_two(run, state):  # every rank sends itself SIGTERM during its second round
-    step, calls = real_compile(run, state), []
-
-    def wrapped(s, data):
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return step(s, data)
-
-    return wrapped
-
-
-driver.compile_step = stop_after_two
-try:
-    driver.train_and_evaluate(config(), ROOT / "split")
-    raise AssertionError("SIGTERM did not stop the run")
-except driver.Interrupted as e:
-    assert e.exit_code == 143 and "stopped after round 2 of 4" in str(e), e
-driver.compile_step = real_compile
+interrupted_after(driver, 2, lambda: driver.train_and_evaluate(config(), ROOT / "split"), 4)
 ledger = json.loads((ROOT / "split" / "checkpoints" / "committed.json").read_text())
 assert ledger == {"ranks": N, "steps": [2]}, ledger
 say(f"OK SIGTERM after round 2: committed sharded checkpoint {ledger}")

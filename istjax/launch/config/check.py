@@ -84,6 +84,7 @@ def schema_problems(config: ml_collections.ConfigDict) -> Problems:
     _check_numbers(config, p)
     _check_data_fields(config, p)
     _check_clients(config, p)
+    _check_algorithm_options(config, p)
     return p
 
 
@@ -245,6 +246,26 @@ def _check_data_fields(config, p: Problems) -> None:
     p.choice("data.cluster_method", METHODS)
     for field in ("data.num_clusters", "data.clusters_per_step"):
         p.positive(field)
+
+
+#: The ``algorithm`` fields a study's base config sets for every arm, which an algorithm without that choice ignores
+#: (data parallel always carries its optimizer state; tensor parallel keeps no model state apart).
+RUN_WIDE_ALGORITHM_FIELDS = ("optimizer_state", "model_state", "recompute_batches")
+
+
+def _check_algorithm_options(config, p: Problems) -> None:
+    """An ``algorithm`` field the chosen algorithm does not read (its registry entry's options), set to other than its
+    default, is refused, not ignored (``algorithm.rho`` with ``algorithm.name=local_sgd``), naming the algorithms that
+    read it; the run-wide ones (`RUN_WIDE_ALGORITHM_FIELDS`) excepted."""
+    if config.algorithm.name not in ALGORITHMS:
+        return  # an unknown algorithm: reported by the names' check
+    defaults, reads = default_config().algorithm, ALGORITHMS.get(config.algorithm.name).options
+    for field in sorted(set(defaults) - {"name", *reads, *RUN_WIDE_ALGORITHM_FIELDS}):
+        if field in config.algorithm and config.algorithm[field] != defaults[field]:
+            users = [n for n in ALGORITHMS.names() if field in ALGORITHMS.get(n).options]
+            p.bad(f"algorithm.{field}", f"algorithm.name={config.algorithm.name!r} does not read it, so it would "
+                                        f"change nothing; it is read by algorithm.name in {users}. Drop it, or set "
+                                        f"--config.algorithm.name={users[0] if users else '...'}.")
 
 
 def _check_clients(config, p: Problems) -> None:

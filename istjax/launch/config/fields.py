@@ -84,6 +84,16 @@ def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     c.algorithm.server_learning_rate = 1.0  # 1.0 with sgd and no momentum: the new model is the clients' mean
     c.algorithm.server_momentum = 0.0  # heavy-ball momentum of server_optimizer="sgd" (FedAvgM: 0.9)
     c.algorithm.prox_mu = 0.0  # FedProx: mu / 2 * ||w - w_global||^2 added to every local step's loss; 0: none
+    # Consensus ADMM (admm): rho / 2 * ||x - z + u_i||^2 added to every local step's loss, u_i the worker's dual.
+    c.algorithm.rho = 0.1
+    # Dynamic model averaging (dynamic_averaging): the divergence threshold delta of ||w_i - r||^2 (0: every round).
+    c.algorithm.delta = 0.1
+    # Codistillation (codistillation): groups of num_workers / groups replicas; each group's loss adds distill_weight x
+    # KL(the other groups' predictions || its own), their copies exchanged every teacher_every rounds, from burn_in on.
+    c.algorithm.groups = 2
+    c.algorithm.distill_weight = 1.0
+    c.algorithm.teacher_every = 1
+    c.algorithm.burn_in = 0
 
 
 def _sampler_section(c: ml_collections.ConfigDict) -> None:

@@ -32,7 +32,10 @@ The runtime never asks which algorithm it runs; it applies the exchange the algo
     (`istjax.core.contract`) and is refused for one that does not (it is a forward pass of the whole merged model).
 ``"replicas"`` (local SGD), ``mode="parameter_server"`` (``"sharded"`` is refused: every rank holds the model)
     every rank holds the global state and runs ``distribute`` for its own workers; after ``local`` the L workers'
-    states are summed across ranks (one allreduce buffer per worker) and ``collect`` averages them.
+    states are summed across ranks (one allreduce buffer per worker) and ``collect`` averages them. What workers
+    keep between rounds (`istjax.Algorithm.resident`: consensus ADMM's duals) stays on their rank: each rank holds
+    its L workers' rows of it, sums what they send, and keeps their new rows; ``gather`` brings every rank's rows to
+    rank 0 for checkpoints and evaluation.
 ``"gradients"`` (data parallel), ``mode="parameter_server"``
     as replicas, but ``local`` receives a ``reduce`` that averages each step's gradients across every worker of
     every rank (an allreduce inside the compiled local phase); the model state is averaged at the end of the round.
@@ -149,6 +152,10 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
                        f"sub-networks (ist, resist), but {algorithm.name!r} exchanges {algorithm.exchange}: every "
                        f"process holds the whole model, so the mode would change nothing.",
                        use={"mode": "parameter_server"})
+    if algorithm.collect_reads_workers:
+        raise ArgError("backend", "mpi", f"{algorithm.name!r} reads each worker's trained state at a round's end, and "
+                       f"the MPI runtime's exchanges hand it only their sum over the processes;",
+                       use=[{"backend": "simulate"}, {"backend": "devices"}])
     if (algorithm.exchange, mode) not in ROUNDS:
         raise ValueError(f"algorithm {algorithm.name!r} declares exchange={algorithm.exchange!r}, which the MPI "
                          f"runtime does not know; exchanges: subnetworks, replicas, gradients, activations.")

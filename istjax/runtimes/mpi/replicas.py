@@ -13,7 +13,9 @@ from typing import Any
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
+import numpy as np
 
+from istjax.core import memory as memory_lib
 from istjax.core import precision
 from istjax.core.comm import Exchange, tree_bytes
 from istjax.core.state import WorkerState, weighted_replicas
@@ -38,13 +40,18 @@ def replica_ends(alg, n: int, first: int = 0) -> tuple[Callable, Callable]:
     each sends of it (`istjax.core.precision.Wire.up` against the rounded state it started from), packed.
     ``finish(state, workers, sums, plan, batches, shared)``: the sums (under a rounding wire, `[N, L, ...]` of every
     rank's 16 bits, added in float32) over ``n``, through the algorithm's ``collect`` (with a plan whose weights
-    the sums hold already)."""
+    the sums hold already). An algorithm whose workers keep state (`istjax.algorithms.base.Resident`: ADMM's duals)
+    sums what its workers send (``outgoing``), and its ``merge`` of their mean and its ``keep`` of this rank's own
+    workers are the collect."""
     gradients, carry, wire = alg.exchange == Exchange.GRADIENTS, alg.carries_optimizer_state, alg.wire
+    resident = alg.resident
 
     @jax.jit
     def summed(state, trained, plan):
         if gradients:  # params and optimizer states agree already: the model state is summed
             out, exact = trained.model_state, state.model_state
+        elif resident is not None:  # what each worker sends of its state (ADMM: x_i + u_i)
+            out, exact = resident.outgoing(trained), WorkerState(state.params, state.model_state, ())
         else:
             out = trained if carry else trained._replace(opt_state=())
             exact = WorkerState(state.params, state.model_state, state.opt_state if carry else ())
@@ -64,22 +71,21 @@ def replica_ends(alg, n: int, first: int = 0) -> tuple[Callable, Callable]:
         if gradients:  # params and optimizer states agree already; average the model state
             workers = workers._replace(model_state=jax.tree.map(lambda s: s / n, sums))
         else:  # collect averages its workers: these L sums over ranks, / N, average to the mean over all W
-            workers = jax.tree.map(lambda s: s / n, sums)
-        return alg.collect(state, workers, plan._replace(weights=None), batches, shared,
-                           **({} if wire.exact else {"sent": True}))
+            mean = jax.tree.map(lambda s: s / n, sums)
+        sent = {} if wire.exact else {"sent": True}
+        if resident is not None:  # the global state from the mean; this rank's rows from its own workers
+            new = resident.merge(state, mean, plan._replace(weights=None), batches, shared, **sent)
+            return resident.with_rows(new, resident.keep(new, resident.outgoing(workers)))
+        return alg.collect(state, workers if gradients else mean, plan._replace(weights=None), batches, shared,
+                           **sent)
 
     return summed, finish
 
 
-def install(rt: MPIRuntime) -> None:
-    """Fills in ``rt``'s ``init``, ``round`` and ``gather`` for the replicas' (or the gradients') round."""
-    alg, comm = rt.algorithm, rt.comm
-    x = buffers.TreeCollectives(comm)
-    n, lanes, me = rt.size, rt.workers_per_rank, rt.rank
-    gradients = alg.exchange == Exchange.GRADIENTS
-    wire = alg.wire
-    counted: list[PyTree] = []  # buffers the compiled local phase hands to MPI, recorded when it is traced
-    in_step = {"sent": 0, "received": 0}  # per worker per round, from the recorded buffers
+def _gradient_mean(rt: MPIRuntime, x: buffers.TreeCollectives, counted: list) -> Callable:
+    """``reduce(grads, axis_name)``: data parallel's gradient mean over all W workers, over this rank's lanes (the
+    axis ``axis_name``) and then across ranks, each buffer it hands to MPI recorded in ``counted`` as it is traced."""
+    n, wire = rt.size, rt.algorithm.wire
 
     def sum_over_ranks(v):  # traced; a rounding wire moves the 16 bits (an all-gather) and adds them in float32
         if wire.exact:
@@ -96,32 +102,105 @@ def install(rt: MPIRuntime) -> None:
         return jax.tree.map(lambda g: jax.lax.pmean(g, axis_name) / n, total) if axis_name else \
             jax.tree.map(lambda g: g / n, total)
 
-    train = rounds.lane_step(alg, lanes, me * lanes, reduce=reduce if gradients else None)
-    lane_shapes = buffers.lane_shapes(jax.eval_shape(alg.distribute, jax.eval_shape(alg.init, jax.random.key(0)))[0], lanes)
+    return reduce
 
-    spares = buffers.Spares()  # "lanes": this rank's workers (cut, trained in place); "sums": the all-reduce's result
+
+def _start_fn(alg, first: int, lanes: int) -> Callable:
+    """``start(state, into) -> (workers, plan)``, jitted: this rank's ``lanes`` workers from worker ``first`` on.
+    Every rank computes the same W workers and keeps its own; an algorithm whose workers keep state
+    (`istjax.algorithms.base.Resident`) starts one per row this rank holds, its own already. ``into`` (a spare
+    buffer of the workers' shapes) is donated."""
 
     @functools.partial(jax.jit, donate_argnums=1, keep_unused=True)
     def start(state, into):
-        workers, plan = alg.distribute(state)  # every rank computes the same workers; keep this rank's
-        return jax.tree.map(lambda v: jax.lax.dynamic_slice_in_dim(v, me * lanes, lanes), workers), plan
+        workers, plan = alg.distribute(state)
+        if alg.resident is not None:
+            return workers, plan
+        return jax.tree.map(lambda v: jax.lax.dynamic_slice_in_dim(v, first, lanes), workers), plan
 
+    return start
+
+
+def _rows(rt: MPIRuntime) -> tuple[Callable, Callable]:
+    """``(own, gather)``: ``own(state)``, the state with only this rank's rows of what its workers keep between
+    rounds (`istjax.algorithms.base.Resident`: ADMM's duals; a whole state's W rows sliced to its L, a rank's own
+    passed through); ``gather(state)``, the whole state on rank 0 (None elsewhere), every rank's rows gathered to it
+    in rank order (collective; for checkpoints and evaluation, not counted as exchanged bytes). For any other
+    algorithm every rank's state is whole: ``own`` passes it through and rank 0's is the whole state."""
+    resident, lanes, first = rt.algorithm.resident, rt.workers_per_rank, rt.rank * rt.workers_per_rank
+    if resident is None:
+        return (lambda state: state), (lambda state: state if rt.rank == ROOT else None)
+
+    def own(state):
+        rows = resident.rows(state)
+        if jax.tree.leaves(rows)[0].shape[0] == lanes:
+            return state
+        return resident.with_rows(state, jax.tree.map(lambda v: v[first:first + lanes], rows))
+
+    def gather(state):
+        every = rt.comm.gather(jax.tree.map(np.asarray, resident.rows(state)), root=ROOT)
+        if rt.rank != ROOT:
+            return None
+        return resident.with_rows(state, jax.tree.map(lambda *rows: jnp.asarray(np.concatenate(rows)), *every))
+
+    return own, gather
+
+
+def install(rt: MPIRuntime) -> None:
+    """Fills in ``rt``'s ``init``, ``round`` and ``gather`` for the replicas' (or the gradients') round."""
+    alg, comm, wire = rt.algorithm, rt.comm, rt.algorithm.wire
+    x = buffers.TreeCollectives(comm)
+    n, lanes, me = rt.size, rt.workers_per_rank, rt.rank
+    gradients = alg.exchange == Exchange.GRADIENTS
+    counted: list[PyTree] = []  # buffers the compiled local phase hands to MPI, recorded when it is traced
+    in_step = {"sent": 0, "received": 0}  # per worker per round, from the recorded buffers
+
+    reduce = _gradient_mean(rt, x, counted)
+
+    train = rounds.lane_step(alg, lanes, me * lanes, reduce=reduce if gradients else None)
+    abstract_state = jax.eval_shape(alg.init, jax.random.key(0))
+    lane_shapes = buffers.lane_shapes(jax.eval_shape(alg.distribute, abstract_state)[0], lanes)
+
+    spares = buffers.Spares()  # "lanes": this rank's workers (cut, trained in place); "sums": the all-reduce's result
+
+    start = _start_fn(alg, me * lanes, lanes)
     summed, finish = replica_ends(alg, n, me * lanes)
     split = rounds.split_fn(rt, lambda workers: workers)
+    own, gather = _rows(rt)
+    init = jax.jit(alg.init) if alg.resident is None else (lambda key: own(jax.jit(alg.init)(key)))
 
-    def init(key):
-        return jax.jit(alg.init)(key)
+    def note_step_exchanges() -> None:
+        """Where the local phase was traced just now (its first call, or `round_memory`'s compilation): the per-worker
+        bytes of its K exchanges, from the buffers it handed to MPI."""
+        if counted:
+            sent = alg.local_steps * tree_bytes(wire.shapes(counted))
+            in_step.update(sent=sent, received=sent if wire.exact else n * sent)  # an all-gather brings N pieces
+
+    def round_memory(state, batches, shared=None) -> int:
+        """What ``round_fn`` allocates beyond ``state`` (shapes): this rank's workers cut from the state and the
+        batches, then the largest of the compiled local phase (its outputs and temporaries, the gradients' exchange
+        buffers among them) and the round's end (the trained workers, what is summed and its sum, the metrics and
+        the new state ``finish`` writes), as in the first round."""
+        workers, plan = jax.eval_shape(start, state, lane_shapes)
+        counted.clear()
+        compiled = train.lower(workers, batches, shared, state.round).compile()
+        note_step_exchanges()
+        trained, metrics = jax.eval_shape(train, workers, batches, shared, state.round)
+        out = jax.eval_shape(summed, state, trained, plan)
+        sums = out if wire.exact else jax.tree.map(lambda v: jax.ShapeDtypeStruct((n, *v.shape), v.dtype), out)
+        arrived = memory_lib.tree_bytes((batches, workers))
+        after = memory_lib.tree_bytes((trained, metrics, out, sums, state))
+        return arrived + max(memory_lib.step_bytes(compiled.memory_analysis()), after)
 
     def round_fn(state, batches, shared=None):
         rounds.check_batches(batches, rt)
+        state = own(state)  # a restored whole state: this rank's rows of what its workers keep
         full, batches = rounds.full_batches(batches, rt), rounds.my_rows(batches, rt)
         traffic = Traffic()
         workers, plan = start(state, spares.take("lanes", lane_shapes))
         counted.clear()
         trained, metrics = train(workers, batches, shared, state.round)
-        if counted:  # traced in this call (the first): the per-worker bytes of one local phase's K exchanges
-            sent = alg.local_steps * tree_bytes(wire.shapes(counted))
-            in_step.update(sent=sent, received=sent if wire.exact else n * sent)  # an all-gather brings N pieces
+        note_step_exchanges()
         out = summed(state, trained, plan)
         if wire.exact:
             sums = x.allreduce_into(spares.take("sums", out), out)  # [L, ...] summed over ranks; a buffer per worker
@@ -142,5 +221,4 @@ def install(rt: MPIRuntime) -> None:
         spares.keep(lanes=trained, sums=sums)
         return state, out
 
-    rt.init, rt.round = init, round_fn
-    rt.gather = lambda state: state if rt.rank == ROOT else None
+    rt.init, rt.round, rt.round_memory, rt.gather = init, round_fn, round_memory, gather
