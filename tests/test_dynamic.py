@@ -129,10 +129,28 @@ def test_a_bad_delta_is_refused_naming_it(delta):
         _dynamic(delta)
 
 
-def test_mpi_is_refused_naming_the_runtimes_that_run_it():
+@pytest.mark.parametrize("n,w,resume", [pytest.param(2, 8, True, marks=pytest.mark.slow), (3, 6, False)])
+def test_mpi_equals_simulate_moving_only_the_asked_models_and_resumes_bit_identical(tmp_path, n, w, resume):
+    """mpiexec -n 2 (W = 8) and -n 3 (W = 6): each rank holds its own workers; at delta 0, inf and one between
+    (partial and full synchronisations), every worker's model and moments, the reference and the counters equal
+    simulate's over 4 rounds, and the bytes handed to MPI for each worker equal simulate's count every round; a whole
+    restored state runs on; -n 2: SIGTERM after round 2 and the resumed run == one never stopped."""
+    from test_mpi import MPIEXEC, _mpiexec
+
+    if not MPIEXEC.exists():
+        pytest.skip("mpiexec not installed (pip install mpich)")
+    out = _mpiexec(n, "dynamic.py", str(w), *((str(tmp_path),) if resume else ()), timeout=600)
+    assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    for case in ("delta 0", "delta inf", "delta 0.4"):
+        assert f"OK {case}: mpi == simulate after 4 rounds" in out.stdout, case
+    assert "OK from a whole state" in out.stdout
+    assert ("bit for bit" in out.stdout) == resume
+
+
+def test_the_sharded_mode_is_refused_naming_the_mode_that_runs_it():
     with pytest.raises(istjax.ArgError) as e:
-        _dynamic(0.1, backend="mpi", comm=OneRankOf(2))
-    assert "simulate" in str(e.value) and "devices" in str(e.value)
+        _dynamic(0.1, backend="mpi", comm=OneRankOf(2), mode="sharded")
+    assert "parameter_server" in str(e.value)
 
 
 TINY = ["--config.model.hidden=(16,)", "--config.progress=False", "--config.eval_train_examples=256",

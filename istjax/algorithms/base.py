@@ -29,7 +29,9 @@ An algorithm also *declares* what it is, so runtimes, the driver and the account
     pieces: IST), ``"replicas"`` (every worker starts from the global model and ``collect`` depends on the workers
     only through their mean: local SGD; a runtime may pre-reduce), ``"gradients"`` (workers stay identical and
     average gradients every step through ``reduce``: data parallel), ``"activations"`` (every worker holds a shard of
-    every layer and the shards exchange activations every step: tensor parallel, run from its ``tensor`` pieces).
+    every layer and the shards exchange activations every step: tensor parallel, run from its ``tensor`` pieces),
+    ``"subsets"`` (every worker keeps its own model and sends a flag each round; only the subset a coordinator asks
+    for sends its model, and takes back their average: dynamic averaging, run from its ``subsets`` pieces).
 ``carries_optimizer_state``
     whether the global optimizer state travels with the parameters (else workers start from ``optimizer.init``).
 ``model_state_policy``
@@ -70,6 +72,7 @@ __all__ = [
     "Algorithm",
     "OwnerSide",
     "Resident",
+    "Subsets",
     "SubnetPieces",
     "EXCHANGES",
     "Exchange",
@@ -172,6 +175,42 @@ class Resident(NamedTuple):
     keep: Callable[[TrainState, WorkerState], PyTree]
 
 
+class Subsets(NamedTuple):
+    """The round of an algorithm whose workers keep their own models and send them only when a coordinator asks
+    (dynamic averaging), in the pieces a runtime needs whose processes each hold only their own workers (the MPI
+    ``subsets`` exchange, `istjax.runtimes.mpi.subsets`). Each worker sends a flag every round (``flags``); from
+    all W flags the coordinator asks a growing subset for their models (``decide``, then ``close`` of each level's
+    subset, `istjax.algorithms.dynamic.balance`), and the average of the subset it settles on goes back to those
+    workers (``settle``). The algorithm's ``collect`` is these pieces on one process.
+
+    Attributes:
+      rows: ``state -> WorkerState``, every worker's own state, leaves `[n, ...]` (all W, or a process's L).
+      with_rows: ``(state, rows) -> state``.
+      flags: ``(state, params_n) -> [n] float32``, what each trained worker sends every round.
+      decide: ``(state, flags_W) -> (violators [W] bool, position [W] int32)``: the workers whose flag asks for a
+        synchronisation and each worker's place in the order the subset grows in.
+      grow: ``(position, count, level, W) -> (members [W] bool, half)``, the subset at a doubling ``level`` (0: the
+        ``count`` violators) and whether it holds half the workers or more (then it takes all of them).
+      close: ``(state, params_W, members [W] bool) -> [] bool``, the coordinator's check of a subset from its
+        members' parameters (the rows of the others may hold anything: they are weighted zero).
+      mean: ``(model_W, members [W] bool) -> model``, the subset's average (a model: ``(params, model_state)``).
+      settle: ``(state, rows, synced_n, synced_W, violators_W, full, model) -> state``, the next state from the
+        workers' trained rows, which of them (``synced_n``, the rows this state holds) take ``model``, the subset
+        and the violators over all W, and whether it was all of them.
+      whole: ``state -> state``, a state holding every worker's rows with its global fields computed from them.
+    """
+
+    rows: Callable[[TrainState], Any]
+    with_rows: Callable[[TrainState, Any], TrainState]
+    flags: Callable[..., jax.Array]
+    decide: Callable[..., tuple[jax.Array, jax.Array]]
+    grow: Callable[..., tuple[Any, Any]]
+    close: Callable[..., jax.Array]
+    mean: Callable[..., Any]
+    settle: Callable[..., TrainState]
+    whole: Callable[[TrainState], TrainState]
+
+
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
     """An algorithm: ``init`` and ``round`` for users; its pieces and declarations for runtimes and drivers.
@@ -217,6 +256,8 @@ class Algorithm:
         `istjax.algorithms.consensus`, `.dynamic`, `.codistill`); None for every other algorithm.
       resident: the state each worker keeps between rounds and the round's pieces around it (`Resident`), for an
         algorithm whose workers keep state (ADMM); None for every other.
+      subsets: the round's pieces of an algorithm that exchanges ``subsets`` (`Subsets`: dynamic averaging); None
+        for every other.
       collect_reads_workers: ``collect`` reads each worker's trained state, not only their mean (dynamic
         averaging's balancing, codistillation's groups): a runtime that hands ``collect`` sums over processes (the MPI
         replicas exchange) cannot run it.
@@ -257,6 +298,7 @@ class Algorithm:
     protocol: Any = None
     whole_init: Optional[Callable[[jax.Array], TrainState]] = None
     resident: Optional[Resident] = None
+    subsets: Optional[Subsets] = None
     collect_reads_workers: bool = False
     round_metrics: Optional[Callable[[TrainState, TrainState], dict]] = None
 

@@ -36,15 +36,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.algorithms.base import Algorithm, bind, check_common, local_train, loss_split
+from istjax.algorithms.base import Algorithm, Subsets, bind, check_common, local_train, loss_split
 from istjax.core.comm import CommBytes, Exchange, tree_bytes
 from istjax.core.errors import ArgError
 from istjax.core.schedule import at_round
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, broadcast_workers, round_keys, worker_mean
 from istjax.core.task import Task
 
-__all__ = ["FLAG_BYTES", "Balance", "Dynamic", "DynamicState", "balance", "dynamic_averaging", "round_metrics",
-           "squared_distance"]
+__all__ = ["FLAG_BYTES", "Balance", "Dynamic", "DynamicState", "balance", "decide", "dynamic_averaging", "flags",
+           "level_members", "round_metrics", "settle", "squared_distance", "subset_close"]
 
 #: The bytes of a worker's flag, sent every round whatever it decides (its squared distance, a float32).
 FLAG_BYTES = 4
@@ -94,26 +94,84 @@ def _masked_mean(tree_W: Any, mask: jax.Array) -> Any:
     return jax.tree.map(lambda v: jnp.tensordot(weights, v.astype(jnp.float32), axes=1).astype(v.dtype), tree_W)
 
 
-def balance(params_W: Any, reference: Any, key: jax.Array, delta: Any) -> Balance:
+def flags(reference: Any, params_n: Any) -> jax.Array:
+    """Each worker's flag, `[n]` float32: its squared distance to the reference model, ``||w_i - r||^2``."""
+    return jax.vmap(squared_distance, in_axes=(0, None))(params_n, reference)
+
+
+def decide(flags_W: jax.Array, key: jax.Array, delta: Any) -> tuple[jax.Array, jax.Array]:
+    """``(violators, position)`` from every worker's flag: who violates ``||w_i - r||^2 <= delta``, and each worker's
+    place in the order ``B`` grows in (the violators first, then the others in a random order drawn from ``key``)."""
+    w = flags_W.shape[0]
+    violators = flags_W > delta
+    place = jnp.argsort(jax.random.permutation(key, w))  # each worker's place in the round's random order
+    order = jnp.argsort(jnp.where(violators, -1, place), stable=True)  # violators first, then the random order
+    return violators, jnp.argsort(order)
+
+
+def level_members(position: Any, count: Any, level: int, w: int) -> tuple[Any, Any]:
+    """``(members, half)`` of ``B`` at doubling ``level`` (0: the ``count`` violators): the workers in it and
+    whether it holds half the workers or more (then all are averaged)."""
+    size = jnp.minimum(w, count * 2 ** level)
+    return position < size, 2 * size >= w
+
+
+def subset_close(params_W: Any, members: jax.Array, reference: Any, delta: Any) -> jax.Array:
+    """Whether the average of ``members``' parameters is within ``delta`` of ``r`` (the other rows weigh zero)."""
+    return squared_distance(_masked_mean(params_W, members), reference) <= delta
+
+
+def balance(params_W, reference, key, delta) -> Balance:
     """The coordinator's decision (module docstring): the violators of ``||w_i - r||^2 <= delta``, then ``B`` grown
     from them by doubling, in a random order of the others drawn from ``key``, until its average is within
     ``delta`` of ``r`` (a partial synchronisation) or it holds half the workers or more (a full one)."""
     w = jax.tree.leaves(params_W)[0].shape[0]
-    violators = jax.vmap(squared_distance, in_axes=(0, None))(params_W, reference) > delta
+    violators, position = decide(flags(reference, params_W), key, delta)
     count = jnp.sum(violators.astype(jnp.int32))
-    place = jnp.argsort(jax.random.permutation(key, w))  # each worker's place in the round's random order
-    order = jnp.argsort(jnp.where(violators, -1, place), stable=True)  # violators first, then the random order
-    position = jnp.argsort(order)  # each worker's place in the order B grows in
     synced, full, done = jnp.zeros(w, bool), jnp.zeros((), bool), count == 0
     for level in range(w.bit_length() + 1):  # B doubles each level; by the last it holds every worker
-        size = jnp.minimum(w, count * 2 ** level)
-        members = position < size
-        half = 2 * size >= w
-        close = squared_distance(_masked_mean(params_W, members), reference) <= delta
+        members, half = level_members(position, count, level, w)
+        close = subset_close(params_W, members, reference, delta)
         take_all, take_some = ~done & half, ~done & ~half & close
         synced = jnp.where(take_all, True, jnp.where(take_some, members, synced))
         full, done = full | take_all, done | half | close
     return Balance(violators, synced, full)
+
+
+def settle(state: TrainState, rows: WorkerState, synced_n: jax.Array, synced_W: jax.Array, violators_W: jax.Array,
+           full: jax.Array, model: Any) -> TrainState:
+    """The state after a round's balancing (`istjax.algorithms.base.Subsets.settle`): the synchronised rows take
+    ``model`` (the subset's average ``(params, model_state)``; optimizer states stay), ``r`` moves on a full
+    synchronisation, the counters add this round's; the global fields are the mean of the rows held."""
+    old = state.opt_state
+    params_n, model_state_n = jax.tree.map(
+        lambda avg, own: jnp.where(synced_n.reshape((-1,) + (1,) * (own.ndim - 1)), avg[None], own),
+        model, (rows.params, rows.model_state))
+    dynamic = DynamicState(
+        WorkerState(params_n, model_state_n, rows.opt_state),
+        jax.tree.map(lambda m, r: jnp.where(full, m, r), model[0], old.reference),
+        old.transfers + synced_W.astype(jnp.float32),
+        old.violations + jnp.sum(violators_W.astype(jnp.int32)),
+        old.syncs + jnp.stack([jnp.any(synced_W) & ~full, full]).astype(jnp.int32))
+    return TrainState(worker_mean(params_n, like=state.params), worker_mean(model_state_n, like=state.model_state),
+                      dynamic, round_keys(state.key)[0], state.round + 1)
+
+
+def _whole(state: TrainState) -> TrainState:
+    rows = state.opt_state.workers
+    return state._replace(params=worker_mean(rows.params, like=state.params),
+                          model_state=worker_mean(rows.model_state, like=state.model_state))
+
+
+def _subsets(delta: float) -> Subsets:
+    """Dynamic averaging's round in the pieces the MPI ``subsets`` exchange runs (`istjax.algorithms.base.Subsets`)."""
+    return Subsets(
+        rows=lambda state: state.opt_state.workers,
+        with_rows=lambda state, rows: state._replace(opt_state=state.opt_state._replace(workers=rows)),
+        flags=lambda state, params_n: flags(state.opt_state.reference, params_n),
+        decide=lambda state, flags_W: decide(flags_W, round_keys(state.key)[1], delta), grow=level_members,
+        close=lambda state, params_W, members: subset_close(params_W, members, state.opt_state.reference, delta),
+        mean=_masked_mean, settle=settle, whole=_whole)
 
 
 def _check_delta(delta: Any) -> None:
@@ -151,22 +209,10 @@ def dynamic_averaging(task: Task, optimizer: optax.GradientTransformation, *, nu
         return local_train(loss, optimizer, worker, batches_K, shared)
 
     def collect(state, workers, plan, batches=None, shared=None):
-        del batches, shared
-        old = state.opt_state
-        decided = balance(workers.params, old.reference, round_keys(state.key)[1], delta)
-        model = (workers.params, workers.model_state)
-        mean = _masked_mean(model, decided.synced)
-        params_W, model_state_W = jax.tree.map(
-            lambda avg, own: jnp.where(decided.synced.reshape((-1,) + (1,) * (own.ndim - 1)), avg[None], own),
-            mean, model)
-        dynamic = DynamicState(
-            WorkerState(params_W, model_state_W, workers.opt_state),
-            jax.tree.map(lambda m, r: jnp.where(decided.full, m, r), mean[0], old.reference),
-            old.transfers + decided.synced.astype(jnp.float32),
-            old.violations + jnp.sum(decided.violators.astype(jnp.int32)),
-            old.syncs + jnp.stack([jnp.any(decided.synced) & ~decided.full, decided.full]).astype(jnp.int32))
-        return TrainState(worker_mean(params_W, like=state.params), worker_mean(model_state_W, like=state.model_state),
-                          dynamic, plan.key, state.round + 1)
+        del plan, batches, shared
+        decided = balance(workers.params, state.opt_state.reference, round_keys(state.key)[1], delta)
+        model = _masked_mean((workers.params, workers.model_state), decided.synced)
+        return settle(state, workers, decided.synced, decided.synced, decided.violators, decided.full, model)
 
     def metrics(old, new):
         return round_metrics(old.opt_state, new.opt_state, model_bytes)
@@ -174,10 +220,9 @@ def dynamic_averaging(task: Task, optimizer: optax.GradientTransformation, *, nu
     most = CommBytes(received=model_bytes, sent=model_bytes + FLAG_BYTES)
     algorithm = Algorithm(init=init, round=None, distribute=distribute, local=local, collect=collect,
                           name="dynamic_averaging", num_workers=num_workers, local_steps=local_steps, comm=most,
-                          task=task, optimizer=optimizer, exchange=Exchange.REPLICAS, carries_optimizer_state=True,
+                          task=task, optimizer=optimizer, exchange=Exchange.SUBSETS, carries_optimizer_state=True,
                           split=loss_split(task, loss), whole_init=init, protocol=Dynamic(float(delta)),
-                          collect_reads_workers=True,
-                          round_metrics=metrics)
+                          collect_reads_workers=True, subsets=_subsets(float(delta)), round_metrics=metrics)
     return bind(algorithm, backend, **backend_options)
 
 

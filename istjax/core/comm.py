@@ -32,6 +32,7 @@ class Exchange(Choice):
     REPLICAS = "replicas"
     GRADIENTS = "gradients"
     ACTIVATIONS = "activations"
+    SUBSETS = "subsets"
 
 
 #: What crosses between workers and the server, by name (`Exchange`).

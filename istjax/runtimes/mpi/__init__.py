@@ -70,7 +70,7 @@ from istjax.core.comm import Exchange
 from istjax.core.errors import ArgError, Code
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
 from istjax.runtimes.base import Runtime
-from istjax.runtimes.mpi import parameter_server, replicas, sharded, tensor
+from istjax.runtimes.mpi import parameter_server, replicas, sharded, subsets, tensor
 from istjax.runtimes.mpi.buffers import mpi_collectives as mpi_collectives
 from istjax.runtimes.mpi.runtime import GRADIENT_BUFFERS as GRADIENT_BUFFERS
 from istjax.runtimes.mpi.runtime import MODES as MODES
@@ -98,6 +98,7 @@ ROUNDS: dict[tuple[Exchange, str], ModuleType] = {
     (Exchange.GRADIENTS, "parameter_server"): replicas,
     (Exchange.ACTIVATIONS, "parameter_server"): tensor,  # the model is always in shards
     (Exchange.ACTIVATIONS, "sharded"): tensor,
+    (Exchange.SUBSETS, "parameter_server"): subsets,
 }
 
 
@@ -146,19 +147,19 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
         the merged model).
     """
     lanes = check_launch(algorithm.num_workers, mode=mode, comm=comm, gradient_buffers=gradient_buffers)
-    if mode == "sharded" and algorithm.exchange in (Exchange.REPLICAS, Exchange.GRADIENTS):
+    if mode == "sharded" and algorithm.exchange in (Exchange.REPLICAS, Exchange.GRADIENTS, Exchange.SUBSETS):
         raise ArgError("mode", mode,
                        f"mode='sharded' splits the model among the processes for an algorithm that exchanges "
                        f"sub-networks (ist, resist), but {algorithm.name!r} exchanges {algorithm.exchange}: every "
                        f"process holds the whole model, so the mode would change nothing.",
                        use={"mode": "parameter_server"})
-    if algorithm.collect_reads_workers:
+    if algorithm.collect_reads_workers and algorithm.exchange in (Exchange.REPLICAS, Exchange.GRADIENTS):
         raise ArgError("backend", "mpi", f"{algorithm.name!r} reads each worker's trained state at a round's end, and "
                        f"the MPI runtime's exchanges hand it only their sum over the processes;",
                        use=[{"backend": "simulate"}, {"backend": "devices"}])
     if (algorithm.exchange, mode) not in ROUNDS:
         raise ValueError(f"algorithm {algorithm.name!r} declares exchange={algorithm.exchange!r}, which the MPI "
-                         f"runtime does not know; exchanges: subnetworks, replicas, gradients, activations.")
+                         f"runtime does not know; exchanges: subnetworks, replicas, gradients, activations, subsets.")
     comm = _world() if comm is None else comm
     n, r = comm.Get_size(), comm.Get_rank()
     abort_on_error()

@@ -13,7 +13,6 @@ from typing import Any
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
-import numpy as np
 
 from istjax.core import memory as memory_lib
 from istjax.core import precision
@@ -122,28 +121,13 @@ def _start_fn(alg, first: int, lanes: int) -> Callable:
 
 
 def _rows(rt: MPIRuntime) -> tuple[Callable, Callable]:
-    """``(own, gather)``: ``own(state)``, the state with only this rank's rows of what its workers keep between
-    rounds (`istjax.algorithms.base.Resident`: ADMM's duals; a whole state's W rows sliced to its L, a rank's own
-    passed through); ``gather(state)``, the whole state on rank 0 (None elsewhere), every rank's rows gathered to it
-    in rank order (collective; for checkpoints and evaluation, not counted as exchanged bytes). For any other
-    algorithm every rank's state is whole: ``own`` passes it through and rank 0's is the whole state."""
-    resident, lanes, first = rt.algorithm.resident, rt.workers_per_rank, rt.rank * rt.workers_per_rank
+    """`istjax.runtimes.mpi.rounds.resident_rows` of what the algorithm's workers keep between rounds
+    (`istjax.algorithms.base.Resident`: ADMM's duals); for any other algorithm every rank's state is whole: ``own``
+    passes it through and rank 0's is the whole state."""
+    resident = rt.algorithm.resident
     if resident is None:
         return (lambda state: state), (lambda state: state if rt.rank == ROOT else None)
-
-    def own(state):
-        rows = resident.rows(state)
-        if jax.tree.leaves(rows)[0].shape[0] == lanes:
-            return state
-        return resident.with_rows(state, jax.tree.map(lambda v: v[first:first + lanes], rows))
-
-    def gather(state):
-        every = rt.comm.gather(jax.tree.map(np.asarray, resident.rows(state)), root=ROOT)
-        if rt.rank != ROOT:
-            return None
-        return resident.with_rows(state, jax.tree.map(lambda *rows: jnp.asarray(np.concatenate(rows)), *every))
-
-    return own, gather
+    return rounds.resident_rows(rt, resident.rows, resident.with_rows)
 
 
 def install(rt: MPIRuntime) -> None:

@@ -14,9 +14,10 @@ import numpy as np
 from istjax.core.state import WorkerState, last_steps, recompute_batches, summarize
 from istjax.runtimes.base import communicates, map_workers
 from istjax.runtimes.mpi.runtime import MPIRuntime, Traffic
+from istjax.runtimes.mpi.world import ROOT
 
 __all__ = ["summary", "my_rows", "check_batches", "full_batches", "first_batches", "lane_step", "finish",
-           "split_fn", "last_batches", "own_last", "exchanged"]
+           "split_fn", "last_batches", "own_last", "exchanged", "resident_rows"]
 
 
 def summary(metrics_LxK: dict, comm) -> dict:
@@ -141,3 +142,27 @@ def exchanged(alg) -> tuple[Callable, Optional[Callable]]:
     if alg.subnet is not None:
         return alg.subnet.held, alg.subnet.start
     return (lambda workers: workers._asdict()), (lambda tree, round_index: WorkerState(**tree))
+
+
+def resident_rows(rt: MPIRuntime, rows: Callable, with_rows: Callable,
+                  whole: Callable = lambda state: state) -> tuple[Callable, Callable]:
+    """``(own, gather)`` for a state of which each rank holds only its own workers' rows (``rows(state)``, leaves
+    `[L, ...]`; ADMM's duals, dynamic averaging's models): ``own(state)``, the state with only this rank's rows (a
+    whole state's W rows sliced to its L, a rank's own passed through); ``gather(state)``, the whole state on rank 0
+    (None elsewhere), every rank's rows gathered to it in rank order and ``whole`` of it (the global fields computed
+    from every row; collective; for checkpoints and evaluation, not counted as exchanged bytes)."""
+    lanes, first = rt.workers_per_rank, rt.rank * rt.workers_per_rank
+
+    def own(state):
+        held = rows(state)
+        if jax.tree.leaves(held)[0].shape[0] == lanes:
+            return state
+        return with_rows(state, jax.tree.map(lambda v: v[first:first + lanes], held))
+
+    def gather(state):
+        every = rt.comm.gather(jax.tree.map(np.asarray, rows(state)), root=ROOT)
+        if rt.rank != ROOT:
+            return None
+        return whole(with_rows(state, jax.tree.map(lambda *held: jnp.asarray(np.concatenate(held)), *every)))
+
+    return own, gather
