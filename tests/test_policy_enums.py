@@ -100,7 +100,7 @@ def test_an_algorithm_holds_its_policies_as_their_enums():
     assert repr(Exchange.GRADIENTS) == "'gradients'"  # messages show the value, as a config spells it
     assert dataclasses.replace(alg, exchange="gradients").exchange is Exchange.GRADIENTS
     assert alg.wire.values is ExchangeValues.DELTA
-    assert Exchange.values() == ("subnetworks", "replicas", "gradients", "activations", "subsets")
+    assert Exchange.values() == ("subnetworks", "replicas", "gradients", "activations", "subsets", "groups")
 
 
 def test_own_rows_follows_what_the_algorithm_declares():

@@ -73,6 +73,7 @@ __all__ = [
     "OwnerSide",
     "Resident",
     "Subsets",
+    "Groups",
     "SubnetPieces",
     "EXCHANGES",
     "Exchange",
@@ -211,6 +212,31 @@ class Subsets(NamedTuple):
     whole: Callable[[TrainState], TrainState]
 
 
+class Groups(NamedTuple):
+    """The round of an algorithm whose workers form groups that average among themselves every round and see each
+    other's models only as copies exchanged every so many rounds (codistillation), in the pieces the MPI ``groups``
+    exchange needs (`istjax.runtimes.mpi.groups`). Group ``g`` is workers ``g * replicas .. (g + 1) * replicas - 1``;
+    the state holds every group's model `[G, ...]` (``models``). The algorithm's ``collect`` is each group's mean of
+    its replicas, then ``settle``.
+
+    Attributes:
+      count, replicas: G and the workers a group.
+      exchanging: ``rounds_done -> bool`` (host), whether the round that completes ``rounds_done`` exchanges models.
+      models: ``state -> model_G``, every group's model ``(params, model_state)``, leaves `[G, ...]`.
+      settle: ``(state, model_G) -> state``, the next state from every group's model after the round (a process
+        passes the rows it knows fresh: its own group's, every group's on an exchange round; the others as they were).
+      whole: ``(state, model_G) -> state``, a state whose every group's model is ``model_G`` (its global fields
+        from them), the round unchanged: what a process gathers for checkpoints and evaluation.
+    """
+
+    count: int
+    replicas: int
+    exchanging: Callable[[int], bool]
+    models: Callable[[TrainState], Any]
+    settle: Callable[..., TrainState]
+    whole: Callable[..., TrainState]
+
+
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
     """An algorithm: ``init`` and ``round`` for users; its pieces and declarations for runtimes and drivers.
@@ -258,6 +284,8 @@ class Algorithm:
         algorithm whose workers keep state (ADMM); None for every other.
       subsets: the round's pieces of an algorithm that exchanges ``subsets`` (`Subsets`: dynamic averaging); None
         for every other.
+      groups: the round's pieces of an algorithm that exchanges ``groups`` (`Groups`: codistillation); None for every
+        other.
       collect_reads_workers: ``collect`` reads each worker's trained state, not only their mean (dynamic
         averaging's balancing, codistillation's groups): a runtime that hands ``collect`` sums over processes (the MPI
         replicas exchange) cannot run it.
@@ -299,6 +327,7 @@ class Algorithm:
     whole_init: Optional[Callable[[jax.Array], TrainState]] = None
     resident: Optional[Resident] = None
     subsets: Optional[Subsets] = None
+    groups: Optional[Groups] = None
     collect_reads_workers: bool = False
     round_metrics: Optional[Callable[[TrainState, TrainState], dict]] = None
 

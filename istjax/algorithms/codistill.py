@@ -18,6 +18,8 @@ State: the global ``opt_state`` is `CodistillState` (every group's model, the te
 taken), checkpointed with the rest; the global ``params`` and ``model_state`` are group 0's model (what an
 evaluation reads; the other groups' are in the state). With ``distill_weight = 0`` the groups never interact: each
 is local SGD over its own replicas.
+
+Under MPI the round runs as the ``groups`` exchange from the pieces `_groups` gives (`istjax.runtimes.mpi.groups`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from istjax.algorithms.base import Algorithm, bind, check_common, local_train
+from istjax.algorithms.base import Algorithm, Groups, bind, check_common, local_train
 from istjax.core.comm import CommBytes, Exchange, tree_bytes
 from istjax.core.errors import ArgError
 from istjax.core.state import WORKERS, RoundPlan, TrainState, WorkerState, round_keys, worker_init
@@ -93,6 +95,7 @@ def codistillation(task: Task, optimizer: optax.GradientTransformation, *, num_w
     check_common(task, num_workers, local_steps, "reset", "carry")
     _check(task, num_workers, groups, distill_weight, teacher_every, burn_in)
     replicas = num_workers // groups
+    pieces = _groups(groups, replicas, teacher_every)
     key0 = jax.random.key(0)
     model_bytes = tree_bytes((jax.eval_shape(task.init, key0), jax.eval_shape(task.init_state, key0)))
 
@@ -120,17 +123,10 @@ def codistillation(task: Task, optimizer: optax.GradientTransformation, *, num_w
         return trained._replace(opt_state=(trained.opt_state, teachers, own, on)), metrics
 
     def collect(state, workers, plan, batches=None, shared=None):
-        del batches, shared
+        del plan, batches, shared
         mean = lambda v: jnp.mean(v.reshape(groups, replicas, *v.shape[1:]).astype(jnp.float32),  # noqa: E731
                                   axis=1).astype(v.dtype)
-        model = jax.tree.map(mean, (workers.params, workers.model_state))
-        done = state.round + 1
-        exchange = done % teacher_every == 0
-        old = state.opt_state
-        teachers = jax.tree.map(lambda new, t: jnp.where(exchange, new, t), model, old.teachers)
-        first = jax.tree.map(lambda v: v[0], model)
-        return TrainState(first[0], first[1], CodistillState(model, teachers, jnp.where(exchange, done, old.taken)),
-                          plan.key, done)
+        return pieces.settle(state, jax.tree.map(mean, (workers.params, workers.model_state)))
 
     def metrics(old, new):
         exchanged = (new.opt_state.taken == new.round).astype(jnp.float32)
@@ -143,10 +139,30 @@ def codistillation(task: Task, optimizer: optax.GradientTransformation, *, num_w
     most = CommBytes(received=model_bytes * (groups - 1 + (replicas > 1)), sent=model_bytes * (1 + (replicas > 1)))
     algorithm = Algorithm(init=init, round=None, distribute=distribute, local=local, collect=collect,
                           name="codistillation", num_workers=num_workers, local_steps=local_steps, comm=most, task=task,
-                          optimizer=optimizer, exchange=Exchange.REPLICAS, whole_init=init, round_metrics=metrics,
+                          optimizer=optimizer, exchange=Exchange.GROUPS, whole_init=init, round_metrics=metrics, groups=pieces,
                           protocol=Codistill(groups, float(distill_weight), teacher_every, burn_in),
                           collect_reads_workers=True)
     return bind(algorithm, backend, **backend_options)
+
+
+def _groups(groups: int, replicas: int, teacher_every: int) -> Groups:
+    """Codistillation's round in the pieces the MPI ``groups`` exchange runs (`istjax.algorithms.base.Groups`)."""
+
+    def settle(state, model_G):  # the teachers retaken on an exchange round; group 0's model the global one
+        done = state.round + 1
+        exchange = done % teacher_every == 0
+        old = state.opt_state
+        teachers = jax.tree.map(lambda new, t: jnp.where(exchange, new, t), model_G, old.teachers)
+        new = CodistillState(model_G, teachers, jnp.where(exchange, done, old.taken))
+        return whole(state._replace(key=round_keys(state.key)[0], round=done, opt_state=new), model_G)
+
+    def whole(state, model_G):
+        first = jax.tree.map(lambda v: v[0], model_G)
+        return state._replace(params=first[0], model_state=first[1],
+                              opt_state=state.opt_state._replace(groups=model_G))
+
+    return Groups(groups, replicas, lambda done: done % teacher_every == 0, lambda state: state.opt_state.groups,
+                  settle, whole)
 
 
 def _distilled_loss(task: Task, teachers: Any, own: jax.Array, weight: jax.Array):

@@ -33,6 +33,7 @@ class Exchange(Choice):
     GRADIENTS = "gradients"
     ACTIVATIONS = "activations"
     SUBSETS = "subsets"
+    GROUPS = "groups"
 
 
 #: What crosses between workers and the server, by name (`Exchange`).

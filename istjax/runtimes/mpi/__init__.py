@@ -70,7 +70,7 @@ from istjax.core.comm import Exchange
 from istjax.core.errors import ArgError, Code
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
 from istjax.runtimes.base import Runtime
-from istjax.runtimes.mpi import parameter_server, replicas, sharded, subsets, tensor
+from istjax.runtimes.mpi import groups, parameter_server, replicas, sharded, subsets, tensor
 from istjax.runtimes.mpi.buffers import mpi_collectives as mpi_collectives
 from istjax.runtimes.mpi.runtime import GRADIENT_BUFFERS as GRADIENT_BUFFERS
 from istjax.runtimes.mpi.runtime import MODES as MODES
@@ -90,7 +90,8 @@ __all__ = ["MODES", "GRADIENT_BUFFERS", "RUNTIME", "ROUNDS", "MPIRuntime", "Traf
            "is_primary", "abort_on_error", "ROOT"]
 
 #: The exchange modules by ``(algorithm.exchange, mode)``: each gives ``install(rt)``, which fills in an `MPIRuntime`'s
-#: round, and ``WHOLE_STATE``, whether a rank's state is the whole model. A new exchange is a module and a row here.
+#: round, and ``WHOLE_STATE``, whether a rank's state is the whole model; optionally ``check(algorithm, n)``, what
+#: it refuses on ``n`` processes before anything is built. A new exchange is a module and a row here.
 ROUNDS: dict[tuple[Exchange, str], ModuleType] = {
     (Exchange.SUBNETWORKS, "parameter_server"): parameter_server,
     (Exchange.SUBNETWORKS, "sharded"): sharded,
@@ -99,6 +100,7 @@ ROUNDS: dict[tuple[Exchange, str], ModuleType] = {
     (Exchange.ACTIVATIONS, "parameter_server"): tensor,  # the model is always in shards
     (Exchange.ACTIVATIONS, "sharded"): tensor,
     (Exchange.SUBSETS, "parameter_server"): subsets,
+    (Exchange.GROUPS, "parameter_server"): groups,
 }
 
 
@@ -147,7 +149,8 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
         the merged model).
     """
     lanes = check_launch(algorithm.num_workers, mode=mode, comm=comm, gradient_buffers=gradient_buffers)
-    if mode == "sharded" and algorithm.exchange in (Exchange.REPLICAS, Exchange.GRADIENTS, Exchange.SUBSETS):
+    if mode == "sharded" and algorithm.exchange in (Exchange.REPLICAS, Exchange.GRADIENTS, Exchange.SUBSETS,
+                                                  Exchange.GROUPS):
         raise ArgError("mode", mode,
                        f"mode='sharded' splits the model among the processes for an algorithm that exchanges "
                        f"sub-networks (ist, resist), but {algorithm.name!r} exchanges {algorithm.exchange}: every "
@@ -159,13 +162,15 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
                        use=[{"backend": "simulate"}, {"backend": "devices"}])
     if (algorithm.exchange, mode) not in ROUNDS:
         raise ValueError(f"algorithm {algorithm.name!r} declares exchange={algorithm.exchange!r}, which the MPI "
-                         f"runtime does not know; exchanges: subnetworks, replicas, gradients, activations, subsets.")
+                         f"runtime does not know; exchanges: subnetworks, replicas, gradients, activations, subsets, groups.")
     comm = _world() if comm is None else comm
     n, r = comm.Get_size(), comm.Get_rank()
+    exchange = ROUNDS[algorithm.exchange, mode]
+    if hasattr(exchange, "check"):  # what the exchange itself refuses (codistillation: groups that split a process)
+        exchange.check(algorithm, n)
     abort_on_error()
     rt = MPIRuntime(algorithm=algorithm, mode=mode, rank=r, size=n, workers_per_rank=lanes, comm=comm,
                     gradient_buffers=gradient_buffers, loss_split=loss_split)
-    exchange = ROUNDS[algorithm.exchange, mode]
     rt.whole_state = exchange.WHOLE_STATE
     exchange.install(rt)
     return rt
