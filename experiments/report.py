@@ -63,6 +63,7 @@ HEADLINE_ORDER = (
     "experiments/mlp/results/digits.json", "experiments/mlp/results/keywords.json",
     "experiments/mlp/results/mnist1d.json", "experiments/images/results/resnet.json",
     "experiments/images/results/ablation.json", "experiments/images/results/decompose.json",
+    "experiments/images/results/headline.json",
     "experiments/graphs/results/gist_cora.json",
     "experiments/graphs/results/gist_citeseer.json", "experiments/custom/results/fit.json",
     "experiments/graphs/results/gist_width.json", "experiments/distributed/results/comm_and_memory.json",

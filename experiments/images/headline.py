@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 from experiments.images.gap import runs_of
 from experiments.images.studies import HEADLINE_TUNING_SAMPLES
-from experiments.tables import (ResultsError, accuracy, algorithm_name, baseline_cells, cell, markdown_table, nbytes,
-                                points_above_baseline, result_rows, scalar, settings_words, spread, table,
-                                tuning_caption, tuning_rows)
+from experiments.tables import (ResultsError, accuracy, algorithm_name, baseline_cells, cell, headline_row,
+                                markdown_table, nbytes, points_above_baseline, result_rows, scalar, settings_words,
+                                spread, table, tuning_caption, tuning_rows)
 
 HEADLINE = "experiments/images/results/headline.json"
 BASELINES = ("data_parallel", "local_sgd")  # what IST is compared with: the better of the two at each W, tuned
@@ -137,3 +137,37 @@ scalar("headline.choices", HEADLINE, _choices)
 scalar("headline.linear", HEADLINE, lambda d: d["baselines"]["linear"]["test_accuracy"])
 scalar("headline.above_linear", HEADLINE, _above_linear("tuned"))
 scalar("headline.best_above_linear", HEADLINE, _above_linear("best"))
+
+
+def verdict(d) -> str:
+    """The headline's verdict from its table: at each W, whether tuned IST beats the linear model (the regime
+    baseline: below it, IST's comparison ranks a failure and is no result) and its paired gap to the better tuned
+    baseline."""
+    linear = d["baselines"]["linear"]["test_accuracy"]
+    by, parts = _by_label(d), []
+    for w in (2, 4):
+        r = by.get(f"ist_W{w}")
+        if r is None:
+            continue
+        where = "above" if r["test_accuracy_mean"] > linear else "below"
+        parts.append(f"W = {w}: IST {where} the linear model ({r['test_accuracy_mean']:.3f} against {linear:.3f}), "
+                     f"{paired_gap(d, r['label']) or 'fewer than two seeds'}")
+    below = [w for w in (2, 4) if f"ist_W{w}" in by and by[f"ist_W{w}"]["test_accuracy_mean"] <= linear]
+    tail = (f"; below the linear model at W = {' and '.join(map(str, below))}, IST's comparison there is no result, "
+            f"and the IST paper's near-parity with data parallel is not reproduced" if below else "")
+    return "; ".join(parts) + tail
+
+
+scalar("headline.verdict", HEADLINE, verdict)
+
+
+@headline_row("channel IST vs data parallel vs local SGD, each arm's rate and momentum handling tuned on held-out "
+              "training images, ResNet-18 layout at 1/8 width, Fashion-MNIST, 163,840 samples in all "
+              "(`python -m experiments.images.studies headline`)", "`docs/images.md`", HEADLINE)
+def _headline_row(d):
+    by = _by_label(d)
+
+    def at(w):
+        return (f"W = {w}: IST {accuracy(by[f'ist_W{w}'])}, data parallel {accuracy(by[f'data_parallel_W{w}'])}, "
+                f"local SGD {accuracy(by[f'local_sgd_W{w}'])}")
+    return f"{at(2)}; {at(4)}; linear model {d['baselines']['linear']['test_accuracy']:.3f}; {verdict(d)}"
