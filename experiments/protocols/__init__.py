@@ -1,0 +1,1 @@
+"""The studies of docs/protocols.md (issue 59)."""
