@@ -12,7 +12,6 @@ run of the driver stopped by SIGTERM after round 2 resumes bit for bit equal to 
 Every rank asserts; rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tests/test_codistill.py.
 """
 
-import pathlib
 import sys
 
 import jax
@@ -21,13 +20,11 @@ import numpy as np
 import optax
 
 import istjax
-import istjax.launch.driver as driver
 from istjax.core.comm import tree_bytes
-from istjax.launch.checkpoint import Checkpointer
 from istjax.launch.config import default_config
 from istjax.models.mlp import MLP
 from istjax.runtimes import mpi as M
-from stopping import interrupted_after
+from stopping import resumed_equals_uninterrupted
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -99,24 +96,8 @@ def config():
     return c
 
 
-def final(workdir):
-    like = jax.jit(driver.build(config()).algorithm.whole_init)(jax.random.key(0))
-    with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
-        return ckpt.restore_latest(like)
-
-
 if len(sys.argv) > 3:
-    root = pathlib.Path(sys.argv[3])
-    driver.train_and_evaluate(config(), root / "full")
-    interrupted_after(driver, 2, lambda: driver.train_and_evaluate(config(), root / "split"), 4)
-    driver.train_and_evaluate(config(), root / "split")  # the same command resumes from round 2
-    M._world().Barrier()
-    if ME == 0:
-        (a, _, step_a), (b, _, step_b) = final(root / "full"), final(root / "split")
-        assert step_a == step_b == 4, (step_a, step_b)
-        for x, y in zip(jax.tree.leaves((a.params, a.model_state, a.opt_state)),
-                        jax.tree.leaves((b.params, b.model_state, b.opt_state))):
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    resumed_equals_uninterrupted(config, sys.argv[3], rows=None)
     say(f"OK SIGTERM after round 2 under mpiexec -n {N}: the resumed run == the uninterrupted one, bit for bit, "
         f"every group's model and the teachers included")
 

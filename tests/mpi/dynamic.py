@@ -14,7 +14,6 @@ command, ends bit for bit equal to a run never stopped.
 Every rank asserts; rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tests/test_dynamic.py.
 """
 
-import pathlib
 import sys
 
 import jax
@@ -23,13 +22,11 @@ import numpy as np
 import optax
 
 import istjax
-import istjax.launch.driver as driver
 from istjax.algorithms.dynamic import FLAG_BYTES
-from istjax.launch.checkpoint import Checkpointer
 from istjax.launch.config import default_config
 from istjax.models.mlp import MLP
 from istjax.runtimes import mpi as M
-from stopping import interrupted_after
+from stopping import resumed_equals_uninterrupted
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -101,6 +98,10 @@ check(rt, state, ref, "from a whole state")
 say("OK from a whole state: each rank keeps its own workers' rows and runs on == simulate")
 
 
+def _all_rows(tree):
+    assert all(np.shape(v)[0] == W for v in jax.tree.leaves(tree)), "the checkpoint holds every worker's rows"
+
+
 def config():
     c = default_config()
     c.algorithm.name, c.algorithm.delta, c.runtime.name = "dynamic_averaging", 0.05, "mpi"
@@ -110,25 +111,8 @@ def config():
     return c
 
 
-def final(workdir):
-    like = jax.jit(driver.build(config()).algorithm.whole_init)(jax.random.key(0))
-    with Checkpointer(workdir / "checkpoints", enabled=False) as ckpt:
-        return ckpt.restore_latest(like)
-
-
 if len(sys.argv) > 2:
-    root = pathlib.Path(sys.argv[2])
-    driver.train_and_evaluate(config(), root / "full")
-    interrupted_after(driver, 2, lambda: driver.train_and_evaluate(config(), root / "split"), 4)
-    driver.train_and_evaluate(config(), root / "split")  # the same command resumes from round 2
-    M._world().Barrier()
-    if ME == 0:
-        (a, _, step_a), (b, _, step_b) = final(root / "full"), final(root / "split")
-        assert step_a == step_b == 4, (step_a, step_b)
-        assert all(np.shape(v)[0] == W for v in jax.tree.leaves(a.opt_state.workers)), "the checkpoint holds all"
-        for x, y in zip(jax.tree.leaves((a.params, a.model_state, a.opt_state)),
-                        jax.tree.leaves((b.params, b.model_state, b.opt_state))):
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    resumed_equals_uninterrupted(config, sys.argv[2], rows=lambda a: _all_rows(a.opt_state.workers))
     say(f"OK SIGTERM after round 2 under mpiexec -n {N}: the resumed run == the uninterrupted one, bit for bit, "
         f"its {W} workers' models, moments and the counters included")
 
