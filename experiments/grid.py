@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import pathlib
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
@@ -140,8 +141,9 @@ def record_baselines(out: pathlib.Path, cell: Cell) -> pathlib.Path:
 
 def plot(results: pathlib.Path, out: pathlib.Path, title: str, reference: str | None = None) -> pathlib.Path:
     """A horizontal bar per row of ``results``: the mean test accuracy over seeds, each seed a dot, the mean of the
-    ``reference`` row (a label, e.g. data parallel) as a dashed line. Rendered from the file alone, so the figure
-    in the docs is regenerated with the table (``--plot``)."""
+    ``reference`` row (a label, e.g. data parallel) as a dashed line, and the study's regime baseline (the linear
+    model, where ``--baselines`` recorded it) as a dotted red one. Rendered from the file alone, so the figure in the
+    docs is regenerated with the table (``--plot``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,11 +160,16 @@ def plot(results: pathlib.Path, out: pathlib.Path, title: str, reference: str | 
     ref = next((r for r in rows if r["label"] == reference), None)
     if ref is not None:
         ax.axvline(ref["test_accuracy_mean"], color="k", linestyle="--", linewidth=1)
+    regime = doc.get("regime") or {}
+    base = ((doc.get("baselines") or {}).get(regime.get("baseline")) or {}).get("test_accuracy")
+    if base is not None:
+        ax.axvline(base, color="#d62728", linestyle=":", linewidth=1.2)
     ax.set_yticks(y, [r["label"] for r in rows])
-    ax.set_xlabel("test accuracy (bar: mean over seeds; dots: seeds" + (f"; dashed: {reference}" if ref else "") + ")")
-    low = min(run["test_accuracy"] for run in doc["runs"])
+    ax.set_xlabel("test accuracy (bar: mean over seeds; dots: seeds" + (f"; dashed: {reference}" if ref else "")
+                  + (f"; dotted: the {regime['baseline']} model" if base is not None else "") + ")")
+    low = min([run["test_accuracy"] for run in doc["runs"]] + ([base] if base is not None else []))
     ax.set_xlim(0 if low < 0.6 else math.floor(10 * low - 0.5) / 10, 1)  # close results: an axis that shows them
-    ax.set_title(title, fontsize=10)
+    ax.set_title("\n".join(textwrap.fill(line, 90) for line in title.split("\n")), fontsize=9)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
