@@ -15,52 +15,34 @@ Every rank asserts; rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tes
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 import istjax
 from istjax.core.comm import tree_bytes
 from istjax.launch.config import default_config
-from istjax.models.mlp import MLP
 from istjax.runtimes import mpi as M
+from protocol_case import TASK as task
+from protocol_case import batches as _batches
+from protocol_case import check, say
 from stopping import resumed_equals_uninterrupted
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 N, ME = M.size(), M.rank()
-W, G, K, D, C, ROUNDS = int(sys.argv[1]), int(sys.argv[2]), 3, 6, 3, 4
+W, G, K, ROUNDS = int(sys.argv[1]), int(sys.argv[2]), 3, 4
 L, R = W // N, W // G
 TOL = 1e-5
 
 
-def say(msg):
-    if ME == 0:
-        print(msg, flush=True)
-
-
-task = istjax.classifier(MLP(hidden=(8,), num_classes=C, batch_norm=True), jnp.zeros((2, D)), MLP.rules(1),
-                         num_classes=C)
-
-
 def batches(r):
-    kx, ky = jax.random.split(jax.random.key(100 + r))
-    return {"x": jax.random.normal(kx, (W, K, 5, D)), "y": jax.random.randint(ky, (W, K, 5), 0, C)}
+    return _batches(r, W, K)
 
 
 def make(groups=G):
     return istjax.codistillation(task, optax.sgd(0.2), num_workers=W, local_steps=K, groups=groups,
                                  distill_weight=0.5, teacher_every=2, burn_in=1)
-
-
-def check(rt, state, ref, label):
-    whole = rt.gather(state)
-    if ME == 0:
-        for a, b in zip(jax.tree.leaves((whole.params, whole.model_state, whole.opt_state)),
-                        jax.tree.leaves((ref.params, ref.model_state, ref.opt_state))):
-            assert np.shape(a) == np.shape(b), (label, np.shape(a), np.shape(b))
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=TOL, atol=TOL, err_msg=label)
 
 
 model_bytes = tree_bytes((jax.eval_shape(task.init, jax.random.key(0)),
@@ -71,7 +53,7 @@ leader = ME % (N // G) == 0
 for r in range(ROUNDS):
     state, metrics = rt.round(state, batches(r))
     ref, expected = simulate.round(ref, batches(r))
-    check(rt, state, ref, f"round {r}")
+    check(rt, state, ref, TOL, f"round {r}")
     exchanged = (r + 1) % 2 == 0
     assert float(metrics["teachers_exchanged"]) == float(exchanged), (r, metrics["teachers_exchanged"])
     within = model_bytes * L if R > 1 else 0

@@ -15,50 +15,32 @@ Every rank asserts; rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tes
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 import istjax
 from istjax.launch.config import default_config
-from istjax.models.mlp import MLP
 from istjax.runtimes import mpi as M
+from protocol_case import TASK as task
+from protocol_case import batches as _batches
+from protocol_case import check, say
 from stopping import resumed_equals_uninterrupted
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 N, ME = M.size(), M.rank()
-W, K, D, C, ROUNDS = int(sys.argv[1]), 3, 6, 3, 3
+W, K, ROUNDS = int(sys.argv[1]), 3, 3
 L = W // N
 TOL_FIRST, TOL, TOL_BF16 = 2e-6, 1e-4, 2.0 ** -6
 
 
-def say(msg):
-    if ME == 0:
-        print(msg, flush=True)
-
-
-task = istjax.classifier(MLP(hidden=(8,), num_classes=C, batch_norm=True), jnp.zeros((2, D)), MLP.rules(1),
-                         num_classes=C)
-
-
 def batches(r):
-    kx, ky = jax.random.split(jax.random.key(100 + r))
-    return {"x": jax.random.normal(kx, (W, K, 5, D)), "y": jax.random.randint(ky, (W, K, 5), 0, C)}
+    return _batches(r, W, K)
 
 
 def make(backend, **options):
     return istjax.admm(task, optax.sgd(0.2), num_workers=W, local_steps=K, rho=0.3, backend=backend, **options)
-
-
-def check(rt, state, ref, tol, label):
-    whole = rt.gather(state)  # collective: every rank's rows of duals to rank 0
-    if ME == 0:
-        for a, b in zip(jax.tree.leaves((whole.params, whole.model_state, whole.opt_state)),
-                        jax.tree.leaves((ref.params, ref.model_state, ref.opt_state))):
-            assert np.shape(a) == np.shape(b), (label, np.shape(a), np.shape(b))
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol, err_msg=label)
 
 
 for label, options in {"admm": {}, "admm exchange bfloat16": {"exchange_dtype": "bfloat16"}}.items():
@@ -87,7 +69,6 @@ state, _ = rt.round(ref, batches(1))
 ref, _ = simulate.round(ref, batches(1))
 check(rt, state, ref, TOL_FIRST, "from a whole state")
 say("OK from a whole state: each rank keeps its own workers' rows and runs on == simulate")
-
 
 
 def _all_rows(tree):

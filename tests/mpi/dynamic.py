@@ -17,53 +17,35 @@ Every rank asserts; rank 0 prints ``OK ...`` lines and ``ALL OK``. Driven by tes
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 import istjax
 from istjax.algorithms.dynamic import FLAG_BYTES
 from istjax.launch.config import default_config
-from istjax.models.mlp import MLP
 from istjax.runtimes import mpi as M
+from protocol_case import TASK as task
+from protocol_case import batches as _batches
+from protocol_case import check, say
 from stopping import resumed_equals_uninterrupted
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 N, ME = M.size(), M.rank()
-W, K, D, C, ROUNDS = int(sys.argv[1]), 3, 6, 3, 4
+W, K, ROUNDS = int(sys.argv[1]), 3, 4
 L = W // N
 TOL = 1e-5
 #: The thresholds and what their rounds must include: (partial, full) synchronisations at least.
 DELTAS = {"delta 0": (0.0, 0, ROUNDS), "delta inf": (float("inf"), 0, 0), "delta 0.4": (0.4, 1, 1)}
 
 
-def say(msg):
-    if ME == 0:
-        print(msg, flush=True)
-
-
-task = istjax.classifier(MLP(hidden=(8,), num_classes=C, batch_norm=True), jnp.zeros((2, D)), MLP.rules(1),
-                         num_classes=C)
-
-
 def batches(r):
-    kx, ky = jax.random.split(jax.random.key(100 + r))
-    return {"x": jax.random.normal(kx, (W, K, 5, D)) + r, "y": jax.random.randint(ky, (W, K, 5), 0, C)}
+    return _batches(r, W, K, shift=True)
 
 
 def make(delta):
     return istjax.dynamic_averaging(task, optax.adam(0.05), num_workers=W, local_steps=K, delta=delta)
-
-
-def check(rt, state, ref, label):
-    whole = rt.gather(state)  # collective: every rank's workers to rank 0
-    if ME == 0:
-        for a, b in zip(jax.tree.leaves((whole.params, whole.model_state, whole.opt_state)),
-                        jax.tree.leaves((ref.params, ref.model_state, ref.opt_state))):
-            assert np.shape(a) == np.shape(b), (label, np.shape(a), np.shape(b))
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=TOL, atol=TOL, err_msg=label)
 
 
 for label, (delta, partial_at_least, full_at_least) in DELTAS.items():
@@ -79,7 +61,7 @@ for label, (delta, partial_at_least, full_at_least) in DELTAS.items():
         for field in ("model_transfers", "violations", "synced_workers", "full_sync"):
             assert float(metrics[field]) == float(expected[field]), (label, field, r, metrics[field])
         moved += float(np.sum(metrics["measured_bytes_received"]))
-        check(rt, state, ref, f"{label}, round {r}")
+        check(rt, state, ref, TOL, f"{label}, round {r}")
     partial, full = np.asarray(state.opt_state.syncs).tolist()
     assert partial >= partial_at_least and full >= full_at_least, (label, partial, full)
     if delta == float("inf"):
@@ -94,7 +76,7 @@ ref = simulate.init(jax.random.key(6))
 ref, _ = simulate.round(ref, batches(0))
 state, _ = rt.round(ref, batches(1))
 ref, _ = simulate.round(ref, batches(1))
-check(rt, state, ref, "from a whole state")
+check(rt, state, ref, TOL, "from a whole state")
 say("OK from a whole state: each rank keeps its own workers' rows and runs on == simulate")
 
 
