@@ -57,7 +57,7 @@ PAGES = ("README.md", "docs/*.md")  # the files whose markers are kept, relative
 FIX = "python -m experiments.report (or make results)"
 # The study families whose experiments/<family>/report.py registers tables (imported in this order).
 FAMILIES = ("mlp", "images", "graphs", "custom", "distributed", "benchmarks", "network", "theory", "extreme", "text",
-            "precision", "federated")
+            "precision", "federated", "protocols")
 # The README's headline table: its rows in the order of these results files (a file's rows in registration order).
 HEADLINE_ORDER = (
     "experiments/mlp/results/digits.json", "experiments/mlp/results/keywords.json",

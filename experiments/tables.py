@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -300,6 +301,42 @@ def label_accuracy(label: str) -> Callable[[Any], str]:
         (r,) = [r for r in result_rows(d) if r["label"] == label]
         return accuracy(r)
     return fn
+
+
+# Reading a study's results file (``rows``: one per cell over seeds; ``runs``: one per run, with its ``curve``)
+
+def runs_of(d: dict[str, Any], label: str) -> list[dict[str, Any]]:
+    """The finished runs of the cell ``label`` in results file ``d``, by seed."""
+    return sorted((r for r in d.get("runs", []) if r["label"] == label), key=lambda r: r["seed"])
+
+
+def row_of(d: dict[str, Any], label: str) -> dict[str, Any] | None:
+    """The aggregated row of the cell ``label`` (None: the file has none)."""
+    return next((r for r in d.get("rows", []) if r["label"] == label), None)
+
+
+def seeds_text(n: int) -> str:
+    return f"{n} seed{'s' if n > 1 else ''}"
+
+
+def mean_spread(values: Sequence[float], digits: int = 1, unit: str = "") -> str:
+    """``'12.3x ± 1.1x (3 seeds)'``: the mean of ``values``, their sample standard deviation (none for one), the
+    count; '-' for none."""
+    if not values:
+        return "-"
+    text = f"{statistics.mean(values):.{digits}f}{unit}"
+    if len(values) > 1:
+        text += f" ± {statistics.stdev(values):.{digits}f}{unit}"
+    return f"{text} ({seeds_text(len(values))})"
+
+
+def points_spread(values: Sequence[float]) -> str:
+    """Differences of accuracy (fractions) in points: ``'+0.5 ± 0.1 points (3 seeds)'``; '-' for none."""
+    if not values:
+        return "-"
+    pts = [100 * v for v in values]
+    spread_ = f" ± {statistics.stdev(pts):.1f}" if len(pts) > 1 else ""
+    return f"{statistics.mean(pts):+.1f}{spread_} points ({seeds_text(len(pts))})"
 
 
 # (what, where, source, fn(loaded) -> result); ``what`` a string or ``what(loaded) -> str``

@@ -22,8 +22,12 @@ def test_every_cell_loads_and_every_arm_tunes_the_same_rates():
 
 
 def test_dynamic_compares_periodic_averaging_with_every_delta_and_ist_trains_to_equal_bytes():
-    dynamic = study.cells("dynamic")
-    assert [c.info["delta"] for c in dynamic] == [0.0, *study.DELTAS]
+    dynamic, drift = study.cells("dynamic"), study.cells("drift")
+    assert [c.info["delta"] for c in dynamic] == [c.info["delta"] for c in drift] == [0.0, *study.DELTAS]
+    assert [c.label for c in dynamic] == [c.label for c in drift]
+    drifting = plan(drift, [0], "/nonexistent", root=REPO)
+    assert all(p.config.data.drift_round == study.DRIFT_ROUND < p.config.num_rounds for p in drifting)
+    assert all(p.config.data.drift_round == 0 for p in plan(dynamic, [0], "/nonexistent", root=REPO))
     import istjax.launch.driver as driver
 
     planned = {p.cell.label: p.config for p in plan(study.cells("admm"), [0], "/nonexistent", root=REPO)}

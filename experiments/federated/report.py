@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import pathlib
-import statistics
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from experiments.tables import (baseline_cells, cell, fixed, headline_row, markdown_table, nbytes, scalar,
-                               settings_words, table, tuning_caption, tuning_rows)
+from experiments.tables import (baseline_cells, cell, fixed, headline_row, markdown_table, mean_spread, nbytes,
+                               points_spread, row_of, runs_of, scalar, settings_words, table, tuning_caption,
+                               tuning_rows)
 from istjax.launch.metrics import format_mean_std
 from istjax.launch.study import paired_difference
 
@@ -43,11 +43,6 @@ ARM_NAMES = {"fedsgd": "FedSGD", "fedavg": "FedAvg", "fedavgm": "FedAvgM", "fedi
 
 # ----------------------------------------------------------------------------------------------------------------
 # Reading the curves
-
-def runs_of(d: dict, label: str) -> list[dict]:
-    """The finished runs of the cell ``label``, by seed."""
-    return sorted((r for r in d.get("runs", []) if r["label"] == label), key=lambda r: r["seed"])
-
 
 def reached(curve: Sequence[dict], target: float, metric: str = "test_accuracy") -> Optional[dict]:
     """The first evaluation whose ``metric`` is at or past ``target`` (its ``round`` and ``bytes_total``), or None."""
@@ -83,17 +78,6 @@ def claim_ratios(d: dict) -> list[dict]:
     return out
 
 
-def _mean_std(values: Sequence[float], digits: int = 1, unit: str = "") -> str:
-    """``'12.3x ± 1.1x (3 seeds)'``: the mean of ``values``, their sample standard deviation (none for one), the
-    count; '-' for none."""
-    if not values:
-        return "-"
-    text = f"{statistics.mean(values):.{digits}f}{unit}"
-    if len(values) > 1:
-        text += f" ± {statistics.stdev(values):.{digits}f}{unit}"
-    return f"{text} ({len(values)} seed{'s' if len(values) > 1 else ''})"
-
-
 def ratio_text(d: dict) -> str:
     """The claim's ratio: mean ± std over seeds and their range, '>' where a seed's FedSGD never reached."""
     pairs = [p for p in claim_ratios(d) if p["ratio"] is not None]
@@ -102,7 +86,7 @@ def ratio_text(d: dict) -> str:
     ratios = [p["ratio"] for p in pairs]
     bound = any(p["bound"] for p in pairs)
     lo, hi = min(ratios), max(ratios)
-    return (f"{'at least ' if bound else ''}{_mean_std(ratios, 1, 'x')}, range {lo:.1f}-{hi:.1f}x"
+    return (f"{'at least ' if bound else ''}{mean_spread(ratios, 1, 'x')}, range {lo:.1f}-{hi:.1f}x"
             + (" (FedSGD did not reach it within its budget in some seeds: those ratios are lower bounds)"
                if bound else ""))
 
@@ -118,10 +102,6 @@ def claim_verdict(d: dict) -> str:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Tables
-
-def _row(d: dict, label: str) -> Optional[dict]:
-    return next((r for r in d.get("rows", []) if r["label"] == label), None)
-
 
 def _accuracy(r: Optional[dict]) -> str:
     if r is None:
@@ -154,15 +134,15 @@ def _claim(d):
     pairs = claim_ratios(d)
     arms = []
     for label in ("fedavg", "fedsgd"):
-        r, runs = _row(d, label), runs_of(d, label)
+        r, runs = row_of(d, label), runs_of(d, label)
         hit = [reached(run["curve"], target) for run in runs]
         rounds = [h["round"] for h in hit if h]
         nbytes_ = [h["bytes_total"] for h in hit if h]
         missing = len(hit) - len(rounds)
         arms.append([ARM_NAMES[label], _settings(r), cell(budget(r)) if r else "-", _end_accuracy(r, runs),
                      (f"not reached in {budget(r)} ({missing} of {len(hit)} seeds)" if not rounds and r else
-                      _mean_std(rounds, 1) + (f" ({missing} of {len(hit)} not reached)" if missing else "")),
-                     _mean_std([b / 1e6 for b in nbytes_], 1, " MB") if nbytes_ else "-"])
+                      mean_spread(rounds, 1) + (f" ({missing} of {len(hit)} not reached)" if missing else "")),
+                     mean_spread([b / 1e6 for b in nbytes_], 1, " MB") if nbytes_ else "-"])
     head = ["arm", "chosen settings (tuning)", "budget (rounds)", "test accuracy at the end (mean ± std)",
             f"rounds to {target:g}", f"bytes to {target:g} (all clients)"]
     table_ = markdown_table(head, arms + baseline_cells(d, len(head), {3: "test_accuracy"}))
@@ -183,21 +163,12 @@ for _study, (_src, _baseline) in CLAIMS.items():
            lambda d, b=_baseline: fixed(d["baselines"][b]["test_accuracy"], 3))
 
 
-def _points(values: Sequence[float]) -> str:
-    """Differences of accuracy in points: ``'+0.5 ± 0.1 points (3 seeds)'``."""
-    if not values:
-        return "-"
-    pts = [100 * v for v in values]
-    spread = f" ± {statistics.stdev(pts):.1f}" if len(pts) > 1 else ""
-    return f"{statistics.mean(pts):+.1f}{spread} points ({len(pts)} seed{'s' if len(pts) > 1 else ''})"
-
-
 @table("federated_momentum", MOMENTUM, shows=("test_accuracy",))
 def _momentum(d):
     rows = []
     for split in ("iid", "dir0.5", "dir0.1"):
         key = split.replace(".", "_")
-        avg, mom = _row(d, f"fedavg_{key}"), _row(d, f"fedavgm_{key}")
+        avg, mom = row_of(d, f"fedavg_{key}"), row_of(d, f"fedavgm_{key}")
         rows.append([SPLIT_NAMES[split], _accuracy(avg), _settings(avg), _accuracy(mom), _settings(mom),
                      momentum_gain(d, split)])
     head = ["split", "FedAvg", "its settings", "FedAvgM (momentum 0.9)", "its settings",
@@ -209,7 +180,7 @@ def momentum_gain(d: dict, split: str) -> str:
     """FedAvgM minus FedAvg on ``split``, paired by seed, in points: mean ± std (n seeds)."""
     key = split.replace(".", "_")
     paired = paired_difference(runs_of(d, f"fedavgm_{key}"), runs_of(d, f"fedavg_{key}"), "test_accuracy")
-    return _points(paired["differences"] if paired else [])
+    return points_spread(paired["differences"] if paired else [])
 
 
 for _split in ("iid", "dir0.5", "dir0.1"):
@@ -250,7 +221,7 @@ def ist_readings(d: dict, split: str) -> dict[str, Any]:
 
 def _mean_of(seeds: Sequence[dict], key: str, digits: int = 3) -> str:
     values = [s[key] for s in seeds if s.get(key) is not None]
-    return _mean_std(values, digits) if values else "-"
+    return mean_spread(values, digits) if values else "-"
 
 
 @table("federated_ist", IST, shows=("test_accuracy",))
@@ -259,10 +230,10 @@ def _ist(d):
     for split in ("iid", "dir0.1"):
         read, key = ist_readings(d, split), split.replace(".", "_")
         seeds = read["seeds"]
-        avg, ist = _row(d, f"fedavg_{key}"), _row(d, f"fedist_{key}")
+        avg, ist = row_of(d, f"fedavg_{key}"), row_of(d, f"fedist_{key}")
         rows.append([SPLIT_NAMES[split], _mean_of(seeds, "fedavg"), _mean_of(seeds, "equal_rounds"),
                      _mean_of(seeds, "equal_bytes"),
-                     _points([s["equal_bytes"] - s["fedavg"] for s in seeds if s["equal_bytes"] is not None]),
+                     points_spread([s["equal_bytes"] - s["fedavg"] for s in seeds if s["equal_bytes"] is not None]),
                      nbytes(avg["bytes_per_worker_per_round"], binary=False) if avg else "-",
                      nbytes(ist["bytes_per_worker_per_round"], binary=False) if ist else "-",
                      f"{_mean_of(seeds, 'worker_train_loss')} / {_mean_of(seeds, 'merged_train_loss')}"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from experiments.tables import runs_of
 from istjax.launch.study import paired_difference
 
 GAP_PARTS = (
@@ -19,11 +20,6 @@ GAP_PARTS = (
     ("the statistics", lambda r: r["merged_test_loss"] - r["merged_train_loss"]),
     ("test set vs training batches", lambda r: r["test_loss"] - r["merged_test_loss"]),
 )
-
-
-def runs_of(d, label: str) -> list[dict[str, Any]]:
-    """The run records of cell ``label`` in results file ``d`` (every seed)."""
-    return [r for r in d["runs"] if r["label"] == label]
 
 
 def _with_parts(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

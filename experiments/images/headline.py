@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Optional
 
-from experiments.images.gap import runs_of
+from experiments.tables import runs_of
 from experiments.images.studies import HEADLINE_TUNING_SAMPLES
 from experiments.tables import (ResultsError, accuracy, algorithm_name, baseline_cells, cell, headline_row,
                                 markdown_table, nbytes, points_above_baseline, result_rows, scalar, settings_words,

@@ -10,7 +10,8 @@ from typing import Any, Optional
 from experiments.tables import (accuracy, algorithm_name, baseline_cells, cell, fixed, headline_row, label_accuracy,
                                markdown_table, nbytes, points_above_baseline, result_rows, scalar, spread, table)
 from experiments.images import headline  # noqa: F401  (registers the headline study's tables and scalars)
-from experiments.images.gap import GAP_PARTS, gap_parts, runs_of
+from experiments.images.gap import GAP_PARTS, gap_parts
+from experiments.tables import runs_of
 from experiments.images.studies import (ABLATION_RECOMPUTABLE, ABLATION_STEPS, DECOMPOSE_SAMPLES, DECOMPOSE_VARIANTS,
                                         LARGEST, PAPER_ABLATION, RESIST_SAMPLES, ablation_label)
 from istjax.launch.metrics import format_mean_std

@@ -16,6 +16,11 @@ Studies (``python -m experiments.protocols.study STUDY --tune``), each its resul
   optimizer state, the same code) and dynamic averaging at each of `DELTAS`, each arm's rate tuned over the same
   grid. `experiments.protocols.report` reads, per seed, the transfers and bytes each dynamic arm has moved when its
   test loss first reaches periodic averaging's final one, off the curves (every `EVAL_EVERY` rounds).
+* ``drift`` (``drift.json``): the same arms on a stream whose labels are permuted from round `DRIFT_ROUND` on
+  (``data.drift_round``, `istjax.data.drift`: every keyword renamed, the evaluation following the concept in force),
+  tuned the same way (the final loss is the new concept's): the transfers each protocol makes per round before and
+  after the drift (every record sums its rounds' ``model_transfers``), and transfers and bytes to periodic
+  averaging's final loss.
 * ``admm`` (``admm.json``): consensus ADMM against local SGD at equal bytes (the same rounds: ADMM moves local SGD's
   bytes), W = 4, K = 20, ADMM's ``rho`` tuned with its rate; IST beside them at W = 4 at equal bytes (its rounds
   times the ratio of local SGD's bytes a round to its own, `IST_ROUNDS_FACTOR`).
@@ -29,6 +34,7 @@ its numbers); no variant is chosen on the test clips. None of these studies has 
 
     python -m experiments.protocols.study dynamic --baselines    # the linear model (a minute)
     python -m experiments.protocols.study dynamic --tune          # tuning, then 3 seeds
+    python -m experiments.protocols.study drift --tune
     python -m experiments.protocols.study admm --tune
     python -m experiments.protocols.study codistill --tune
 """
@@ -47,10 +53,11 @@ from istjax.launch.tuning import Objective, arm_grid
 
 CONFIG = "experiments/configs/keywords_speech.py:2"
 RESULTS = REPO / "experiments" / "protocols" / "results"
-STUDIES = ("dynamic", "admm", "codistill")
+STUDIES = ("dynamic", "drift", "admm", "codistill")
 HIDDEN = 512
 LEARNING_RATES = (0.01, 0.03, 0.1)  # plain SGD, every arm
-ROUNDS = {"dynamic": 120, "admm": 60, "codistill": 60}
+ROUNDS = {"dynamic": 120, "drift": 120, "admm": 60, "codistill": 60}
+DRIFT_ROUND, DRIFT_SEED = 60, 0  # drift: the labels are renamed from this round on (halfway), by this seed's cycle
 EVAL_EVERY = 5
 # dynamic: the thresholds on ||w_i - r||^2 (squared distance over every parameter, float32), placed before any
 # reported run by the pilot (`python -m experiments.protocols.pilot`, training clips only): along periodic averaging a
@@ -63,7 +70,8 @@ RHOS = (0.01, 0.1, 1.0)  # admm: rho, tuned with the rate
 # it trains four times the rounds (tests/test_protocols_study.py checks the ratio)
 IST_ROUNDS_FACTOR = 4
 TARGET = 0.5  # codistill: the test accuracy to reach (the config's own target), fixed before any run
-TRACKED = ("round", "samples_seen", "bytes_total", "test_accuracy", "test_loss", "model_transfers")
+TRACKED = ("round", "samples_seen", "bytes_total", "test_accuracy", "test_loss", "model_transfers", "violations",
+           "full_sync")
 
 
 def _cell(label: str, algorithm: str, workers: int, local_steps: int, rounds: int, extra: Sequence[str] = (),
@@ -71,17 +79,20 @@ def _cell(label: str, algorithm: str, workers: int, local_steps: int, rounds: in
     flags = (f"--config.algorithm.name={algorithm}", f"--config.model.hidden=({HIDDEN},)",
              f"--config.num_workers={workers}", f"--config.local_steps={local_steps}",
              f"--config.num_rounds={rounds}", f"--config.eval_every={EVAL_EVERY}",
-             f"--config.checkpoint_every={rounds}", "--config.batch_size=32", *extra)
+             f"--config.checkpoint_every={rounds}", "--config.batch_size=32", "--config.runtime.loss_split=False",
+             *extra)
     return Cell(label, CONFIG, flags, {"algorithm": algorithm, "num_workers": workers, **info})
 
 
 def cells(study: str) -> list[Cell]:
     """The study's cells (module docstring)."""
     rounds = ROUNDS[study]
-    if study == "dynamic":
-        out = [_cell("periodic", "dynamic_averaging", 8, 5, rounds, ("--config.algorithm.delta=0.0",), delta=0.0)]
-        return out + [_cell(f"dynamic_{d:g}".replace(".", "_"), "dynamic_averaging", 8, 5, rounds,
-                            (f"--config.algorithm.delta={d}",), delta=d) for d in DELTAS]
+    if study in ("dynamic", "drift"):
+        drift = ((f"--config.data.drift_round={DRIFT_ROUND}", f"--config.data.drift_seed={DRIFT_SEED}")
+                 if study == "drift" else ())
+        return [_cell("periodic" if d == 0 else f"dynamic_{d:g}".replace(".", "_"), "dynamic_averaging", 8, 5,
+                      rounds, (f"--config.algorithm.delta={float(d)}", *drift), delta=float(d))
+                for d in (0, *DELTAS)]
     if study == "admm":
         return [_cell("local_sgd", "local_sgd", 4, 20, rounds), _cell("admm", "admm", 4, 20, rounds),
                 _cell("ist", "ist", 4, 20, rounds * IST_ROUNDS_FACTOR)]
@@ -101,9 +112,9 @@ def grid(cell: Cell) -> dict:
 
 
 def tuning_of(study: str) -> Tuning:
-    """Each arm judged on the tuning split by its final test loss (dynamic: the loss is what the claim reads) or
-    accuracy."""
-    objective = Objective("test_loss", "min") if study == "dynamic" else Objective("test_accuracy", "max")
+    """Each arm judged on the tuning split by its final test loss (dynamic and drift: the loss is what the claim
+    reads) or accuracy."""
+    objective = Objective("test_loss", "min") if study in ("dynamic", "drift") else Objective("test_accuracy", "max")
     return Tuning(grid, objective, 0.1)
 
 

@@ -41,6 +41,8 @@ Modules:
   of the N clients a round, a pure function of (seed, round), and the server's weights by example count) and
   `make_client_batch_fn` (a `ClientBatchFn`: the sampled clients' E epochs at batch B as ``[M, K, B]`` steps, with
   per-example weights, 0 on the fill that pads a smaller client to the largest one's K steps).
+* ``drift``: concept drift, the labels permuted from a stated round on: `Drift` and `drifting` (a batch function
+  whose labels follow it; ``data.drift_round`` in a config).
 """
 
 from istjax.data.arrays import check_dataset as check_dataset
@@ -65,6 +67,8 @@ from istjax.data.clients import ClientSplit as ClientSplit
 from istjax.data.dataset import Dataset as Dataset
 from istjax.data.dataset import Rows as Rows
 from istjax.data.dataset import standardize as standardize
+from istjax.data.drift import Drift as Drift
+from istjax.data.drift import drifting as drifting
 from istjax.data.files import DataNotFoundError as DataNotFoundError
 from istjax.data.images import load_fashion_mnist as load_fashion_mnist
 from istjax.data.registry import DATASETS as DATASETS
@@ -85,6 +89,8 @@ __all__ = [
     "BatchFn",
     "DataNotFoundError",
     "Dataset",
+    "Drift",
+    "drifting",
     "augment_batches",
     "check_dataset",
     "ClientBatchFn",

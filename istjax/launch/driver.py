@@ -190,7 +190,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
     try:
         evaluate = make_evaluator(run.task, run.dataset, batch_size=int(config.eval_batch_size),
                                   evaluate_fn=run.algorithm.runtime.evaluate,
-                                  train_examples=int(config.eval_train_examples), log=run.log)
+                                  train_examples=int(config.eval_train_examples), log=run.log, drift=run.drift)
         check_memory_cap(run)  # before any state exists: a model over the cap is refused, not killed by the OS
         state = initial_state(run, resume=resume)
         run.begin()  # every check has passed: only now is the workdir written

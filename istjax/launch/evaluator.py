@@ -20,13 +20,14 @@ import istjax.data as data_lib
 from istjax.core import contract
 from istjax.core.state import TrainState
 from istjax.core.task import Task
+from istjax.data.drift import Drift
 
 __all__ = ["Evaluator", "make_evaluator"]
 
 
 def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, train_examples: int = 0,
-                   evaluate_fn: Optional[Callable] = None,
-                   log: Optional[Callable[[str], None]] = None) -> "Evaluator":
+                   evaluate_fn: Optional[Callable] = None, log: Optional[Callable[[str], None]] = None,
+                   drift: Optional[Drift] = None) -> "Evaluator":
     """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` of the full-width model, plus
     ``test_<metric>`` and ``train_<metric>`` for every other metric the task's evaluation returns (a multi-label
     model's ``precision_at_k``, `istjax.xmc.loss`; a metric returned as ``<name>_numerator`` and
@@ -39,7 +40,9 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, tr
     than the task's ``min_eval_batch`` (a model with batch-statistics BatchNorm normalises each chunk with its own
     statistics). ``evaluate_fn`` replaces ``task.evaluate`` (a runtime that evaluates a sharded state in place:
     `istjax.runtimes.RuntimeHandle.evaluate`). A split smaller than ``min_eval_batch`` (your own table's test set) is
-    evaluated as one batch, and ``log`` is told that its score depends on the split's size.
+    evaluated as one batch, and ``log`` is told that its score depends on the split's size. With a ``drift``
+    (`istjax.data.drift`), a state that has completed ``drift.at_round`` rounds or more is scored against the
+    permuted labels, the concept its next round trains on.
     """
     evaluate_fn = task.evaluate if evaluate_fn is None else evaluate_fn
 
@@ -60,17 +63,24 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, tr
     small = {split: n for split, n in (("test", len(dataset.test_y)), ("train", n_train)) if n < task.min_eval_batch}
     if small and log is not None:
         log(_small_split_note(task, small))
-    return Evaluator(jax.jit(chunk_scores), splits, dataset.shared)
+    drifted = None if drift is None else {
+        split: [(x, jnp.asarray(drift.relabel_numpy(np.asarray(y))), n) for x, y, n in chunks]
+        for split, chunks in splits.items()}
+    return Evaluator(jax.jit(chunk_scores), splits, dataset.shared,
+                     drifted=None if drift is None else (drift.at_round, drifted))
 
 
 class Evaluator:
     """``evaluate(state) -> {test_loss, test_accuracy, train_loss, train_accuracy}`` (`make_evaluator`): the jitted
     chunk function, the shared input passed as an argument (never folded into the program as a constant).
     ``compile_time`` counts the first call at each chunk shape: its compilation plus that one chunk's evaluation (an
-    ahead-of-time compile cannot run under the MPI runtime: mpi4jax's ordered effects add a token argument)."""
+    ahead-of-time compile cannot run under the MPI runtime: mpi4jax's ordered effects add a token argument).
+    ``drifted``: ``(at_round, splits)``, the splits with the drifted concept's labels, scored from a state of
+    ``at_round`` completed rounds on (`make_evaluator`)."""
 
-    def __init__(self, chunk: Callable, splits: dict[str, list], shared: Any):
-        self.chunk, self.splits, self.shared = chunk, splits, shared
+    def __init__(self, chunk: Callable, splits: dict[str, list], shared: Any,
+                 drifted: Optional[tuple[int, dict[str, list]]] = None):
+        self.chunk, self.splits, self.shared, self.drifted = chunk, splits, shared, drifted
         self.seen: set = set()
         self.compile_time = 0.0
 
@@ -87,7 +97,10 @@ class Evaluator:
 
     def __call__(self, state: TrainState) -> dict[str, float]:
         out = {}
-        for split, chunks in self.splits.items():
+        splits = self.splits
+        if self.drifted is not None and int(jax.device_get(state.round)) >= self.drifted[0]:
+            splits = self.drifted[1]
+        for split, chunks in splits.items():
             results = jax.device_get([(self._scores(state, x, y), n) for x, y, n in chunks])
             total = sum(n for _, n in results)
             out[f"{split}_loss"] = float(sum(float(l) * n for (l, _), n in results) / total)

@@ -42,10 +42,13 @@ from istjax.core.process import is_primary as is_primary
 from istjax.core.process import process_count as process_count
 from istjax.core.process import process_index as process_index
 
-__all__ = ["METRIC_LABELS", "RECORD_FIELDS", "SPLIT", "metrics_text", "is_primary", "process_count", "process_index",
+__all__ = ["COUNTED", "METRIC_LABELS", "RECORD_FIELDS", "SPLIT", "metrics_text", "is_primary", "process_count", "process_index",
            "MetricWriter", "read_metrics", "truncate_metrics", "write_atomic"]
 
 SPLIT = ("worker_train_loss", "merged_train_loss", "merged_test_loss", "merge_cost")  # the round's loss split
+# What a round counted, where an algorithm reports it (dynamic averaging's models moved, its workers that violated
+# the condition, those averaged, its full synchronisations): a record carries each one's sum over its rounds.
+COUNTED = ("model_transfers", "violations", "synced_workers", "full_sync")
 
 RECORD_FIELDS = ("round", "step", "samples_seen", "wall_time_s", "train_loss", "train_accuracy", "test_loss",
                  "test_accuracy", "round_loss", "bytes_sent_per_worker", "bytes_received_per_worker", "bytes_total",

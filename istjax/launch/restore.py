@@ -85,6 +85,6 @@ def evaluate_run(workdir: str | pathlib.Path, *, checkpoint: Optional[int] = Non
     workdir = pathlib.Path(workdir).absolute()
     config, experiment, state, step = restore_run(workdir, checkpoint=checkpoint, model_module=model_module)
     evaluate = make_evaluator(experiment.task, experiment.dataset, batch_size=int(config.eval_batch_size),
-                              train_examples=int(config.eval_train_examples))
+                              train_examples=int(config.eval_train_examples), drift=experiment.drift)
     return {"round": int(jax.device_get(state.round)), "checkpoint": str(workdir / "checkpoints" / str(step)),
             **evaluate(state)}

@@ -21,11 +21,12 @@ import istjax.launch.config as config_lib
 from istjax.algorithms.base import Algorithm, whole_state_init
 from istjax.core.state import TrainState
 from istjax.core.task import Task
+from istjax.data.drift import Drift
 from istjax.launch import workdir as workdir_lib
 from istjax.launch.checkpoint import (Checkpointer, CheckpointMismatch, CheckpointWriteError, ShardCountMismatch,
                                       ShardedCheckpointer)
 from istjax.launch.config import ConfigError, Experiment, build
-from istjax.launch.metrics import SPLIT, is_primary, write_atomic
+from istjax.launch.metrics import COUNTED, SPLIT, is_primary, write_atomic
 from istjax.launch.workdir import EnvironmentFailure
 
 __all__ = ["Run", "initial_state", "open_run", "step_inputs"]
@@ -39,9 +40,9 @@ def step_inputs(run: "Run") -> tuple[Any, Any]:
 
 class _SplitWindow:
     """The round's loss split (`istjax.algorithms.base.loss_split`) averaged over the rounds since the last
-    record: one batch per worker a round is noisy; the record carries the mean and ``split_rounds``, how many. The
-    window is part of a checkpoint's meta (`meta`), so a run stopped between two records and resumed averages the
-    same rounds as one that was never stopped."""
+    record (one batch per worker a round is noisy; the record carries the mean and ``split_rounds``, how many), and
+    what the rounds counted (`istjax.launch.metrics.COUNTED`), summed. The window is part of a checkpoint's meta
+    (`meta`), so a run stopped between two records and resumed reports the same rounds as one never stopped."""
 
     def __init__(self, sums: Optional[dict[str, float]] = None, rounds: int = 0):
         self.sums: dict[str, float] = dict(sums or {})
@@ -51,13 +52,15 @@ class _SplitWindow:
         got = {k: float(metrics[k]) for k in SPLIT if k in metrics}
         if got:
             self.rounds += 1
-            for k, v in got.items():
-                self.sums[k] = self.sums.get(k, 0.0) + v
+        got.update({k: float(metrics[k]) for k in COUNTED if k in metrics})
+        for k, v in got.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
 
     def take(self) -> dict[str, float]:
-        out = {k: v / self.rounds for k, v in self.sums.items()}
+        out = {k: v / self.rounds for k, v in self.sums.items() if k in SPLIT}
         if out:
             out["split_rounds"] = self.rounds
+        out.update({k: v for k, v in self.sums.items() if k in COUNTED})
         self.sums, self.rounds = {}, 0
         return out
 
@@ -88,6 +91,7 @@ class Run:
     overwrite: bool = False  # `begin` deletes the previous run
     began: bool = False  # `begin` has written the run into its workdir
     clients: Optional[dict] = None  # a federated run's clients (`istjax.launch.config.federated.Clients.to_record`)
+    drift: Optional[Drift] = None  # the stream's concept drift (`istjax.data.drift`), which the evaluation follows
 
     def save(self, state: TrainState) -> None:
         """Checkpoints the state: the whole state on the primary process, or every rank's shard where the runtime
@@ -164,7 +168,7 @@ def _start_run(experiment: Experiment, workdir: pathlib.Path, refusal: Optional[
     checkpointer = _checkpointer(workdir / "checkpoints", algorithm.runtime, int(config.max_to_keep))
     clients = None if experiment.clients is None else experiment.clients.to_record()
     return Run(config, config_dict, workdir, dataset, task, algorithm, batch_fn, checkpointer, log,
-               overwrite=overwrite, clients=clients)
+               overwrite=overwrite, clients=clients, drift=experiment.drift)
 
 
 def _checkpointer(directory: pathlib.Path, runtime, max_to_keep: int):

@@ -241,11 +241,23 @@ def _check_data_fields(config, p: Problems) -> None:
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f < 1:
         p.bad("data.tuning_fraction", "must be a fraction in [0, 1) of the training examples held out for tuning "
                                       "(0: none), e.g. 0.1.")
+    _check_drift(config, p)
     if not p.choice("data.graph_batches", GRAPH_BATCHES) or config.data.graph_batches == FULL_GRAPH:
         return
     p.choice("data.cluster_method", METHODS)
     for field in ("data.num_clusters", "data.clusters_per_step"):
         p.positive(field)
+
+
+def _check_drift(config, p: Problems) -> None:
+    """``data.drift_round``: 0 (off) or a round (it may lie beyond ``num_rounds``: a run resumed for more rounds
+    crosses it); ``data.drift_seed`` an integer >= 0."""
+    at, seed = config.data.drift_round, config.data.drift_seed
+    if not _is_int(at) or at < 0:
+        p.bad("data.drift_round", "must be an integer >= 0: the round from which the labels are permuted (0: no "
+                                  "drift).")
+    if not _is_int(seed) or not 0 <= seed < 2**32:
+        p.bad("data.drift_seed", "must be an integer in [0, 2**32): the seed of the labels' permutation.")
 
 
 #: The ``algorithm`` fields a study's base config sets for every arm, which an algorithm without that choice ignores

@@ -23,6 +23,7 @@ from istjax.core import contract
 from istjax.core.memory import parse_bytes
 from istjax.core.task import Task, check_evaluation
 from istjax.data.cluster_batches import cluster_batch_fn, clustered
+from istjax.data.drift import Drift, drift_for, drifting
 from istjax.launch.config.check import schema_problems
 from istjax.launch.config.collect import FAILED, Collector
 from istjax.launch.config.federated import (Clients, client_batches, clients_text, is_federated, local_steps_text,
@@ -44,6 +45,8 @@ class Experiment(NamedTuple):
       batch_fn: ``round -> batches`` for every worker.
       clients: a federated run's clients (`istjax.launch.config.federated.Clients`: the split, the sampler, their
         K), None for every other algorithm.
+      drift: the stream's concept drift (``data.drift_round``, `istjax.data.drift`): the batches' labels and the
+        evaluation's follow it; None without one.
     """
 
     config: ml_collections.ConfigDict
@@ -52,6 +55,7 @@ class Experiment(NamedTuple):
     algorithm: Algorithm
     batch_fn: data_lib.BatchFn
     clients: Optional[Clients] = None
+    drift: Optional[Drift] = None
 
 
 def build(config: ml_collections.ConfigDict) -> Experiment:
@@ -69,13 +73,16 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
     clients = make_clients(config, dataset, c) if is_federated(config) else None
     algorithm = _algorithm(config, task, optimizer, c, clients)
     batch_fn = _batches(config, dataset, task, algorithm, c, clients)
+    drift = _drift(config, dataset, c)
     c.raise_any()
+    if drift is not None:
+        batch_fn = drifting(batch_fn, drift)
     if getattr(batch_fn, "rows", None) is not None:  # this process holds its workers' examples, and evaluation's
         n = int(config.eval_train_examples) or len(dataset.train_y)
         clients = None if dataset.train_clients is None else dataset.train_clients[:n]
         dataset = dataset._replace(train_x=dataset.train_x[:n], train_y=dataset.train_y[:n], train_clients=clients)
     # The algorithm's own task: the one it trains and the one to evaluate (ResIST's scales its partitioned branches).
-    return Experiment(config, dataset, algorithm.task, algorithm, batch_fn, clients)
+    return Experiment(config, dataset, algorithm.task, algorithm, batch_fn, clients, drift)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -97,6 +104,15 @@ def _dataset(config, c: Collector):
     return c.step(lambda: _with_clusters(config, dataset),
                   {"num_clusters": "data.num_clusters", "method": "data.cluster_method",
                    "shared": "data.graph_batches", "seed": "seed"}, "data.graph_batches='clusters'")
+
+
+def _drift(config, dataset, c: Collector) -> Optional[Drift]:
+    """The stream's concept drift (``data.drift_round`` > 0, its permutation from ``data.drift_seed``), or None."""
+    if dataset is FAILED or not config.data.drift_round:
+        return None
+    drift = c.step(lambda: drift_for(dataset, config.data.drift_round, config.data.drift_seed),
+                   {"drift_round": "data.drift_round", "seed": "data.drift_seed"}, f"data.name={config.data.name!r}")
+    return None if drift is FAILED else drift
 
 
 def _with_clusters(config, dataset: data_lib.Dataset) -> data_lib.Dataset:

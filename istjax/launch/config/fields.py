@@ -174,6 +174,10 @@ def _data_section(c: ml_collections.ConfigDict) -> None:
     # A study's tuning runs (istjax.launch.tuning): > 0 holds out this last fraction of the *training* examples as
     # the evaluated split and trains on the rest; the reported split is not read (istjax.data.tuning). 0: off.
     c.data.tuning_fraction = 0.0
+    # Concept drift (istjax.data.drift): > 0 permutes the class labels (a cycle through every class, drawn from
+    # drift_seed) from this round on, in the batches and the evaluation alike; 0: off.
+    c.data.drift_round = 0
+    c.data.drift_seed = 0
     c.data.augment = False  # random crop (zero padding of augment_pad pixels) and horizontal flip of image batches
     c.data.augment_pad = 4
     # Graph datasets (GIST): "full" (every step runs the model over the whole graph; a batch is batch_size training
