@@ -118,12 +118,14 @@ def test_each_rank_holds_only_its_workers_training_examples():
     """mpiexec -n 2, W = 4, disjoint shards: in both modes a rank's batch function holds its two workers' shards
     (half the training set) and draws their rows of every round; its dataset keeps only what evaluation reads; the
     parameter server with recomputed statistics (its collect reads every worker's batches) holds them all; a
-    file-backed data set is converted to float32 only for the rows a rank holds."""
+    file-backed data set is converted to float32 only for the rows a rank holds; a drifting stream's rows carry each
+    round's concept."""
     out = _mpiexec(2, "rank_data.py")
     assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     for mode in ("parameter_server", "sharded"):
         assert f"OK {mode}: each rank holds 718 of 1437 training examples" in out.stdout
     assert "OK fashion_mnist files (Rows): each rank holds 300 of 600 training examples" in out.stdout
+    assert "OK drift: a rank's rows carry the labels of each round's concept" in out.stdout
 
 
 @pytest.mark.slow

@@ -56,6 +56,18 @@ for mode in ("parameter_server", "sharded"):
     say(f"OK {mode}: each rank holds {len(fn.data['y'])} of {len(whole.train_y)} training examples, its workers' "
         f"shards, and draws its rows of every round")
 
+# A drifting stream (data.drift_round): the rank's rows of every round, their labels renamed from the drift on.
+c = config("parameter_server")
+c.data.drift_round = 5
+exp = driver.build(c)
+assert exp.batch_fn.rows == (2 * ME, 2 * ME + 2) and exp.drift.at_round == 5
+full = data_lib.make_batch_fn(whole, num_workers=W, local_steps=exp.batch_fn.local_steps,
+                              batch_size=exp.batch_fn.batch_size, seed=exp.batch_fn.seed)
+for r in (0, 4, 5, 7):
+    mine = np.asarray(full(r)["y"])[2 * ME:2 * ME + 2]
+    np.testing.assert_array_equal(np.asarray(exp.batch_fn(r)["y"]), exp.drift.permutation[mine] if r >= 5 else mine)
+say("OK drift: a rank's rows carry the labels of each round's concept")
+
 
 def idx_folder():
     """Rank 0 writes a 600 / 300 example Fashion-MNIST-format folder (gzipped IDX files); every rank gets its path."""
