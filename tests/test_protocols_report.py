@@ -23,7 +23,7 @@ def _run(label, seed, losses, transfers):
 
 
 def _row(label, **extra):
-    return {"label": label, "seeds": [0, 1], "test_loss_mean": 1.0, "test_loss_std": 0.1,
+    return {"label": label, "seeds": [0, 1], "num_workers": 2, "test_loss_mean": 1.0, "test_loss_std": 0.1,
             "test_accuracy_mean": 0.7, "test_accuracy_std": 0.01, "rounds": 20, "bytes_per_worker_per_round": 100.0,
             "overrides": ["--config.data.drift_round=10", "--config.target_accuracy=0.5"], **extra}
 
@@ -89,6 +89,10 @@ def test_every_table_and_the_figure_render(tmp_path):
     # accuracy 1 - loss / 4 >= 0.5 at loss <= 2.0: data parallel at round 10, codistillation at round 20
     assert "10.0 (1 seed)" in codistill and "20.0 (1 seed)" in codistill
     assert "| the two groups of one codistilled run | 2 | 0.060 ± 0.014 |" in codistill
+    every = report._all(d, {"rows": [], "runs": []}, d)
+    assert "| periodic averaging (delta 0) | 2 | 20 |" in every and "data parallel" in every
+    # accuracy 1 - loss / 4 >= 0.5 first at loss 2.0: periodic at round 10, 32 transfers of 10 bytes = 320 bytes
+    assert report.to_target(d, "periodic")["seeds"][0] == {"seed": 0, "bytes": 320.0, "round": 10}
     source = tmp_path / "drift.json"
     source.write_text(json.dumps(_file()))
     assert report.plot(source, tmp_path / "drift.png").stat().st_size > 1000

@@ -18,7 +18,7 @@ import json
 import pathlib
 import statistics
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from experiments.tables import (baseline_cells, cell, markdown_table, mean_spread, nbytes, points_spread, row_of,
                                runs_of, scalar, settings_words, table, tuning_caption, tuning_rows)
@@ -251,6 +251,45 @@ def churn_groups(d: dict) -> dict[str, list[float]]:
                 f"two {arm_name(p['arm'])} runs (seeds apart)")
         groups.setdefault(kind, []).append(p["churn"])
     return groups
+
+
+ALL_TARGET = 0.5  # every protocol's bytes to this test accuracy (the codistill study's target), fixed before runs
+
+
+def to_target(d: dict, label: str, target: float = ALL_TARGET) -> dict[str, Any]:
+    """The cell ``label``'s runs: per seed, the bytes (all workers) and rounds until the first evaluation at or
+    past ``target`` (None: not reached)."""
+    out = []
+    for run in runs_of(d, label):
+        hit = first_reached(run["curve"], target)
+        out.append({"seed": run["seed"], "bytes": None if hit is None else hit["bytes_total"],
+                    "round": None if hit is None else hit["round"]})
+    return {"label": label, "seeds": out}
+
+
+def _bytes_to(read: dict[str, Any]) -> str:
+    got = [s["bytes"] / 1e6 for s in read["seeds"] if s["bytes"] is not None]
+    missing = len(read["seeds"]) - len(got)
+    if not got:
+        return f"not reached ({len(read['seeds'])} seeds)"
+    return mean_spread(got, 1, " MB") + (f", {missing} of {len(read['seeds'])} not reached" if missing else "")
+
+
+@table("protocols_all", DYNAMIC, ADMM, CODISTILL, shows=("test_accuracy",))
+def _all(dynamic, admm, codistill):
+    """Every protocol on the one task (the keywords MLP): its workers, its accuracy at the end and its bytes to
+    `ALL_TARGET`, IST among them at local SGD's bytes."""
+    rows = []
+    for d, labels in ((dynamic, ["periodic", *dynamic_labels(dynamic)]), (admm, ["local_sgd", "admm", "ist"]),
+                      (codistill, ["data_parallel", "codistillation"])):
+        for label in labels:
+            r = row_of(d, label)
+            if r is None:
+                continue
+            rows.append([arm_name(label), cell(r["num_workers"]), cell(r.get("rounds")),
+                         _metric(r, "test_accuracy"), _bytes_to(to_target(d, label))])
+    head = ["protocol", "W", "rounds", "test accuracy at the end", f"bytes to {ALL_TARGET:g} (all workers)"]
+    return markdown_table(head, rows + baseline_cells(dynamic, len(head), {3: "test_accuracy"}))
 
 
 def _tuning_table(study: str):
