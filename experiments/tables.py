@@ -354,7 +354,8 @@ def headline_row(what: str | Callable[[Any], str], where: str, source: str) -> C
 
 SETTING_WORDS = {"learning_rate": "lr {}", "algorithm.optimizer_state": "state {}",
                  "algorithm.outer_learning_rate": "outer {}", "model.scaling": "scaling {}",
-                 "local_steps": "K = {}", "algorithm.server_learning_rate": "server lr {}"}
+                 "local_steps": "K = {}", "algorithm.server_learning_rate": "server lr {}",
+                 "algorithm.rho": "rho {}", "algorithm.distill_weight": "distillation weight {}"}
 
 
 def settings_words(point: dict[str, Any]) -> str:
