@@ -20,7 +20,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from experiments.tables import (baseline_cells, cell, markdown_table, mean_spread, nbytes, points_spread, row_of,
+from experiments.claims import claim
+from experiments.tables import (baseline_cells, cell, headline_row, markdown_table, mean_spread, nbytes, points_spread, row_of,
                                runs_of, scalar, settings_words, table, tuning_caption, tuning_rows)
 from istjax.launch.metrics import format_mean_std
 from istjax.launch.study import paired_difference
@@ -171,9 +172,9 @@ def _averaging(d: dict, drift_round: Optional[int] = None) -> str:
     for label in ["periodic", *dynamic_labels(d)]:
         r = row_of(d, label)
         reads = [s for s in same_loss(d, label) if s["arm"] is not None]
-        row = [arm_name(label), _settings(r), _metric(r, "test_loss"), _metric(r, "test_accuracy"),
-               mean_spread(_ends(d, label, "transfers"), 0), mean_spread([b / 1e6 for b in _ends(d, label, "bytes_total")],
-                                                                     1, " MB"),
+        row = [arm_name(label), _settings(r), mean_spread(_ends(d, label, "test_loss"), 3),
+               _metric(r, "test_accuracy"), mean_spread(_ends(d, label, "transfers"), 0),
+               mean_spread([b / 1e9 for b in _ends(d, label, "bytes_total")], 2, " GB"),
                mean_spread([s["arm"]["transfers"] for s in reads], 0), "-" if label == "periodic" else
                transfer_ratios(d, label)]
         if drift_round is not None:
@@ -268,11 +269,11 @@ def to_target(d: dict, label: str, target: float = ALL_TARGET) -> dict[str, Any]
 
 
 def _bytes_to(read: dict[str, Any]) -> str:
-    got = [s["bytes"] / 1e6 for s in read["seeds"] if s["bytes"] is not None]
+    got = [s["bytes"] / 1e9 for s in read["seeds"] if s["bytes"] is not None]
     missing = len(read["seeds"]) - len(got)
     if not got:
         return f"not reached ({len(read['seeds'])} seeds)"
-    return mean_spread(got, 1, " MB") + (f", {missing} of {len(read['seeds'])} not reached" if missing else "")
+    return mean_spread(got, 2, " GB") + (f", {missing} of {len(read['seeds'])} not reached" if missing else "")
 
 
 @table("protocols_all", DYNAMIC, ADMM, CODISTILL, shows=("test_accuracy",))
@@ -345,3 +346,62 @@ def plot(source: Optional[pathlib.Path] = None, out: Optional[pathlib.Path] = No
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Figures for prose, the regime gate's claims, the README's rows
+
+def gain(d: dict, label: str, against: str) -> str:
+    """``label`` minus ``against`` in test accuracy, paired by seed, in points."""
+    paired = paired_difference(runs_of(d, label), runs_of(d, against), "test_accuracy")
+    return points_spread(paired["differences"] if paired else [])
+
+
+def churn_text(d: dict) -> str:
+    """Each kind of pair's mean churn, in words."""
+    return "; ".join(f"{kind} {statistics.mean(v):.3f}" for kind, v in churn_groups(d).items())
+
+
+scalar("protocols.linear", CODISTILL, lambda d: f"{d['baselines']['linear']['test_accuracy']:.3f}")
+scalar("protocols.admm.gain", ADMM, lambda d: gain(d, "admm", "local_sgd"))
+scalar("protocols.admm.ist_gain", ADMM, lambda d: gain(d, "ist", "local_sgd"))
+scalar("protocols.codistill.gain", CODISTILL, lambda d: gain(d, "codistillation", "data_parallel"))
+scalar("protocols.codistill.churn", CODISTILL, churn_text)
+for _study, _src in (("dynamic", DYNAMIC), ("drift", DRIFT)):
+    for _delta in ("1", "3", "10"):
+        scalar(f"protocols.{_study}.ratio_{_delta}", _src, lambda d, lb=f"dynamic_{_delta}": transfer_ratios(d, lb))
+
+claim("protocols.dynamic_vs_periodic", table="protocols_dynamic",
+      arms=("periodic", "dynamic_0_3", "dynamic_1", "dynamic_3", "dynamic_10"), metric="test_accuracy",
+      text="dynamic averaging's transfers to periodic averaging's loss, across delta")
+claim("protocols.admm_vs_local_sgd", table="protocols_admm", arms=("local_sgd", "admm", "ist"),
+      metric="test_accuracy", text="ADMM and IST against local SGD at equal bytes")
+claim("protocols.codistill_vs_dp", table="protocols_codistill", arms=("data_parallel", "codistillation"),
+      metric="test_accuracy", text="codistillation against data parallel, and their churn")
+
+
+@headline_row("Dynamic model averaging against periodic averaging (Kamp et al.: about 10x fewer model transfers at "
+              "virtually the same loss), the keywords MLP, 8 workers, b = 5, delta 0.3-10, each arm's rate tuned on "
+              "a tuning split, 3 seeds (`python -m experiments.protocols.study dynamic --tune`)",
+              "`docs/protocols.md`", DYNAMIC)
+def _headline_dynamic(d):
+    return (f"transfers to periodic averaging's final loss (within 2 %), periodic's over dynamic's: delta 1 "
+            f"{transfer_ratios(d, 'dynamic_1')}; delta 3 and 10 {transfer_ratios(d, 'dynamic_3')} and "
+            f"{transfer_ratios(d, 'dynamic_10')}; the claim {claim_verdict(d)}")
+
+
+@headline_row("Consensus ADMM and IST against local SGD at equal bytes, the keywords MLP, 4 workers, K = 20, tuned "
+              "arms (ADMM's rho with its rate), 3 seeds (`python -m experiments.protocols.study admm --tune`)",
+              "`docs/protocols.md`", ADMM)
+def _headline_admm(d):
+    return (f"local SGD {_metric(row_of(d, 'local_sgd'), 'test_accuracy')}; ADMM {gain(d, 'admm', 'local_sgd')}, "
+            f"IST {gain(d, 'ist', 'local_sgd')} against it (paired by seed); linear baseline "
+            f"{d['baselines']['linear']['test_accuracy']:.3f}")
+
+
+@headline_row("Codistillation (2 groups of 2) against data parallel (4 workers) and prediction churn (Anil et al.: "
+              "codistilled models churn much less), the keywords MLP, tuned arms, 3 seeds (`python -m "
+              "experiments.protocols.study codistill --tune`)", "`docs/protocols.md`", CODISTILL)
+def _headline_codistill(d):
+    return (f"data parallel {_metric(row_of(d, 'data_parallel'), 'test_accuracy')}, codistillation "
+            f"{_metric(row_of(d, 'codistillation'), 'test_accuracy')}; churn: {churn_text(d)}")
