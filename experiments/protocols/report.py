@@ -405,3 +405,32 @@ def _headline_admm(d):
 def _headline_codistill(d):
     return (f"data parallel {_metric(row_of(d, 'data_parallel'), 'test_accuracy')}, codistillation "
             f"{_metric(row_of(d, 'codistillation'), 'test_accuracy')}; churn: {churn_text(d)}")
+
+
+def drift_transfers(d: dict, label: str) -> str:
+    """``label``'s mean transfers a round before the drift, in the `SETTLE` rounds after it, and after those."""
+    at, per = _drift_round(d), transfers_per_round(d, label)
+    parts = ([v for r, v in per if r <= at], [v for r, v in per if at < r <= at + SETTLE],
+             [v for r, v in per if r > at + SETTLE])
+    before, soon, later = (f"{statistics.mean(p):.1f}" if p else "-" for p in parts)
+    return f"{before} before, {soon} in the {SETTLE} rounds after it, {later} after those"
+
+
+SETTLE = 10  # rounds just after the drift, read apart (fixed before the drift study's reported runs)
+
+
+for _label in ("periodic", "dynamic_1", "dynamic_3", "dynamic_10"):
+    scalar(f"protocols.drift.transfers_{_label}", DRIFT, lambda d, lb=_label: drift_transfers(d, lb))
+# delta 3 and 10 end below the linear model under the drift: their transfers are read, their comparison is no result
+claim("protocols.drift", table="protocols_drift", arms=("periodic", "dynamic_0_3", "dynamic_1"),
+      metric="test_accuracy", text="dynamic averaging under concept drift, the arms above the linear model")
+
+
+@headline_row("Dynamic model averaging under concept drift (the keywords renamed at round 60 of 120), 8 workers, "
+              "tuned arms, 3 seeds (`python -m experiments.protocols.study drift --tune`)", "`docs/protocols.md`",
+              DRIFT)
+def _headline_drift(d):
+    return (f"model transfers a round (all workers), before and after the drift: periodic averaging "
+            f"{drift_transfers(d, 'periodic')}; delta 1 {drift_transfers(d, 'dynamic_1')}, delta 3 "
+            f"{drift_transfers(d, 'dynamic_3')}, delta 10 {drift_transfers(d, 'dynamic_10')}; to periodic "
+            f"averaging's final loss: {claim_verdict(d)}")
