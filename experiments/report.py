@@ -69,7 +69,10 @@ HEADLINE_ORDER = (
     "experiments/graphs/results/gist_width.json", "experiments/distributed/results/comm_and_memory.json",
     "experiments/benchmarks/results.json", "experiments/benchmarks/results_conv.json",
     "experiments/network/results.json", "experiments/network/results_keywords.json",
-    "experiments/theory/results/quadratic/results.json")
+    "experiments/theory/results/quadratic/results.json", "experiments/federated/results/claim.json",
+    "experiments/federated/results/momentum.json", "experiments/protocols/results/dynamic.json",
+    "experiments/protocols/results/drift.json", "experiments/protocols/results/admm.json",
+    "experiments/protocols/results/codistill.json")
 
 
 # ----------------------------------------------------------------------------------------------------------------
