@@ -387,6 +387,18 @@ def _tuning_score(run: dict[str, Any], metric: str, digits: int) -> str:
     return f"- ({run['error'].split(', ')[0].split('; ')[0]})" if run.get("error") else "-"
 
 
+def tuning_table(name: str, source: str, unit: str, score: Callable[[dict[str, Any]], str]) -> Entry:
+    """Registers the table ``name``: every tuning run ``source`` records (its ``tuning``), each arm's choice marked,
+    under `tuning_caption` (budget in ``unit``); ``score(tuning)`` heads the score column."""
+    def render(d):
+        t = d.get("tuning")
+        if not t:
+            return f"{source} records no tuning stage (run its study with --tune)."
+        return tuning_caption(t, unit) + "\n\n" + markdown_table(["cell", "settings", score(t)],
+                                                                 tuning_rows(t, lambda a: f"`{a}`"))
+    return register(name, (source,), render)
+
+
 def tuning_caption(tuning: dict[str, Any], unit: str) -> str:
     """What a tuning table's rows are: the seed, the budget (``samples`` where recorded, in ``unit``), the split."""
     budget = f", {cell(tuning['samples'])} {unit}" if tuning.get("samples") else ""

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from experiments.tables import (baseline_cells, cell, fixed, headline_row, markdown_table, mean_spread, nbytes,
-                               points_spread, row_of, runs_of, scalar, settings_words, table, tuning_caption,
-                               tuning_rows)
+                               points_spread, row_of, runs_of, scalar, settings_words, table, tuning_table)
 from istjax.launch.metrics import format_mean_std
 from istjax.launch.study import paired_difference
 
@@ -243,19 +242,13 @@ def _ist(d):
     return markdown_table(head, rows + baseline_cells(d, len(head), {1: "test_accuracy"}))
 
 
-def _tuning_table(study: str):
-    def render(d):
-        t = d.get("tuning")
-        if not t:
-            return f"{SOURCES[study]} records no tuning stage (run its study with --tune)."
-        over = "mean over the run's evaluations" if t["objective"].get("at") == "mean" else "at the end"
-        return tuning_caption(t, "examples") + "\n\n" + markdown_table(
-            ["cell", "settings", f"tuning-split accuracy, {over}"], tuning_rows(t, lambda a: f"`{a}`"))
-    return render
+def _tuning_score(t: dict) -> str:
+    over = "mean over the run's evaluations" if t["objective"].get("at") == "mean" else "at the end"
+    return f"tuning-split accuracy, {over}"
 
 
 for _study, _src in SOURCES.items():
-    table(f"federated_tuning_{_study}", _src)(_tuning_table(_study))
+    tuning_table(f"federated_tuning_{_study}", _src, "examples", _tuning_score)
 
 
 HEADLINE_WHAT = ("FedAvg against FedSGD on Fashion-MNIST's pathological clients (2 label-sorted shards each, 10 of 100 "

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from experiments.claims import claim
-from experiments.tables import (baseline_cells, cell, headline_row, markdown_table, mean_spread, nbytes, points_spread, row_of,
-                               runs_of, scalar, settings_words, table, tuning_caption, tuning_rows)
+from experiments.tables import (baseline_cells, cell, headline_row, markdown_table, mean_spread, nbytes,
+                               points_spread, row_of, runs_of, scalar, settings_words, table, tuning_table)
 from istjax.launch.metrics import format_mean_std
 from istjax.launch.study import paired_difference
 
@@ -293,19 +293,9 @@ def _all(dynamic, admm, codistill):
     return markdown_table(head, rows + baseline_cells(dynamic, len(head), {3: "test_accuracy"}))
 
 
-def _tuning_table(study: str):
-    def render(d):
-        t = d.get("tuning")
-        if not t:
-            return f"{SOURCES[study]} records no tuning stage (run its study with --tune)."
-        metric = t["objective"]["metric"].replace("_", " ")
-        return tuning_caption(t, "clips") + "\n\n" + markdown_table(
-            ["cell", "settings", f"tuning-split {metric} at the end"], tuning_rows(t, lambda a: f"`{a}`"))
-    return render
-
-
 for _study, _src in SOURCES.items():
-    table(f"protocols_tuning_{_study}", _src)(_tuning_table(_study))
+    tuning_table(f"protocols_tuning_{_study}", _src, "clips",
+                 lambda t: f"tuning-split {t['objective']['metric'].replace('_', ' ')} at the end")
 
 
 # ----------------------------------------------------------------------------------------------------------------
