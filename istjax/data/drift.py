@@ -47,15 +47,10 @@ class Drift(NamedTuple):
 
     def relabel(self, y: Any, round_index: Any) -> Any:
         """``y`` (any shape, int labels; negative entries are padding and kept) as the concept of round
-        ``round_index`` names them."""
+        ``round_index`` names them (a host array too: ``relabel(y, at_round)`` is the drifted concept's labels)."""
         perm = jnp.asarray(self.permutation)
         moved = jnp.where(y >= 0, perm[jnp.clip(y, 0, len(self.permutation) - 1)], y)
         return jnp.where(_as_round(round_index) >= self.at_round, moved, y).astype(jnp.asarray(y).dtype)
-
-    def relabel_numpy(self, y: np.ndarray) -> np.ndarray:
-        """``y`` under the drifted concept (host arrays: an evaluation's labels)."""
-        y = np.asarray(y)
-        return np.where(y >= 0, self.permutation[np.clip(y, 0, len(self.permutation) - 1)], y).astype(y.dtype)
 
 
 def drift_for(dataset: Dataset, at_round: Any, seed: Any = 0) -> Drift:

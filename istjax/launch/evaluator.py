@@ -64,7 +64,7 @@ def make_evaluator(task: Task, dataset: data_lib.Dataset, *, batch_size: int, tr
     if small and log is not None:
         log(_small_split_note(task, small))
     drifted = None if drift is None else {
-        split: [(x, jnp.asarray(drift.relabel_numpy(np.asarray(y))), n) for x, y, n in chunks]
+        split: [(x, drift.relabel(y, drift.at_round), n) for x, y, n in chunks]
         for split, chunks in splits.items()}
     return Evaluator(jax.jit(chunk_scores), splits, dataset.shared,
                      drifted=None if drift is None else (drift.at_round, drifted))

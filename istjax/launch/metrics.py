@@ -42,8 +42,8 @@ from istjax.core.process import is_primary as is_primary
 from istjax.core.process import process_count as process_count
 from istjax.core.process import process_index as process_index
 
-__all__ = ["COUNTED", "METRIC_LABELS", "RECORD_FIELDS", "SPLIT", "metrics_text", "is_primary", "process_count", "process_index",
-           "MetricWriter", "read_metrics", "truncate_metrics", "write_atomic"]
+__all__ = ["COUNTED", "METRIC_LABELS", "RECORD_FIELDS", "SPLIT", "metrics_text", "is_primary", "process_count",
+           "process_index", "MetricWriter", "read_metrics", "truncate_metrics", "write_atomic"]
 
 SPLIT = ("worker_train_loss", "merged_train_loss", "merged_test_loss", "merge_cost")  # the round's loss split
 # What a round counted, where an algorithm reports it (dynamic averaging's models moved, its workers that violated
