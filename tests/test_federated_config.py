@@ -202,8 +202,8 @@ def test_a_sigterm_between_rounds_checkpoints_and_the_resumed_run_ends_bit_ident
     assert _train(tmp_path / "full", *flags) == 0
     add, seen = run_lib._SplitWindow.add, []
 
-    def add_then_stop(self, metrics):  # the loss split's record of every round: a SIGTERM after the first
-        add(self, metrics)
+    def add_then_stop(self, metrics, due):  # every round's split window: a SIGTERM after the first
+        add(self, metrics, due)
         seen.append(1)
         if len(seen) == 1:
             os.kill(os.getpid(), signal.SIGTERM)

@@ -99,17 +99,84 @@ def test_turned_off_the_round_reports_no_split():
     assert "merge_cost" not in m and "worker_train_loss" not in m
 
 
-def test_driver_records_the_split_averaged_since_the_last_record(tmp_path):
+def _counting_splits(monkeypatch) -> list:
+    """Counts the loss splits the rounds run, on device (a callback inside the split's branch of `jax.lax.cond`
+    fires only when the branch runs)."""
+    from istjax.runtimes import base
+
+    ran, when_due = [], base.when_due
+
+    def counted(due, compute):
+        def compute_and_count():
+            jax.debug.callback(lambda: ran.append(1))
+            return compute()
+        return when_due(due, compute_and_count)
+
+    monkeypatch.setattr(base, "when_due", counted)
+    return ran
+
+
+def _driver_config(**fields):
     from istjax.launch import config as config_lib
-    from istjax.launch import driver
 
     c = config_lib.default_config()
     c.model.hidden = (16,)
     c.num_workers, c.local_steps, c.batch_size = 2, 2, 8
     c.num_rounds, c.eval_every, c.checkpoint_every = 4, 2, 4
     c.eval_train_examples, c.progress = 256, False
-    summary = driver.train_and_evaluate(c, tmp_path)
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for k, v in fields.items():
+        c[k] = v
+    return c
+
+
+def _records(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("backend", ["simulate", "devices"])
+def test_a_traced_flag_runs_the_split_only_where_true(backend):
+    """Inside an outer jit (the driver's fused step) ``split`` is traced: True gives the unconditional round's split
+    (the program every round ran before the flag), False its NaN placeholder, the state the same to the bit."""
+    alg = istjax.ist(_mlp_task(), optax.sgd(0.3), num_workers=2, local_steps=2, backend=backend)
+    state, b = alg.init(jax.random.key(0)), _batches(2, 2)
+    step = jax.jit(lambda s, flag: alg.round(s, b, split=flag))
+    (s0, plain), (s1, on), (s2, off) = alg.round(state, b), step(state, True), step(state, False)
+    keys = {"worker_train_loss", "merged_train_loss", "merge_cost"}
+    assert keys <= set(plain) and set(on) == set(off) == set(plain)
+    for k in keys:
+        np.testing.assert_allclose(float(on[k]), float(plain[k]), rtol=1e-6, atol=1e-7)
+        assert np.isnan(off[k])
+    for a, c in zip(jax.tree.leaves((s0.params, s1.params)), jax.tree.leaves((s2.params, s2.params))):
+        np.testing.assert_array_equal(a, c)
+    _, none = alg.round(state, b, split=False)  # a Python bool: decided before tracing, no keys
+    assert not keys & set(none)
+
+
+def test_the_driver_computes_the_split_on_evaluation_rounds_only(tmp_path, monkeypatch):
+    """Default: the split runs on the 2 evaluation rounds of 4 (counted on device), each record its round's own;
+    the same rounds' splits as a run computing it every round and recording every round (the numbers before the
+    change), to float rounding."""
+    from istjax.launch import driver
+
+    ran = _counting_splits(monkeypatch)
+    driver.train_and_evaluate(_driver_config(), tmp_path / "eval")
+    assert len(ran) == 2
+    ran.clear()
+    driver.train_and_evaluate(_driver_config(eval_every=1, loss_split_every=1), tmp_path / "every")
+    assert len(ran) == 4
+    every = {r["round"]: r for r in _records(tmp_path / "every")}
+    for r in _records(tmp_path / "eval"):
+        assert r["split_rounds"] == 1 and every[r["round"]]["split_rounds"] == 1
+        for k in ("worker_train_loss", "merged_train_loss", "merge_cost"):
+            np.testing.assert_allclose(r[k], every[r["round"]][k], rtol=1e-6, atol=1e-7)
+
+
+def test_driver_records_the_split_averaged_since_the_last_record(tmp_path):
+    """``loss_split_every=1``: every round computes it and each record averages the rounds since the last."""
+    from istjax.launch import driver
+
+    summary = driver.train_and_evaluate(_driver_config(loss_split_every=1), tmp_path)
+    records = _records(tmp_path)
     for r in records:
         assert r["split_rounds"] == 2
         assert np.isfinite([r["worker_train_loss"], r["merged_train_loss"]]).all()
@@ -125,21 +192,16 @@ def test_a_run_stopped_between_two_records_averages_the_same_rounds(tmp_path, mo
     import os
     import signal
 
-    from istjax.launch import config as config_lib
     from istjax.launch import driver
     from istjax.launch import run as run_lib
 
-    c = config_lib.default_config()
-    c.model.hidden = (16,)
-    c.num_workers, c.local_steps, c.batch_size = 2, 2, 8
-    c.num_rounds, c.eval_every, c.checkpoint_every = 4, 4, 4
-    c.eval_train_examples, c.progress = 256, False
+    c = _driver_config(eval_every=4, loss_split_every=1)
     driver.train_and_evaluate(c, tmp_path / "whole")
 
     add, rounds = run_lib._SplitWindow.add, []
 
-    def add_then_stop(self, metrics):  # a real SIGTERM to this process after the first round
-        add(self, metrics)
+    def add_then_stop(self, metrics, due):  # a real SIGTERM to this process after the first round
+        add(self, metrics, due)
         rounds.append(1)
         if len(rounds) == 1:
             os.kill(os.getpid(), signal.SIGTERM)

@@ -2,7 +2,9 @@
 
 Every rank builds the same algorithm, wraps it with `istjax.runtimes.mpi.mpi_runtime` (parameter-server mode) and
 runs one warm-up round and ``--reps`` timed rounds (barrier before and after each, so the time is the slowest
-rank's). Rank 0 prints one JSON object per algorithm: median round time, samples/s and the bytes per worker the
+rank's), each as the driver runs a round between evaluations: without the loss split (``split=False``; the default
+config computes it on evaluation rounds only, `istjax.launch.train_loop.split_due`; ``--split`` times every round
+with it). Rank 0 prints one JSON object per algorithm: median round time, samples/s and the bytes per worker the
 runtime measured from the buffers it handed to MPI. With ``--profile``, IST's round is also run with every phase
 timed on every rank (`istjax.runtimes.mpi.MPIRuntime.phases`): ``phases_by_rank`` holds each rank's mean seconds per
 phase. For data parallel it also times the gradient all-reduce (every leaf, as the runtime's compiled local phase
@@ -80,6 +82,7 @@ def main() -> None:
     p.add_argument("--algorithms", default="ist,data_parallel,local_sgd")
     p.add_argument("--profile", action="store_true", help="also time each phase of the IST parameter-server round "
                                                           "(extra rounds, each phase waited for)")
+    p.add_argument("--split", action="store_true", help="time rounds with the loss split (an evaluation round's)")
     p.add_argument("--gradient-buffers", default="leaves", help="data parallel's all-reduce: leaves | one "
                                                                  "(istjax.runtimes.mpi.GRADIENT_BUFFERS)")
     a = p.parse_args()
@@ -97,7 +100,7 @@ def main() -> None:
         for _ in range(a.reps):
             comm.Barrier()
             t0 = time.perf_counter()
-            state, metrics = rt.round(state, batches)
+            state, metrics = rt.round(state, batches, split=a.split)
             jax.block_until_ready(metrics)
             comm.Barrier()
             times.append(time.perf_counter() - t0)
@@ -106,7 +109,7 @@ def main() -> None:
             rt.phases = {}
             for _ in range(a.reps):
                 comm.Barrier()
-                state, metrics = rt.round(state, batches)
+                state, metrics = rt.round(state, batches, split=a.split)
             phases = comm.gather({k: v / a.reps for k, v in rt.phases.items()}, root=0)
             rt.phases = None
         exchange = {}
@@ -118,7 +121,7 @@ def main() -> None:
             t = statistics.median(times)
             print(json.dumps({
                 "model": wl.name, "algorithm": name, "backend": f"mpi x{comm.Get_size()}", "W": wl.num_workers,
-                "K": wl.local_steps, "B": wl.batch, "round_s": t,
+                "K": wl.local_steps, "B": wl.batch, "loss_split": a.split, "round_s": t,
                 "samples_per_s": wl.num_workers * wl.local_steps * wl.batch / t,
                 "measured_bytes_received": float(metrics.get("measured_bytes_received", float("nan"))),
                 "measured_bytes_sent": float(metrics.get("measured_bytes_sent", float("nan"))),

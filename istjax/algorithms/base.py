@@ -243,9 +243,11 @@ class Algorithm:
 
     Attributes:
       init: ``key -> TrainState`` (a runtime may hold only part of it on a process; see ``runtime``).
-      round: ``(state, batches, shared=None) -> (state, metrics)``; ``batches`` leaves are `[W, K, B, ...]`,
-        ``shared`` any pytree every worker reads. Metrics hold ``train_loss``, ``train_accuracy`` (means over
-        workers and steps) and ``worker_loss`` `[W]`.
+      round: ``(state, batches, shared=None, *, split=True) -> (state, metrics)``; ``batches`` leaves are
+        `[W, K, B, ...]`, ``shared`` any pytree every worker reads. Metrics hold ``train_loss``, ``train_accuracy``
+        (means over workers and steps) and ``worker_loss`` `[W]`; where ``split`` (a bool, or a traced one inside an
+        outer ``jit``: `istjax.runtimes.base.when_due`) and the runtime was built with ``loss_split``, the round's
+        loss split (``split`` below) too. The driver asks for it on evaluation rounds only (``loss_split_every``).
       distribute, local, collect, local_fused: the pure pieces ``round`` is made of (module docstring).
       name: for messages, metrics and plots.
       num_workers, local_steps: W and K.

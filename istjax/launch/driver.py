@@ -65,8 +65,8 @@ __all__ = ["train_and_evaluate", "evaluate_run", "restore_run", "build", "make_t
 
 
 def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, *, fuse: bool = True) -> Callable:
-    """``step(state, (data, shared)) -> (state, metrics)``: draws round ``state.round``'s batches on device and runs
-    it.
+    """``step(state, (data, shared), split) -> (state, metrics)``: draws round ``state.round``'s batches on device
+    and runs it, with the round's loss split where ``split`` (a bool: `train_loop` asks on evaluation rounds).
 
     ``data`` is ``batch_fn.data`` and ``shared`` the dataset's shared input (a graph), both passed as arguments so
     that neither the training set nor the graph is baked into the program as a constant (XLA would fold it, seconds
@@ -74,18 +74,20 @@ def make_train_step(algorithm: Algorithm, batch_fn: data_lib.BatchFn, *, fuse: b
     it (runtimes whose round is not traceable as a whole, e.g. ones that talk MPI between device steps) the batches
     come from ``batch_fn``'s own jitted gather and the round is called as the runtime built it (a batch function
     built for an MPI rank's workers, `own_rows`, draws only their rows). Either way no data passes through the host.
+    Fused, ``split`` is an argument of the one compiled program (the split runs under `jax.lax.cond`:
+    `istjax.runtimes.base.when_due`).
     """
     if fuse:
         @jax.jit
-        def step(state: TrainState, inputs):
+        def step(state: TrainState, inputs, split):
             data, shared = inputs
-            return algorithm.round(state, batch_fn.apply(data, state.round), shared)
+            return algorithm.round(state, batch_fn.apply(data, state.round), shared, split=split)
 
         return step
 
-    def step_unfused(state: TrainState, inputs):
+    def step_unfused(state: TrainState, inputs, split: bool = True):
         _, shared = inputs  # batch_fn closes over the same arrays
-        return algorithm.round(state, batch_fn(state.round), shared)
+        return algorithm.round(state, batch_fn(state.round), shared, split=split)
 
     return step_unfused
 
@@ -108,7 +110,7 @@ def check_memory_cap(run: Run) -> None:
     memory = round_bytes = None
     if handle.fusable:
         step = make_train_step(alg, run.batch_fn, fuse=True)
-        memory = step.lower(held, step_inputs(run)).compile().memory_analysis()
+        memory = step.lower(held, step_inputs(run), True).compile().memory_analysis()
     elif handle.round_memory is not None:  # a round of several device steps around MPI calls: its own estimate
         batches = jax.eval_shape(run.batch_fn.apply, run.batch_fn.data, held.round)
         round_bytes = handle.round_memory(held, batches, run.dataset.shared)
@@ -132,14 +134,15 @@ def compile_step(run: Run, state: TrainState) -> Callable:
     if not alg.runtime.fusable:  # its round exchanges buffers between device steps: compiled in the first round
         step = make_train_step(alg, run.batch_fn, fuse=False)
         # A warm-up round, run once and thrown away (the round is pure in the state; every rank runs it, so the
-        # collectives match): it compiles every piece, so that no round's time counts compilation.
+        # collectives match): it compiles every piece, the loss split's too, so that no round's time counts
+        # compilation.
         # ``compile_time_s`` is its time: compilation plus one round's work.
         t = time.perf_counter()
         jax.block_until_ready(step(state, inputs))
         run.compile_time = time.perf_counter() - t
         return step
     t = time.perf_counter()
-    step = make_train_step(alg, run.batch_fn, fuse=True).lower(state, inputs).compile()
+    step = make_train_step(alg, run.batch_fn, fuse=True).lower(state, inputs, True).compile()
     run.compile_time = time.perf_counter() - t
     return step
 

@@ -18,8 +18,8 @@ The schema of a record (`RECORD_FIELDS` always present; others may be added)::
     algorithm, num_workers     what produced it
 
 The round's loss split (`istjax.algorithms.base.loss_split`, with ``runtime.loss_split``; every runtime but MPI's
-sharded mode), each the mean over the ``split_rounds`` rounds since the previous record, on the batch every
-worker trained last:
+sharded mode), computed on the evaluation round (and every ``loss_split_every``-th round: each the mean over the
+``split_rounds`` rounds that computed it since the previous record), on the batch every worker trained last:
 
     worker_train_loss          the workers' own loss after their K steps (IST: their sub-networks), training mode
     merged_train_loss          the collected model on the same batches, training mode (batch statistics)

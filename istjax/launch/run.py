@@ -40,7 +40,8 @@ def step_inputs(run: "Run") -> tuple[Any, Any]:
 
 class _SplitWindow:
     """The round's loss split (`istjax.algorithms.base.loss_split`) averaged over the rounds since the last
-    record (one batch per worker a round is noisy; the record carries the mean and ``split_rounds``, how many), and
+    record that computed it (`istjax.launch.train_loop.split_due`: the evaluation round, and every
+    ``loss_split_every``-th; the record carries the mean and ``split_rounds``, how many), and
     what the rounds counted (`istjax.launch.metrics.COUNTED`), summed. The window is part of a checkpoint's meta
     (`meta`), so a run stopped between two records and resumed reports the same rounds as one never stopped."""
 
@@ -48,8 +49,10 @@ class _SplitWindow:
         self.sums: dict[str, float] = dict(sums or {})
         self.rounds = int(rounds)
 
-    def add(self, metrics: dict) -> None:
-        got = {k: float(metrics[k]) for k in SPLIT if k in metrics}
+    def add(self, metrics: dict, due: bool = True) -> None:
+        """Adds a round's metrics: its loss split where it was ``due`` (a round that was not holds NaN in its place
+        or nothing, `istjax.runtimes.base.when_due`), and what it counted."""
+        got = {k: float(metrics[k]) for k in SPLIT if k in metrics} if due else {}
         if got:
             self.rounds += 1
         got.update({k: float(metrics[k]) for k in COUNTED if k in metrics})

@@ -28,7 +28,7 @@ from istjax.launch.metrics import MetricWriter, is_primary
 from istjax.launch.run import Run, step_inputs
 from istjax.launch.summary import round_shape
 
-__all__ = ["Interrupted", "TrainingError", "evaluated", "train_loop"]
+__all__ = ["Interrupted", "TrainingError", "evaluated", "split_due", "train_loop"]
 
 
 class TrainingError(RuntimeError):
@@ -141,6 +141,15 @@ def _record(run: Run, state: TrainState, metrics: dict, done: int, evaluate) -> 
             "bytes_total": run.bytes_total, "algorithm": run.algorithm.name, "num_workers": W}
 
 
+def split_due(config, done: int, evaluating: bool) -> bool:
+    """Whether round ``done`` (1-based) computes the loss split (`istjax.algorithms.base.loss_split`: forward passes
+    of every worker's and the merged model on the round's last batches, a fifth of a small model's round): with
+    ``runtime.loss_split``, on the evaluation rounds (``evaluating``), and with ``loss_split_every`` = n > 0 on
+    every n-th round too, the record averaging those since the last one."""
+    every = int(config.loss_split_every)
+    return bool(config.runtime.loss_split) and (evaluating or (every > 0 and done % every == 0))
+
+
 def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records: list[dict]) -> TrainState:
     """Rounds from ``state.round`` to ``num_rounds``: evaluate, record, checkpoint, stop on signals (step 4)."""
     from tqdm.auto import tqdm
@@ -155,19 +164,21 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
     try:
         with _stop_on_signals(run.log) as stop:
             for r in range(start, n):
+                done = r + 1
+                evaluating = done % int(c.eval_every) == 0 or done == n
+                due = split_due(c, done, evaluating)
                 t0 = time.perf_counter()
-                new_state, metrics = step_fn(state, inputs)
+                new_state, metrics = step_fn(state, inputs, due)
                 metrics = jax.device_get(metrics)
                 run.wall += time.perf_counter() - t0
                 _check_finite(run, state, metrics, r)
                 state = new_state
-                split.add(metrics)
+                split.add(metrics, due)
                 sent, received = _round_bytes(metrics, alg)
                 run.bytes_total += w * (sent + received)
-                done = r + 1
                 postfix = {"loss": f"{float(metrics['train_loss']):.4f}"}
                 record = None
-                if done % int(c.eval_every) == 0 or done == n:
+                if evaluating:
                     record = _record(run, state, metrics, done, evaluate)
                     window = split.take()
                     if record is not None:

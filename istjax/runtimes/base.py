@@ -27,7 +27,7 @@ from istjax.core.process import is_primary
 from istjax.core.state import WORKERS, first_worker, summarize
 
 __all__ = ["Runtime", "RuntimeHandle", "WORKER_MAPS", "check_batches", "check_worker_map", "communicates", "end_round",
-           "map_workers", "local_handle"]
+           "is_traced", "map_workers", "local_handle", "when_due"]
 
 PyTree = Any
 
@@ -106,10 +106,10 @@ class Runtime(NamedTuple):
 
 
 def end_round(algorithm, state, workers, plan, metrics_WxK: dict, batches: Any, shared: Any = None, *,
-              loss_split: bool = True, split_batches: Any = None) -> tuple[Any, dict]:
+              loss_split: bool = True, split: Any = True, split_batches: Any = None) -> tuple[Any, dict]:
     """The end of a round every one-program runtime shares: ``collect`` the workers into the next state, summarise
     their metrics (`istjax.core.state.summarize`), add the algorithm's own (``algorithm.round_metrics``) and, with
-    ``loss_split``, add the round's loss split
+    ``loss_split`` and where ``split`` (this round's: `when_due`), add the round's loss split
     (``algorithm.split``, on ``split_batches``, default ``batches``: leaves `[W, k, B, ...]` whose last step is each
     worker's last batch)."""
     new = algorithm.collect(state, workers, plan, batches, shared)
@@ -117,8 +117,27 @@ def end_round(algorithm, state, workers, plan, metrics_WxK: dict, batches: Any, 
     if algorithm.round_metrics is not None:
         metrics.update(algorithm.round_metrics(state, new))
     if loss_split and algorithm.split is not None:
-        metrics.update(algorithm.split(new, workers, batches if split_batches is None else split_batches, shared))
+        last = batches if split_batches is None else split_batches
+        metrics.update(when_due(split, lambda: algorithm.split(new, workers, last, shared)))
     return new, metrics
+
+
+def is_traced(flag: Any) -> bool:
+    """Whether ``flag`` (a round's ``split=``) is a tracer: the round runs inside an outer ``jit`` and decides on
+    device (`when_due`); else a Python or NumPy bool the round's own ``jit`` takes as static."""
+    return isinstance(flag, jax.core.Tracer)
+
+
+def when_due(due: Any, compute: Callable[[], dict]) -> dict:
+    """``compute()``'s metrics where ``due``, the round's loss-split flag (a round's ``split=``): a Python bool
+    decides here (``{}`` when False); a traced one (the driver's fused step passes it as an argument, so one program
+    serves every round) runs ``compute`` under `jax.lax.cond`, its forward passes only where it is true, and NaN in
+    its place where not (the driver drops those: `istjax.launch.run`'s split window)."""
+    if not is_traced(due):
+        return compute() if due else {}
+    shapes = jax.eval_shape(compute)
+    skipped = lambda: jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)  # noqa: E731
+    return jax.lax.cond(due, compute, skipped)
 
 
 def check_batches(batches: Any, num_workers: int, local_steps: int, example_x: Any = None) -> None:

@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from istjax.core.state import ModelStatePolicy, last_steps
-from istjax.runtimes.base import (Runtime, check_batches, communicates, end_round, local_handle,
+from istjax.runtimes.base import (Runtime, check_batches, communicates, end_round, is_traced, local_handle,
                                   map_workers)
 
 __all__ = ["DEVICES", "RUNTIME", "build", "devices_used", "make_mesh"]
@@ -54,8 +54,9 @@ def build(algorithm, devices=None, worker_map: str = "auto", loss_split: bool = 
       devices: the devices to use (default: ``jax.local_devices()``); W / D workers per device.
       worker_map: how a device runs its workers (`istjax.runtimes.base.map_workers`): ``"vmap"``,
         ``"sequential"`` or ``"auto"``.
-      loss_split: add the round's loss split to its metrics (``algorithm.split``; a config's
-        ``runtime.loss_split``), on every worker's last batch brought to every device.
+      loss_split: add the round's loss split to its metrics on the rounds called with ``split=True``
+        (``algorithm.split``; a config's ``runtime.loss_split``, asked for on evaluation rounds:
+        ``loss_split_every``), on every worker's last batch brought to every device.
 
     Returns:
       The algorithm; ``round.mesh`` is the mesh it runs on and ``round.compiled`` the jitted function (inputs
@@ -65,7 +66,7 @@ def build(algorithm, devices=None, worker_map: str = "auto", loss_split: bool = 
     mesh = make_mesh(w, devices)
     d = mesh.devices.size
     replicated = NamedSharding(mesh, P())
-    split = NamedSharding(mesh, P(DEVICES))
+    split_workers = NamedSharding(mesh, P(DEVICES))
     on_device = map_workers(algorithm.local, w // d, outer_axes=(DEVICES,), worker_map=worker_map,
                             communicates=communicates(algorithm))
 
@@ -74,27 +75,29 @@ def build(algorithm, devices=None, worker_map: str = "auto", loss_split: bool = 
     staged = jax.shard_map(on_device, mesh=mesh, in_specs=(P(DEVICES), P(DEVICES), P()),
                            out_specs=(P(DEVICES), P(DEVICES)), check_vma=False)
 
-    def round_fn(state, batches, shared=None):
+    def round_fn(state, batches, shared=None, split_now=True):
         workers, plan = algorithm.distribute(state)
-        workers = jax.reshard(workers, split)
+        workers = jax.reshard(workers, split_workers)
         workers, metrics = staged(workers, batches, shared)
         # Merge scatters into replicated arrays: bring the workers' results back to every device first.
         workers, metrics = jax.reshard((workers, metrics), replicated)
         last = None
-        if loss_split and algorithm.split is not None:  # every worker's last batch, on every device
+        if loss_split and algorithm.split is not None and split_now is not False:  # every worker's last batch
             last = jax.reshard(last_steps(batches), replicated)
         if algorithm.model_state_policy == ModelStatePolicy.RECOMPUTE:
             batches = jax.reshard(batches, replicated)
         return end_round(algorithm, state, workers, plan, metrics, batches, shared, loss_split=loss_split,
-                         split_batches=last)
+                         split=split_now, split_batches=last)
 
-    compiled = jax.jit(round_fn)
+    compiled = jax.jit(round_fn, static_argnames="split_now")
 
-    def round(state, batches, shared=None):
+    def round(state, batches, shared=None, *, split=True):
         check_batches(batches, w, k, getattr(algorithm.task, "example_x", None))
         state, shared = jax.device_put((state, shared), replicated)
-        batches = jax.device_put(batches, split)
-        return compiled(state, batches, shared)
+        batches = jax.device_put(batches, split_workers)
+        if is_traced(split):  # inside the driver's fused step: one program for every round
+            return round_fn(state, batches, shared, split)
+        return compiled(state, batches, shared, split_now=bool(split))
 
     round.compiled = compiled
     round.mesh = mesh

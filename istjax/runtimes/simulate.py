@@ -13,7 +13,7 @@ import dataclasses
 
 import jax
 
-from istjax.runtimes.base import (Runtime, check_batches, communicates, end_round, local_handle,
+from istjax.runtimes.base import (Runtime, check_batches, communicates, end_round, is_traced, local_handle,
                                   map_workers)
 
 __all__ = ["RUNTIME", "build"]
@@ -23,23 +23,27 @@ def build(algorithm, worker_map: str = "auto", loss_split: bool = True):
     """``algorithm`` with a single-device, single-jit ``round`` (see the module docstring).
 
     ``worker_map``: how the workers' local phases run on the device (`istjax.runtimes.base.map_workers`):
-    ``"vmap"``, ``"sequential"`` or ``"auto"``. ``loss_split``: add the round's loss split to its metrics
-    (``algorithm.split``, `istjax.algorithms.base.loss_split`; a config's ``runtime.loss_split``).
+    ``"vmap"``, ``"sequential"`` or ``"auto"``. ``loss_split``: add the round's loss split to its metrics on the
+    rounds called with ``split=True`` (``algorithm.split``, `istjax.algorithms.base.loss_split`; a config's
+    ``runtime.loss_split``, asked for on evaluation rounds: ``loss_split_every``).
     """
     w, k = algorithm.num_workers, algorithm.local_steps
     local_all = algorithm.local_fused or map_workers(algorithm.local, w, worker_map=worker_map,
                                                      communicates=communicates(algorithm))
 
-    def round_fn(state, batches, shared=None):
+    def round_fn(state, batches, shared=None, split=True):
         workers, plan = algorithm.distribute(state)
         workers, metrics = local_all(workers, batches, shared)
-        return end_round(algorithm, state, workers, plan, metrics, batches, shared, loss_split=loss_split)
+        return end_round(algorithm, state, workers, plan, metrics, batches, shared, loss_split=loss_split,
+                         split=split)
 
-    compiled = jax.jit(round_fn)
+    compiled = jax.jit(round_fn, static_argnames="split")
 
-    def round(state, batches, shared=None):
+    def round(state, batches, shared=None, *, split=True):
         check_batches(batches, w, k, getattr(algorithm.task, "example_x", None))
-        return compiled(state, batches, shared)
+        if is_traced(split):  # inside the driver's fused step: one program for every round
+            return round_fn(state, batches, shared, split)
+        return compiled(state, batches, shared, split=bool(split))
 
     round.compiled = compiled  # for cache inspection and AOT lowering
     return dataclasses.replace(algorithm, round=round, runtime=local_handle("simulate"))

@@ -108,6 +108,19 @@ if ME == 0:
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=2e-6)
 say("OK data_parallel gradient_buffers='one' == 'leaves'")
 
+# 1c. A round asked for no loss split (the driver's rounds between evaluations) computes none, on any rank: no split
+#     metrics on any rank, the same state as a round with it.
+for name, mode in (("ist", "parameter_server"), ("local_sgd", "parameter_server")):
+    rt = M.mpi_runtime(make[name]("simulate"), mode=mode)
+    state0 = rt.init(jax.random.key(7))
+    with_split, m_on = rt.round(state0, batches(0))
+    without, m_off = rt.round(state0, batches(0), split=False)
+    assert not set(m_off) & set(SPLIT), (name, sorted(m_off))
+    assert ME != 0 or {"worker_train_loss", "merged_train_loss"} <= set(m_on), (name, sorted(m_on))
+    for a, b in zip(jax.tree.leaves(rt.gather_params(with_split)), jax.tree.leaves(rt.gather_params(without))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    say(f"OK {name} {mode}: a round with split=False computes no loss split, the same state")
+
 # 2. IST moves 1/W of the first and last layers and 1/W^2 of the hidden-to-hidden layer, per worker.
 for mode in M.MODES:
     by_leaf = results["ist", mode][1].last_traffic.by_leaf

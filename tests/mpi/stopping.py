@@ -17,11 +17,11 @@ def interrupted_after(driver, rounds: int, train, total: int) -> None:
     def stopping(run, state):
         step, calls = real_compile(run, state), []
 
-        def wrapped(s, data):
+        def wrapped(s, data, split):
             calls.append(1)
             if len(calls) == rounds:
                 os.kill(os.getpid(), signal.SIGTERM)
-            return step(s, data)
+            return step(s, data, split)
 
         return wrapped
 

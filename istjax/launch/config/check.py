@@ -182,6 +182,9 @@ def _check_numbers(config, p: Problems) -> None:
         _check_runtime_options(config, p, runtimes.get(config.runtime.name).config_options)
     if not _is_int(config.eval_train_examples) or config.eval_train_examples < 0:
         p.bad("eval_train_examples", "must be an integer >= 0 (0: the whole training set).")
+    if not _is_int(config.loss_split_every) or config.loss_split_every < 0:
+        p.bad("loss_split_every", "must be an integer >= 0 (0: the loss split on evaluation rounds only; n: every "
+                                  "n-th round too).")
     if not _is_int(config.seed):
         p.bad("seed", "must be an integer.")
     lr = config.learning_rate

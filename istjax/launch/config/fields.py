@@ -25,7 +25,7 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 #: more rounds). Every other field must match the checkpoint's config exactly.
 RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "max_to_keep", "eval_batch_size",
                       "eval_train_examples", "target_accuracy", "target_loss", "stop_at_target", "progress",
-                      "runtime.memory_limit", "runtime.loss_split")
+                      "runtime.memory_limit", "runtime.loss_split", "loss_split_every")
 
 
 class ConfigError(ValueError):
@@ -194,9 +194,10 @@ def _runtime_section(c: ml_collections.ConfigDict) -> None:
     c.runtime = ml_collections.ConfigDict()
     c.runtime.name = "simulate"  # any name in istjax.runtimes.names() ("mpi": under mpiexec)
     c.runtime.mode = "parameter_server"  # runtime "mpi": "parameter_server" | "sharded" (see istjax.runtimes.mpi)
-    # Every round also reports where its loss went (istjax.algorithms.loss_split: the workers' own loss after their K
-    # steps, the merged model's on the same batches, train and test mode) in metrics.jsonl; False saves its forward
-    # passes. Every runtime but MPI's sharded mode (no rank holds the merged model) computes it.
+    # Evaluation rounds also report where the loss went (istjax.algorithms.loss_split: the workers' own loss after
+    # their K steps, the merged model's on the same batches, train and test mode) in metrics.jsonl (loss_split_every:
+    # more rounds); False saves its forward passes. Every runtime but MPI's sharded mode (no rank holds the merged
+    # model) computes it.
     c.runtime.loss_split = True
     # Each process's memory cap, every runtime: bytes (an int) or a size ("800MiB", "1.5GiB", "2GB"); 0: no cap. Before
     # the first round every rank predicts what it will hold (its state share, the compiled round's outputs and
@@ -236,6 +237,9 @@ def _run_fields(c: ml_collections.ConfigDict) -> None:
     c.seed = 0  # seeds the initial parameters, the partitions and the data streams
     # Evaluation, logging, checkpoints.
     c.eval_every = 5  # rounds between evaluations of the global model (the last round is always evaluated)
+    # The loss split (runtime.loss_split) runs on the evaluation rounds; n > 0: on every n-th round too, the record
+    # carrying the mean of those since the last (1: every round). Its forward passes cost a fifth of a small round.
+    c.loss_split_every = 0
     c.eval_batch_size = 1000  # evaluation chunk size; at least 256 for models that use batch statistics at test time
     c.eval_train_examples = 2000  # the train loss is measured on this many training examples (0: all)
     c.checkpoint_every = 20  # rounds between checkpoints (also at the end and on SIGINT/SIGTERM)

@@ -54,9 +54,8 @@ def install(rt: MPIRuntime) -> None:
     sent = {} if wire.exact else {"sent": True}  # workers send wire.up of their trees
     collect = jax.jit(lambda state, tree, plan, batches, shared: alg.collect(
         state, as_workers(packed[1](tree)), plan, batches, shared, **sent))
-    split = rounds.split_fn(rt, as_workers)
-    # What each worker trained, as the root reads it (the loss split's workers): the workers' trees, or under a
-    # rounding wire what they sent read against the rounded pieces they started from.
+    split_fn = rounds.split_fn(rt, as_workers)
+    # The loss split's workers: their trees, or under a rounding wire what they sent read against where they started.
     trained_trees = jax.jit(lambda state, tree, plan: wire.back(
         packed[1](tree), wire.round(extract(alg.subnet.held(state), plan.partition, alg.subnet.spec))))
 
@@ -64,7 +63,7 @@ def install(rt: MPIRuntime) -> None:
         state = jax.jit(alg.init)(key)
         return state if root else TrainState((), (), (), state.key, state.round)
 
-    def round_fn(state, batches, shared=None):
+    def round_fn(state, batches, shared=None, *, split=True):
         t = time.perf_counter()
         rounds.check_batches(batches, rt)
         full, batches = rounds.full_batches(batches, rt), rounds.my_rows(batches, rt)
@@ -90,16 +89,17 @@ def install(rt: MPIRuntime) -> None:
         t = rt._phase("gather", t, gathered)
         rt._track(trained)
         spares.keep(lanes=back, all=gathered)
-        last = rounds.last_batches(full, batches, rt) if split is not None else None  # collective
+        split = split and split_fn is not None  # every rank asks alike (the driver's evaluation rounds)
+        last = rounds.last_batches(full, batches, rt) if split else None  # collective
         if root:
-            workers_back = gathered if wire.exact or split is None else trained_trees(state, gathered, plan)
+            workers_back = gathered if wire.exact or not split else trained_trees(state, gathered, plan)
             state = collect(state, gathered, plan, full, shared)
         else:
             state = TrainState((), (), (), round_keys(state.key)[0], state.round + 1)
         t = rt._phase("collect", t, state)
         out = rounds.finish(rt, traffic, metrics, comm)
-        if root and split is not None:
-            out.update({k: np.asarray(v) for k, v in split(state, workers_back, last, shared).items()})
+        if root and split:
+            out.update({k: np.asarray(v) for k, v in split_fn(state, workers_back, last, shared).items()})
         rt._phase("metrics", t)
         return state, out
 

@@ -149,7 +149,7 @@ def install(rt: MPIRuntime) -> None:
 
     start = _start_fn(alg, me * lanes, lanes)
     summed, finish = replica_ends(alg, n, me * lanes)
-    split = rounds.split_fn(rt, lambda workers: workers)
+    split_fn = rounds.split_fn(rt, lambda workers: workers)
     own, gather = _rows(rt)
     init = jax.jit(alg.init) if alg.resident is None else (lambda key: own(jax.jit(alg.init)(key)))
 
@@ -176,7 +176,7 @@ def install(rt: MPIRuntime) -> None:
         after = memory_lib.tree_bytes((trained, metrics, out, sums, state))
         return arrived + max(memory_lib.step_bytes(compiled.memory_analysis()), after)
 
-    def round_fn(state, batches, shared=None):
+    def round_fn(state, batches, shared=None, *, split=True):
         rounds.check_batches(batches, rt)
         state = own(state)  # a restored whole state: this rank's rows of what its workers keep
         full, batches = rounds.full_batches(batches, rt), rounds.my_rows(batches, rt)
@@ -199,8 +199,8 @@ def install(rt: MPIRuntime) -> None:
         rt._track(state, trained, sums)
         state = finish(state, trained, sums, plan, full, shared)
         out = rounds.finish(rt, traffic, metrics, comm)
-        if split is not None:  # this rank's workers on their own batches, averaged over the ranks
-            mine = split(state, trained, rounds.own_last(batches, rt), shared)
+        if split_fn is not None and split:  # this rank's workers on their own batches, averaged over the ranks
+            mine = split_fn(state, trained, rounds.own_last(batches, rt), shared)
             out.update(rounds.combine_splits(mine, comm))
         spares.keep(lanes=trained, sums=sums)
         return state, out

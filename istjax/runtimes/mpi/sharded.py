@@ -171,7 +171,7 @@ def install(rt: MPIRuntime) -> None:
     recompute = (alg.model_state_policy == ModelStatePolicy.RECOMPUTE and owner is not None
                  and owner.recompute_state is not None)
 
-    def round_fn(state, batches, shared=None):
+    def round_fn(state, batches, shared=None, *, split=True):
         rounds.check_batches(batches, rt)
         batches = rounds.my_rows(batches, rt)
         traffic = Traffic()

@@ -183,7 +183,7 @@ def install(rt: MPIRuntime) -> None:
     moves = _Moves(rt, jax.jit(pieces.flags), jax.jit(pieces.close), jax.jit(pieces.mean),
                    _Packing((abstract.params, abstract.model_state)))
 
-    def round_fn(state, batches, shared=None):
+    def round_fn(state, batches, shared=None, *, split=True):
         rounds.check_batches(batches, rt)
         state = own(state)  # a restored whole state: this rank's workers' rows
         batches = rounds.my_rows(batches, rt)

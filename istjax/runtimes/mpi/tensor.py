@@ -58,7 +58,7 @@ def install(rt: MPIRuntime) -> None:
     train = jax.jit(functools.partial(pieces.train, coll))
     measured: dict = {}
 
-    def round_fn(state, batches, shared=None):
+    def round_fn(state, batches, shared=None, *, split=True):
         rounds.check_batches(batches, rt)
         lead = {v.shape[0] for v in jax.tree.leaves(batches)}
         if lead != {alg.num_workers}:  # a rank's own rows would train each shard on other examples: refused
