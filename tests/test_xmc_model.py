@@ -52,6 +52,55 @@ def test_the_embedding_bag_equals_the_dense_matmul_on_the_densified_input():
     np.testing.assert_allclose(bag(jnp.asarray(pairs), kernel), dense @ np.asarray(kernel), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8])
+def test_the_bag_summed_a_chunk_of_slots_at_a_time_equals_the_block_forward_and_gradients(chunk):
+    # 5 slots: chunks that divide them, that do not (padded with (0, 0) pairs), and that cover them all (the block)
+    rng = np.random.default_rng(3)
+    pairs, dense = _sparse(rng, n=9, features=12, nnz=5)
+    x = jnp.asarray(pairs)
+    kernel = jnp.asarray(rng.normal(size=(12, 7)), jnp.float32)
+    dy = jnp.asarray(rng.normal(size=(9, 7)), jnp.float32)
+
+    def loss(k, c):
+        return jnp.vdot(bag(x, k, c), dy)
+
+    np.testing.assert_allclose(bag(x, kernel, chunk), bag(x, kernel, 0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(bag(x, kernel, chunk), dense @ np.asarray(kernel), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.grad(loss)(kernel, chunk), jax.grad(loss)(kernel, 0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(jax.grad(loss)(kernel, chunk), dense.T @ np.asarray(dy), rtol=1e-5, atol=1e-5)
+    # leading axes beyond the batch (a worker axis) keep their shape
+    xs = jnp.stack([x, x[::-1]])
+    np.testing.assert_allclose(bag(xs, kernel, chunk)[1], bag(x[::-1], kernel, 0), rtol=1e-6, atol=1e-6)
+
+
+def test_the_chunked_bag_never_holds_the_points_by_slots_by_units_block():
+    # The compiled gradient's scratch memory: the block version holds [B, nnz, H] (and its cotangent); a chunk of 4
+    # slots holds [B, 4, H]. Measured by XLA's own buffer assignment, not by timing.
+    b, nnz, h, f = 64, 128, 256, 1000
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(np.stack([rng.integers(0, f, (b, nnz)), rng.random((b, nnz))], -1), jnp.float32)
+    kernel = jnp.zeros((f, h), jnp.float32)
+
+    def scratch(c):
+        fn = jax.jit(jax.grad(lambda k: jnp.sum(bag(x, k, c) ** 2)))
+        return fn.lower(kernel).compile().memory_analysis().temp_size_in_bytes
+
+    block = b * nnz * h * 4
+    assert scratch(0) >= block
+    assert scratch(4) < block / 8
+
+
+def test_sparse_mlp_refuses_a_negative_slot_chunk_and_trains_the_same_with_any():
+    with pytest.raises(ArgError, match="bag_slot_chunk=-1.*int >= 0"):
+        build_model("sparse_mlp", {"hidden": (16,), "bag_slot_chunk": -1}, num_classes=6, num_feature_ids=12)
+    pairs, _ = _sparse(np.random.default_rng(1), n=4, features=12, nnz=6)
+    models = [build_model("sparse_mlp", {"hidden": (16,), "bag_slot_chunk": c}, num_classes=6, num_feature_ids=12)
+              for c in (0, 4)]
+    params = models[0].init(jax.random.key(0), jnp.asarray(pairs))
+    np.testing.assert_allclose(models[1].apply(params, jnp.asarray(pairs)), models[0].apply(params, jnp.asarray(pairs)),
+                               rtol=1e-5, atol=1e-5)
+
+
 def _points(rows):
     """An XMCData from ``[(labels, {id: value})]`` over 10 features and 6 labels."""
     f_ptr, f_ids, f_vals, l_ptr, l_ids = [0], [], [], [0], []

@@ -6,6 +6,13 @@ A sparse input row is a list of ``(feature id, value)`` pairs, padded with ``(0,
 multiply-adds instead of ``B * F * H`` for ``F`` features (Amazon-670k: 135,909 features, about 75 nonzero per point).
 A padded slot has value 0 and adds nothing, so no mask is needed.
 
+Memory: gathering every slot's row at once makes a ``[B, nnz, H]`` block, ``nnz`` times the layer's output (the
+Debian set's 256 slots at H = 512 and B = 128: 67 MB, beside an output of 0.26 MB), and its gradient scatters the
+same block back. ``slot_chunk = c`` sums the slots ``c`` at a time in a `jax.lax.scan` (a ``[B, c, H]`` block,
+float32 accumulation), and the kernel's gradient, which autodiff takes through the scan, scatters ``c`` slots at a
+time into one ``[F, H]`` buffer; ``0`` gathers all of them at once. Both give the same sums up to float rounding
+(the slots are added in another order).
+
 Its kernel ``[F, H]`` carries logical names (``"input"``, the hidden group): IST partitions it by columns (a worker's
 hidden units), exactly as the dense MLP's first layer; from an owner's slice of the columns (the sharded MPI mode,
 `istjax.models.owner_forward`) the same sum gives that owner's units.
@@ -20,14 +27,37 @@ import jax.numpy as jnp
 import istjax.core.tiled_init as tiled_init
 from istjax.core import precision
 
-__all__ = ["EmbeddingBag", "bag"]
+__all__ = ["EmbeddingBag", "bag", "SLOT_CHUNK"]
+
+#: The slots `EmbeddingBag` sums at a time unless told otherwise (``experiments/benchmarks/xmc.py``, study 1, measures
+#: it against all slots at once: time and scratch memory, forward and gradient).
+SLOT_CHUNK = 8
 
 
-def bag(x_BxNx2: jax.Array, kernel_FxH: jax.Array) -> jax.Array:
-    """``[B, H]``: each row's ``sum_j value_j * kernel[id_j]`` (module docstring)."""
+def bag(x_BxNx2: jax.Array, kernel_FxH: jax.Array, slot_chunk: int = 0) -> jax.Array:
+    """``[B, H]``: each row's ``sum_j value_j * kernel[id_j]`` (module docstring), all slots at once
+    (``slot_chunk = 0`` or at least ``nnz``) or ``slot_chunk`` at a time."""
+    n = x_BxNx2.shape[-2]
+    if not slot_chunk or slot_chunk >= n:
+        return _block(x_BxNx2, kernel_FxH)
+    pad = -n % slot_chunk  # (0, 0) pairs: id 0 at value 0 adds nothing
+    x = jnp.pad(x_BxNx2, [(0, 0)] * (x_BxNx2.ndim - 2) + [(0, pad), (0, 0)])
+    chunks_CxBxcx2 = jnp.moveaxis(x.reshape(x.shape[:-2] + (-1, slot_chunk, 2)), -3, 0)
+
+    def add(y_BxH, x_Bxcx2):
+        return y_BxH + _block(x_Bxcx2, kernel_FxH, jnp.float32), None
+
+    y0 = jnp.zeros(x_BxNx2.shape[:-2] + kernel_FxH.shape[-1:], jnp.float32)
+    return jax.lax.scan(add, y0, chunks_CxBxcx2)[0].astype(kernel_FxH.dtype)
+
+
+def _block(x_BxNx2: jax.Array, kernel_FxH: jax.Array, out=None) -> jax.Array:
+    """All ``N`` slots' rows gathered at once (``[B, N, H]``), weighted and summed (in ``out``'s dtype, else the
+    kernel's)."""
     ids = x_BxNx2[..., 0].astype(jnp.int32)
     rows_BxNxH = jnp.take(kernel_FxH, ids, axis=0, mode="clip")  # ids are checked < F where the data is made
-    return jnp.einsum("bn,bnh->bh", x_BxNx2[..., 1].astype(kernel_FxH.dtype), rows_BxNxH)
+    return jnp.einsum("...n,...nh->...h", x_BxNx2[..., 1].astype(kernel_FxH.dtype), rows_BxNxH,
+                      preferred_element_type=out)
 
 
 class EmbeddingBag(nn.Module):
@@ -43,6 +73,8 @@ class EmbeddingBag(nn.Module):
         columns draws only that block).
       dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`): the kernel's rows are
         read in it (the ids stay exact: the input is never cast); the kernel stays float32.
+      slot_chunk: the slots summed at a time (`bag`; module docstring): ``0``, all at once (a ``[B, nnz, H]``
+        block); the default `SLOT_CHUNK` (8) keeps an ``[B, 8, H]`` one.
     """
 
     features: int
@@ -51,12 +83,13 @@ class EmbeddingBag(nn.Module):
     use_bias: bool = True
     kernel_init: nn.initializers.Initializer = tiled_init.normal(stddev=1.0)
     dtype: str = "float32"
+    slot_chunk: int = SLOT_CHUNK
 
     @nn.compact
     def __call__(self, x_BxNx2: jax.Array) -> jax.Array:
         kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.names),
                             (self.num_embeddings, self.features))
-        y = bag(x_BxNx2, precision.cast(kernel, self.dtype))
+        y = bag(x_BxNx2, precision.cast(kernel, self.dtype), self.slot_chunk)
         if self.use_bias:
             y = y + precision.cast(self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
                                                                                     self.names[1:]),

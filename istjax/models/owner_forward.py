@@ -125,7 +125,7 @@ def _linear(layer: nn.Module, x: jax.Array, cut: tuple[bool, bool], owner, num_o
 def _bag(layer: EmbeddingBag, x: jax.Array) -> jax.Array:
     """An `EmbeddingBag` on an owner's columns of its kernel (its input, the feature ids, is never partitioned): the
     owner's own output units, or all of them when the output is not a group."""
-    y = bag(x, layer.get_variable("params", "kernel"))
+    y = bag(x, layer.get_variable("params", "kernel"), layer.slot_chunk)
     return y + layer.get_variable("params", "bias")[None, :] if layer.use_bias else y
 
 

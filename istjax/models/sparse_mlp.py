@@ -24,7 +24,7 @@ import istjax.models.owner_forward as owner_forward
 import istjax.models.tensor_forward as tensor_forward
 from istjax.core import precision
 from istjax.core.errors import ArgError
-from istjax.models.embedding_bag import EmbeddingBag
+from istjax.models.embedding_bag import SLOT_CHUNK, EmbeddingBag
 from istjax.xmc import loss as xmc_loss
 
 __all__ = ["SparseMLP"]
@@ -47,6 +47,8 @@ class SparseMLP(nn.Module):
       label_weights: each label's inverse propensity (`istjax.xmc.loss.LabelWeights`), filled from sparse data's
         ``label_weights`` when istjax builds the model: the evaluation then reports PSP@1/3/5 besides P@k.
       dtype: the compute dtype, ``"float32"`` or ``"bfloat16"`` (`istjax.core.precision`); parameters stay float32.
+      bag_slot_chunk: the embedding bag's ``slot_chunk``: the nonzero slots it sums at a time (0: all at once, a
+        ``[B, nnz, H]`` block; `istjax.models.embedding_bag`).
     """
 
     hidden: Sequence[int] = (512,)
@@ -58,6 +60,7 @@ class SparseMLP(nn.Module):
     full_hidden: Sequence[int] = ()
     label_weights: Optional[xmc_loss.LabelWeights] = None
     dtype: str = "float32"
+    bag_slot_chunk: int = SLOT_CHUNK
 
     def __post_init__(self):
         hidden = layers.pos_ints("SparseMLP", "hidden", self.hidden, "e.g. hidden=(512,).")
@@ -67,6 +70,10 @@ class SparseMLP(nn.Module):
             if not isinstance(getattr(self, flag), bool):
                 raise ArgError(flag, getattr(self, flag), f"SparseMLP.{flag}={getattr(self, flag)!r}:",
                                "give True or False.")
+        chunk = self.bag_slot_chunk
+        if not (layers.is_pos_int(chunk) or (type(chunk) is int and chunk == 0)):
+            raise ArgError("bag_slot_chunk", self.bag_slot_chunk, f"SparseMLP.bag_slot_chunk={self.bag_slot_chunk!r}:",
+                           f"give an int >= 0 (0: every slot at once; {SLOT_CHUNK}, the default, keeps a [B, {SLOT_CHUNK}, H] block).")
         full = layers.pos_ints("SparseMLP", "full_hidden", self.full_hidden, "leave it empty (subnet sets it).",
                                allow_empty=True)
         if full and len(full) != len(hidden):
@@ -132,7 +139,8 @@ class SparseMLP(nn.Module):
         del train  # no dropout, no statistics
         init = tiled_init.lecun_normal()  # LeCun's, drawn tile by tile: a rank draws only its block
         x = self._scaled(nn.relu(EmbeddingBag(self.hidden[0], self.num_features, ("input", "hidden_0"),
-                                              self.use_bias, dtype=self.dtype, name="bag")(x_BxNx2)), 0)
+                                              self.use_bias, dtype=self.dtype, slot_chunk=self.bag_slot_chunk,
+                                              name="bag")(x_BxNx2)), 0)
         names_in = "hidden_0"
         for i, width in enumerate(self.hidden[1:], start=1):
             name = f"hidden_{i}"

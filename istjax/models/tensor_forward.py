@@ -129,7 +129,7 @@ def tensor_apply(module: nn.Module, variables, x: jax.Array, shared: Any = None,
         if not isinstance(layer, (nn.Dense, EmbeddingBag)):
             return next_fun(*args, **kwargs)  # a parameter used unit by unit (MLP's BatchNorm scale)
         if isinstance(layer, EmbeddingBag):  # its input, the feature ids, is never cut
-            return _biased(layer, bag(args[0], layer.get_variable("params", "kernel")))
+            return _biased(layer, bag(args[0], layer.get_variable("params", "kernel"), layer.slot_chunk))
         kernel, h = layer.get_variable("params", "kernel"), args[0]
         if cut_in and cut_out:
             return _biased(layer, _dense(layer, ops.gather_columns(h), kernel))
