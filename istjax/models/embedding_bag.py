@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import istjax.core.tiled_init as tiled_init
 from istjax.core import precision
 
-__all__ = ["EmbeddingBag", "bag", "SLOT_CHUNK"]
+__all__ = ["EmbeddingBag", "bag", "slot_chunks", "SLOT_CHUNK"]
 
 #: The slots `EmbeddingBag` sums at a time unless told otherwise (``experiments/benchmarks/xmc.py``, study 1, measures
 #: it against all slots at once: time and scratch memory, forward and gradient).
@@ -40,15 +40,21 @@ def bag(x_BxNx2: jax.Array, kernel_FxH: jax.Array, slot_chunk: int = 0) -> jax.A
     n = x_BxNx2.shape[-2]
     if not slot_chunk or slot_chunk >= n:
         return _block(x_BxNx2, kernel_FxH)
-    pad = -n % slot_chunk  # (0, 0) pairs: id 0 at value 0 adds nothing
-    x = jnp.pad(x_BxNx2, [(0, 0)] * (x_BxNx2.ndim - 2) + [(0, pad), (0, 0)])
-    chunks_CxBxcx2 = jnp.moveaxis(x.reshape(x.shape[:-2] + (-1, slot_chunk, 2)), -3, 0)
+    chunks_CxBxcx2 = slot_chunks(x_BxNx2, slot_chunk)
 
     def add(y_BxH, x_Bxcx2):
         return y_BxH + _block(x_Bxcx2, kernel_FxH, jnp.float32), None
 
     y0 = jnp.zeros(x_BxNx2.shape[:-2] + kernel_FxH.shape[-1:], jnp.float32)
     return jax.lax.scan(add, y0, chunks_CxBxcx2)[0].astype(kernel_FxH.dtype)
+
+
+def slot_chunks(x_BxNx2: jax.Array, slot_chunk: int) -> jax.Array:
+    """``[C, B, slot_chunk, 2]``: the slots ``slot_chunk`` at a time, the last chunk padded with ``(0, 0)`` pairs (id 0
+    at value 0 adds nothing), in the order `bag` sums them."""
+    pad = -x_BxNx2.shape[-2] % slot_chunk
+    x = jnp.pad(x_BxNx2, [(0, 0)] * (x_BxNx2.ndim - 2) + [(0, pad), (0, 0)])
+    return jnp.moveaxis(x.reshape(x.shape[:-2] + (-1, slot_chunk, 2)), -3, 0)
 
 
 def _block(x_BxNx2: jax.Array, kernel_FxH: jax.Array, out=None) -> jax.Array:
