@@ -4,8 +4,10 @@ For each hidden width, on xmc-debian-deps' shape (31,435 features, 15,186 labels
 point), ``compile().memory_analysis()`` of (nothing is trained, nothing is allocated but compiled programs):
 
 * ``evaluate``: the full model's test-time scores of one evaluation chunk (``eval_batch_size`` points, 1,000 in
-  the study, and 250): the embedding bag gathers a ``[n, slots, H]`` block before it sums it;
+  the study, and 250);
 * ``train step``: the gradient of the full model's loss on one batch of B = 128;
+* both again with the embedding bag gathering every slot at once (``bag_slot_chunk=0``: a ``[n, slots, H]`` block
+  before it sums, and its cotangent), against the default that sums `SLOT_CHUNK` slots at a time;
 * ``init``: the initialiser of the bag's kernel ``[F, H]``: flax's ``normal`` whole and sliced to half its columns
   (XLA generates the whole leaf either way), and the library's `istjax.core.tiled_init` whole and as half its columns
   drawn alone (what a rank of the sharded mode or of tensor parallelism draws).
@@ -33,7 +35,7 @@ from istjax.core.task import classifier
 from istjax.launch import study as study_lib
 from istjax.launch.provenance import code_version
 from istjax.models import SparseMLP
-from istjax.models.embedding_bag import EmbeddingBag
+from istjax.models.embedding_bag import SLOT_CHUNK, EmbeddingBag
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "experiments" / "extreme" / "results" / "memory.json"
@@ -53,15 +55,17 @@ def _batch(n: int) -> dict[str, jax.ShapeDtypeStruct]:
 
 def measure(hidden: int, eval_sizes: Sequence[int], batch_size: int) -> list[dict[str, Any]]:
     """The rows of one width (module docstring)."""
-    model = SparseMLP(hidden=(hidden,), num_classes=LABELS, num_features=FEATURES)
-    task = classifier(model, jnp.zeros((2, SLOTS, 2), jnp.float32), num_classes=LABELS)
-    params = jax.eval_shape(task.init, jax.random.key(0))
+    rows = []
+    for chunk, tag in ((SLOT_CHUNK, ""), (0, ", all slots at once")):  # the bag as it is, and with the block
+        model = SparseMLP(hidden=(hidden,), num_classes=LABELS, num_features=FEATURES, bag_slot_chunk=chunk)
+        task = classifier(model, jnp.zeros((2, SLOTS, 2), jnp.float32), num_classes=LABELS)
+        params = jax.eval_shape(task.init, jax.random.key(0))
+        rows += [{"program": f"evaluate{tag}", "points": n,
+                  **_analysis(lambda p, b: task.evaluate(p, {}, b), params, _batch(n))} for n in eval_sizes]
+        loss = task.train_loss(None)
+        rows.append({"program": f"train step{tag}", "points": batch_size,
+                     **_analysis(jax.grad(lambda p, b: loss(p, {}, b)[0]), params, _batch(batch_size))})
     model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
-    rows = [{"program": "evaluate", "points": n, **_analysis(lambda p, b: task.evaluate(p, {}, b), params, _batch(n))}
-            for n in eval_sizes]
-    loss = task.train_loss(None)
-    rows.append({"program": "train step", "points": batch_size,
-                 **_analysis(jax.grad(lambda p, b: loss(p, {}, b)[0]), params, _batch(batch_size))})
     flax_init, init = nn.initializers.normal(1.0), EmbeddingBag.__dataclass_fields__["kernel_init"].default
     shape, key = (FEATURES, hidden), jax.random.key(0)
 

@@ -377,6 +377,10 @@ def _memory_row(d, hidden: int, program: str, points: Optional[int] = None) -> d
 scalar("extreme.memory.eval_512", MEMORY, lambda d: nbytes(_memory_row(d, 512, "evaluate", 1000)["temp_bytes"]))
 scalar("extreme.memory.state_512", MEMORY, lambda d: nbytes(4 * _memory_row(d, 512, "evaluate", 1000)["model_bytes"]))
 scalar("extreme.memory.step_512", MEMORY, lambda d: nbytes(_memory_row(d, 512, "train step")["temp_bytes"]))
+scalar("extreme.memory.eval_512_block", MEMORY,
+       lambda d: nbytes(_memory_row(d, 512, "evaluate, all slots at once", 1000)["temp_bytes"]))
+scalar("extreme.memory.step_512_block", MEMORY,
+       lambda d: nbytes(_memory_row(d, 512, "train step, all slots at once")["temp_bytes"]))
 
 
 def _target(d, ranks: int) -> str:
