@@ -310,3 +310,41 @@ def test_rules_that_would_add_mismatched_channels_are_refused():
         istjax.classifier(Residual(), jnp.zeros((2, 5)), num_classes=C)
     istjax.classifier(Residual(), jnp.zeros((2, 5)), rules={"input": None, "a": "h", "b": "h", "classes": None},
                       num_classes=C)
+
+
+def _family_tasks():
+    """One small task of each model family istjax ships (the leaves every extract path meets: kernels cut by rows
+    or columns, heads, convolution channels cut on both sides, an embedding bag, graph features)."""
+    from istjax.models import MLP, SparseMLP, Transformer
+    return {"mlp": istjax.classifier(MLP(hidden=(6, 8), num_classes=C), jnp.zeros((B, 5)), num_classes=C),
+            "cnn": _cnn_task(),
+            "transformer": istjax.classifier(Transformer(num_classes=7, num_layers=2, embed_dim=8, num_heads=4,
+                                                         mlp_dim=12, context=5), jnp.zeros((2, 5), jnp.int32),
+                                             num_classes=7),
+            "sparse_mlp": istjax.classifier(SparseMLP(hidden=(8,), num_classes=C, num_features=12),
+                                            jnp.zeros((2, 4, 2)), num_classes=C),
+            "gcn": _graph_task(_graph())}
+
+
+@pytest.mark.parametrize("family", ["mlp", "cnn", "transformer", "sparse_mlp", "gcn"])
+@pytest.mark.parametrize("sampler,w", [(istjax.uniform(pad=True), 3), (istjax.overlapping(2), 2),
+                                       (istjax.nested([0.5, 1.0]), 2), (istjax.uniform(pad=True), 6)])
+def test_every_familys_extract_and_merge_equal_the_element_wise_gathers_bit_for_bit(family, sampler, w):
+    from istjax.core import subnet
+    task = _family_tasks()[family]
+    params = jax.jit(task.init)(jax.random.key(0))
+    p = sampler.sample(jax.random.key(1), task.spec.group_sizes, w)
+    got = istjax.extract(params, p, task.spec)
+    want = jax.tree.map(lambda s, x: subnet._extract_elements(x, s, p, task.spec.group_sizes, w)
+                        if not s.shared else x[None].repeat(w, 0), task.spec.leaves, params)
+    sliced = [s for s in jax.tree.leaves(task.spec.leaves) if not s.shared and len(s.partitioned_axes) == 1]
+    assert sliced  # every family has leaves cut on one axis
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    if sampler.disjoint:  # and merge of trained pieces back through slices, against the element-wise gather
+        sizes = task.spec.group_sizes
+        for s, x, y in zip(jax.tree.leaves(task.spec.leaves), jax.tree.leaves(params), jax.tree.leaves(got)):
+            if not s.shared:
+                np.testing.assert_array_equal(subnet._merge_disjoint(x, y * 2.0 + 1.0, s, p, sizes),
+                                              subnet._merge_elements(x, y * 2.0 + 1.0, s, p, sizes))

@@ -8,6 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import istjax
+from istjax.core import subnet
+from istjax.core.errors import ArgError
 from istjax.core.partition import check_partition
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -87,7 +89,6 @@ def test_nested_subsets():
 def test_nested_without_shuffle_from_a_config_holds_the_same_units_every_round():
     """--config.sampler.name=nested --config.sampler.shuffle=False: one sub-network never repartitioned (the image
     study's fixed sub-network control); a value that is not a bool is refused naming the field."""
-    from istjax.core.errors import ArgError
     from istjax.launch import config as config_lib
     from istjax.launch.config.parts import make_sampler
 
@@ -145,6 +146,42 @@ def test_merge_of_extract_is_identity(sp, sampler, seed):
     back = istjax.merge(params, sub, p, spec, disjoint=sampler.disjoint)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back)):
         np.testing.assert_array_equal(a, b)
+
+
+# Every sampler with the worker counts it takes: 6 workers reach extract's worker-axis-inside gather (W > 4).
+SAMPLERS_AND_WORKERS = [(istjax.uniform(pad=True), 2), (istjax.uniform(pad=True), 3), (istjax.uniform(pad=True), 6),
+                        (istjax.overlapping(3), 3), (istjax.uneven([1.0, 2.0]), 2),
+                        (istjax.uneven([1.0, 2.0, 1.0, 1.0, 1.0, 3.0]), 6), (istjax.nested([0.5, 1.0]), 2),
+                        (istjax.stratified(2), 2), (istjax.stratified(2), 6)]
+
+
+@SETTINGS
+@given(sp=spec_and_params(), sampler_workers=st.sampled_from(SAMPLERS_AND_WORKERS), seed=st.integers(0, 10**6))
+def test_extract_and_merge_by_slices_equal_the_gathers_by_elements_bit_for_bit(sp, sampler_workers, seed):
+    # A leaf cut on one axis with more than one element after it is extracted as whole slices; every leaf's
+    # element-wise gather (the path it replaced) gives the same bits, padding slots included, under every sampler.
+    spec, params = sp
+    sampler, workers = sampler_workers
+    if not spec.group_sizes or min(spec.group_sizes.values()) < workers:
+        return
+    try:
+        sampler.slots(spec.group_sizes, workers)  # the sampler's own check (stratified: sizes it divides)
+    except ArgError:
+        return
+    p = sampler.sample(jax.random.key(seed), spec.group_sizes, workers)
+    for s, x in zip(jax.tree.leaves(spec.leaves), jax.tree.leaves(params)):
+        if s.shared:
+            continue
+        got = subnet.extract_leaf(x, s, p, spec.group_sizes, workers)
+        want = subnet._extract_elements(x, s, p, spec.group_sizes, workers)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        if sampler.disjoint:  # merge of trained (here: shifted) pieces, with a pad slot of weight 0 or without
+            trained = got * 2.0 + 1.0
+            for weights in (None, jnp.arange(workers, dtype=jnp.float32)):
+                merged = subnet._merge_disjoint(x, trained, s, p, spec.group_sizes, weights)
+                np.testing.assert_array_equal(
+                    merged, subnet._merge_elements(x, trained, s, p, spec.group_sizes, weights))
 
 
 @SETTINGS
