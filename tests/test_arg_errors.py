@@ -39,9 +39,9 @@ def _bad_value(default):
     return None  # a field whose default is None (inner, image_shape, ...): no generic bad value
 
 
-# Fields whose 0 is a valid setting (head_dim=0: embed_dim / num_heads; full_layers=0: not a sub-network): their
-# bad value is a negative one.
-ZERO_IS_VALID = {("transformer", "head_dim"), ("transformer", "full_layers")}
+# Fields whose 0 is a valid setting (head_dim=0: embed_dim / num_heads; full_layers=0: not a sub-network;
+# bag_slot_chunk=0: all slots at once): their bad value is a negative one.
+ZERO_IS_VALID = {("transformer", "head_dim"), ("transformer", "full_layers"), ("sparse_mlp", "bag_slot_chunk")}
 
 
 def _cases():
