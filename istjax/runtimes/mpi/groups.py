@@ -101,7 +101,7 @@ def install(rt: MPIRuntime) -> None:
                 traffic.add(**{"sent" if g == mine else "received": piece})
         return jax.tree.unflatten(jax.tree.structure(model_G), [jnp.asarray(v) for v in rows])
 
-    def round_fn(state, batches, shared=None):
+    def round_fn(state, batches, shared=None, *, split=True):  # split: codistillation draws no loss split
         rounds.check_batches(batches, rt)
         batches, traffic = rounds.my_rows(batches, rt), Traffic()
         trained, metrics = train(start(state), batches, shared, state.round)
