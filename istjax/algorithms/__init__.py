@@ -43,6 +43,9 @@ class AlgorithmEntry(NamedTuple):
     factory: object
     options: tuple[str, ...]
     description: str = ""
+    #: every optimizer step averages the gradients of all W workers' batches (one step reads ``W * B`` examples: the
+    #: batch of the linear scaling rule, `istjax.launch.config.parts.scaled_learning_rate`).
+    averages_steps: bool = False
 
 
 #: Every algorithm but tensor parallel takes the exchange dtype and what a worker sends back (`istjax.core.precision`).
@@ -57,7 +60,7 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
     "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches", *_WIRE),
                           "Independent Subnetwork Training: neurons split among workers every round"),
     "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches", *_WIRE),
-                                    "gradients averaged every step"),
+                                    "gradients averaged every step", averages_steps=True),
     "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches", *_WIRE),
                                 "whole replicas trained K steps, then averaged"),
     "diloco": AlgorithmEntry(diloco, ("outer_learning_rate", "outer_momentum", "optimizer_state", "model_state",

@@ -365,6 +365,9 @@ def _check_schedule(config, bad, choice) -> None:
     factor = config.lr_decay_factor
     if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not 0 < factor <= 1:
         bad("lr_decay_factor", "must be in (0, 1], e.g. 0.1.")
-    for field in ("warmup_rounds", "lr_schedule_rounds"):
+    for field in ("warmup_rounds", "lr_schedule_rounds", "lr_reference_batch"):
         if not _is_int(config[field]) or config[field] < 0:
             bad(field, "must be an integer >= 0.")
+    tc = config.trust_coefficient
+    if not _is_number(tc) or not math.isfinite(tc) or tc < 0:
+        bad("trust_coefficient", "must be a finite number >= 0 (0: the optimizer's own, lars 0.001, lamb 1.0).")

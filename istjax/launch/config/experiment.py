@@ -161,7 +161,8 @@ def _task(config, dataset, c: Collector):
     return task
 
 
-_OPTIMIZER_FIELDS = {f: f for f in ("optimizer", "learning_rate", "momentum", "weight_decay", "lr_schedule",
+_OPTIMIZER_FIELDS = {f: f for f in ("optimizer", "learning_rate", "momentum", "weight_decay", "trust_coefficient",
+                                     "lr_reference_batch", "lr_schedule",
                                      "lr_decay_at", "lr_decay_factor", "warmup_rounds", "lr_schedule_rounds",
                                      "num_rounds")}
 #: Factory options that are settings of the whole run, read from the config's top level, not its ``algorithm``

@@ -19,7 +19,7 @@ __all__ = ["OPTIMIZERS", "RUN_CONTROL_FIELDS", "MODEL_KEYS", "ConfigError", "def
            "flat_dict", "get_field", "close_matches", "model_fields", "model_module", "data_module", "use_model"]
 
 #: The local optimizers a config may name (``optimizer``).
-OPTIMIZERS = ("sgd", "momentum", "adam")
+OPTIMIZERS = ("sgd", "momentum", "adam", "lars", "lamb")
 
 #: Fields that change how a run is driven, not what it computes: a run may be resumed with new values for them (say,
 #: more rounds). Every other field must match the checkpoint's config exactly.
@@ -213,10 +213,21 @@ def _training_fields(c: ml_collections.ConfigDict) -> None:
     c.local_steps = 10
     c.batch_size = 32  # B, examples per worker per step
     c.num_rounds = 60  # rounds to train; samples seen = num_rounds * W * K * B
-    c.optimizer = "sgd"  # "sgd" | "momentum" | "adam"
+    # "sgd" | "momentum" | "adam" | "lars" (You et al. 2017: momentum SGD, each matrix's step scaled by
+    # trust_coefficient * ||w|| / ||g + weight_decay * w||) | "lamb" (You et al. 2020: Adam's step, each matrix's
+    # scaled by trust_coefficient * ||w|| / ||step||); lars and lamb leave vectors (biases, norms) unscaled and undecayed.
+    c.optimizer = "sgd"
     c.learning_rate = 0.1
-    c.momentum = 0.9  # used by optimizer="momentum"
-    c.weight_decay = 0.0  # L2 weight decay added to the gradients (as torch's SGD weight_decay), every optimizer
+    # The linear scaling rule (Goyal et al. 2017): learning_rate is the rate for optimizer steps of this many examples;
+    # the run trains at learning_rate * (examples a step reads) / lr_reference_batch, a step reading W * B examples
+    # under an algorithm that averages every step's gradients (data_parallel), B otherwise. 0: learning_rate as given.
+    # Pair it with warmup_rounds, as the rule's authors do.
+    c.lr_reference_batch = 0
+    c.momentum = 0.9  # used by optimizer="momentum" and "lars"
+    c.trust_coefficient = 0.0  # lars / lamb: the trust ratio's coefficient; 0: the paper's (lars 0.001, lamb 1.0)
+    # L2 weight decay, every optimizer: added to the gradients (as torch's SGD weight_decay); lars adds it before its
+    # trust ratio and lamb to Adam's step (decoupled, as their papers do), matrices only.
+    c.weight_decay = 0.0
     # Learning-rate schedule, counted in rounds (so IST and its baselines share one schedule; istjax.core.schedule):
     # "constant" | "step" (times lr_decay_factor at each fraction lr_decay_at of the run) | "cosine" (to 0).
     c.lr_schedule = "constant"

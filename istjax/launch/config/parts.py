@@ -10,32 +10,95 @@ from istjax.core.partition import SAMPLERS
 from istjax.data.cluster_batches import clustered
 from istjax.launch.config.fields import OPTIMIZERS, data_module, model_fields, model_module
 
-__all__ = ["make_optimizer", "schedule_rounds", "make_sampler", "record_sources", "load_config_data", "make_task"]
+__all__ = ["make_optimizer", "scaled_learning_rate", "schedule_rounds", "make_sampler", "record_sources", "load_config_data", "make_task"]
 
 
 def make_optimizer(config: ml_collections.ConfigDict):
-    """The optax transformation the config names (validated values assumed): the optimizer, L2 weight decay on the
-    gradients when ``weight_decay`` is set, and the round-counted learning-rate schedule
-    (`istjax.core.schedule.round_scheduled`) unless it is constant."""
-    import optax
-
+    """The optax transformation the config names (validated values assumed): the optimizer at the config's rate (the
+    linear scaling rule's, `scaled_learning_rate`), with L2 weight decay (`_OPTIMIZERS`), and the round-counted
+    learning-rate schedule (`istjax.core.schedule.round_scheduled`) unless it is constant."""
     from istjax.core.schedule import make_schedule, round_scheduled
 
-    lr = float(config.learning_rate)
-    if config.optimizer == "sgd":
-        opt = optax.sgd(lr)
-    elif config.optimizer == "momentum":
-        opt = optax.sgd(lr, momentum=float(config.momentum))
-    elif config.optimizer == "adam":
-        opt = optax.adam(lr)
-    else:
+    if config.optimizer not in _OPTIMIZERS:
         raise ValueError(f"optimizer={config.optimizer!r}: choose one of {OPTIMIZERS}.")
-    if float(config.weight_decay):
-        opt = optax.chain(optax.add_decayed_weights(float(config.weight_decay)), opt)
+    opt = _OPTIMIZERS[config.optimizer](config, scaled_learning_rate(config), float(config.weight_decay))
     schedule = make_schedule(config.lr_schedule, num_rounds=schedule_rounds(config),
                              decay_at=tuple(config.lr_decay_at), factor=float(config.lr_decay_factor),
                              warmup_rounds=int(config.warmup_rounds))
     return opt if schedule is None else round_scheduled(opt, schedule)
+
+
+def scaled_learning_rate(config: ml_collections.ConfigDict) -> float:
+    """``learning_rate``, or under the linear scaling rule (``lr_reference_batch > 0``) ``learning_rate`` times the
+    examples one optimizer step reads over ``lr_reference_batch``: ``W * B`` when the algorithm averages every step's
+    gradients over its workers (`istjax.algorithms.AlgorithmEntry.averages_steps`), ``B`` otherwise.
+
+    >>> from istjax.launch.config import default_config
+    >>> c = default_config(); c.algorithm.name = "data_parallel"; c.num_workers, c.batch_size = 4, 32
+    >>> c.learning_rate, c.lr_reference_batch = 0.1, 32
+    >>> round(scaled_learning_rate(c), 6)
+    0.4
+    """
+    from istjax.algorithms import ALGORITHMS
+
+    lr, reference = float(config.learning_rate), int(config.lr_reference_batch)
+    if not reference:
+        return lr
+    entry = ALGORITHMS.get(config.algorithm.name)
+    step = int(config.batch_size) * (int(config.num_workers) if entry.averages_steps else 1)
+    return lr * step / reference
+
+
+def _matrices(params):
+    """True for the leaves LARS and LAMB scale and decay (kernels, embeddings); biases and norms (vectors) excluded."""
+    import jax
+
+    return jax.tree.map(lambda p: p.ndim > 1, params)
+
+
+def _decayed(opt, weight_decay: float):
+    """``opt`` after L2 weight decay added to the gradients (as torch's SGD ``weight_decay``)."""
+    import optax
+
+    return optax.chain(optax.add_decayed_weights(weight_decay), opt) if weight_decay else opt
+
+
+def _lars(config, lr: float, weight_decay: float):
+    import optax
+
+    return optax.lars(lr, weight_decay=weight_decay, weight_decay_mask=_matrices,
+                      trust_coefficient=float(config.trust_coefficient) or LARS_TRUST, trust_ratio_mask=_matrices,
+                      momentum=float(config.momentum))
+
+
+def _lamb(config, lr: float, weight_decay: float):
+    """optax.lamb's chain (Adam's step at its eps 1e-6, decoupled decay, the trust ratio, the rate) with the trust
+    coefficient exposed and vectors left unscaled."""
+    import optax
+
+    return optax.chain(optax.scale_by_adam(eps=1e-6), optax.add_decayed_weights(weight_decay, _matrices),
+                       optax.masked(optax.scale_by_trust_ratio(
+                           trust_coefficient=float(config.trust_coefficient) or LAMB_TRUST), _matrices),
+                       optax.scale_by_learning_rate(lr))
+
+
+def _plain(name: str):
+    def build(config, lr: float, weight_decay: float):
+        import optax
+
+        opt = {"sgd": lambda: optax.sgd(lr), "momentum": lambda: optax.sgd(lr, momentum=float(config.momentum)),
+               "adam": lambda: optax.adam(lr)}[name]()
+        return _decayed(opt, weight_decay)
+
+    return build
+
+
+#: The published trust coefficients (You et al. 2017's LARS, 2020's LAMB): ``trust_coefficient = 0`` takes them.
+LARS_TRUST, LAMB_TRUST = 0.001, 1.0
+
+#: Each config ``optimizer``'s builder ``(config, learning_rate, weight_decay) -> optax.GradientTransformation``.
+_OPTIMIZERS = {**{name: _plain(name) for name in ("sgd", "momentum", "adam")}, "lars": _lars, "lamb": _lamb}
+assert tuple(_OPTIMIZERS) == OPTIMIZERS, "every config optimizer has its builder"
 
 
 def schedule_rounds(config) -> int:
