@@ -12,15 +12,20 @@ M43 = np.array([[1.0, 2.0, 0.0], [0.0, 1.0, -1.0], [3.0, 0.0, 1.0], [1.0, 1.0, 1
 
 
 def _one_worker(compressor, change, state):
-    """One worker's exchange (its mean is itself)."""
-    return compressor.exchange(change, state, lambda x: x)
+    """One worker's exchange (its mean is itself), its state a row of one."""
+    approx, state = stacked_exchange(compressor, jax.tree.map(lambda x: x[None], change), state)
+    return approx, jax.tree.map(lambda x: x[0], state)
+
+
+def _row(state):
+    return jax.tree.map(lambda x: x[None], state)
 
 
 def test_powersgd_error_feedback_keeps_exactly_what_was_not_sent():
     c = powersgd(rank=1)
     q0 = np.array([[1.0], [1.0], [1.0]], np.float32)
     state = PowerState({"w": jnp.zeros((4, 3))}, {"w": jnp.asarray(q0)}, jnp.zeros((), jnp.int32))
-    approx, state = _one_worker(c, {"w": jnp.asarray(M43)}, state)
+    approx, state = _one_worker(c, {"w": jnp.asarray(M43)}, _row(state))
     p = M43 @ q0
     p = p / np.linalg.norm(p)  # orthonormalised (one column)
     q1 = M43.T @ p
@@ -29,7 +34,7 @@ def test_powersgd_error_feedback_keeps_exactly_what_was_not_sent():
     np.testing.assert_allclose(state.q["w"], q1, rtol=1e-5)  # the next exchange's warm start
     assert int(state.exchanges) == 1
     # A zero change next: what is sent is the residual's approximation, from the warm-started Q.
-    approx2, state2 = _one_worker(c, {"w": jnp.zeros((4, 3))}, state)
+    approx2, state2 = _one_worker(c, {"w": jnp.zeros((4, 3))}, _row(state))
     r = M43 - p @ q1.T
     p2 = r @ q1
     p2 = p2 / np.linalg.norm(p2)
@@ -44,7 +49,7 @@ def test_powersgd_at_the_mean_changes_rank_is_exact_averaging():
     u = jax.random.normal(ku, (6, 2))
     changes = {"w": jnp.einsum("nr,wmr->wnm", u, jax.random.normal(kv, (3, 5, 2))), "b": jnp.arange(15.0).reshape(3, 5)}
     c = powersgd(rank=2)
-    state = jax.vmap(lambda _: c.init(jax.tree.map(lambda x: x[0], changes), kq))(jnp.arange(3))
+    state = c.init(jax.tree.map(lambda x: x[0], changes), kq, 3)
     approx, state = stacked_exchange(c, changes, state)
     np.testing.assert_allclose(approx["w"], jnp.mean(changes["w"], 0), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(approx["b"], jnp.mean(changes["b"], 0))  # a vector travels whole
@@ -55,33 +60,32 @@ def test_powersgd_at_the_mean_changes_rank_is_exact_averaging():
 
 def test_powersgd_uncompressed_start():
     c = powersgd(rank=1, start_exchanges=1)
-    state = c.init({"w": jnp.zeros((4, 3))}, jax.random.key(1))
+    state = c.init({"w": jnp.zeros((4, 3))}, jax.random.key(1), 1)
     approx, state = _one_worker(c, {"w": jnp.asarray(M43)}, state)
     np.testing.assert_allclose(approx["w"], M43, rtol=1e-6)
     np.testing.assert_array_equal(state.residual["w"], 0.0)
-    approx, state = _one_worker(c, {"w": jnp.asarray(M43)}, state)  # compressed from the second
+    approx, state = _one_worker(c, {"w": jnp.asarray(M43)}, _row(state))  # compressed from the second
     assert not np.allclose(approx["w"], M43, atol=1e-3)
     np.testing.assert_allclose(approx["w"] + state.residual["w"], M43, rtol=1e-5, atol=1e-5)
 
 
 def test_top_k_by_hand_and_at_every_entry_exact():
     c = top_k(0.5)
-    approx, residual = _one_worker(c, {"v": jnp.array([3.0, -5.0, 1.0, 4.0])}, c.init({"v": jnp.zeros(4)}, None))
+    approx, residual = _one_worker(c, {"v": jnp.array([3.0, -5.0, 1.0, 4.0])}, c.init({"v": jnp.zeros(4)}, None, 1))
     np.testing.assert_array_equal(approx["v"], [0.0, -5.0, 0.0, 4.0])
     np.testing.assert_array_equal(residual["v"], [3.0, 0.0, 1.0, 0.0])
-    approx, residual = _one_worker(c, {"v": jnp.array([0.0, 0.0, 0.0, 0.0])}, residual)
+    approx, residual = _one_worker(c, {"v": jnp.array([0.0, 0.0, 0.0, 0.0])}, _row(residual))
     np.testing.assert_array_equal(approx["v"], [3.0, 0.0, 1.0, 0.0])  # the residual goes next
     changes = {"w": jax.random.normal(jax.random.key(2), (3, 4, 5))}
     every = top_k(1.0, num_workers=3)
-    approx, residual = stacked_exchange(every, changes, jax.vmap(lambda _: every.init({"w": changes["w"][0]}, None))(
-        jnp.arange(3)))
+    approx, residual = stacked_exchange(every, changes, every.init({"w": changes["w"][0]}, None, 3))
     np.testing.assert_allclose(approx["w"], jnp.mean(changes["w"], 0), rtol=1e-6)
     np.testing.assert_array_equal(residual["w"], 0.0)
 
 
 def test_identity_is_the_plain_mean():
     changes = {"w": jax.random.normal(jax.random.key(3), (2, 3, 3))}
-    approx, state = stacked_exchange(identity(), changes, jax.vmap(lambda _: ())(jnp.arange(2)))
+    approx, state = stacked_exchange(identity(), changes, identity().init(changes, None, 2))
     np.testing.assert_allclose(approx["w"], jnp.mean(changes["w"], 0))
 
 

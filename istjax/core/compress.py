@@ -4,8 +4,9 @@ in the long run (error feedback), written once against a mean over the workers.
 A `Compressor` turns each worker's change (a gradient, a round's change of a replica, a worker's returned change of
 its sub-network) into the workers' mean of an approximation of it, and keeps in each worker's state what it did not
 send (the residual: error feedback, Karimireddy et al. 2019), added to its next change before compressing. Its
-``exchange`` is a per-worker function written against ``mean`` (``x -> the mean of x over the workers``): under a
-``vmap`` over the workers (`stacked_exchange`) that is ``jax.lax.pmean``; under MPI an all-reduce. The same code runs
+``exchange`` takes the rows of the workers one process holds (``[n, ...]``: all W in one process, an MPI rank's L)
+and is written against ``mean`` (``[n, ...] -> [...]``, the mean over all W workers' rows): one process's is
+``jnp.mean(x, 0)`` (`stacked_exchange`), an MPI rank's an all-reduce of its rows' sum over W. The same code runs
 either way, so a runtime's compressed round equals simulate's given the same state.
 
 * `powersgd` (Vogels et al. 2019, Algorithm 1 with error feedback): each matrix-shaped leaf (``[..., m]`` read as
@@ -32,7 +33,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from istjax.core.errors import ArgError
-from istjax.core.state import WORKERS
 
 __all__ = ["Compressor", "PowerState", "identity", "powersgd", "stacked_exchange", "top_k"]
 
@@ -46,10 +46,11 @@ class Compressor(NamedTuple):
 
     Attributes:
       name: ``"powersgd"``, ``"top_k"`` or ``"identity"``.
-      init: ``(tree, key) -> state``: one worker's state for changes shaped as ``tree`` (arrays or
-        `jax.ShapeDtypeStruct`); ``key`` the seed every worker shares (PowerSGD's first ``Q``).
-      exchange: ``(change, state, mean) -> (mean_approx, state)``, one worker's side: the workers' mean of what
-        they sent and this worker's next state (its residual: what it did not send).
+      init: ``(tree, key, n) -> state``: ``n`` workers' states (leaves ``[n, ...]``) for changes shaped as ``tree``
+        (arrays or `jax.ShapeDtypeStruct`); ``key`` the seed every worker shares (PowerSGD's first ``Q``).
+      exchange: ``(change_n, state_n, mean) -> (mean_approx, state_n)``: from ``n`` workers' changes and states
+        (leaves ``[n, ...]``), the mean over all W workers of what they sent (one tree) and the ``n`` workers' next
+        states (their residuals: what each did not send).
       sent_bytes, received_bytes: ``tree -> int``, one worker's bytes for one exchange of a tree shaped as ``tree``.
     """
 
@@ -60,8 +61,8 @@ class Compressor(NamedTuple):
     received_bytes: Callable[[PyTree], int]
 
 
-def _zeros(tree: PyTree) -> PyTree:
-    return jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), tree)
+def _zeros(tree: PyTree, n: int) -> PyTree:
+    return jax.tree.map(lambda x: jnp.zeros((n, *x.shape), jnp.float32), tree)
 
 
 def _nbytes(shape, dtype=jnp.float32) -> int:
@@ -70,13 +71,13 @@ def _nbytes(shape, dtype=jnp.float32) -> int:
 
 def identity() -> Compressor:
     """No compression: the plain mean of the changes, no state."""
-    def exchange(change, state, mean):
-        return jax.tree.map(mean, change), state
+    def exchange(change_n, state_n, mean):
+        return jax.tree.map(mean, change_n), state_n
 
     def nbytes(tree):
         return sum(_nbytes(x.shape, x.dtype) for x in jax.tree.leaves(tree))
 
-    return Compressor("identity", lambda tree, key: (), exchange, nbytes, nbytes)
+    return Compressor("identity", lambda tree, key, n: (), exchange, nbytes, nbytes)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -125,32 +126,33 @@ def powersgd(rank: int = 2, start_exchanges: int = 0) -> Compressor:
     _check_int("rank", rank, 1, "powersgd(rank=...): the paper's 2 reaches data parallel's accuracy on its tasks")
     _check_int("start_exchanges", start_exchanges, 0, "powersgd(start_exchanges=...): 0 compresses from the first")
 
-    def init(tree, key):
+    def init(tree, key, n):
         leaves, treedef = jax.tree.flatten(tree)
         keys = jax.random.split(key, max(1, len(leaves)))
-        qs = [jax.random.normal(k, (_as_matrix(x.shape)[1], rank), jnp.float32) if _compressed(x.shape, rank)
-              else () for k, x in zip(keys, leaves)]
-        return PowerState(_zeros(tree), jax.tree.unflatten(treedef, qs), jnp.zeros((), jnp.int32))
+        qs = [jnp.broadcast_to(jax.random.normal(k, (_as_matrix(x.shape)[1], rank), jnp.float32),
+                               (n, _as_matrix(x.shape)[1], rank)) if _compressed(x.shape, rank) else ()
+              for k, x in zip(keys, leaves)]
+        return PowerState(_zeros(tree, n), jax.tree.unflatten(treedef, qs), jnp.zeros((n,), jnp.int32))
 
-    def one_leaf(m_full, q, mean, exact):
-        if not isinstance(q, jax.Array):  # sent whole
-            out = mean(m_full)
-            return out, jnp.zeros_like(m_full), q
-        m = m_full.reshape(_as_matrix(m_full.shape))
-        p = _orthonormal(mean(m @ q))
-        q_new = mean(m.T @ p)
-        approx = (p @ q_new.T).reshape(m_full.shape)
-        out = jnp.where(exact, mean(m_full), approx)
-        return out, jnp.where(exact, 0.0, m_full - approx), q_new
+    def one_leaf(m_n, q_n, mean, exact):
+        if not isinstance(q_n, jax.Array):  # sent whole
+            return mean(m_n), jnp.zeros_like(m_n), q_n
+        n = m_n.shape[0]
+        m = m_n.reshape((n, *_as_matrix(m_n.shape[1:])))
+        p = _orthonormal(mean(jnp.einsum("wnm,wmr->wnr", m, q_n)))  # every row's Q is the same
+        q = mean(jnp.einsum("wnm,nr->wmr", m, p))
+        approx = (p @ q.T).reshape(m_n.shape[1:])
+        out = jnp.where(exact, mean(m_n), approx)
+        return out, jnp.where(exact, 0.0, m_n - approx[None]), jnp.broadcast_to(q, q_n.shape)
 
-    def exchange(change, state, mean):
-        exact = state.exchanges < start_exchanges
-        leaves, treedef = jax.tree.flatten(change)
-        res, qs = treedef.flatten_up_to(state.residual), treedef.flatten_up_to(state.q)
+    def exchange(change_n, state_n, mean):
+        exact = state_n.exchanges[0] < start_exchanges
+        leaves, treedef = jax.tree.flatten(change_n)
+        res, qs = treedef.flatten_up_to(state_n.residual), treedef.flatten_up_to(state_n.q)
         outs = [one_leaf(c.astype(jnp.float32) + e, q, mean, exact) for c, e, q in zip(leaves, res, qs)]
         approx = jax.tree.unflatten(treedef, [o.astype(c.dtype) for (o, _, _), c in zip(outs, leaves)])
         return approx, PowerState(jax.tree.unflatten(treedef, [r for _, r, _ in outs]),
-                                  jax.tree.unflatten(treedef, [q for _, _, q in outs]), state.exchanges + 1)
+                                  jax.tree.unflatten(treedef, [q for _, _, q in outs]), state_n.exchanges + 1)
 
     def nbytes(tree):  # an all-reduce: each worker sends and receives the same count
         return sum(_nbytes(((sum(_as_matrix(x.shape)) * rank),)) if _compressed(x.shape, rank)
@@ -180,16 +182,16 @@ def top_k(fraction: float = 0.01, num_workers: int = 1) -> Compressor:
                        "e.g. 0.01 for the largest 1% of each tensor.")
     _check_int("num_workers", num_workers, 1, "top_k(num_workers=...): the workers whose entries are gathered")
 
-    def one_leaf(m_full, mean):
-        flat = m_full.reshape(-1)
-        _, idx = jax.lax.top_k(jnp.abs(flat), _k_of(flat.size, fraction))
-        sent = jnp.zeros_like(flat).at[idx].set(flat[idx])  # what the all-gather carries, scattered back
-        return mean(sent).reshape(m_full.shape), (flat - sent).reshape(m_full.shape)
+    def one_leaf(m_n, mean):
+        flat = m_n.reshape(m_n.shape[0], -1)
+        _, idx = jax.lax.top_k(jnp.abs(flat), _k_of(flat.shape[1], fraction))  # each row's own
+        keep = jnp.zeros(flat.shape, bool).at[jnp.arange(flat.shape[0])[:, None], idx].set(True)
+        sent = jnp.where(keep, flat, 0.0)  # what the all-gather carries, scattered back
+        return mean(sent.reshape(m_n.shape)), jnp.where(keep, 0.0, flat).reshape(m_n.shape)
 
-    def exchange(change, state, mean):
-        leaves, treedef = jax.tree.flatten(change)
-        outs = [one_leaf(c.astype(jnp.float32) + e, mean)
-                for c, e in zip(leaves, treedef.flatten_up_to(state))]
+    def exchange(change_n, state_n, mean):
+        leaves, treedef = jax.tree.flatten(change_n)
+        outs = [one_leaf(c.astype(jnp.float32) + e, mean) for c, e in zip(leaves, treedef.flatten_up_to(state_n))]
         return (jax.tree.unflatten(treedef, [o.astype(c.dtype) for (o, _), c in zip(outs, leaves)]),
                 jax.tree.unflatten(treedef, [r for _, r in outs]))
 
@@ -197,19 +199,15 @@ def top_k(fraction: float = 0.01, num_workers: int = 1) -> Compressor:
         return sum(_k_of(math.prod(x.shape), fraction) * (np.dtype(jnp.float32).itemsize + INDEX_BYTES)
                    for x in jax.tree.leaves(tree))
 
-    return Compressor("top_k", lambda tree, key: _zeros(tree), exchange, sent,
+    return Compressor("top_k", lambda tree, key, n: _zeros(tree, n), exchange, sent,
                       lambda tree: num_workers * sent(tree))
 
 
 def stacked_exchange(compressor: Compressor, change_W: PyTree, state_W: PyTree) -> tuple[PyTree, PyTree]:
-    """``compressor.exchange`` over every worker of ``[W, ...]`` trees in one program (simulate's, and the reference
-    every runtime is tested against): the mean is ``jax.lax.pmean`` over a ``vmap``'s worker axis. Returns the
-    mean approximation (one tree, every worker's alike) and the workers' states (``[W, ...]``)."""
-    def one(change, state):
-        return compressor.exchange(change, state, lambda x: jax.lax.pmean(x, WORKERS))
-
-    approx_W, state_W = jax.vmap(one, axis_name=WORKERS)(change_W, state_W)
-    return jax.tree.map(lambda a: a[0], approx_W), state_W
+    """``compressor.exchange`` of every worker's ``[W, ...]`` rows in one process (simulate's, and the reference
+    every runtime is tested against): the mean over the rows. Returns the mean approximation (one tree) and the
+    workers' next states (``[W, ...]``)."""
+    return compressor.exchange(change_W, state_W, lambda x: jnp.mean(x, axis=0))
 
 
 def _check_int(name: str, value, low: int, hint: str) -> None:
