@@ -51,6 +51,9 @@ class AlgorithmEntry(NamedTuple):
 #: Every algorithm but tensor parallel takes the exchange dtype and what a worker sends back (`istjax.core.precision`).
 _WIRE = ("exchange_dtype", "exchange_values")
 
+#: What an algorithm whose exchange can be compressed reads (`istjax.core.compress`).
+_COMPRESSION = ("compression", "compression_rank", "compression_fraction", "compression_start")
+
 #: What a federated algorithm reads beyond the wire (`istjax.algorithms.federated`); ``clients`` is the run's sampler.
 _FEDERATED = ("clients", "server_optimizer", "server_learning_rate", "server_momentum", "prox_mu", "model_state",
               "recompute_batches", *_WIRE)
@@ -61,10 +64,11 @@ ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", 
                           "Independent Subnetwork Training: neurons split among workers every round"),
     "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches", *_WIRE),
                                     "gradients averaged every step", averages_steps=True),
-    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches", *_WIRE),
+    "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches", *_WIRE,
+                                            *_COMPRESSION),
                                 "whole replicas trained K steps, then averaged"),
     "diloco": AlgorithmEntry(diloco, ("outer_learning_rate", "outer_momentum", "optimizer_state", "model_state",
-                                     "recompute_batches", *_WIRE),
+                                     "recompute_batches", *_WIRE, *_COMPRESSION),
                              "DiLoCo: whole replicas trained K steps, their average change applied by an outer "
                              "Nesterov step"),
     "admm": AlgorithmEntry(admm, ("rho", "model_state", "recompute_batches", *_WIRE),

@@ -296,6 +296,9 @@ class Algorithm:
         ``measured_bytes_sent`` and ``measured_bytes_received``, counted); None for none.
       whole_init: ``key -> TrainState``, the whole global state as a checkpoint holds it, where `whole_state_init`
         cannot derive it from the declarations above (ADMM's duals); None: derived.
+      compressor: the `istjax.core.compress.Compressor` a replicas algorithm's change crosses through (its state
+        every worker's row of the global ``opt_state.rows``: `istjax.algorithms.replicated.Compressed`); None for an
+        exact exchange.
     """
 
     init: Callable[[jax.Array], TrainState]
@@ -328,6 +331,7 @@ class Algorithm:
     protocol: Any = None
     whole_init: Optional[Callable[[jax.Array], TrainState]] = None
     resident: Optional[Resident] = None
+    compressor: Any = None
     subsets: Optional[Subsets] = None
     groups: Optional[Groups] = None
     collect_reads_workers: bool = False

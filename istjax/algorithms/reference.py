@@ -28,6 +28,7 @@ from istjax.algorithms.codistill import Codistill
 from istjax.algorithms.consensus import Consensus
 from istjax.algorithms.dynamic import Dynamic
 from istjax.core.comm import Exchange
+from istjax.core.compress import k_of
 from istjax.core.precision import ExchangeValues
 from istjax.core.schedule import at_round
 from istjax.core.spec import tile_positions
@@ -277,7 +278,12 @@ def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
         sent.append(own)  # ADMM: s_i = x_i + u_i
         results.append(WorkerState(_returned(alg, own, state.params),
                                    _returned(alg, trained.model_state, state.model_state), ()))
-    if duals is None:
+    if alg.compressor is not None:  # the global model plus the compressed mean of the changes
+        merged, rows = _compressed_mean(alg.compressor, state.params, [r.params for r in results],
+                                        state.opt_state.rows)
+        params, inner = _server_step(alg, state._replace(opt_state=state.opt_state.inner), merged)
+        opt_state = state.opt_state._replace(inner=inner, rows=rows)
+    elif duals is None:
         params, opt_state = _server_step(alg, state, _mean([r.params for r in results], weights))
     else:  # z = the mean of what they sent; u_i = s_i - z
         params = _mean([r.params for r in results])
@@ -285,6 +291,58 @@ def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:
             lambda z, *s: jnp.stack([np.asarray(si) - np.asarray(z) for si in s]), params, *sent))
     model_state = _policy(alg, params, _mean([r.model_state for r in results], weights), batches, shared)
     return TrainState(params, model_state, opt_state, key, state.round + 1)
+
+
+def _compressed_mean(compressor, params, trees, rows):
+    """``(params + the compressed mean of each tree's change, the workers' next rows)``, leaf by leaf with plain
+    loops over the workers (`istjax.core.compress` states the two compressors)."""
+    leaves, treedef = jax.tree.flatten(params)
+    changes = [[np.asarray(t, np.float32) - np.asarray(p, np.float32) for t, p in zip(treedef.flatten_up_to(tree),
+                                                                                    leaves)] for tree in trees]
+    if compressor.name == "powersgd":
+        res, qs = treedef.flatten_up_to(rows.residual), treedef.flatten_up_to(rows.q)
+        exact = int(np.asarray(rows.exchanges)[0]) < compressor.options["start_exchanges"]
+        out = [_powersgd_leaf([c[i] for c in changes], np.asarray(res[i]), qs[i], exact) for i in range(len(leaves))]
+        new_rows = rows._replace(residual=jax.tree.unflatten(treedef, [o[1] for o in out]),
+                                 q=jax.tree.unflatten(treedef, [o[2] for o in out]), exchanges=rows.exchanges + 1)
+    else:
+        res = treedef.flatten_up_to(rows)
+        out = [_top_k_leaf([c[i] for c in changes], np.asarray(res[i]), compressor.options["fraction"])
+               for i in range(len(leaves))]
+        new_rows = jax.tree.unflatten(treedef, [o[1] for o in out])
+    merged = [(np.asarray(p, np.float32) + o[0]).astype(np.asarray(p).dtype) for p, o in zip(leaves, out)]
+    return jax.tree.unflatten(treedef, merged), new_rows
+
+
+def _powersgd_leaf(changes, residuals, q, exact):
+    """One leaf of PowerSGD over the workers (Vogels et al., Algorithm 1): ``(mean approximation, residuals `[W,
+    ...]`, the next Q `[W, m, r]` or ``()``)``."""
+    m_all = [c + e for c, e in zip(changes, residuals)]
+    if exact or not hasattr(q, "shape"):
+        return np.mean(m_all, axis=0), np.zeros_like(residuals), q
+    q0 = np.asarray(q)[0]
+    mats = [m.reshape(-1, m.shape[-1]) for m in m_all]
+    p = np.mean([m @ q0 for m in mats], axis=0)
+    for i in range(p.shape[1]):  # Gram-Schmidt, column by column
+        col = p[:, i] - p[:, :i] @ (p[:, :i].T @ p[:, i])
+        norm = np.linalg.norm(col)
+        p[:, i] = col / norm if norm > 1e-12 else 0.0
+    q_new = np.mean([m.T @ p for m in mats], axis=0)
+    approx = (p @ q_new.T).reshape(m_all[0].shape)
+    return approx, np.stack([m - approx for m in m_all]), np.broadcast_to(q_new, np.shape(q)).copy()
+
+
+def _top_k_leaf(changes, residuals, fraction):
+    """One leaf of top-k with error feedback: each worker's largest-magnitude entries (lower index first on ties)
+    averaged, the rest its residual."""
+    sent, kept = [], []
+    for c, e in zip(changes, residuals):
+        flat = (c + e).reshape(-1)
+        keep = np.zeros(flat.shape, bool)
+        keep[np.argsort(-np.abs(flat), kind="stable")[:k_of(flat.size, fraction)]] = True
+        sent.append(np.where(keep, flat, 0.0).reshape(c.shape))
+        kept.append(np.where(keep, 0.0, flat).reshape(c.shape))
+    return np.mean(sent, axis=0), np.stack(kept)
 
 
 def _row(tree, w):

@@ -6,7 +6,8 @@ Rounds of all algorithms consume the same `[W, K, B]` batches, so budgets compar
 
 from __future__ import annotations
 
-from typing import Any, Union
+from collections.abc import Callable
+from typing import Any, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -14,16 +15,17 @@ import optax
 
 from istjax.algorithms.base import (Algorithm, OptimizerStatePolicy, apply_update, bind, check_common, finish_round,
                                     init_state, local_train, loss_split, recompute_from, with_outer)
-from istjax.core import precision
-from istjax.core.comm import Exchange, replicated_bytes
+from istjax.core import compress, precision
+from istjax.core.comm import CommBytes, Exchange, replicated_bytes, tree_bytes
 from istjax.core.errors import ArgError
 from istjax.core.schedule import at_round
-from istjax.core.state import (WORKERS, RoundPlan, WorkerState, broadcast_workers, first_worker, round_keys,
+from istjax.core.state import (WORKERS, RoundPlan, TrainState, WorkerState, broadcast_workers, first_worker, round_keys,
                                weighted_replicas, worker_init, worker_mean)
 from istjax.core.task import Task
 from istjax.core.weights import example_weights
 
-__all__ = ["data_parallel", "diloco", "local_sgd", "outer_optimizer", "outer_step", "replicas_mean", "replicas_of"]
+__all__ = ["Compressed", "CompressedExchange", "compressed_exchange", "data_parallel", "diloco", "local_sgd",
+           "outer_optimizer", "outer_step", "replicas_mean", "replicas_of", "worker_trees"]
 
 
 def _next_key(state):
@@ -106,20 +108,24 @@ def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_wo
 
 def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
               recompute_batches: int = 1, optimizer_state: str = "reset", model_state: str = "carry",
-              exchange_dtype: str = "float32", exchange_values: str = "delta", backend: Union[str, Any] = "simulate",
-              **backend_options: Any) -> Algorithm:
+              exchange_dtype: str = "float32", exchange_values: str = "delta", compression: Any = "none",
+              compression_rank: int = 2, compression_fraction: float = 0.01, compression_start: int = 0,
+              backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """Local SGD: every worker trains the full model for K steps, then the models (their model states and, with
     ``optimizer_state="carry"``, the optimizer states) are averaged. Under a bfloat16 exchange (``exchange_dtype``,
     ``exchange_values``: `istjax.core.precision.Wire`) workers start from the model rounded and the average is of
-    what each sends back, read against the float32 model (`replicas_mean`)."""
+    what each sends back, read against the float32 model (`replicas_mean`). ``compression`` (`compressed_exchange`):
+    the parameters' average change crosses compressed, with error feedback."""
     check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
     wire = precision.wire(exchange_dtype, exchange_values)
     loss = task.train_loss(None)
     carry = optimizer_state == OptimizerStatePolicy.CARRY
+    squeeze = compressed_exchange(compression, wire, num_workers, compression_rank, compression_fraction,
+                                  compression_start)
 
     def distribute(state):
         params = replicas_of(wire, state.params, num_workers)
-        opt = (at_round(replicas_of(wire, state.opt_state, num_workers), state.round) if carry
+        opt = (at_round(replicas_of(wire, squeeze.inner(state.opt_state), num_workers), state.round) if carry
                else worker_init(optimizer, params, state.round))
         return (WorkerState(params, replicas_of(wire, state.model_state, num_workers), opt),
                 RoundPlan(_next_key(state), None))
@@ -129,21 +135,26 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
         return local_train(loss, optimizer, worker, batches_K, shared)
 
     def collect(state, workers, plan, batches=None, shared=None, *, sent=False):
-        opt_state = replicas_mean(wire, workers.opt_state, state.opt_state, sent) if carry else ()
-        return finish_round(model_state_policy, state, replicas_mean(wire, workers.params, state.params, sent),
-                            replicas_mean(wire, workers.model_state, state.model_state, sent), opt_state, plan.key,
+        opt_state = replicas_mean(wire, workers.opt_state, squeeze.inner(state.opt_state), sent) if carry else ()
+        params, rows = squeeze.mean(state, workers.params, sent)
+        return finish_round(model_state_policy, state, params,
+                            replicas_mean(wire, workers.model_state, state.model_state, sent),
+                            squeeze.wrap(opt_state, rows), plan.key,
                             recompute_from(task, batches, shared, recompute_batches))
 
     model_state_policy = model_state
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     abstract_opt = jax.eval_shape(optimizer.init, abstract_params) if carry else ()
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
-    comm = replicated_bytes(wire.shapes((abstract_params, abstract_state, abstract_opt)), times=1)
-    algorithm = Algorithm(init=init_state(task, optimizer, carry), round=None, distribute=distribute, local=local,
+    comm = squeeze.comm(wire.shapes(abstract_params), wire.shapes((abstract_state, abstract_opt)))
+    init = squeeze.init(init_state(task, optimizer, carry))
+    algorithm = Algorithm(init=init, round=None, distribute=distribute, local=local,
                           collect=collect, name="local_sgd", num_workers=num_workers, local_steps=local_steps,
                           comm=comm, task=task, optimizer=optimizer, exchange=Exchange.REPLICAS, wire=wire,
                           carries_optimizer_state=carry, model_state_policy=model_state,
-                          split=loss_split(task, loss), recompute_batches=recompute_batches)
+                          split=loss_split(task, loss), recompute_batches=recompute_batches,
+                          whole_init=init if squeeze.compressor else None, compressor=squeeze.compressor,
+                          collect_reads_workers=squeeze.compressor is not None)
     return bind(algorithm, backend, **backend_options)
 
 
@@ -151,7 +162,8 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
            recompute_batches: int = 1,
            outer_learning_rate: float = 0.7, outer_momentum: float = 0.9, optimizer_state: str = "reset",
            model_state: str = "carry", exchange_dtype: str = "float32", exchange_values: str = "delta",
-           backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
+           compression: Any = "none", compression_rank: int = 2, compression_fraction: float = 0.01,
+           compression_start: int = 0, backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """DiLoCo (Douillard et al. 2023): local SGD whose replicas' average is taken by an outer optimizer.
 
     Every worker trains the whole model for K steps with the inner ``optimizer`` (any optax transformation; the
@@ -159,13 +171,16 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
     workers' mean, is applied by SGD with Nesterov momentum (``outer_learning_rate``, ``outer_momentum``; the
     paper's 0.7 and 0.9), whose state travels with the global model. With W = 1, ``outer_learning_rate=1`` and
     ``outer_momentum=0`` this is plain training of one model (the tests check it). Each round moves the same bytes
-    as local SGD: the model to each worker and back, rounded as local SGD's under a bfloat16 exchange.
+    as local SGD: the model to each worker and back, rounded as local SGD's under a bfloat16 exchange, or its change
+    compressed (``compression``, `compressed_exchange`).
     """
     check_common(task, num_workers, local_steps, optimizer_state, model_state, recompute_batches)
     _check_outer(outer_learning_rate, outer_momentum, optimizer_state)
     wire = precision.wire(exchange_dtype, exchange_values)
     loss = task.train_loss(None)
     outer = outer_optimizer(outer_learning_rate, outer_momentum)
+    squeeze = compressed_exchange(compression, wire, num_workers, compression_rank, compression_fraction,
+                                  compression_start)
 
     def distribute(state):
         params = replicas_of(wire, state.params, num_workers)
@@ -177,20 +192,24 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
         return local_train(loss, optimizer, worker, batches_K, shared)
 
     def collect(state, workers, plan, batches=None, shared=None, *, sent=False):
-        params, outer_state = outer_step(outer, state.params, replicas_mean(wire, workers.params, state.params, sent),
-                                         state.opt_state)
+        mean_params, rows = squeeze.mean(state, workers.params, sent)
+        params, outer_state = outer_step(outer, state.params, mean_params, squeeze.inner(state.opt_state))
         return finish_round(model_state, state, params,
                             replicas_mean(wire, workers.model_state, state.model_state, sent),
-                            outer_state, plan.key, recompute_from(task, batches, shared, recompute_batches))
+                            squeeze.wrap(outer_state, rows), plan.key,
+                            recompute_from(task, batches, shared, recompute_batches))
 
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
-    comm = replicated_bytes(wire.shapes((abstract_params, abstract_state)), times=1)
-    algorithm = Algorithm(init=with_outer(init_state(task, optimizer, False), outer), round=None,
+    comm = squeeze.comm(wire.shapes(abstract_params), wire.shapes(abstract_state))
+    init = squeeze.init(with_outer(init_state(task, optimizer, False), outer))
+    algorithm = Algorithm(init=init, round=None,
                           distribute=distribute, local=local, collect=collect, name="diloco", wire=wire,
                           num_workers=num_workers, local_steps=local_steps, comm=comm, task=task, optimizer=optimizer,
                           exchange=Exchange.REPLICAS, carries_optimizer_state=False, model_state_policy=model_state,
-                          outer_optimizer=outer, split=loss_split(task, loss), recompute_batches=recompute_batches)
+                          outer_optimizer=outer, split=loss_split(task, loss), recompute_batches=recompute_batches,
+                          whole_init=init if squeeze.compressor else None, compressor=squeeze.compressor,
+                          collect_reads_workers=squeeze.compressor is not None)
     return bind(algorithm, backend, **backend_options)
 
 
@@ -209,10 +228,84 @@ def replicas_mean(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = Fa
     if weights is not None:
         assert not sent, "replicas_mean: weights apply to the workers' own trees, before they are sent"
         tree_W = weighted_replicas(tree_W, exact, weights, jnp.shape(weights)[0])
-    if not wire.exact:
-        exact_W = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), tree_W, exact)
-        tree_W = wire.back(tree_W, exact_W) if sent else wire.returned(tree_W, exact_W)
-    return worker_mean(tree_W, like=exact)
+    return worker_mean(worker_trees(wire, tree_W, exact, sent), like=exact)
+
+
+def worker_trees(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = False) -> Any:
+    """Each worker's tree ``tree_W`` (`[W, ...]`) as the receiver reads what it sent, against its float32 ``exact``
+    tree (`istjax.core.precision.Wire`; ``sent``: ``tree_W`` is what was sent already); a float32 wire: as is."""
+    if wire.exact:
+        return tree_W
+    exact_W = jax.tree.map(lambda t, e: jnp.broadcast_to(e, t.shape), tree_W, exact)
+    return wire.back(tree_W, exact_W) if sent else wire.returned(tree_W, exact_W)
+
+
+class Compressed(NamedTuple):
+    """The global ``opt_state`` of an algorithm whose exchange is compressed: ``inner``, what it holds without
+    compression (local SGD's carried optimizer state, DiLoCo's outer state, or ``()``), and ``rows``, every worker's
+    compressor state (`istjax.core.compress`: its residual, PowerSGD's warm-started factors), leaves `[W, ...]`."""
+
+    inner: Any
+    rows: Any
+
+
+class CompressedExchange(NamedTuple):
+    """How a replicas algorithm averages its workers' parameters: exactly (``compressor`` None: every method the
+    identity of the plain exchange) or as the mean of their compressed changes (`compressed_exchange`)."""
+
+    compressor: Optional[compress.Compressor]
+    num_workers: int
+    wire: precision.Wire
+
+    def inner(self, opt_state):
+        return opt_state.inner if self.compressor else opt_state
+
+    def wrap(self, inner, rows):
+        return Compressed(inner, rows) if self.compressor else inner
+
+    def mean(self, state, params_W, sent: bool = False):
+        """``(mean parameters, next rows)``: the plain mean of what the workers sent (`replicas_mean`), or the
+        global parameters plus the compressed mean of each worker's change (its tree as the server reads it, less
+        the global one), each worker's residual kept in its row; rows None without compression."""
+        if not self.compressor:
+            return replicas_mean(self.wire, params_W, state.params, sent), None
+        read = worker_trees(self.wire, params_W, state.params, sent)
+        change = jax.tree.map(lambda t, p: t.astype(jnp.float32) - p.astype(jnp.float32)[None], read, state.params)
+        approx, rows = compress.stacked_exchange(self.compressor, change, state.opt_state.rows)
+        return jax.tree.map(lambda p, a: (p + a).astype(p.dtype), state.params, approx), rows
+
+    def init(self, init: Callable[[jax.Array], TrainState]) -> Callable[[jax.Array], TrainState]:
+        """``init`` whose ``opt_state`` is `Compressed` (every worker's fresh compressor state; PowerSGD's first
+        factors from the init key: the seed every worker shares)."""
+        if not self.compressor:
+            return init
+
+        def compressed_init(key):
+            state = init(key)
+            rows = self.compressor.init(state.params, jax.random.fold_in(key, 1), self.num_workers)
+            return state._replace(opt_state=Compressed(state.opt_state, rows))
+
+        return compressed_init
+
+    def comm(self, params, rest) -> CommBytes:
+        """Per-worker bytes of a round: the model (shapes ``params``) and ``rest`` once each way, or ``params``'
+        change at the compressor's sizes (an all-reduce or all-gather: `istjax.core.compress`) and ``rest`` whole."""
+        if not self.compressor:
+            return replicated_bytes((params, rest), times=1)
+        return CommBytes(self.compressor.received_bytes(params) + tree_bytes(rest),
+                         self.compressor.sent_bytes(params) + tree_bytes(rest))
+
+
+def compressed_exchange(name: Any, wire: precision.Wire, num_workers: int, rank: int = 2, fraction: float = 0.01,
+                        start: int = 0) -> CompressedExchange:
+    """The exchange a replicas algorithm's ``compression`` options name (`istjax.core.compress.compressor`:
+    ``"none"``, ``"powersgd"`` at ``rank`` after ``start`` uncompressed exchanges, ``"top_k"`` of ``fraction``)."""
+    squeeze = compress.compressor(name, num_workers=num_workers, rank=rank, fraction=fraction, start_exchanges=start)
+    if squeeze is not None and not wire.exact:
+        raise ArgError("compression", getattr(squeeze, "name", name),
+                       f"compression={squeeze.name!r} sends float32 factors and values; a bfloat16 exchange with "
+                       f"compression is not built yet;", use=[{"exchange_dtype": "float32"}, {"compression": "none"}])
+    return CompressedExchange(squeeze, num_workers, wire)
 
 
 def outer_optimizer(learning_rate: float, momentum: float) -> optax.GradientTransformation:

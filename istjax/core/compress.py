@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +34,7 @@ import numpy as np
 
 from istjax.core.errors import ArgError
 
-__all__ = ["Compressor", "PowerState", "identity", "powersgd", "stacked_exchange", "top_k"]
+__all__ = ["COMPRESSIONS", "Compressor", "PowerState", "compressor", "identity", "powersgd", "k_of", "stacked_exchange", "top_k"]
 
 PyTree = Any
 Mean = Callable[[jax.Array], jax.Array]
@@ -52,13 +52,16 @@ class Compressor(NamedTuple):
         (leaves ``[n, ...]``), the mean over all W workers of what they sent (one tree) and the ``n`` workers' next
         states (their residuals: what each did not send).
       sent_bytes, received_bytes: ``tree -> int``, one worker's bytes for one exchange of a tree shaped as ``tree``.
+      options: the settings it was made with (``rank``, ``start_exchanges``; ``fraction``), for the reference loop
+        (`istjax.algorithms.reference`) and messages.
     """
 
     name: str
-    init: Callable[[PyTree, jax.Array], PyTree]
+    init: Callable[[PyTree, jax.Array, int], PyTree]
     exchange: Callable[[PyTree, PyTree, Mean], tuple[PyTree, PyTree]]
     sent_bytes: Callable[[PyTree], int]
     received_bytes: Callable[[PyTree], int]
+    options: dict = {}
 
 
 def _zeros(tree: PyTree, n: int) -> PyTree:
@@ -143,7 +146,8 @@ def powersgd(rank: int = 2, start_exchanges: int = 0) -> Compressor:
         q = mean(jnp.einsum("wnm,nr->wmr", m, p))
         approx = (p @ q.T).reshape(m_n.shape[1:])
         out = jnp.where(exact, mean(m_n), approx)
-        return out, jnp.where(exact, 0.0, m_n - approx[None]), jnp.broadcast_to(q, q_n.shape)
+        q_next = jnp.where(exact, q_n, jnp.broadcast_to(q, q_n.shape))  # unmoved while uncompressed
+        return out, jnp.where(exact, 0.0, m_n - approx[None]), q_next
 
     def exchange(change_n, state_n, mean):
         exact = state_n.exchanges[0] < start_exchanges
@@ -158,14 +162,15 @@ def powersgd(rank: int = 2, start_exchanges: int = 0) -> Compressor:
         return sum(_nbytes(((sum(_as_matrix(x.shape)) * rank),)) if _compressed(x.shape, rank)
                    else _nbytes(x.shape) for x in jax.tree.leaves(tree))
 
-    return Compressor("powersgd", init, exchange, nbytes, nbytes)
+    return Compressor("powersgd", init, exchange, nbytes, nbytes, {"rank": rank, "start_exchanges": start_exchanges})
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Top-k
 
 
-def _k_of(size: int, fraction: float) -> int:
+def k_of(size: int, fraction: float) -> int:
+    """Top-k's ``k`` for a leaf of ``size`` entries: ``ceil(fraction * size)``, at least one."""
     return max(1, min(size, int(math.ceil(fraction * size))))
 
 
@@ -178,13 +183,13 @@ def top_k(fraction: float = 0.01, num_workers: int = 1) -> Compressor:
     400
     """
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
-        raise ArgError("fraction", fraction, f"top_k(fraction={fraction!r}): must be in (0, 1];",
+        raise ArgError("fraction", fraction, f"fraction={fraction!r}: must be in (0, 1];",
                        "e.g. 0.01 for the largest 1% of each tensor.")
     _check_int("num_workers", num_workers, 1, "top_k(num_workers=...): the workers whose entries are gathered")
 
     def one_leaf(m_n, mean):
         flat = m_n.reshape(m_n.shape[0], -1)
-        _, idx = jax.lax.top_k(jnp.abs(flat), _k_of(flat.shape[1], fraction))  # each row's own
+        _, idx = jax.lax.top_k(jnp.abs(flat), k_of(flat.shape[1], fraction))  # each row's own
         keep = jnp.zeros(flat.shape, bool).at[jnp.arange(flat.shape[0])[:, None], idx].set(True)
         sent = jnp.where(keep, flat, 0.0)  # what the all-gather carries, scattered back
         return mean(sent.reshape(m_n.shape)), jnp.where(keep, 0.0, flat).reshape(m_n.shape)
@@ -196,11 +201,11 @@ def top_k(fraction: float = 0.01, num_workers: int = 1) -> Compressor:
                 jax.tree.unflatten(treedef, [r for _, r in outs]))
 
     def sent(tree):
-        return sum(_k_of(math.prod(x.shape), fraction) * (np.dtype(jnp.float32).itemsize + INDEX_BYTES)
+        return sum(k_of(math.prod(x.shape), fraction) * (np.dtype(jnp.float32).itemsize + INDEX_BYTES)
                    for x in jax.tree.leaves(tree))
 
     return Compressor("top_k", lambda tree, key, n: _zeros(tree, n), exchange, sent,
-                      lambda tree: num_workers * sent(tree))
+                      lambda tree: num_workers * sent(tree), {"fraction": fraction})
 
 
 def stacked_exchange(compressor: Compressor, change_W: PyTree, state_W: PyTree) -> tuple[PyTree, PyTree]:
@@ -208,6 +213,35 @@ def stacked_exchange(compressor: Compressor, change_W: PyTree, state_W: PyTree) 
     every runtime is tested against): the mean over the rows. Returns the mean approximation (one tree) and the
     workers' next states (``[W, ...]``)."""
     return compressor.exchange(change_W, state_W, lambda x: jnp.mean(x, axis=0))
+
+
+#: The compressions an algorithm's ``compression`` option names ("none": the exact mean).
+COMPRESSIONS = ("none", "powersgd", "top_k")
+
+
+def compressor(name: Any, *, num_workers: int, rank: int = 2, fraction: float = 0.01,
+               start_exchanges: int = 0) -> Optional[Compressor]:
+    """The `Compressor` an algorithm's options name: ``"powersgd"`` (``rank``, ``start_exchanges``), ``"top_k"``
+    (``fraction``), None for ``"none"``; a `Compressor` passes through.
+
+    >>> compressor("powersgd", num_workers=4, rank=1).name
+    'powersgd'
+    """
+    if isinstance(name, Compressor) or name is None:
+        return name
+    if name not in COMPRESSIONS:
+        raise ArgError("compression", name, f"compression={name!r}: unknown;", f"choose one of {COMPRESSIONS}.")
+    try:
+        if name == "powersgd":
+            return powersgd(rank, start_exchanges)
+        return top_k(fraction, num_workers) if name == "top_k" else None
+    except ArgError as e:  # named as the algorithm's options name them
+        option = _OPTIONS.get(e.arg, e.arg)
+        raise ArgError(option, e.value, e.problem.replace(f"{e.arg}=", f"{option}=", 1), e.pieces) from None
+
+
+#: The algorithms' option for each compressor argument (`compressor`).
+_OPTIONS = {"rank": "compression_rank", "fraction": "compression_fraction", "start_exchanges": "compression_start"}
 
 
 def _check_int(name: str, value, low: int, hint: str) -> None:

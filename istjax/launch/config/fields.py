@@ -78,6 +78,13 @@ def _algorithm_section(c: ml_collections.ConfigDict) -> None:
     # DiLoCo: the outer optimizer (SGD with Nesterov momentum) on the replicas' average change; the paper's values.
     c.algorithm.outer_learning_rate = 0.7
     c.algorithm.outer_momentum = 0.9
+    # Compressed exchanges (local_sgd, diloco; istjax.core.compress): the round's change crosses as "powersgd" (rank
+    # compression_rank factors of each matrix, after compression_start uncompressed exchanges) | "top_k" (each
+    # tensor's compression_fraction largest entries), what is not sent kept in the worker's residual | "none".
+    c.algorithm.compression = "none"
+    c.algorithm.compression_rank = 2
+    c.algorithm.compression_fraction = 0.01
+    c.algorithm.compression_start = 0
     # Federated algorithms (fedavg, fedsgd, fedist; istjax.algorithms.federated): the server optimizer of the clients'
     # weighted mean change, "sgd" (FedAvg; server_momentum > 0: FedAvgM) | "adam" (FedAdam), and its settings.
     c.algorithm.server_optimizer = "sgd"
