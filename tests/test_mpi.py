@@ -129,7 +129,7 @@ def test_each_rank_holds_only_its_workers_training_examples():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["mlp", "resist", "graphsage"])
+@pytest.mark.parametrize("family", ["mlp", pytest.param("resist", marks=pytest.mark.exhaustive), "graphsage"])
 def test_sharded_mode_checkpoints_and_resumes_bit_identically(tmp_path, family):
     """Sharded MPI mode (an MLP with BatchNorm, ResIST, GraphSAGE): SIGTERM after round 2 commits every rank's shard
     (no rank gathers the model); the same command resumes, and every shard of the final checkpoint equals an

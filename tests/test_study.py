@@ -179,6 +179,7 @@ def test_code_version_outside_a_checkout(tmp_path):
     assert provenance.code_version(tmp_path) == {"commit": None, "clean": False}
 
 
+@pytest.mark.slow
 def test_child_process_runs_behind_a_launch_prefix(tmp_path):
     """A run trained as ``istjax train`` in a child process behind a prefix (``env`` here; ``mpiexec -n 2`` or a
     namespace wrapper in a real study) is a finished run like any other: reused afterwards, with its provenance."""

@@ -287,6 +287,7 @@ def test_sharded_ist_on_the_extreme_task_equals_simulate(n):
     assert out.stdout.count("OK sharded xmc") == 2
 
 
+@pytest.mark.slow
 @needs_mpi
 def test_the_readme_command_trains_the_small_extreme_config_sharded_on_two_processes(tmp_path):
     """The README's extreme-classification command (shortened to 10 rounds): no rank holds the whole model."""
