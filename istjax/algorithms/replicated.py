@@ -134,11 +134,12 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
         del axis_name, reduce
         return local_train(loss, optimizer, worker, batches_K, shared)
 
-    def collect(state, workers, plan, batches=None, shared=None, *, sent=False):
-        opt_state = replicas_mean(wire, workers.opt_state, squeeze.inner(state.opt_state), sent) if carry else ()
-        params, rows = squeeze.mean(state, workers.params, sent)
+    def collect(state, workers, plan, batches=None, shared=None, *, sent=False, across=None):
+        opt_state = (replicas_mean(wire, workers.opt_state, squeeze.inner(state.opt_state), sent, across=across)
+                     if carry else ())
+        params, rows = squeeze.mean(state, workers.params, sent, across)
         return finish_round(model_state_policy, state, params,
-                            replicas_mean(wire, workers.model_state, state.model_state, sent),
+                            replicas_mean(wire, workers.model_state, state.model_state, sent, across=across),
                             squeeze.wrap(opt_state, rows), plan.key,
                             recompute_from(task, batches, shared, recompute_batches))
 
@@ -153,8 +154,7 @@ def local_sgd(task: Task, optimizer: optax.GradientTransformation, *, num_worker
                           comm=comm, task=task, optimizer=optimizer, exchange=Exchange.REPLICAS, wire=wire,
                           carries_optimizer_state=carry, model_state_policy=model_state,
                           split=loss_split(task, loss), recompute_batches=recompute_batches,
-                          whole_init=init if squeeze.compressor else None, compressor=squeeze.compressor,
-                          collect_reads_workers=squeeze.compressor is not None)
+                          whole_init=init if squeeze.compressor else None, compressor=squeeze.compressor)
     return bind(algorithm, backend, **backend_options)
 
 
@@ -191,11 +191,11 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
         del axis_name, reduce
         return local_train(loss, optimizer, worker, batches_K, shared)
 
-    def collect(state, workers, plan, batches=None, shared=None, *, sent=False):
-        mean_params, rows = squeeze.mean(state, workers.params, sent)
+    def collect(state, workers, plan, batches=None, shared=None, *, sent=False, across=None):
+        mean_params, rows = squeeze.mean(state, workers.params, sent, across)
         params, outer_state = outer_step(outer, state.params, mean_params, squeeze.inner(state.opt_state))
         return finish_round(model_state, state, params,
-                            replicas_mean(wire, workers.model_state, state.model_state, sent),
+                            replicas_mean(wire, workers.model_state, state.model_state, sent, across=across),
                             squeeze.wrap(outer_state, rows), plan.key,
                             recompute_from(task, batches, shared, recompute_batches))
 
@@ -208,8 +208,7 @@ def diloco(task: Task, optimizer: optax.GradientTransformation, *, num_workers: 
                           num_workers=num_workers, local_steps=local_steps, comm=comm, task=task, optimizer=optimizer,
                           exchange=Exchange.REPLICAS, carries_optimizer_state=False, model_state_policy=model_state,
                           outer_optimizer=outer, split=loss_split(task, loss), recompute_batches=recompute_batches,
-                          whole_init=init if squeeze.compressor else None, compressor=squeeze.compressor,
-                          collect_reads_workers=squeeze.compressor is not None)
+                          whole_init=init if squeeze.compressor else None, compressor=squeeze.compressor)
     return bind(algorithm, backend, **backend_options)
 
 
@@ -218,17 +217,27 @@ def replicas_of(wire: precision.Wire, tree: Any, num_workers: int) -> Any:
     return broadcast_workers(wire.round(tree), num_workers)
 
 
-def replicas_mean(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = False, weights: Any = None) -> Any:
+def replicas_mean(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = False, weights: Any = None,
+                  across: Optional[compress.Across] = None) -> Any:
     """The mean over workers of what each sent back of its replica ``tree_W`` (`[W, ...]`) as the receiver reads it
     against its float32 ``exact`` tree (`istjax.core.precision.Wire`); with ``sent``, ``tree_W`` is what was sent
     already (the MPI runtime's sums). A float32 wire: the plain mean. ``weights`` (`[W]`, summing to 1: a federated
     round's ``plan.weights``): the weighted mean instead, each worker's tree weighted before it is sent
     (`istjax.core.state.weighted_replicas`), as the MPI runtime weighs it before its all-reduce, so both round
-    alike; weights come with trees not yet sent (``sent=False``) only."""
+    alike; weights come with trees not yet sent (``sent=False``) only. ``across``: ``tree_W`` holds a process's
+    rows only and ``across.mean`` is the mean over all W (`istjax.core.compress.Across`)."""
     if weights is not None:
         assert not sent, "replicas_mean: weights apply to the workers' own trees, before they are sent"
         tree_W = weighted_replicas(tree_W, exact, weights, jnp.shape(weights)[0])
-    return worker_mean(worker_trees(wire, tree_W, exact, sent), like=exact)
+    read = worker_trees(wire, tree_W, exact, sent)
+    if across is None:
+        return worker_mean(read, like=exact)
+    return jax.tree.map(lambda x, e: _as_dtype(across.mean(x), jnp.asarray(e).dtype), read, exact)
+
+
+def _as_dtype(m, dtype):
+    """A mean in ``dtype``, rounded back to an integer for integer leaves (as `istjax.core.state.worker_mean`)."""
+    return jnp.round(m).astype(dtype) if jnp.issubdtype(dtype, jnp.integer) else m.astype(dtype)
 
 
 def worker_trees(wire: precision.Wire, tree_W: Any, exact: Any, sent: bool = False) -> Any:
@@ -263,15 +272,17 @@ class CompressedExchange(NamedTuple):
     def wrap(self, inner, rows):
         return Compressed(inner, rows) if self.compressor else inner
 
-    def mean(self, state, params_W, sent: bool = False):
+    def mean(self, state, params_W, sent: bool = False, across: Optional[compress.Across] = None):
         """``(mean parameters, next rows)``: the plain mean of what the workers sent (`replicas_mean`), or the
         global parameters plus the compressed mean of each worker's change (its tree as the server reads it, less
-        the global one), each worker's residual kept in its row; rows None without compression."""
+        the global one), each worker's residual kept in its row; rows None without compression. ``across``: the
+        collectives over all W when ``params_W`` holds only a process's rows (an MPI rank's, with its own rows of
+        the state: `istjax.runtimes.mpi.compressed`); None: every worker's rows are here."""
         if not self.compressor:
-            return replicas_mean(self.wire, params_W, state.params, sent), None
+            return replicas_mean(self.wire, params_W, state.params, sent, across=across), None
         read = worker_trees(self.wire, params_W, state.params, sent)
         change = jax.tree.map(lambda t, p: t.astype(jnp.float32) - p.astype(jnp.float32)[None], read, state.params)
-        approx, rows = compress.stacked_exchange(self.compressor, change, state.opt_state.rows)
+        approx, rows = self.compressor.exchange(change, state.opt_state.rows, across or compress.one_process())
         return jax.tree.map(lambda p, a: (p + a).astype(p.dtype), state.params, approx), rows
 
     def init(self, init: Callable[[jax.Array], TrainState]) -> Callable[[jax.Array], TrainState]:

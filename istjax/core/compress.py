@@ -5,9 +5,11 @@ A `Compressor` turns each worker's change (a gradient, a round's change of a rep
 its sub-network) into the workers' mean of an approximation of it, and keeps in each worker's state what it did not
 send (the residual: error feedback, Karimireddy et al. 2019), added to its next change before compressing. Its
 ``exchange`` takes the rows of the workers one process holds (``[n, ...]``: all W in one process, an MPI rank's L)
-and is written against ``mean`` (``[n, ...] -> [...]``, the mean over all W workers' rows): one process's is
-``jnp.mean(x, 0)`` (`stacked_exchange`), an MPI rank's an all-reduce of its rows' sum over W. The same code runs
-either way, so a runtime's compressed round equals simulate's given the same state.
+and is written against `Across`, the two collectives over all W workers it needs: ``mean`` (PowerSGD's all-reduces)
+and ``gather`` (top-k's all-gather of values and indices). One process's are a mean and the identity
+(`one_process`, `stacked_exchange`); an MPI rank's are mpi4jax calls inside the compiled exchange
+(`istjax.runtimes.mpi.replicas`). The same code runs either way, so a runtime's compressed round equals simulate's
+given the same state (to the order of float32 sums).
 
 * `powersgd` (Vogels et al. 2019, Algorithm 1 with error feedback): each matrix-shaped leaf (``[..., m]`` read as
   ``[n, m]``) sent as its rank-``r`` approximation: ``P = M Q`` averaged, orthogonalised, ``Q = M^T P`` averaged, the
@@ -34,11 +36,32 @@ import numpy as np
 
 from istjax.core.errors import ArgError
 
-__all__ = ["COMPRESSIONS", "Compressor", "PowerState", "compressor", "identity", "powersgd", "k_of", "stacked_exchange", "top_k"]
+__all__ = ["COMPRESSIONS", "Across", "Compressor", "PowerState", "compressor", "identity", "k_of", "one_process",
+           "powersgd", "stacked_exchange", "top_k"]
 
 PyTree = Any
-Mean = Callable[[jax.Array], jax.Array]
 INDEX_BYTES = 4  # an int32 index per top-k value
+
+
+class Across(NamedTuple):
+    """The collectives over all W workers an exchange is written against, on the ``n`` rows one process holds.
+
+    Attributes:
+      mean: ``[n, ...] -> [...]``, the mean over all W workers' rows.
+      gather: ``[n, ...] -> [W, ...]``, every worker's row in worker order.
+      whole: whether this exchange is one a compressor makes uncompressed (PowerSGD's first ``start_exchanges``),
+        decided by the runtime on the host (an MPI rank traces one program's collectives a case); None: decided
+        from the state inside the program (`jax.lax.cond`, one process).
+    """
+
+    mean: Callable[[jax.Array], jax.Array]
+    gather: Callable[[jax.Array], jax.Array]
+    whole: Optional[bool] = None
+
+
+def one_process() -> Across:
+    """`Across` when one process holds every worker's row."""
+    return Across(mean=lambda x: jnp.mean(x, axis=0), gather=lambda x: x)
 
 
 class Compressor(NamedTuple):
@@ -48,9 +71,9 @@ class Compressor(NamedTuple):
       name: ``"powersgd"``, ``"top_k"`` or ``"identity"``.
       init: ``(tree, key, n) -> state``: ``n`` workers' states (leaves ``[n, ...]``) for changes shaped as ``tree``
         (arrays or `jax.ShapeDtypeStruct`); ``key`` the seed every worker shares (PowerSGD's first ``Q``).
-      exchange: ``(change_n, state_n, mean) -> (mean_approx, state_n)``: from ``n`` workers' changes and states
-        (leaves ``[n, ...]``), the mean over all W workers of what they sent (one tree) and the ``n`` workers' next
-        states (their residuals: what each did not send).
+      exchange: ``(change_n, state_n, across) -> (mean_approx, state_n)``: from ``n`` workers' changes and states
+        (leaves ``[n, ...]``) and the collectives over all W (`Across`), the mean over all W workers of what they
+        sent (one tree) and the ``n`` workers' next states (their residuals: what each did not send).
       sent_bytes, received_bytes: ``tree -> int``, one worker's bytes for one exchange of a tree shaped as ``tree``.
       options: the settings it was made with (``rank``, ``start_exchanges``; ``fraction``), for the reference loop
         (`istjax.algorithms.reference`) and messages.
@@ -58,7 +81,7 @@ class Compressor(NamedTuple):
 
     name: str
     init: Callable[[PyTree, jax.Array, int], PyTree]
-    exchange: Callable[[PyTree, PyTree, Mean], tuple[PyTree, PyTree]]
+    exchange: Callable[[PyTree, PyTree, Across], tuple[PyTree, PyTree]]
     sent_bytes: Callable[[PyTree], int]
     received_bytes: Callable[[PyTree], int]
     options: dict = {}
@@ -74,8 +97,8 @@ def _nbytes(shape, dtype=jnp.float32) -> int:
 
 def identity() -> Compressor:
     """No compression: the plain mean of the changes, no state."""
-    def exchange(change_n, state_n, mean):
-        return jax.tree.map(mean, change_n), state_n
+    def exchange(change_n, state_n, across):
+        return jax.tree.map(across.mean, change_n), state_n
 
     def nbytes(tree):
         return sum(_nbytes(x.shape, x.dtype) for x in jax.tree.leaves(tree))
@@ -137,26 +160,38 @@ def powersgd(rank: int = 2, start_exchanges: int = 0) -> Compressor:
               for k, x in zip(keys, leaves)]
         return PowerState(_zeros(tree, n), jax.tree.unflatten(treedef, qs), jnp.zeros((n,), jnp.int32))
 
-    def one_leaf(m_n, q_n, mean, exact):
-        if not isinstance(q_n, jax.Array):  # sent whole
+    def one_leaf(m_n, q_n, mean, whole: bool):
+        if whole or not isinstance(q_n, jax.Array):  # sent whole; Q unmoved
             return mean(m_n), jnp.zeros_like(m_n), q_n
         n = m_n.shape[0]
         m = m_n.reshape((n, *_as_matrix(m_n.shape[1:])))
         p = _orthonormal(mean(jnp.einsum("wnm,wmr->wnr", m, q_n)))  # every row's Q is the same
         q = mean(jnp.einsum("wnm,nr->wmr", m, p))
         approx = (p @ q.T).reshape(m_n.shape[1:])
-        out = jnp.where(exact, mean(m_n), approx)
-        q_next = jnp.where(exact, q_n, jnp.broadcast_to(q, q_n.shape))  # unmoved while uncompressed
-        return out, jnp.where(exact, 0.0, m_n - approx[None]), q_next
+        return approx, m_n - approx[None], jnp.broadcast_to(q, q_n.shape)
 
-    def exchange(change_n, state_n, mean):
-        exact = state_n.exchanges[0] < start_exchanges
-        leaves, treedef = jax.tree.flatten(change_n)
-        res, qs = treedef.flatten_up_to(state_n.residual), treedef.flatten_up_to(state_n.q)
-        outs = [one_leaf(c.astype(jnp.float32) + e, q, mean, exact) for c, e, q in zip(leaves, res, qs)]
-        approx = jax.tree.unflatten(treedef, [o.astype(c.dtype) for (o, _, _), c in zip(outs, leaves)])
-        return approx, PowerState(jax.tree.unflatten(treedef, [r for _, r, _ in outs]),
-                                  jax.tree.unflatten(treedef, [q for _, _, q in outs]), state_n.exchanges + 1)
+    def exchange_as(whole: bool):
+        def exchange(change_n, state_n, across):
+            leaves, treedef = jax.tree.flatten(change_n)
+            res, qs = treedef.flatten_up_to(state_n.residual), treedef.flatten_up_to(state_n.q)
+            outs = [one_leaf(c.astype(jnp.float32) + e, q, across.mean, whole) for c, e, q in zip(leaves, res, qs)]
+            approx = jax.tree.unflatten(treedef, [o.astype(c.dtype) for (o, _, _), c in zip(outs, leaves)])
+            return approx, PowerState(jax.tree.unflatten(treedef, [r for _, r, _ in outs]),
+                                      jax.tree.unflatten(treedef, [q for _, _, q in outs]), state_n.exchanges + 1)
+
+        return exchange
+
+    compressed, whole = exchange_as(False), exchange_as(True)
+
+    def exchange(change_n, state_n, across):
+        """Uncompressed while fewer than ``start_exchanges`` were made: decided by ``across.whole`` where the
+        runtime decided it (MPI, on the host: one program's collectives each), else by ``jax.lax.cond``."""
+        if not start_exchanges or across.whole is False:
+            return compressed(change_n, state_n, across)
+        if across.whole:
+            return whole(change_n, state_n, across)
+        return jax.lax.cond(state_n.exchanges[0] < start_exchanges, lambda c, s: whole(c, s, across),
+                            lambda c, s: compressed(c, s, across), change_n, state_n)
 
     def nbytes(tree):  # an all-reduce: each worker sends and receives the same count
         return sum(_nbytes(((sum(_as_matrix(x.shape)) * rank),)) if _compressed(x.shape, rank)
@@ -187,16 +222,19 @@ def top_k(fraction: float = 0.01, num_workers: int = 1) -> Compressor:
                        "e.g. 0.01 for the largest 1% of each tensor.")
     _check_int("num_workers", num_workers, 1, "top_k(num_workers=...): the workers whose entries are gathered")
 
-    def one_leaf(m_n, mean):
+    def one_leaf(m_n, gather):
         flat = m_n.reshape(m_n.shape[0], -1)
-        _, idx = jax.lax.top_k(jnp.abs(flat), k_of(flat.shape[1], fraction))  # each row's own
-        keep = jnp.zeros(flat.shape, bool).at[jnp.arange(flat.shape[0])[:, None], idx].set(True)
-        sent = jnp.where(keep, flat, 0.0)  # what the all-gather carries, scattered back
-        return mean(sent.reshape(m_n.shape)), jnp.where(keep, 0.0, flat).reshape(m_n.shape)
+        _, idx = jax.lax.top_k(jnp.abs(flat), k_of(flat.shape[1], fraction))  # each row's own, [n, k]
+        rows = jnp.arange(flat.shape[0])[:, None]
+        values = flat[rows, idx]
+        all_values, all_idx = gather(values), gather(idx)  # [W, k] each: what crosses
+        total = jnp.zeros(flat.shape[1], jnp.float32).at[all_idx.reshape(-1)].add(all_values.reshape(-1))
+        return (total / num_workers).reshape(m_n.shape[1:]), flat.at[rows, idx].set(0.0).reshape(m_n.shape)
 
-    def exchange(change_n, state_n, mean):
+    def exchange(change_n, state_n, across):
         leaves, treedef = jax.tree.flatten(change_n)
-        outs = [one_leaf(c.astype(jnp.float32) + e, mean) for c, e in zip(leaves, treedef.flatten_up_to(state_n))]
+        outs = [one_leaf(c.astype(jnp.float32) + e, across.gather)
+                for c, e in zip(leaves, treedef.flatten_up_to(state_n))]
         return (jax.tree.unflatten(treedef, [o.astype(c.dtype) for (o, _), c in zip(outs, leaves)]),
                 jax.tree.unflatten(treedef, [r for _, r in outs]))
 
@@ -212,7 +250,7 @@ def stacked_exchange(compressor: Compressor, change_W: PyTree, state_W: PyTree) 
     """``compressor.exchange`` of every worker's ``[W, ...]`` rows in one process (simulate's, and the reference
     every runtime is tested against): the mean over the rows. Returns the mean approximation (one tree) and the
     workers' next states (``[W, ...]``)."""
-    return compressor.exchange(change_W, state_W, lambda x: jnp.mean(x, axis=0))
+    return compressor.exchange(change_W, state_W, one_process())
 
 
 #: The compressions an algorithm's ``compression`` option names ("none": the exact mean).

@@ -70,7 +70,7 @@ from istjax.core.comm import Exchange
 from istjax.core.errors import ArgError, Code
 from istjax.core.process import is_primary as is_primary  # the one answer (`istjax.core.process`), kept here by name
 from istjax.runtimes.base import Runtime
-from istjax.runtimes.mpi import groups, parameter_server, replicas, sharded, subsets, tensor
+from istjax.runtimes.mpi import compressed, groups, parameter_server, replicas, sharded, subsets, tensor
 from istjax.runtimes.mpi.buffers import mpi_collectives as mpi_collectives
 from istjax.runtimes.mpi.runtime import GRADIENT_BUFFERS as GRADIENT_BUFFERS
 from istjax.runtimes.mpi.runtime import MODES as MODES
@@ -101,6 +101,10 @@ ROUNDS: dict[tuple[Exchange, str], ModuleType] = {
     (Exchange.ACTIVATIONS, "sharded"): tensor,
     (Exchange.SUBSETS, "parameter_server"): subsets,
     (Exchange.GROUPS, "parameter_server"): groups,
+}
+#: The exchange modules of an algorithm whose change crosses compressed (``algorithm.compressor``), as `ROUNDS`.
+COMPRESSED_ROUNDS: dict[tuple[Exchange, str], ModuleType] = {
+    (Exchange.REPLICAS, "parameter_server"): compressed,
 }
 
 
@@ -166,6 +170,12 @@ def mpi_runtime(algorithm, *, mode: str = "parameter_server", comm=None,
     comm = _world() if comm is None else comm
     n, r = comm.Get_size(), comm.Get_rank()
     exchange = ROUNDS[algorithm.exchange, mode]
+    if algorithm.compressor is not None:
+        if (algorithm.exchange, mode) not in COMPRESSED_ROUNDS:
+            raise ArgError("compression", algorithm.compressor.name,
+                           f"{algorithm.name!r} under MPI with compression: no compressed {algorithm.exchange} "
+                           f"exchange in mode={mode!r};", use=[{"compression": "none"}, {"backend": "simulate"}])
+        exchange = COMPRESSED_ROUNDS[algorithm.exchange, mode]
     if hasattr(exchange, "check"):  # what the exchange itself refuses (codistillation: groups that split a process)
         exchange.check(algorithm, n)
     abort_on_error()

@@ -23,7 +23,7 @@ import istjax.runtimes.mpi.rounds as rounds
 from istjax.runtimes.mpi.runtime import MPIRuntime, Traffic
 from istjax.runtimes.mpi.world import ROOT
 
-__all__ = ["WHOLE_STATE", "install"]
+__all__ = ["WHOLE_STATE", "install", "start_fn"]
 
 PyTree = Any
 #: Every rank holds the whole state.
@@ -104,7 +104,7 @@ def _gradient_mean(rt: MPIRuntime, x: buffers.TreeCollectives, counted: list) ->
     return reduce
 
 
-def _start_fn(alg, first: int, lanes: int) -> Callable:
+def start_fn(alg, first: int, lanes: int) -> Callable:
     """``start(state, into) -> (workers, plan)``, jitted: this rank's ``lanes`` workers from worker ``first`` on.
     Every rank computes the same W workers and keeps its own; an algorithm whose workers keep state
     (`istjax.algorithms.base.Resident`) starts one per row this rank holds, its own already. ``into`` (a spare
@@ -147,7 +147,7 @@ def install(rt: MPIRuntime) -> None:
 
     spares = buffers.Spares()  # "lanes": this rank's workers (cut, trained in place); "sums": the all-reduce's result
 
-    start = _start_fn(alg, me * lanes, lanes)
+    start = start_fn(alg, me * lanes, lanes)
     summed, finish = replica_ends(alg, n, me * lanes)
     split_fn = rounds.split_fn(rt, lambda workers: workers)
     own, gather = _rows(rt)
