@@ -184,3 +184,31 @@ def test_transformer_on_mpi_equals_one_process():
                   "diloco parameter_server"):
         assert f"OK {check} on 2 ranks: == the plain reference round" in out.stdout, check
     assert out.stdout.count("evaluated in place (no gather) == the gathered model's evaluation") == 2
+
+
+@pytest.mark.slow
+def test_a_straggler_slows_one_rank_and_changes_no_number(tmp_path):
+    """``runtime.slow_rank=1 runtime.slow_factor=3`` under mpiexec -n 2 (data parallel): process 1 says it is the
+    straggler (and only it), and the run ends with the same test loss and bytes as the run without one (a straggler
+    changes when a synchronous exchange happens, not what it computes); a rank the launch lacks is refused."""
+    import json
+
+    istjax = pathlib.Path(sys.executable).parent / "istjax"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    base = [str(MPIEXEC), "-n", "2", str(istjax), "train", "--config.runtime.name=mpi",
+            "--config.algorithm.name=data_parallel", "--config.num_workers=2", "--config.model.hidden=(8,)",
+            "--config.num_rounds=3", "--config.eval_every=3", "--config.progress=False"]
+    runs = {}
+    for name, extra in (("plain", []), ("slow", ["--config.runtime.slow_rank=1", "--config.runtime.slow_factor=3"])):
+        out = subprocess.run(base + extra + [f"--workdir={tmp_path / name}"], capture_output=True, text=True,
+                             timeout=300, env=env)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        runs[name] = (json.loads((tmp_path / name / "summary.json").read_text()), out.stderr)
+    (plain, plain_err), (slow, slow_err) = runs["plain"], runs["slow"]
+    assert slow_err.count("process 1 is the straggler: each of its rounds made 3x as long") == 1, slow_err
+    assert "straggler" not in plain_err
+    for key in ("test_loss", "test_accuracy", "bytes_total"):
+        assert plain[key] == slow[key], key
+    out = subprocess.run(base + ["--config.runtime.slow_rank=2", f"--workdir={tmp_path / 'bad'}"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 2 and "runtime.slow_rank=2: this run has 2 process(es)" in out.stdout + out.stderr

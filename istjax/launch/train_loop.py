@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from istjax.algorithms.base import Algorithm
+from istjax.core.process import process_index
 from istjax.core.state import TrainState
 from istjax.launch.config import target
 from istjax.launch.metrics import MetricWriter, is_primary
@@ -150,6 +151,17 @@ def split_due(config, done: int, evaluating: bool) -> bool:
     return bool(config.runtime.loss_split) and (evaluating or (every > 0 and done % every == 0))
 
 
+def straggler_delay(run: Run) -> float:
+    """The seconds this process sleeps after a round per second the round took: ``slow_factor - 1`` on the process
+    ``runtime.slow_rank`` (logged), 0 on every other (a rank the launch lacks is refused with the config)."""
+    rank, factor = int(run.config.runtime.slow_rank), float(run.config.runtime.slow_factor)
+    if rank < 0 or factor <= 1 or process_index() != rank:
+        return 0.0
+    print(f"istjax: process {rank} is the straggler: each of its rounds made {factor:g}x as long "
+          f"(runtime.slow_factor).", file=sys.stderr, flush=True)
+    return factor - 1.0
+
+
 def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records: list[dict]) -> TrainState:
     """Rounds from ``state.round`` to ``num_rounds``: evaluate, record, checkpoint, stop on signals (step 4)."""
     from tqdm.auto import tqdm
@@ -161,6 +173,7 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
                disable=not (is_primary() and c.progress), desc=f"{alg.name} W={w}")
     inputs = step_inputs(run)
     split = run.split
+    slower = straggler_delay(run)
     try:
         with _stop_on_signals(run.log) as stop:
             for r in range(start, n):
@@ -170,6 +183,8 @@ def train_loop(run: Run, state: TrainState, step_fn: Callable, evaluate, records
                 t0 = time.perf_counter()
                 new_state, metrics = step_fn(state, inputs, due)
                 metrics = jax.device_get(metrics)
+                if slower:  # the straggler: its round made slow_factor times as long
+                    time.sleep(slower * (time.perf_counter() - t0))
                 run.wall += time.perf_counter() - t0
                 _check_finite(run, state, metrics, r)
                 state = new_state

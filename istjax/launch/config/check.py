@@ -12,6 +12,7 @@ import math
 import ml_collections
 
 from istjax.algorithms import ALGORITHMS
+from istjax.core.process import process_count
 from istjax.core.partition import SAMPLERS
 from istjax.data.cluster_batches import FULL_GRAPH, GRAPH_BATCHES
 from istjax.core.precision import DTYPES, EXCHANGE_VALUES
@@ -24,7 +25,7 @@ __all__ = ["check", "schema_problems", "Problems"]
 
 
 # The runtime section's fields every runtime honours (the driver reads them), never refused as unread.
-DRIVER_RUNTIME_FIELDS = ("name", "memory_limit")
+DRIVER_RUNTIME_FIELDS = ("name", "memory_limit", "slow_rank", "slow_factor")
 
 
 def _is_int(v) -> bool:
@@ -187,6 +188,13 @@ def _check_numbers(config, p: Problems) -> None:
                                   "n-th round too).")
     if not _is_int(config.seed):
         p.bad("seed", "must be an integer.")
+    if not _is_int(config.runtime.slow_rank) or config.runtime.slow_rank < -1:
+        p.bad("runtime.slow_rank", "must be a process's rank (0, 1, ...) or -1 for no straggler.")
+    elif config.runtime.slow_rank >= process_count():
+        p.bad("runtime.slow_rank", f"this run has {process_count()} process(es), ranks 0..{process_count() - 1}; "
+                                   f"pick one of them, or -1 for no straggler.")
+    if not _is_number(config.runtime.slow_factor) or not 1 <= config.runtime.slow_factor < 1000:
+        p.bad("runtime.slow_factor", "must be a number >= 1, e.g. 2.0 (that process runs twice as slow).")
     lr = config.learning_rate
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
         p.bad("learning_rate", "must be a positive finite number, e.g. 0.1.")

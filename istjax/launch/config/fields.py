@@ -25,7 +25,8 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "lars", "lamb")
 #: more rounds). Every other field must match the checkpoint's config exactly.
 RUN_CONTROL_FIELDS = ("name", "num_rounds", "eval_every", "checkpoint_every", "max_to_keep", "eval_batch_size",
                       "eval_train_examples", "target_accuracy", "target_loss", "stop_at_target", "progress",
-                      "runtime.memory_limit", "runtime.loss_split", "loss_split_every")
+                      "runtime.memory_limit", "runtime.loss_split", "loss_split_every", "runtime.slow_rank",
+                      "runtime.slow_factor")
 
 
 class ConfigError(ValueError):
@@ -210,6 +211,11 @@ def _runtime_section(c: ml_collections.ConfigDict) -> None:
     # the first round every rank predicts what it will hold (its state share, the compiled round's outputs and
     # temporaries, the process so far) and refuses with both numbers when that is over the cap (istjax.core.memory).
     c.runtime.memory_limit = config_dict.FieldReference(0, field_type=object)
+    # A straggler, every runtime with processes (mpi): the process slow_rank sleeps (slow_factor - 1) x its own
+    # round's time after every round, so it runs slow_factor times slower and the others wait for it wherever they
+    # synchronise; recorded in config.json and logged at the start. slow_rank -1: none.
+    c.runtime.slow_rank = -1
+    c.runtime.slow_factor = 1.0
 
 
 def _training_fields(c: ml_collections.ConfigDict) -> None:
