@@ -36,6 +36,12 @@ def test_claim_ratios_by_seed_with_fedsgd_censored_at_its_budget():
     assert report.claim_verdict(d).startswith("met (lowest seed 15.0x")
     d["runs"][0] = _run("fedavg", 0, [(1, 0.6), (5, 0.86)], 10)  # seed 0: 30 / 5 = 6x
     assert report.claim_verdict(d).startswith("missed (lowest seed 6.0x")
+    # Both arms ending below the trivial baseline: no verdict, whatever the ratios (the study's rule).
+    d["baselines"] = {"linear": {"test_accuracy": 0.95}}
+    d["rows"] = [{"label": "fedavg", "test_accuracy_mean": 0.88}, {"label": "fedsgd", "test_accuracy_mean": 0.9}]
+    assert report.claim_verdict(d, "linear").startswith("no verdict: both arms end below the linear baseline (0.950)")
+    d["baselines"]["linear"]["test_accuracy"] = 0.89  # FedSGD above it: the ratio decides
+    assert report.claim_verdict(d, "linear").startswith("missed (lowest seed 6.0x")
 
 
 def test_ist_readings_at_fedavg_rounds_and_bytes():

@@ -62,11 +62,12 @@ def _target(d: dict) -> float:
     return float(d["target"]["value"])
 
 
-def claim_ratios(d: dict) -> list[dict]:
+def claim_ratios(d: dict, target: Optional[float] = None) -> list[dict]:
     """Per seed both arms trained: FedSGD's and FedAvg's rounds to the target (None: not reached), and the ratio
     ``fedsgd / fedavg`` with ``bound`` True where FedSGD never reached it (the ratio then its budget over FedAvg's
-    rounds, a lower bound); no ratio where FedAvg did not reach it."""
-    target, out = _target(d), []
+    rounds, a lower bound); no ratio where FedAvg did not reach it. ``target``: another level than the file's (a
+    reading after the fact, never the verdict)."""
+    target, out = _target(d) if target is None else target, []
     avg = {r["seed"]: r for r in runs_of(d, "fedavg")}
     for sgd in runs_of(d, "fedsgd"):
         if sgd["seed"] not in avg:
@@ -77,9 +78,10 @@ def claim_ratios(d: dict) -> list[dict]:
     return out
 
 
-def ratio_text(d: dict) -> str:
-    """The claim's ratio: mean ± std over seeds and their range, '>' where a seed's FedSGD never reached."""
-    pairs = [p for p in claim_ratios(d) if p["ratio"] is not None]
+def ratio_text(d: dict, target: Optional[float] = None) -> str:
+    """The claim's ratio: mean ± std over seeds and their range, '>' where a seed's FedSGD never reached
+    (``target``: at another level, `claim_ratios`)."""
+    pairs = [p for p in claim_ratios(d, target) if p["ratio"] is not None]
     if not pairs:
         return "not measured (FedAvg reached the target in no seed)"
     ratios = [p["ratio"] for p in pairs]
@@ -90,13 +92,24 @@ def ratio_text(d: dict) -> str:
                if bound else ""))
 
 
-def claim_verdict(d: dict) -> str:
-    """'met' when every seed's ratio is at least `CLAIMED` (10x), else 'missed', with the lowest ratio."""
+def claim_verdict(d: dict, baseline: Optional[str] = None) -> str:
+    """'met' when every seed's ratio is at least `CLAIMED` (10x), else 'missed', with the lowest ratio; no verdict
+    where both arms end below the trivial ``baseline`` (a study's rule: such a comparison is not a result)."""
+    if baseline is not None and _below_baseline(d, baseline):
+        return (f"no verdict: both arms end below the {baseline} baseline "
+                f"({fixed(d['baselines'][baseline]['test_accuracy'], 3)}), so the comparison is not a result")
     pairs = claim_ratios(d)
     if not pairs or any(p["ratio"] is None for p in pairs):
         return "missed (FedAvg did not reach the target in every seed)"
     low = min(p["ratio"] for p in pairs)
     return f"{'met' if low >= CLAIMED else 'missed'} (lowest seed {low:.1f}x, the claim {CLAIMED:g}-100x)"
+
+
+def _below_baseline(d: dict, baseline: str) -> bool:
+    """Every arm's mean test accuracy at its end below the trivial ``baseline``'s."""
+    floor = d["baselines"][baseline]["test_accuracy"]
+    rows = [row_of(d, label) for label in ("fedavg", "fedsgd")]
+    return all(r is not None and r["test_accuracy_mean"] < floor for r in rows)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -156,7 +169,7 @@ def _claim(d):
 for _study, (_src, _baseline) in CLAIMS.items():
     table(f"federated_{_study}", _src, shows=("test_accuracy",))(_claim)
     scalar(f"federated.{_study}.ratio", _src, ratio_text)
-    scalar(f"federated.{_study}.verdict", _src, claim_verdict)
+    scalar(f"federated.{_study}.verdict", _src, lambda d, b=_baseline: claim_verdict(d, b))
     scalar(f"federated.{_study}.target", _src, lambda d: f"{_target(d):g}")
     scalar(f"federated.{_study}.{_baseline}", _src,
            lambda d, b=_baseline: fixed(d["baselines"][b]["test_accuracy"], 3))
