@@ -70,7 +70,8 @@ def test_every_cell_loads_and_every_arm_tunes_the_same_client_rates():
         cells = study.cells(name)
         planned = plan(cells, [0], "/nonexistent", root=REPO)
         for c, p in zip(cells, planned):
-            assert study.grid(c)["learning_rate"] == study.LEARNING_RATES
+            rates = study.CLAIM_LEARNING_RATES if name == "claim" else study.LEARNING_RATES  # every arm of a study
+            assert study.grid(c)["learning_rate"] == rates
             assert p.config.clients.fraction == 0.1 and p.config.num_workers == 10
             assert p.config.runtime.loss_split == (name != "claim")  # a claim reads its accuracy alone
             if c.info["arm"] == "fedavgm":
