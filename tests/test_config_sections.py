@@ -100,13 +100,14 @@ def test_an_old_flat_config_json_reads_into_the_sections():
     diffs = config_lib.differences(OLD_FLAT, config_lib.to_dict(c))
     # (its top-level fields, and data.module, runtime.memory_limit, DiLoCo's outer optimizer, the loss split, the
     # nested sampler's shuffle, the tuning split, the federated server's fields and clients section, ADMM's rho,
-    # dynamic averaging's delta, codistillation's fields and the concept drift, added since)
+    # dynamic averaging's delta, codistillation's fields, the concept drift, the compressed exchange and the
+    # straggler, added since)
     added = ("data.module:", "runtime.memory_limit:", "algorithm.outer_learning_rate:", "algorithm.outer_momentum:",
              "runtime.loss_split:", "algorithm.recompute_batches:", "sampler.shuffle:", "data.tuning_fraction:",
              "algorithm.server_optimizer:", "algorithm.server_learning_rate:", "algorithm.server_momentum:",
              "algorithm.prox_mu:", "clients.", "algorithm.rho:", "algorithm.delta:",
              "algorithm.groups:", "algorithm.distill_weight:", "algorithm.teacher_every:", "algorithm.burn_in:",
-             "data.drift_round:", "data.drift_seed:")
+             "data.drift_round:", "data.drift_seed:", "algorithm.compression", "runtime.slow_")
     assert diffs and all(": '<absent>' -> " in d and ("." not in d.split(":")[0] or d.startswith(added))
                          for d in diffs), diffs
 
