@@ -90,6 +90,20 @@ def test_a_cell_whose_overrides_changed_but_not_its_config_keeps_its_runs(tmp_pa
     assert trained == [("ist", 0), ("ist", 0)]  # the config changed: trained afresh
 
 
+def test_a_run_directory_left_by_the_cells_earlier_config_is_not_recorded_as_its_run(tmp_path):
+    """A tuning choice that moved (here the batch size) plans the cell's runs into the same directories; where the
+    new run fails (the workdir holds the old config's run and refuses it), the results file must not record the
+    old run under the new config, and a later study must train it, not keep it."""
+    out, trained = tmp_path / "results.json", []
+    study.run_study("tiny", [CELL], [0], tmp_path / "runs", out=out, root=REPO, train=_counting_trainer(trained))
+    moved = CELL._replace(overrides=CELL.overrides + ("--config.batch_size=16",))
+    outcome = study.run_study("tiny", [moved], [0], tmp_path / "runs", out=out, root=REPO,
+                              train=_counting_trainer(trained))
+    assert outcome.failed and "different config" in next(iter(outcome.failed.values()))
+    assert json.loads(out.read_text())["runs"] == []  # the old run is not the moved cell's
+    assert study.kept_records(out, [moved]) == {}
+
+
 def test_a_pinned_cell_keeps_runs_recorded_before_a_field_was_added(tmp_path):
     """A results file written before a config field existed records no value for it; the run trained at what is
     now its default, so a cell pinning something else the file already has keeps its runs (as `finished` reads an

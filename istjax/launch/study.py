@@ -396,7 +396,10 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
     failed: dict[str, str] = {}
 
     def collect() -> list[dict[str, Any]]:
-        records = [r for p in every if (r := record(p) or kept.get((p.cell.label, p.seed))) is not None]
+        # a run directory read only where it holds a finished run of this very config: one left by an earlier
+        # config of the cell (a tuning choice that moved) is not this cell's run
+        records = [r for p in every if (r := (record(p) if finished(p.config, p.run_dir) else None)
+                                        or kept.get((p.cell.label, p.seed))) is not None]
         # the file's runs of seeds not asked for this time stay in it (a study run with --seeds 3,4 keeps 0-2)
         asked = {(p.cell.label, p.seed) for p in every}
         records += [r for key, r in kept.items() if key not in asked]
