@@ -62,7 +62,7 @@ _FEDERATED = ("clients", "server_optimizer", "server_learning_rate", "server_mom
 ALGORITHMS: Registry[AlgorithmEntry] = Registry("algorithm", field="algorithm", entries={
     "ist": AlgorithmEntry(ist, ("sampler", "optimizer_state", "model_state", "recompute_batches", *_WIRE),
                           "Independent Subnetwork Training: neurons split among workers every round"),
-    "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches", *_WIRE),
+    "data_parallel": AlgorithmEntry(data_parallel, ("model_state", "recompute_batches", *_WIRE, *_COMPRESSION),
                                     "gradients averaged every step", averages_steps=True),
     "local_sgd": AlgorithmEntry(local_sgd, ("optimizer_state", "model_state", "recompute_batches", *_WIRE,
                                             *_COMPRESSION),

@@ -244,7 +244,9 @@ def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState
     W, K = alg.num_workers, alg.local_steps
     key, _ = round_keys(state.key)
     grad = _compiled(alg, None, "grad")
-    replica = WorkerState(state.params, state.model_state, at_round(state.opt_state, state.round))
+    squeezed = alg.compressor is not None  # the optimizer state beside every worker's compressor row
+    inner, rows = (state.opt_state.inner, state.opt_state.rows) if squeezed else (state.opt_state, None)
+    replica = WorkerState(state.params, state.model_state, at_round(inner, state.round))
     worker_states = [_rounded(alg, state.model_state)] * W
     for k in range(K):
         grads = []
@@ -252,10 +254,15 @@ def _gradients(alg: Algorithm, state: TrainState, batches, shared) -> TrainState
             g, (_, worker_states[w]) = grad(replica.params, worker_states[w],
                                             jax.tree.map(lambda b: b[w, k], batches), shared)
             grads.append(_rounded(alg, g))  # what a worker sends
-        replica = apply_update(alg.optimizer, _rounded(alg, _mean(grads)), replica)  # what every worker receives
+        if squeezed:  # the compressed mean of the gradients (their change against zero)
+            mean, rows = _compressed_mean(alg.compressor, jax.tree.map(jnp.zeros_like, replica.params), grads, rows)
+        else:
+            mean = _rounded(alg, _mean(grads))  # what every worker receives
+        replica = apply_update(alg.optimizer, mean, replica)
     model_state = _policy(alg, replica.params, _mean([_returned(alg, s, state.model_state) for s in worker_states]),
                           batches, shared)
-    return TrainState(replica.params, model_state, replica.opt_state, key, state.round + 1)
+    opt_state = state.opt_state._replace(inner=replica.opt_state, rows=rows) if squeezed else replica.opt_state
+    return TrainState(replica.params, model_state, opt_state, key, state.round + 1)
 
 
 def _replicas(alg: Algorithm, state: TrainState, batches, shared) -> TrainState:

@@ -24,8 +24,8 @@ from istjax.core.state import (WORKERS, RoundPlan, TrainState, WorkerState, broa
 from istjax.core.task import Task
 from istjax.core.weights import example_weights
 
-__all__ = ["Compressed", "CompressedExchange", "compressed_exchange", "data_parallel", "diloco", "local_sgd",
-           "outer_optimizer", "outer_step", "replicas_mean", "replicas_of", "worker_trees"]
+__all__ = ["Compressed", "CompressedExchange", "compressed_exchange", "compressed_steps", "data_parallel", "diloco",
+           "fused_steps", "local_sgd", "outer_optimizer", "outer_step", "replicas_mean", "replicas_of", "worker_trees"]
 
 
 def _next_key(state):
@@ -34,73 +34,59 @@ def _next_key(state):
 
 def data_parallel(task: Task, optimizer: optax.GradientTransformation, *, num_workers: int, local_steps: int,
                   recompute_batches: int = 1, model_state: str = "carry", exchange_dtype: str = "float32",
-                  exchange_values: str = "delta", backend: Union[str, Any] = "simulate",
-                  **backend_options: Any) -> Algorithm:
+                  exchange_values: str = "delta", compression: Any = "none", compression_rank: int = 2,
+                  compression_fraction: float = 0.01, compression_start: int = 0,
+                  backend: Union[str, Any] = "simulate", **backend_options: Any) -> Algorithm:
     """Synchronous data-parallel training: every step, workers average their gradients and apply one update.
 
     A round is ``local_steps`` such steps. Every worker holds a replica of the model and of the optimizer state; the
     replicas stay identical. Model state (BatchNorm running statistics, updated on each worker's own batches) is
     averaged at the end of the round. Under a bfloat16 exchange (``exchange_dtype``, `istjax.core.precision`) each
     worker's gradient is rounded to bfloat16, the mean taken in float32 and rounded again (what every worker
-    receives); the model state travels as local SGD's replicas do (``exchange_values``).
+    receives); the model state travels as local SGD's replicas do (``exchange_values``). ``compression``
+    (`compressed_exchange`): every step's gradients cross compressed, each worker's residual carried from step to
+    step and round to round (`compressed_steps`).
     """
     check_common(task, num_workers, local_steps, "carry", model_state, recompute_batches)
     wire = precision.wire(exchange_dtype, exchange_values)
     loss = task.train_loss(None)
+    squeeze = compressed_exchange(compression, wire, num_workers, compression_rank, compression_fraction,
+                                  compression_start)
 
     def distribute(state):
-        replica = WorkerState(state.params, wire.round(state.model_state), at_round(state.opt_state, state.round))
-        return broadcast_workers(replica, num_workers), RoundPlan(_next_key(state), None)
+        replica = WorkerState(state.params, wire.round(state.model_state),
+                              at_round(squeeze.inner(state.opt_state), state.round))
+        workers = broadcast_workers(replica, num_workers)
+        if squeeze.compressor:  # each worker its own compressor row beside the shared optimizer state
+            workers = workers._replace(opt_state=(workers.opt_state, state.opt_state.rows))
+        return workers, RoundPlan(_next_key(state), None)
 
     def local(worker, batches_K, shared=None, axis_name=WORKERS, reduce=None):
+        if squeeze.compressor:
+            return compressed_steps(loss, optimizer, squeeze.compressor, worker, batches_K, shared, axis_name)
         mean = reduce or (lambda g, name: jax.lax.pmean(g, name))
         return local_train(loss, optimizer, worker, batches_K, shared,
                            grad_reduce=lambda g: wire.round(mean(wire.round(g), axis_name)))
 
-    def local_fused(workers, batches, shared=None):  # all W workers on one device: one replica, the mean loss
-        if example_weights(batches) is not None:  # static: refused before anything is traced
-            raise ArgError("batches", "weight", "data parallel's fused step averages the workers' mean losses and "
-                           "does not read example weights (batches['weight']: federated clients' padding);",
-                           "train weighted batches with a federated algorithm (fedavg, fedsgd), or drop the "
-                           "weights.")
-        first = first_worker(workers)  # replicas agree; each worker keeps its own model state (its batches' stats)
-
-        def per_worker(params, states_W, batch_W):  # vmapped; in turn where a batched matmul would be slow
-            one = jax.tree.map(lambda v: v[0], (states_W, batch_W))
-            if precision.map_in_turn(lambda p, s, b: loss(p, s, b, shared), first.params, *one):
-                return jax.lax.map(lambda sb: loss(params, sb[0], sb[1], shared), (states_W, batch_W))
-            return jax.vmap(loss, in_axes=(None, 0, 0, None))(params, states_W, batch_W, shared)
-
-        def mean_loss(params, states_W, batch_W):
-            losses, (aux, states_W) = per_worker(params, states_W, batch_W)
-            return jnp.mean(losses), ({"loss": losses, **aux}, states_W)
-
-        def step(carry: WorkerState, k):
-            batch_W = jax.tree.map(lambda b: jax.lax.dynamic_index_in_dim(b, k, axis=1, keepdims=False), batches)
-            (_, (metrics_W, states_W)), grads = jax.value_and_grad(mean_loss, has_aux=True)(
-                carry.params, carry.model_state, batch_W)
-            return apply_update(optimizer, grads, carry)._replace(model_state=states_W), metrics_W
-
-        start = first._replace(model_state=workers.model_state)
-        last, metrics_KW = jax.lax.scan(step, start, jnp.arange(local_steps, dtype=jnp.int32))
-        replicas = broadcast_workers(WorkerState(last.params, {}, last.opt_state), num_workers)
-        return replicas._replace(model_state=last.model_state), jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1),
-                                                                            metrics_KW)
-
     def collect(state, workers, plan, batches=None, shared=None, *, sent=False):
         first = first_worker(workers)  # params and optimizer states agree by construction
         model_state = replicas_mean(wire, workers.model_state, state.model_state, sent)
-        return finish_round(model_state_policy, state, first.params, model_state, first.opt_state, plan.key,
+        opt_state = (squeeze.wrap(first.opt_state[0], workers.opt_state[1]) if squeeze.compressor
+                     else first.opt_state)
+        return finish_round(model_state_policy, state, first.params, model_state, opt_state, plan.key,
                             recompute_from(task, batches, shared, recompute_batches))
 
     model_state_policy = model_state
     abstract_params = jax.eval_shape(task.init, jax.random.key(0))
     abstract_state = jax.eval_shape(task.init_state, jax.random.key(0))
-    comm = replicated_bytes(wire.shapes(abstract_params), times=local_steps, once=wire.shapes(abstract_state))
-    algorithm = Algorithm(init=init_state(task, optimizer, True), round=None, distribute=distribute, local=local,
+    comm = squeeze.comm(wire.shapes(abstract_params), wire.shapes(abstract_state), times=local_steps)
+    init = squeeze.init(init_state(task, optimizer, True))
+    fused = wire.exact and squeeze.compressor is None  # one replica: no gradient per worker to send
+    algorithm = Algorithm(init=init, round=None, distribute=distribute, local=local,
                           collect=collect, name="data_parallel", num_workers=num_workers, local_steps=local_steps,
                           comm=comm, task=task, optimizer=optimizer, wire=wire,
-                          local_fused=local_fused if wire.exact else None,  # one replica: no gradient per worker
+                          local_fused=fused_steps(loss, optimizer, num_workers, local_steps) if fused else None,
+                          whole_init=init if squeeze.compressor else None, compressor=squeeze.compressor,
                           exchange=Exchange.GRADIENTS, carries_optimizer_state=True, model_state_policy=model_state,
                           split=loss_split(task, loss), recompute_batches=recompute_batches)
     return bind(algorithm, backend, **backend_options)
@@ -298,13 +284,81 @@ class CompressedExchange(NamedTuple):
 
         return compressed_init
 
-    def comm(self, params, rest) -> CommBytes:
-        """Per-worker bytes of a round: the model (shapes ``params``) and ``rest`` once each way, or ``params``'
-        change at the compressor's sizes (an all-reduce or all-gather: `istjax.core.compress`) and ``rest`` whole."""
+    def comm(self, params, rest, times: int = 1) -> CommBytes:
+        """Per-worker bytes of a round: ``params``' shapes ``times`` times each way (the model once; data
+        parallel's gradients every step) and ``rest`` once, or ``params`` at the compressor's sizes (an all-reduce
+        or all-gather: `istjax.core.compress`) and ``rest`` whole."""
         if not self.compressor:
-            return replicated_bytes((params, rest), times=1)
-        return CommBytes(self.compressor.received_bytes(params) + tree_bytes(rest),
-                         self.compressor.sent_bytes(params) + tree_bytes(rest))
+            return replicated_bytes(params, times=times, once=rest)
+        return CommBytes(times * self.compressor.received_bytes(params) + tree_bytes(rest),
+                         times * self.compressor.sent_bytes(params) + tree_bytes(rest))
+
+
+def fused_steps(loss, optimizer: optax.GradientTransformation, num_workers: int, local_steps: int) -> Callable:
+    """Data parallel's local phase with all W workers on one device (``local_fused``): one replica stepped by the
+    gradient of the workers' mean loss, each worker keeping its own model state (its batches' statistics)."""
+
+    def local_fused(workers, batches, shared=None):  # all W workers on one device: one replica, the mean loss
+        if example_weights(batches) is not None:  # static: refused before anything is traced
+            raise ArgError("batches", "weight", "data parallel's fused step averages the workers' mean losses and "
+                           "does not read example weights (batches['weight']: federated clients' padding);",
+                           "train weighted batches with a federated algorithm (fedavg, fedsgd), or drop the "
+                           "weights.")
+        first = first_worker(workers)  # replicas agree; each worker keeps its own model state (its batches' stats)
+
+        def per_worker(params, states_W, batch_W):  # vmapped; in turn where a batched matmul would be slow
+            one = jax.tree.map(lambda v: v[0], (states_W, batch_W))
+            if precision.map_in_turn(lambda p, s, b: loss(p, s, b, shared), first.params, *one):
+                return jax.lax.map(lambda sb: loss(params, sb[0], sb[1], shared), (states_W, batch_W))
+            return jax.vmap(loss, in_axes=(None, 0, 0, None))(params, states_W, batch_W, shared)
+
+        def mean_loss(params, states_W, batch_W):
+            losses, (aux, states_W) = per_worker(params, states_W, batch_W)
+            return jnp.mean(losses), ({"loss": losses, **aux}, states_W)
+
+        def step(carry: WorkerState, k):
+            batch_W = jax.tree.map(lambda b: jax.lax.dynamic_index_in_dim(b, k, axis=1, keepdims=False), batches)
+            (_, (metrics_W, states_W)), grads = jax.value_and_grad(mean_loss, has_aux=True)(
+                carry.params, carry.model_state, batch_W)
+            return apply_update(optimizer, grads, carry)._replace(model_state=states_W), metrics_W
+
+        start = first._replace(model_state=workers.model_state)
+        last, metrics_KW = jax.lax.scan(step, start, jnp.arange(local_steps, dtype=jnp.int32))
+        replicas = broadcast_workers(WorkerState(last.params, {}, last.opt_state), num_workers)
+        return replicas._replace(model_state=last.model_state), jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1),
+                                                                            metrics_KW)
+
+    return local_fused
+
+
+def compressed_steps(loss, optimizer: optax.GradientTransformation, compressor: compress.Compressor,
+                     worker: WorkerState, batches_K: Any, shared: Any, axis_name) -> tuple[WorkerState, dict]:
+    """Data parallel's K steps of one worker (under the ``vmap`` over workers named ``axis_name``) with every step's
+    gradient crossing compressed: the workers' compressed mean applied by the optimizer, this worker's compressor row
+    (``worker.opt_state[1]``, beside the optimizer state) carried from step to step. Example weights are refused."""
+    if example_weights(batches_K) is not None:  # static: refused before anything is traced
+        raise ArgError("batches", "weight", "data parallel with compression averages unweighted gradients and does "
+                       "not read example weights (batches['weight']: federated clients' padding);",
+                       "drop the weights, or compression='none'.")
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    across = compress.one_process() if not names else compress.Across(
+        mean=lambda x: jax.lax.pmean(x[0], names), gather=lambda x: jax.lax.all_gather(x[0], names, tiled=False)
+        .reshape((-1,) + x.shape[1:]))
+
+    def step(carry, k):
+        w, row = carry
+        batch = jax.tree.map(lambda b: jax.lax.dynamic_index_in_dim(b, k, keepdims=False), batches_K)
+        (value, (aux, model_state)), grads = jax.value_and_grad(loss, has_aux=True)(w.params, w.model_state, batch,
+                                                                                  shared)
+        approx, rows = compressor.exchange(jax.tree.map(lambda g: g[None], grads),
+                                           jax.tree.map(lambda r: r[None], row), across)
+        new = apply_update(optimizer, approx, w)._replace(model_state=model_state)
+        return (new, jax.tree.map(lambda r: r[0], rows)), {"loss": value, **aux}
+
+    inner, row = worker.opt_state
+    (last, row), metrics = jax.lax.scan(step, (worker._replace(opt_state=inner), row),
+                                        jnp.arange(jax.tree.leaves(batches_K)[0].shape[0], dtype=jnp.int32))
+    return last._replace(opt_state=(last.opt_state, row)), metrics
 
 
 def compressed_exchange(name: Any, wire: precision.Wire, num_workers: int, rank: int = 2, fraction: float = 0.01,

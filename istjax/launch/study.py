@@ -123,20 +123,30 @@ def plan(cells: Sequence[Cell], seeds: Sequence[Optional[int]], workdir: os.Path
             for s in seeds for c in cells if not only or c.label in only]
 
 
-def finished(config, run_dir: pathlib.Path) -> bool:
-    """Whether ``run_dir`` holds a finished run of exactly ``config``: its ``summary.json`` exists, its
-    ``config.json`` equals ``config`` (read through `istjax.launch.config.from_dict`, so a field added since, at
-    its default, is what the run did), and it trained every round (or stopped at its target, ``stop_at_target``)."""
+def same_config(config, run_dir: pathlib.Path) -> Optional[bool]:
+    """Whether ``run_dir``'s ``config.json`` is ``config`` (read through `istjax.launch.config.from_dict`, so a
+    field added since, at its default, is what the run did); None where either cannot be read."""
     from istjax.launch.config import from_dict, to_dict
 
     try:
-        done = json.loads((run_dir / "summary.json").read_text())
         recorded = to_dict(from_dict(json.loads((run_dir / "config.json").read_text())))
-        same = recorded == json.loads(json.dumps(to_dict(config)))
-    except (OSError, ValueError, TypeError, KeyError):
+        return recorded == json.loads(json.dumps(to_dict(config)))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def finished(config, run_dir: pathlib.Path) -> bool:
+    """Whether ``run_dir`` holds a finished run of exactly ``config``: its ``summary.json`` exists, its
+    ``config.json`` equals ``config`` (`same_config`), and it trained every round (or stopped at its target,
+    ``stop_at_target``)."""
+    try:
+        done = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not same_config(config, run_dir):
         return False
     stopped = bool(config.get("stop_at_target")) and done.get("round_to_target") is not None
-    return same and (done.get("rounds") == int(config.num_rounds) or stopped)
+    return done.get("rounds") == int(config.num_rounds) or stopped
 
 
 def train_in_process(p: Planned, *, overwrite: bool = False, cache: Optional[os.PathLike] = None) -> Optional[str]:
@@ -188,7 +198,11 @@ def child_trainer(prefix: Callable[[Planned], Sequence[str]] | Sequence[str] = (
 
 def run_record(p: Planned) -> Optional[dict[str, Any]]:
     """One run's record from its ``summary.json`` (None before it finished): its numbers, and the commit, the
-    tree's cleanliness and the machine it recorded when it trained (None for a run from before provenance)."""
+    tree's cleanliness and the machine it recorded when it trained (None for a run from before provenance). None
+    too where the directory holds a run of another config (one left by an earlier config of the cell, a tuning
+    choice that moved): it is not this cell's run."""
+    if same_config(p.config, p.run_dir) is False:
+        return None
     try:
         s = json.loads((p.run_dir / "summary.json").read_text())
     except (OSError, ValueError):
@@ -396,10 +410,7 @@ def run_study(study: str, cells: Sequence[Cell], seeds: Sequence[Optional[int]],
     failed: dict[str, str] = {}
 
     def collect() -> list[dict[str, Any]]:
-        # a run directory read only where it holds a finished run of this very config: one left by an earlier
-        # config of the cell (a tuning choice that moved) is not this cell's run
-        records = [r for p in every if (r := (record(p) if finished(p.config, p.run_dir) else None)
-                                        or kept.get((p.cell.label, p.seed))) is not None]
+        records = [r for p in every if (r := record(p) or kept.get((p.cell.label, p.seed))) is not None]
         # the file's runs of seeds not asked for this time stay in it (a study run with --seeds 3,4 keeps 0-2)
         asked = {(p.cell.label, p.seed) for p in every}
         records += [r for key, r in kept.items() if key not in asked]
