@@ -128,20 +128,27 @@ def test_compressed_diloco_from_a_config_resumes_bit_identically(tmp_path):
     assert_states_equal(a, b)
 
 
+def _equal_to_the_reference(alg, rounds):
+    """``rounds`` rounds of ``alg``, each from the fast round's state, equal to the reference loop's (models, residuals
+    and factors); the last state."""
+    state = alg.init(jax.random.key(0))
+    for r in range(rounds):
+        fast, _ = alg.round(state, _batches(r))
+        ref = reference_round(alg, state, _batches(r))
+        _close(fast.params, ref.params, rtol=1e-4, atol=1e-6)
+        _close(fast.opt_state, ref.opt_state, rtol=1e-4, atol=1e-5)
+        state = fast
+    return state
+
+
 @pytest.mark.parametrize("name", ["local_sgd", "diloco"])
 @pytest.mark.parametrize("options", [{"compression": "powersgd", "compression_rank": 2, "compression_start": 1},
                                      {"compression": "top_k", "compression_fraction": 0.05}])
 def test_compressed_rounds_equal_the_reference_loop(name, options):
     """Three rounds (PowerSGD's first uncompressed), each from the fast round's state: the reference loop's plain
     numpy compressors give the same models, residuals and factors."""
-    alg = getattr(istjax, name)(_task(), optax.sgd(0.1), num_workers=W, local_steps=K, **options)
-    state = alg.init(jax.random.key(0))
-    for r in range(3):
-        fast, _ = alg.round(state, _batches(r))
-        ref = reference_round(alg, state, _batches(r))
-        _close(fast.params, ref.params, rtol=1e-4, atol=1e-6)
-        _close(fast.opt_state, ref.opt_state, rtol=1e-4, atol=1e-5)
-        state = fast
+    _equal_to_the_reference(getattr(istjax, name)(_task(), optax.sgd(0.1), num_workers=W, local_steps=K,
+                                                  **options), 3)
 
 
 @pytest.mark.mpi
@@ -164,7 +171,6 @@ def test_mpi_equals_simulate_moves_the_compressed_bytes_and_resumes_bit_identica
     assert ("bit for bit" in out.stdout) == resume
 
 
-
 @pytest.mark.parametrize("options", [{"compression": "powersgd", "compression_rank": 1, "compression_start": 2},
                                      {"compression": "top_k", "compression_fraction": 0.05}])
 def test_data_parallel_with_compressed_gradients_equals_the_reference_loop(options):
@@ -172,13 +178,7 @@ def test_data_parallel_with_compressed_gradients_equals_the_reference_loop(optio
     row carried from step to step: two rounds equal the reference loop's, and the bytes are K compressed gradients."""
     task = _task()
     alg = istjax.data_parallel(task, optax.sgd(0.1), num_workers=W, local_steps=K, **options)
-    state = alg.init(jax.random.key(0))
-    for r in range(2):
-        fast, _ = alg.round(state, _batches(r))
-        ref = reference_round(alg, state, _batches(r))
-        _close(fast.params, ref.params, rtol=1e-4, atol=1e-6)
-        _close(fast.opt_state, ref.opt_state, rtol=1e-4, atol=1e-5)
-        state = fast
+    state = _equal_to_the_reference(alg, 2)
     if options["compression"] == "powersgd":
         np.testing.assert_array_equal(state.opt_state.rows.exchanges, 2 * K)  # one exchange a step, every worker
     params = jax.eval_shape(task.init, jax.random.key(0))

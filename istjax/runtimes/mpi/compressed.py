@@ -22,16 +22,11 @@ import istjax.runtimes.mpi.rounds as rounds
 from istjax.runtimes.mpi.replicas import start_fn
 from istjax.runtimes.mpi.runtime import MPIRuntime, Traffic
 
-__all__ = ["WHOLE_STATE", "install", "check"]
+__all__ = ["WHOLE_STATE", "install"]
 
 PyTree = Any
 #: Every rank holds the whole model; the compressor's rows are each rank's own (gathered for checkpoints).
 WHOLE_STATE = True
-
-
-def check(algorithm, n: int) -> None:
-    """Nothing beyond the replicas exchange's launch checks: a float32 wire (compression refuses bfloat16 itself)."""
-    del algorithm, n
 
 
 def _across(x: buffers.TreeCollectives, num_workers: int, counted: dict, whole: bool) -> Across:
